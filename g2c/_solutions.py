@@ -1,0 +1,71 @@
+"""The ``G2C_APPLY_SOLUTIONS`` import hook.
+
+When a module id is selected, every file it owns that has an answer-key twin under
+``solutions/g2c/...`` is imported from that twin *under the student module's name*. There
+is only ever one module object per name in ``sys.modules``, so classes keep one identity
+no matter who imports them. Modules that are not selected load the student scaffolds.
+"""
+
+from __future__ import annotations
+
+import importlib.abc
+import importlib.util
+import os
+import sys
+from pathlib import Path
+
+from .course import MODULES, REPO_ROOT, SOLUTIONS_ROOT, parse_selection
+
+ENV_VAR = "G2C_APPLY_SOLUTIONS"
+
+
+def _solution_map(selected: list[str]) -> dict[str, Path]:
+    """Dotted module name -> solution file, for the selected module ids."""
+    out: dict[str, Path] = {}
+    for m in MODULES:
+        if m.id not in selected:
+            continue
+        for rel in m.files:
+            sol = SOLUTIONS_ROOT / rel
+            if not sol.is_file():
+                continue
+            parts = Path(rel).with_suffix("").parts
+            if parts[-1] == "__init__":
+                parts = parts[:-1]
+            out[".".join(parts)] = sol
+    return out
+
+
+class SolutionFinder(importlib.abc.MetaPathFinder):
+    """Meta-path finder that serves selected modules from ``solutions/``."""
+
+    def __init__(self, mapping: dict[str, Path]):
+        self.mapping = mapping
+
+    def find_spec(self, fullname, path=None, target=None):  # noqa: D401 - importlib API
+        sol = self.mapping.get(fullname)
+        if sol is None:
+            return None
+        is_pkg = sol.name == "__init__.py"
+        pkg_dir = REPO_ROOT / "g2c" / Path(*fullname.split(".")[1:])
+        return importlib.util.spec_from_file_location(
+            fullname, sol, submodule_search_locations=[str(pkg_dir)] if is_pkg else None,
+        )
+
+
+def install() -> list[str]:
+    """Read ``G2C_APPLY_SOLUTIONS`` and install the finder. Returns the selected ids.
+
+    Raises:
+        ValueError: the selector is malformed (the message lists the valid ids).
+    """
+    selected = parse_selection(os.environ.get(ENV_VAR, ""))
+    for f in list(sys.meta_path):
+        if isinstance(f, SolutionFinder):
+            sys.meta_path.remove(f)
+    if selected:
+        sys.meta_path.insert(0, SolutionFinder(_solution_map(selected)))
+        if os.environ.get("G2C_QUIET", "") not in ("1", "true", "yes"):
+            print(f"g2c: using reference solutions for modules {', '.join(selected)} "
+                  f"({ENV_VAR}={os.environ.get(ENV_VAR)!r}; G2C_QUIET=1 hides this)", file=sys.stderr)
+    return selected

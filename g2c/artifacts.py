@@ -1,0 +1,203 @@
+"""The shipped artifacts: the StoryTokenizer and the StoryLM ladder, verified by sha256.
+
+Layout (CONVENTIONS §4)::
+
+    artifacts/tokenizers/StoryTokenizer/{tokenizer.json, manifest.json}
+    artifacts/models/StoryLM-{1M,5M,30M}/{model.safetensors, config.json, manifest.json}
+
+Every ``manifest.json`` lists the sha256 of each other file in its folder. Weights are
+float16 safetensors (never unpickled) and are loaded into float32 models.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import shutil
+import tempfile
+from pathlib import Path
+
+import torch
+from safetensors.torch import load_file, save_file
+
+from g2c.course import REPO_ROOT
+
+ARTIFACTS_DIR = REPO_ROOT / "artifacts"
+MODEL_NAMES = ("StoryLM-1M", "StoryLM-5M", "StoryLM-30M")
+TOKENIZER_NAMES = ("StoryTokenizer",)
+
+__all__ = ["ARTIFACTS_DIR", "MODEL_NAMES", "TOKENIZER_NAMES", "ArtifactError", "ArtifactMissingError",
+           "ChecksumError", "artifact_dir", "canonical_name", "load_model", "load_tokenizer", "verify_artifact",
+           "write_artifact"]
+
+
+class ArtifactError(Exception):
+    """Base class of artifact problems."""
+
+
+class ArtifactMissingError(ArtifactError, FileNotFoundError):
+    """An artifact (or one of its files) is not on disk. Fix: ``./checkpoints.sh``."""
+
+
+class ChecksumError(ArtifactError, ValueError):
+    """A file's sha256 differs from its manifest. Fix: ``./checkpoints.sh --force``."""
+
+
+def sha256_file(path: Path) -> str:
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        for chunk in iter(lambda: f.read(1 << 20), b""):
+            h.update(chunk)
+    return h.hexdigest()
+
+
+def canonical_name(name: str) -> str:
+    """Case-insensitive artifact name -> its canonical spelling.
+
+    Raises:
+        ValueError: unknown name; the message lists every artifact name.
+    """
+    for known in MODEL_NAMES + TOKENIZER_NAMES:
+        if known.lower() == str(name).strip().lower():
+            return known
+    raise ValueError(f"unknown artifact {name!r}; known: {', '.join(MODEL_NAMES + TOKENIZER_NAMES)}")
+
+
+def artifact_dir(name: str, root: Path | None = None) -> Path:
+    """Folder of an artifact under ``root`` (default ``artifacts/``)."""
+    name = canonical_name(name)
+    root = Path(root) if root is not None else ARTIFACTS_DIR
+    return root / ("models" if name in MODEL_NAMES else "tokenizers") / name
+
+
+def verify_artifact(name: str, root: Path | None = None) -> dict:
+    """Check every file of an artifact against its manifest; return the manifest.
+
+    Raises:
+        ValueError: unknown name.
+        ArtifactMissingError: the folder, manifest or a listed file is missing
+            (the message says to run ``./checkpoints.sh``).
+        ChecksumError: a file's sha256 differs (the message names the file and says to run
+            ``./checkpoints.sh --force``).
+    """
+    folder = artifact_dir(name, root)
+    manifest_path = folder / "manifest.json"
+    if not manifest_path.is_file():
+        raise ArtifactMissingError(f"artifact {canonical_name(name)} is missing ({manifest_path} not found): "
+                                   "run ./checkpoints.sh to install it (or ./checkpoints.sh --train to rebuild it)")
+    try:
+        manifest = json.loads(manifest_path.read_text())
+        files = manifest["files"]
+    except (json.JSONDecodeError, KeyError) as exc:
+        raise ChecksumError(f"{manifest_path} is corrupted ({exc}): run ./checkpoints.sh --force") from exc
+    for fname, expected in files.items():
+        path = folder / fname
+        if not path.is_file():
+            raise ArtifactMissingError(f"{path} is missing: run ./checkpoints.sh to install it")
+        got = sha256_file(path)
+        if got != expected:
+            raise ChecksumError(f"checksum mismatch for {path}: manifest says {expected[:12]}…, file has {got[:12]}…; "
+                                "the file is corrupted or was edited. Run ./checkpoints.sh --force to restore it")
+    return manifest
+
+
+def write_artifact(name: str, files: dict[str, bytes | Path], manifest: dict, *, root: Path | None = None,
+                   force: bool = False) -> Path:
+    """Write an artifact folder atomically: everything goes to a temp folder, then one rename.
+
+    ``manifest["files"]`` is filled with the sha256 of every file. A killed run leaves at
+    most a ``.tmp-*`` folder, never a half-written artifact that passes verification.
+
+    Raises:
+        FileExistsError: a verified artifact is already there and ``force`` is False.
+    """
+    dest = artifact_dir(name, root)
+    if dest.exists() and not force:
+        try:
+            verify_artifact(name, root)
+            raise FileExistsError(f"{dest} already holds a verified {canonical_name(name)}; pass --force to replace it")
+        except ArtifactError:
+            pass
+    dest.parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(prefix=f".tmp-{dest.name}-", dir=dest.parent))
+    try:
+        hashes = {}
+        for fname, content in files.items():
+            if isinstance(content, Path):
+                shutil.copyfile(content, tmp / fname)
+            else:
+                (tmp / fname).write_bytes(content)
+            hashes[fname] = sha256_file(tmp / fname)
+        (tmp / "manifest.json").write_text(json.dumps({**manifest, "files": hashes}, indent=2) + "\n")
+        if dest.exists():
+            old = dest.with_name(dest.name + ".old")
+            shutil.rmtree(old, ignore_errors=True)
+            os.replace(dest, old)
+            os.replace(tmp, dest)
+            shutil.rmtree(old, ignore_errors=True)
+        else:
+            os.replace(tmp, dest)
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+    return dest
+
+
+def load_tokenizer(name: str = "StoryTokenizer", *, root: Path | None = None):
+    """Verify and load a tokenizer artifact as a ``g2c.tokenizer.BPETokenizer``.
+
+    Raises:
+        ArtifactMissingError / ChecksumError: see ``verify_artifact``.
+    """
+    from g2c.tokenizer.bpe import BPETokenizer
+
+    verify_artifact(name, root)
+    return BPETokenizer.load(artifact_dir(name, root) / "tokenizer.json")
+
+
+def model_state_to_bytes(model, dtype: torch.dtype = torch.float16) -> bytes:
+    """Serialise a course model's parameters as safetensors in ``dtype``."""
+    from safetensors.torch import save
+
+    return save({k: v.detach().to("cpu", dtype).contiguous() for k, v in model.state_dict().items()})
+
+
+def load_model(name: str, *, device: str | torch.device = "auto", root: Path | None = None):
+    """Load a verified StoryLM as a float32 ``TransformerLM`` in eval mode, with its tokenizer.
+
+    Args:
+        name: ``StoryLM-1M``, ``StoryLM-5M`` or ``StoryLM-30M`` (case-insensitive).
+        device: ``"auto"`` (CUDA, MPS, CPU) or an explicit device.
+
+    Returns:
+        (model, tokenizer).
+
+    Raises:
+        ValueError: unknown name (the message lists the names) or not a model.
+        ArtifactMissingError: missing files; run ``./checkpoints.sh``.
+        ChecksumError: corrupted files; run ``./checkpoints.sh --force``.
+    """
+    from g2c.nn import resolve_device
+    from g2c.transformer import TransformerLM
+
+    name = canonical_name(name)
+    if name not in MODEL_NAMES:
+        raise ValueError(f"{name} is not a model; models: {', '.join(MODEL_NAMES)}")
+    verify_artifact(name, root)
+    folder = artifact_dir(name, root)
+    cfg = json.loads((folder / "config.json").read_text())
+    model = TransformerLM(cfg["vocab_size"], cfg["embedding_dim"], cfg["num_layers"], cfg["num_heads"],
+                          cfg["max_seq_len"], hidden_dim=cfg.get("hidden_dim"))
+    state = load_file(str(folder / "model.safetensors"))
+    model.load_state_dict({k: v.float() for k, v in state.items()})
+    model.eval()
+    model.to(resolve_device(device))
+    tokenizer = load_tokenizer(cfg.get("tokenizer", "StoryTokenizer"), root=root)
+    if tokenizer.vocab_size != model.vocab_size:
+        raise ValueError(f"{name}: tokenizer has {tokenizer.vocab_size} ids but the model {model.vocab_size}")
+    return model, tokenizer
+
+
+def save_model_file(model, path: Path) -> None:
+    """Write a model's weights as float16 safetensors to ``path`` (helper for tests/tools)."""
+    save_file({k: v.detach().to("cpu", torch.float16).contiguous() for k, v in model.state_dict().items()}, str(path))

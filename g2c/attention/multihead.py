@@ -1,0 +1,114 @@
+"""Module 08: multi-head attention.
+
+Source: Vaswani et al., "Attention Is All You Need" (NeurIPS 2017), section 3.2.2. The
+fused query/key/value projection matches GPT-2's ``c_attn`` layer.
+
+Shape letters: B batch, T time, D width, H heads, d = D / H head width.
+"""
+
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+
+from g2c.nn import Dropout, Linear, Module
+
+from .causal import scaled_dot_product_attention
+
+__all__ = ["MultiHeadAttention", "merge_heads", "split_heads"]
+
+
+def split_heads(x: torch.Tensor, num_heads: int) -> torch.Tensor:
+    """(B, T, D) -> (B, H, T, d): cut the width into H heads of width d = D / H.
+
+    Head h gets the columns ``h*d : (h+1)*d``.
+
+    Raises:
+        ValueError: x is not 3-D or D is not divisible by H.
+
+    Steps:
+        1. Reshape to (B, T, H, d), then move H before T (``test_split_heads_layout``).
+    """
+    if x.dim() != 3 or x.shape[-1] % num_heads:
+        raise ValueError(f"split_heads needs (B, T, D) with D divisible by H={num_heads}; got {tuple(x.shape)}")
+    # TODO: implement this (module 08, see docs/modules/08-multihead-attention.md).
+    raise NotImplementedError(
+        "module 08: split_heads in g2c/attention/multihead.py is not implemented yet. "
+        "Write it, or run with G2C_APPLY_SOLUTIONS=08 to use the reference solution."
+    )
+
+
+def merge_heads(x: torch.Tensor) -> torch.Tensor:
+    """(B, H, T, d) -> (B, T, H*d): the inverse of ``split_heads``.
+
+    Steps:
+        1. Move H back after T, make the memory contiguous, flatten the last two
+           dimensions (``test_merge_heads_inverts_split``).
+    """
+    # TODO: implement this (module 08, see docs/modules/08-multihead-attention.md).
+    raise NotImplementedError(
+        "module 08: merge_heads in g2c/attention/multihead.py is not implemented yet. "
+        "Write it, or run with G2C_APPLY_SOLUTIONS=08 to use the reference solution."
+    )
+
+
+class MultiHeadAttention(Module):
+    """Causal multi-head self-attention (GPT-2 layout).
+
+    Args:
+        dim: model width D.
+        num_heads: H, must divide D.
+        causal: mask future positions (default True).
+        dropout: dropout on the output projection (residual dropout).
+        generator: optional ``torch.Generator`` for the initialisation.
+
+    Attributes:
+        qkv: ``Linear(D, 3D)``; output columns are [queries | keys | values].
+        proj: ``Linear(D, D)``, the output projection.
+        fused: when True, the forward pass calls
+            ``torch.nn.functional.scaled_dot_product_attention`` instead of the course
+            function (an opt-in speed path, tested equal to the course path). Default False.
+
+    Raises:
+        ValueError: D not divisible by H.
+    """
+
+    def __init__(self, dim: int, num_heads: int, *, causal: bool = True, dropout: float = 0.0,
+                 generator: torch.Generator | None = None) -> None:
+        super().__init__()
+        if dim % num_heads:
+            raise ValueError(f"embedding dim {dim} is not divisible by num_heads {num_heads}")
+        self.dim = dim
+        self.num_heads = num_heads
+        self.causal = causal
+        self.fused = False
+        self.qkv = Linear(dim, 3 * dim, generator=generator)
+        self.proj = Linear(dim, dim, generator=generator)
+        self.dropout = Dropout(dropout)
+
+    def _attend(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
+        """The attention kernel on (B, H, T, d) tensors: course function or torch's fused one."""
+        if self.fused:
+            return F.scaled_dot_product_attention(q, k, v, is_causal=self.causal)
+        return scaled_dot_product_attention(q, k, v, causal=self.causal)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        """Attend with H heads in parallel.
+
+        Args:
+            x: (B, T, D) float.
+
+        Returns:
+            (B, T, D).
+
+        Steps:
+            1. ``qkv`` then split the last dimension into three (B, T, D) tensors.
+            2. ``split_heads`` each to (B, H, T, d).
+            3. ``self._attend`` (all heads at once), ``merge_heads`` back to (B, T, D).
+            4. Output projection, then dropout (``test_mha_matches_torch_reference``).
+        """
+        # TODO: implement this (module 08, see docs/modules/08-multihead-attention.md).
+        raise NotImplementedError(
+            "module 08: MultiHeadAttention.forward in g2c/attention/multihead.py is not implemented yet. "
+            "Write it, or run with G2C_APPLY_SOLUTIONS=08 to use the reference solution."
+        )

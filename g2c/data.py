@@ -1,0 +1,262 @@
+"""TinyStories for the course: read, split by story hash, and cache as token streams.
+
+``./datasets.sh`` is the command-line entry (``python -m g2c.data``). Sources, in order:
+``--from PATH`` or ``$G2C_TINYSTORIES`` (a ``.txt`` or ``.txt.xz`` file with stories
+separated by a line ``<|endoftext|>``), else the Hugging Face dataset
+``roneneldan/TinyStories`` through the ``datasets`` library.
+
+Layout under ``data/tinystories/`` (gitignored)::
+
+    train.txt, val.txt        stories joined by "\\n<|endoftext|>\\n"
+    manifest.json             source, its sha256, split rule, counts, file hashes
+    train.bin, val.bin        uint16 token streams (story ids, then <|endoftext|>), and
+    tokens.json               the tokenizer sha256 they were made with
+"""
+
+from __future__ import annotations
+
+import argparse
+import hashlib
+import json
+import lzma
+import os
+import socket
+import sys
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+import numpy as np
+from tqdm.auto import tqdm
+
+from g2c.course import REPO_ROOT
+
+EOT = "<|endoftext|>"
+DATA_DIR = REPO_ROOT / "data" / "tinystories"
+HF_DATASET = "roneneldan/TinyStories"
+VAL_PERCENT = 5
+TINY_STORIES = 10_000  # stories taken from the Hugging Face train split with --tiny
+
+__all__ = ["DATA_DIR", "is_validation", "load_split_text", "load_token_stream", "prepare", "read_stories",
+           "split_stories", "tokenize_splits"]
+
+
+def sha256_file(path: Path) -> str:
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        for chunk in iter(lambda: f.read(1 << 20), b""):
+            h.update(chunk)
+    return h.hexdigest()
+
+
+def read_stories(path: str | Path) -> list[str]:
+    """Stories from a ``.txt`` or ``.txt.xz`` file separated by lines ``<|endoftext|>``.
+
+    Returns:
+        list of stories (stripped; empty ones dropped).
+
+    Raises:
+        FileNotFoundError: no such file.
+        ValueError: the file holds no story.
+    """
+    path = Path(path)
+    if not path.is_file():
+        raise FileNotFoundError(f"TinyStories source {path} does not exist")
+    opener = lzma.open if path.suffix == ".xz" else open
+    with opener(path, "rt", encoding="utf-8") as f:
+        text = f.read()
+    stories, current = [], []
+    for line in text.split("\n"):
+        if line.strip() == EOT:
+            stories.append("\n".join(current).strip())
+            current = []
+        else:
+            current.append(line)
+    stories.append("\n".join(current).strip())
+    stories = [s for s in stories if s]
+    if not stories:
+        raise ValueError(f"{path} holds no stories (expected stories separated by a line {EOT})")
+    return stories
+
+
+def is_validation(story: str) -> bool:
+    """The deterministic split: a story is validation iff sha256(text) mod 100 < 5 (about 5%)."""
+    return int.from_bytes(hashlib.sha256(story.encode("utf-8")).digest()[:8], "big") % 100 < VAL_PERCENT
+
+
+def split_stories(stories: list[str]) -> tuple[list[str], list[str]]:
+    """(train, val) by ``is_validation``, order kept."""
+    train, val = [], []
+    for s in stories:
+        (val if is_validation(s) else train).append(s)
+    return train, val
+
+
+def _hub_reachable(host: str = "huggingface.co", timeout: float = 3.0) -> bool:
+    try:
+        socket.create_connection((host, 443), timeout=timeout).close()
+        return True
+    except OSError:
+        return False
+
+
+def load_hf_stories(*, tiny: bool, loader: Callable | None = None) -> list[str]:
+    """Stories from the Hugging Face dataset (train split; the first ``TINY_STORIES`` with tiny).
+
+    Args:
+        tiny: take only the first ``TINY_STORIES`` stories.
+        loader: stand-in for ``datasets.load_dataset`` (tests pass a local fake).
+
+    Raises:
+        RuntimeError: the hub is unreachable; the message names ``--from`` and ``$G2C_TINYSTORIES``.
+    """
+    if loader is None:
+        if not _hub_reachable():
+            raise RuntimeError(
+                "no TinyStories source: the Hugging Face hub is unreachable from this machine. "
+                "Pass a local file with `./datasets.sh --from PATH` or set $G2C_TINYSTORIES "
+                "(for example ../shared/data/tinystories/tinystories-collected.txt.xz).")
+        from datasets import load_dataset as loader
+    split = f"train[:{TINY_STORIES}]" if tiny else "train"
+    ds = loader(HF_DATASET, split=split)
+    return [s.strip() for s in ds["text"] if s and s.strip()]
+
+
+def prepare(source: str | Path | None = None, *, tiny: bool = False, force: bool = False,
+            out_dir: Path = DATA_DIR, hf_loader: Callable | None = None, log=print) -> dict:
+    """Write the train/validation split and its manifest; a no-op when already done.
+
+    Args:
+        source: a local file, else ``$G2C_TINYSTORIES``, else the Hugging Face dataset.
+        tiny: with the Hugging Face source, only its first ``TINY_STORIES`` stories.
+        force: redo even if the manifest says the same source was already prepared.
+        out_dir: where to write (default ``data/tinystories``).
+
+    Returns:
+        the manifest dict (``"skipped": True`` when nothing was done).
+    """
+    source = source or os.environ.get("G2C_TINYSTORIES") or None
+    out_dir = Path(out_dir)
+    manifest_path = out_dir / "manifest.json"
+    src_id = {"kind": "file", "path": str(Path(source).resolve()), "sha256": sha256_file(Path(source))} \
+        if source else {"kind": "huggingface", "dataset": HF_DATASET, "tiny": tiny}
+    if manifest_path.exists() and not force:
+        old = json.loads(manifest_path.read_text())
+        same = old.get("source", {}).get("sha256") == src_id.get("sha256") if source else \
+            old.get("source", {}).get("kind") == "huggingface" and old["source"].get("tiny") == tiny
+        files_ok = all((out_dir / f).exists() and sha256_file(out_dir / f) == h for f, h in old["files"].items())
+        if same and files_ok:
+            log(f"datasets: {out_dir} already prepared from this source "
+                f"({old['train_stories']} train / {old['val_stories']} val stories); nothing to do (--force redoes it)")
+            return {**old, "skipped": True}
+    t0 = time.time()
+    stories = read_stories(source) if source else load_hf_stories(tiny=tiny, loader=hf_loader)
+    train, val = split_stories(tqdm(stories, desc="split", unit="story", disable=None))
+    out_dir.mkdir(parents=True, exist_ok=True)
+    files = {}
+    for name, part in (("train.txt", train), ("val.txt", val)):
+        tmp = out_dir / (name + ".tmp")
+        tmp.write_text(f"\n{EOT}\n".join(part) + f"\n{EOT}\n", encoding="utf-8")
+        tmp.replace(out_dir / name)
+        files[name] = sha256_file(out_dir / name)
+    for stale in ("train.bin", "val.bin", "tokens.json"):
+        (out_dir / stale).unlink(missing_ok=True)
+    manifest = {
+        "source": src_id,
+        "split_rule": f"validation iff int(sha256(story utf-8)[:8 bytes], big-endian) % 100 < {VAL_PERCENT}",
+        "train_stories": len(train), "val_stories": len(val),
+        "train_chars": sum(map(len, train)), "val_chars": sum(map(len, val)),
+        "files": files,
+    }
+    manifest_path.write_text(json.dumps(manifest, indent=2) + "\n")
+    log(f"datasets: wrote {len(train)} train / {len(val)} val stories to {out_dir} in {time.time() - t0:.1f}s")
+    return manifest
+
+
+def load_split_text(split: str, *, data_dir: Path = DATA_DIR) -> list[str]:
+    """Stories of a prepared split (``"train"`` or ``"val"``).
+
+    Raises:
+        FileNotFoundError: not prepared yet (run ``./datasets.sh``).
+    """
+    path = Path(data_dir) / f"{split}.txt"
+    if not path.exists():
+        raise FileNotFoundError(f"{path} is missing: run ./datasets.sh --tiny --from PATH first "
+                                "(on course machines PATH is ../shared/data/tinystories/tinystories-collected.txt.xz)")
+    return read_stories(path)
+
+
+def tokenize_splits(tokenizer, *, data_dir: Path = DATA_DIR, force: bool = False, log=print) -> dict[str, int]:
+    """Cache both splits as ``uint16`` token streams (each story's ids, then ``<|endoftext|>``).
+
+    Skipped when the cache was made with the same tokenizer (by sha256 of its JSON).
+
+    Returns:
+        {"train": n_tokens, "val": n_tokens}.
+
+    Raises:
+        ValueError: the tokenizer has more than 65,536 ids (they would not fit in uint16).
+    """
+    if tokenizer.vocab_size > 1 << 16:
+        raise ValueError(f"vocab of {tokenizer.vocab_size} ids does not fit the uint16 cache")
+    data_dir = Path(data_dir)
+    tok_sha = hashlib.sha256(tokenizer.to_tokenizers().to_str().encode()).hexdigest()
+    meta_path = data_dir / "tokens.json"
+    if meta_path.exists() and not force:
+        meta = json.loads(meta_path.read_text())
+        if meta.get("tokenizer_sha256") == tok_sha and all((data_dir / f"{s}.bin").exists() for s in ("train", "val")):
+            return meta["tokens"]
+    counts = {}
+    for split in ("train", "val"):
+        stories = load_split_text(split, data_dir=data_dir)
+        ids: list[int] = []
+        for i in tqdm(range(0, len(stories), 512), desc=f"tokenize {split}", unit="batch", disable=None):
+            for row in tokenizer.encode_batch_fast(stories[i:i + 512]):
+                ids.extend(row)
+                ids.append(tokenizer.eot_id)
+        arr = np.asarray(ids, dtype=np.uint16)
+        tmp = data_dir / f"{split}.bin.tmp"
+        arr.tofile(tmp)
+        tmp.replace(data_dir / f"{split}.bin")
+        counts[split] = int(arr.size)
+    meta_path.write_text(json.dumps({"tokenizer_sha256": tok_sha, "tokens": counts}, indent=2) + "\n")
+    log(f"datasets: tokenized train {counts['train']:,} / val {counts['val']:,} tokens")
+    return counts
+
+
+def load_token_stream(split: str, *, data_dir: Path = DATA_DIR) -> np.memmap:
+    """The cached ``uint16`` stream of a split, memory-mapped.
+
+    Raises:
+        FileNotFoundError: not tokenized yet (``./datasets.sh`` does it once the tokenizer exists).
+    """
+    path = Path(data_dir) / f"{split}.bin"
+    if not path.exists():
+        raise FileNotFoundError(f"{path} is missing: run ./datasets.sh (it tokenizes once the StoryTokenizer exists)")
+    return np.memmap(path, dtype=np.uint16, mode="r")
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(prog="./datasets.sh", description="Prepare TinyStories under data/tinystories.")
+    ap.add_argument("--tiny", action="store_true", help=f"Hugging Face source: only the first {TINY_STORIES} stories")
+    ap.add_argument("--from", dest="source", help="local .txt or .txt.xz file (default: $G2C_TINYSTORIES)")
+    ap.add_argument("--force", action="store_true", help="redo the split and the token cache")
+    args = ap.parse_args(argv)
+    try:
+        manifest = prepare(args.source, tiny=args.tiny, force=args.force)
+    except (FileNotFoundError, ValueError, RuntimeError) as exc:
+        print(f"datasets: error: {exc}", file=sys.stderr)
+        return 1
+    try:
+        from g2c.artifacts import load_tokenizer
+        tok = load_tokenizer("StoryTokenizer")
+    except (FileNotFoundError, ValueError) as exc:
+        print(f"datasets: token cache not built ({exc})")
+        return 0
+    counts = tokenize_splits(tok, force=args.force and not manifest.get("skipped"))
+    print(f"datasets: token streams ready: train {counts['train']:,}, val {counts['val']:,} tokens")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,44 @@
+"""Module 05: token embeddings plus learned absolute positions (the GPT-2 input layer).
+
+Shape letters: B batch, T time, D width, V vocabulary.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from g2c.nn import Embedding
+
+__all__ = ["embed_tokens_and_positions"]
+
+
+def embed_tokens_and_positions(ids: torch.Tensor, token_embed: Embedding, pos_embed: Embedding) -> torch.Tensor:
+    """Input vectors of a GPT-2-style model: token vector plus position vector.
+
+    Row ``t`` of the output for sequence ``b`` is ``token_embed.weight[ids[b, t]] +
+    pos_embed.weight[t]``: the same position table is shared by every sequence in the batch.
+
+    Args:
+        ids: (B, T) int64 token ids in [0, V).
+        token_embed: ``Embedding`` with V rows of width D.
+        pos_embed: ``Embedding`` with max_seq_len rows of width D.
+
+    Returns:
+        (B, T, D) float32.
+
+    Raises:
+        ValueError: ``ids`` is not 2-D, or T > ``pos_embed.num_embeddings`` (the context
+            window); the message names T and the window.
+
+    Steps:
+        1. Validate the shape and the length (``test_embed_rejects_long_sequences``).
+        2. Look up the token vectors: (B, T, D).
+        3. Look up positions 0..T-1 (built with ``torch.arange`` on ids' device): (T, D),
+           and add them; broadcasting shares them across the batch
+           (``test_embed_adds_positions``).
+    """
+    # TODO: implement this (module 05, see docs/modules/05-embeddings.md).
+    raise NotImplementedError(
+        "module 05: embed_tokens_and_positions in g2c/embeddings/embeddings.py is not implemented yet. "
+        "Write it, or run with G2C_APPLY_SOLUTIONS=05 to use the reference solution."
+    )

@@ -1,0 +1,79 @@
+"""Module 06: next-token prediction, scored by cross-entropy and perplexity.
+
+Shape letters: N rows (positions), V vocabulary.
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+
+__all__ = ["cross_entropy", "log_softmax", "perplexity"]
+
+
+def log_softmax(logits: torch.Tensor) -> torch.Tensor:
+    """Numerically stable log-softmax over the last dimension.
+
+    ``log_softmax(z)_i = z_i - logsumexp(z)``, computed after subtracting the row maximum
+    so that exp never overflows.
+
+    Args:
+        logits: (..., V) float.
+
+    Returns:
+        (..., V), same dtype; each row's exp sums to 1.
+
+    Steps:
+        1. Subtract the row max (keepdim) (``test_log_softmax_is_stable_for_large_logits``).
+        2. Subtract the log of the summed exponentials (``test_log_softmax_matches_torch``).
+    """
+    # TODO: implement this (module 06, see docs/modules/06-lm.md).
+    raise NotImplementedError(
+        "module 06: log_softmax in g2c/lm/loss.py is not implemented yet. "
+        "Write it, or run with G2C_APPLY_SOLUTIONS=06 to use the reference solution."
+    )
+
+
+def cross_entropy(logits: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
+    """Mean negative log-likelihood of the targets, in nats.
+
+    Args:
+        logits: (N, V) float, unnormalised scores.
+        targets: (N,) int64 class ids in [0, V).
+
+    Returns:
+        scalar float tensor: mean over rows of ``-log_softmax(logits)[n, targets[n]]``.
+
+    Raises:
+        ValueError: logits not 2-D, targets not 1-D, or row counts differ.
+
+    Steps:
+        1. Validate shapes (``test_cross_entropy_rejects_bad_shapes``).
+        2. log_softmax, pick each row's target column (``gather``), negate, average
+           (``test_cross_entropy_matches_torch``).
+    """
+    if logits.dim() != 2 or targets.dim() != 1 or logits.shape[0] != targets.shape[0]:
+        raise ValueError(f"cross_entropy expects logits (N, V) and targets (N,); got {tuple(logits.shape)} "
+                         f"and {tuple(targets.shape)}")
+    # TODO: implement this (module 06, see docs/modules/06-lm.md).
+    raise NotImplementedError(
+        "module 06: cross_entropy in g2c/lm/loss.py is not implemented yet. "
+        "Write it, or run with G2C_APPLY_SOLUTIONS=06 to use the reference solution."
+    )
+
+
+def perplexity(loss: float | torch.Tensor) -> float:
+    """Perplexity exp(loss) of a mean cross-entropy measured in nats.
+
+    A perplexity of P means the model is, on average, as unsure as a uniform choice
+    among P tokens; a uniform model over V tokens has perplexity V.
+
+    Steps:
+        1. Exponentiate (``test_perplexity_of_uniform_model_is_vocab_size``).
+    """
+    # TODO: implement this (module 06, see docs/modules/06-lm.md).
+    raise NotImplementedError(
+        "module 06: perplexity in g2c/lm/loss.py is not implemented yet. "
+        "Write it, or run with G2C_APPLY_SOLUTIONS=06 to use the reference solution."
+    )

@@ -1,0 +1,222 @@
+"""Module 03: the layers every course model is built from.
+
+Shape letters: B batch, T time, D width (``in_features``/``dim``), V vocabulary.
+Every layer here is an exercise in its ``forward``; construction is provided.
+Parameters are float32 leaf tensors with ``requires_grad=True``.
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+
+from .module import Module
+
+__all__ = ["Dropout", "Embedding", "GELU", "LayerNorm", "Linear"]
+
+
+def _normal(shape: tuple[int, ...], std: float, generator: torch.Generator | None) -> torch.Tensor:
+    return (torch.randn(shape, generator=generator) * std).requires_grad_(True)
+
+
+class Linear(Module):
+    """Affine map ``y = x W^T + b``.
+
+    Args:
+        in_features: size of the last input dimension.
+        out_features: size of the last output dimension.
+        bias: add a learned bias (default True).
+        init_std: weights start as N(0, init_std^2) (GPT-2 uses 0.02); the bias starts at 0.
+        generator: optional ``torch.Generator`` for the initialisation.
+
+    Attributes:
+        weight: (out_features, in_features) float32.
+        bias: (out_features,) float32, or None.
+    """
+
+    def __init__(self, in_features: int, out_features: int, *, bias: bool = True,
+                 init_std: float = 0.02, generator: torch.Generator | None = None) -> None:
+        super().__init__()
+        self.in_features = in_features
+        self.out_features = out_features
+        self.weight = _normal((out_features, in_features), init_std, generator)
+        self.bias = torch.zeros(out_features, requires_grad=True) if bias else None
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        """Apply the affine map to the last dimension.
+
+        Args:
+            x: (..., in_features) float.
+
+        Returns:
+            (..., out_features), same leading dimensions.
+
+        Steps:
+            1. Multiply by the transposed weight: (..., in) @ (in, out) -> (..., out).
+               (``test_linear_matches_torch``)
+            2. Add the bias if there is one (it broadcasts over the leading dimensions).
+               (``test_linear_without_bias``)
+        """
+        # TODO: implement this (module 03, see docs/modules/03-nn.md).
+        raise NotImplementedError(
+            "module 03: Linear.forward in g2c/nn/layers.py is not implemented yet. "
+            "Write it, or run with G2C_APPLY_SOLUTIONS=03 to use the reference solution."
+        )
+
+
+class Embedding(Module):
+    """A lookup table: row ``i`` of ``weight`` is the vector of id ``i``.
+
+    Args:
+        num_embeddings: number of rows (the vocabulary size V, or the context length).
+        embedding_dim: width D of each row.
+        init_std: rows start as N(0, init_std^2).
+        generator: optional ``torch.Generator`` for the initialisation.
+
+    Attributes:
+        weight: (num_embeddings, embedding_dim) float32.
+    """
+
+    def __init__(self, num_embeddings: int, embedding_dim: int, *, init_std: float = 0.02,
+                 generator: torch.Generator | None = None) -> None:
+        super().__init__()
+        self.num_embeddings = num_embeddings
+        self.embedding_dim = embedding_dim
+        self.weight = _normal((num_embeddings, embedding_dim), init_std, generator)
+
+    def forward(self, ids: torch.Tensor) -> torch.Tensor:
+        """Look up rows.
+
+        Args:
+            ids: integer tensor of any shape (...,), values in [0, num_embeddings).
+
+        Returns:
+            (..., embedding_dim) float32.
+
+        Raises:
+            TypeError: ``ids`` is not an integer tensor.
+            IndexError: an id is negative or >= num_embeddings (the message gives the range).
+
+        Steps:
+            1. Check the dtype and the range of the ids (``test_embedding_rejects_bad_ids``).
+            2. Index the weight with the ids; indexing keeps the autograd graph, so the
+               rows that were used receive gradient (``test_embedding_matches_torch``).
+        """
+        # TODO: implement this (module 03, see docs/modules/03-nn.md).
+        raise NotImplementedError(
+            "module 03: Embedding.forward in g2c/nn/layers.py is not implemented yet. "
+            "Write it, or run with G2C_APPLY_SOLUTIONS=03 to use the reference solution."
+        )
+
+
+class LayerNorm(Module):
+    """Layer normalisation over the last dimension (Ba, Kiros, Hinton 2016).
+
+    ``y = (x - mean) / sqrt(var + eps) * weight + bias`` where mean and the *biased*
+    variance (divide by D, not D-1) are taken over the last dimension.
+
+    Args:
+        dim: size D of the last dimension.
+        eps: added to the variance for stability (GPT-2 uses 1e-5).
+
+    Attributes:
+        weight: (D,) float32, starts at 1.
+        bias: (D,) float32, starts at 0.
+    """
+
+    def __init__(self, dim: int, *, eps: float = 1e-5) -> None:
+        super().__init__()
+        self.dim = dim
+        self.eps = eps
+        self.weight = torch.ones(dim, requires_grad=True)
+        self.bias = torch.zeros(dim, requires_grad=True)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        """Normalise each vector along the last dimension, then scale and shift.
+
+        Args:
+            x: (..., D) float.
+
+        Returns:
+            (..., D), the same dtype as ``x``.
+
+        Steps:
+            1. Mean over the last dimension, kept as (..., 1).
+            2. Biased variance over the last dimension, (..., 1) (``test_layernorm_uses_biased_variance``).
+            3. Normalise with ``eps`` inside the square root, then apply weight and bias
+               (``test_layernorm_matches_torch``).
+        """
+        # TODO: implement this (module 03, see docs/modules/03-nn.md).
+        raise NotImplementedError(
+            "module 03: LayerNorm.forward in g2c/nn/layers.py is not implemented yet. "
+            "Write it, or run with G2C_APPLY_SOLUTIONS=03 to use the reference solution."
+        )
+
+
+class GELU(Module):
+    """Gaussian error linear unit, exact form (Hendrycks and Gimpel 2016, eq. 1).
+
+    ``GELU(x) = x * Phi(x) = 0.5 * x * (1 + erf(x / sqrt(2)))``. GPT-2 itself used a tanh
+    approximation; the course (and ``torch.nn.GELU()`` by default) uses the exact erf form.
+    """
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        """Apply GELU elementwise.
+
+        Args:
+            x: any shape, float.
+
+        Returns:
+            same shape and dtype.
+
+        Steps:
+            1. Compute the standard normal CDF with ``torch.erf`` and multiply
+               (``test_gelu_matches_torch``).
+        """
+        # TODO: implement this (module 03, see docs/modules/03-nn.md).
+        raise NotImplementedError(
+            "module 03: GELU.forward in g2c/nn/layers.py is not implemented yet. "
+            "Write it, or run with G2C_APPLY_SOLUTIONS=03 to use the reference solution."
+        )
+
+
+class Dropout(Module):
+    """Inverted dropout (Srivastava et al. 2014): zero each element with probability ``p``
+    during training and scale survivors by ``1/(1-p)``; the identity in eval mode.
+
+    Args:
+        p: drop probability in [0, 1).
+        generator: optional ``torch.Generator`` for the mask (the default RNG otherwise).
+
+    Raises:
+        ValueError: ``p`` outside [0, 1).
+    """
+
+    def __init__(self, p: float = 0.0, *, generator: torch.Generator | None = None) -> None:
+        super().__init__()
+        if not 0.0 <= p < 1.0:
+            raise ValueError(f"Dropout probability must be in [0, 1), got {p}")
+        self.p = p
+        self.generator = generator
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        """Apply dropout.
+
+        Args:
+            x: any shape, float.
+
+        Returns:
+            same shape; ``x`` itself in eval mode or when p == 0.
+
+        Steps:
+            1. Return ``x`` unchanged when not training or p == 0 (``test_dropout_eval_is_identity``).
+            2. Draw a keep-mask with probability 1-p on x's device (use ``self.generator``)
+               and scale kept values by 1/(1-p) so the expectation is unchanged
+               (``test_dropout_keeps_expectation``).
+        """
+        # TODO: implement this (module 03, see docs/modules/03-nn.md).
+        raise NotImplementedError(
+            "module 03: Dropout.forward in g2c/nn/layers.py is not implemented yet. "
+            "Write it, or run with G2C_APPLY_SOLUTIONS=03 to use the reference solution."
+        )

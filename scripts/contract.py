@@ -1,0 +1,153 @@
+#!/usr/bin/env python3
+"""The scaffold contract: how many tests of each file pass on the untouched scaffolds.
+
+Every test file has a recorded *pristine result* in ``tests/pristine.json``: the number of
+tests that pass and fail when no solution is applied. A test that passes on an empty
+scaffold must be testing provided code, by design; if that number changes, either a
+scaffold leaks part of an answer or a test lost its teeth.
+
+    python scripts/contract.py --record   # run the suite once on the scaffolds, write tests/pristine.json
+    python scripts/contract.py --check    # run it again and compare; exit 1 on any mismatch
+
+Both run the whole ``tests/`` suite in one pytest process with ``G2C_APPLY_SOLUTIONS``
+removed. Errors (collection or fixture errors) count as failures. A skipped test is a
+contract violation (the pristine run must exercise everything).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import xml.etree.ElementTree as ET
+from collections import Counter, defaultdict
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+PRISTINE = ROOT / "tests" / "pristine.json"
+RECORD = "python scripts/contract.py --record"
+
+
+def test_files(root: Path = ROOT) -> list[str]:
+    """Every test file under ``tests/``, repo-relative, sorted."""
+    return sorted(p.relative_to(root).as_posix() for p in (root / "tests").rglob("test_*.py"))
+
+
+def pristine_env(root: Path = ROOT) -> dict[str, str]:
+    """The environment of a pristine run: no solutions, quiet, artifacts required once shipped."""
+    env = dict(os.environ)
+    env.pop("G2C_APPLY_SOLUTIONS", None)
+    env["G2C_QUIET"] = "1"
+    if (root / "artifacts" / ".require").exists():
+        env["G2C_REQUIRE_ARTIFACTS"] = "1"
+    return env
+
+
+def parse_junit(xml_text: str) -> tuple[dict[str, Counter], list[str]]:
+    """Per-file outcome counts (``passed``/``failed``/``skipped``) and a line per skipped test."""
+    counts: dict[str, Counter] = defaultdict(Counter)
+    skips: list[str] = []
+    for case in ET.fromstring(xml_text).iter("testcase"):
+        file = case.get("file") or ""
+        if not file:  # fall back to the dotted module in classname/name
+            dotted = case.get("classname") or case.get("name") or "?"
+            file = dotted.replace(".", "/") + ".py"
+        if case.find("failure") is not None or case.find("error") is not None:
+            counts[file]["failed"] += 1
+        elif (skipped := case.find("skipped")) is not None:
+            counts[file]["skipped"] += 1
+            skips.append(f"{file}::{case.get('name')}: {skipped.get('message', '')}")
+        else:
+            counts[file]["passed"] += 1
+    return counts, skips
+
+
+def run_pristine(root: Path = ROOT) -> tuple[dict[str, Counter], list[str], int]:
+    """Run ``tests/`` once on the scaffolds; return per-file counts, skip lines, pytest's exit code."""
+    with tempfile.TemporaryDirectory() as tmp:
+        xml = Path(tmp) / "pristine.xml"
+        cmd = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider",
+               "--continue-on-collection-errors", f"--junitxml={xml}", "-o", "junit_family=xunit1", "tests"]
+        proc = subprocess.run(cmd, cwd=root, env=pristine_env(root), capture_output=True, text=True)
+        if not xml.exists():
+            sys.stdout.write(proc.stdout)
+            sys.stderr.write(proc.stderr)
+            raise SystemExit(f"contract: pytest wrote no report (exit code {proc.returncode})")
+        counts, skips = parse_junit(xml.read_text(encoding="utf-8"))
+    return counts, skips, proc.returncode
+
+
+def as_record(counts: dict[str, Counter], files: list[str]) -> dict[str, dict[str, int]]:
+    return {f: {"passed": counts[f]["passed"], "failed": counts[f]["failed"]}
+            for f in sorted(set(files) | set(counts))}
+
+
+def compare(expected: dict[str, dict[str, int]], got: dict[str, dict[str, int]],
+            files: list[str]) -> list[str]:
+    """Human-readable mismatches between the recorded and the observed pristine counts."""
+    problems = []
+    for f in sorted(set(expected) | set(got) | set(files)):
+        if f not in expected:
+            problems.append(f"{f}: no recorded pristine result (got {_fmt(got.get(f))} pass/fail); "
+                            f"run `{RECORD}`")
+        elif f not in got and f not in files:
+            problems.append(f"{f}: recorded {_fmt(expected[f])} but the file is gone; run `{RECORD}`")
+        elif expected[f] != got.get(f, {"passed": 0, "failed": 0}):
+            problems.append(f"{f}: expected {_fmt(expected[f])} pass/fail, "
+                            f"got {_fmt(got.get(f, {'passed': 0, 'failed': 0}))}")
+    return problems
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    mode = ap.add_mutually_exclusive_group(required=True)
+    mode.add_argument("--record", action="store_true", help=f"write {PRISTINE.relative_to(ROOT)}")
+    mode.add_argument("--check", action="store_true", help="compare with the recorded counts")
+    args = ap.parse_args(argv)
+
+    files = test_files()
+    counts, skips, _ = run_pristine()
+    got = as_record(counts, files)
+    if args.record:
+        if skips:
+            _report_skips(skips)
+            return 1
+        PRISTINE.write_text(json.dumps(got, indent=2, sort_keys=True) + "\n", encoding="utf-8")
+        print(f"contract: recorded {len(got)} test files in {PRISTINE.relative_to(ROOT)}")
+        return 0
+
+    expected = json.loads(PRISTINE.read_text(encoding="utf-8")) if PRISTINE.exists() else {}
+    width = max((len(f) for f in got), default=10)
+    print(f"{'test file':<{width}}  recorded pass/fail   now pass/fail")
+    for f, now in got.items():
+        print(f"{f:<{width}}  {_fmt(expected.get(f)):>18}   {_fmt(now):>13}")
+    problems = compare(expected, got, files)
+    if skips:
+        _report_skips(skips)
+    if problems:
+        print("scaffold contract violated:", file=sys.stderr)
+        for p in problems:
+            print(f"  {p}", file=sys.stderr)
+        print(f"if the change is intended, run `{RECORD}` and commit tests/pristine.json", file=sys.stderr)
+    if problems or skips:
+        return 1
+    print(f"scaffold contract: {len(got)} test files match tests/pristine.json")
+    return 0
+
+
+def _fmt(rec: dict[str, int] | None) -> str:
+    return f"{rec['passed']}/{rec['failed']}" if rec else "-"
+
+
+def _report_skips(skips: list[str]) -> None:
+    print(f"contract: {len(skips)} test(s) skipped in the pristine run; every test must run:",
+          file=sys.stderr)
+    for line in skips:
+        print(f"  {line}", file=sys.stderr)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

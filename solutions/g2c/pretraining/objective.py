@@ -1,0 +1,113 @@
+"""Module 09b: the pretraining objective — random windows of a token stream, shifted by one.
+
+A corpus is one long stream of token ids (stories joined by ``<|endoftext|>``). A training
+example is any window of ``context + 1`` consecutive ids: the first ``context`` are the
+input, the last ``context`` the targets. Every position is a prediction, so one window
+trains ``context`` next-token predictions in parallel (module 06's parallel scoring).
+
+Shape letters: B batch, T time (= context), V vocabulary, N stream length.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import torch
+
+from g2c.lm import cross_entropy
+
+__all__ = ["get_lm_batch", "lm_cross_entropy", "split_stream"]
+
+
+def split_stream(ids, val_fraction: float = 0.05):
+    """Split a stream into a leading train part and a trailing validation part.
+
+    (The ladder uses a split by story hash instead, done before tokenisation; this helper
+    is for quick experiments on any stream.)
+
+    Args:
+        ids: 1-D sequence (tensor or numpy array) of N token ids.
+        val_fraction: share of the stream kept for validation, in (0, 1).
+
+    Returns:
+        (train, val): views of ``ids``; ``len(train) + len(val) == N``.
+
+    Raises:
+        ValueError: val_fraction outside (0, 1), or a part would hold fewer than 2 ids.
+    """
+    if not 0.0 < val_fraction < 1.0:
+        raise ValueError(f"val_fraction must be in (0, 1), got {val_fraction}")
+    n_val = int(round(len(ids) * val_fraction))
+    if n_val < 2 or len(ids) - n_val < 2:
+        raise ValueError(f"stream of {len(ids)} ids is too short to split with val_fraction={val_fraction}")
+    return ids[: len(ids) - n_val], ids[len(ids) - n_val:]
+
+
+def get_lm_batch(ids, batch_size: int, context: int, *,
+                 generator: torch.Generator | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+    """Sample ``batch_size`` random windows from a token stream.
+
+    Args:
+        ids: 1-D int tensor or numpy array (e.g. a ``uint16`` memmap) of N >= context + 1 ids.
+        batch_size: B >= 1.
+        context: T >= 1, the window length.
+        generator: ``torch.Generator`` that draws the window starts (pass one for
+            reproducible batches).
+
+    Returns:
+        (x, y): both (B, T) int64 on the CPU, with ``y[b, t] == x[b, t + 1]`` for t < T-1
+        and y the continuation of x by one position.
+
+    Raises:
+        ValueError: B or T < 1, ids not 1-D, or the stream is shorter than T + 1.
+
+    Steps:
+        1. Validate (``test_get_lm_batch_rejects_short_stream``).
+        2. Draw B start offsets uniformly from [0, N - T - 1] with ``torch.randint`` and the
+           generator (every valid window can be drawn; ``test_get_lm_batch_covers_the_end``).
+        3. Gather x = ids[s : s + T] and y = ids[s + 1 : s + T + 1] for each start, as int64
+           (``test_get_lm_batch_targets_are_shifted``).
+    """
+    n = len(ids)
+    if batch_size < 1 or context < 1:
+        raise ValueError(f"batch_size and context must be >= 1, got {batch_size}, {context}")
+    if getattr(ids, "ndim", 1) != 1:
+        raise ValueError(f"ids must be a 1-D stream, got shape {tuple(ids.shape)}")
+    if n < context + 1:
+        raise ValueError(f"stream of {n} ids is too short for windows of context={context} (needs {context + 1})")
+    # BEGIN SOLUTION
+    starts = torch.randint(0, n - context, (batch_size,), generator=generator)        # (B,)
+    offsets = torch.arange(context + 1)                                               # (T+1,)
+    index = starts.unsqueeze(1) + offsets                                             # (B, T+1)
+    if isinstance(ids, torch.Tensor):
+        windows = ids[index].long()
+    else:
+        windows = torch.from_numpy(np.asarray(ids)[index.numpy()].astype(np.int64))
+    return windows[:, :-1], windows[:, 1:]
+    # END SOLUTION
+
+
+def lm_cross_entropy(logits: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
+    """Mean next-token cross-entropy (nats) over every position of every sequence.
+
+    Args:
+        logits: (B, T, V) float.
+        targets: (B, T) int64.
+
+    Returns:
+        scalar float32 tensor.
+
+    Raises:
+        ValueError: logits not 3-D or the (B, T) shapes differ.
+
+    Steps:
+        1. Validate (``test_lm_cross_entropy_rejects_mismatched_shapes``).
+        2. Flatten to (B·T, V) and (B·T,) and reuse module 06's ``cross_entropy``
+           (``test_lm_cross_entropy_matches_torch``).
+    """
+    if logits.dim() != 3 or tuple(logits.shape[:2]) != tuple(targets.shape):
+        raise ValueError(f"lm_cross_entropy expects logits (B, T, V) and targets (B, T); "
+                         f"got {tuple(logits.shape)} and {tuple(targets.shape)}")
+    # BEGIN SOLUTION
+    B, T, V = logits.shape
+    return cross_entropy(logits.reshape(B * T, V), targets.reshape(B * T))
+    # END SOLUTION

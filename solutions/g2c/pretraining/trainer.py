@@ -1,0 +1,303 @@
+"""Module 10: the trainer loop, validation, and resumable checkpoints.
+
+One optimizer step, in the order that matters:
+sample a batch -> set the learning rate -> forward + loss -> clear old gradients ->
+backward -> clip the global gradient norm -> AdamW step -> advance the step counter.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from contextlib import nullcontext
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+import torch
+from tqdm.auto import tqdm
+
+from g2c.nn import Module, resolve_device
+from g2c.training import AdamW, clip_grad_norm_, cosine_with_warmup
+
+from .objective import get_lm_batch, lm_cross_entropy
+
+__all__ = ["TrainConfig", "Trainer", "stream_loss"]
+
+
+@dataclass
+class TrainConfig:
+    """Hyper-parameters of one training run (all keyword, all recorded in checkpoints).
+
+    Attributes:
+        batch_size: sequences per step (B).
+        context: tokens per sequence (T), <= the model's ``max_seq_len``.
+        max_steps: length of the cosine schedule (and of ``fit()`` by default).
+        warmup_steps: linear warmup length.
+        max_lr, min_lr: schedule peak and floor.
+        weight_decay: AdamW λ on matrices (biases, LayerNorm gains and position tables get none).
+        betas: AdamW (β1, β2).
+        grad_clip: max global gradient norm.
+        eval_every: run validation every this many steps (0 = never during ``fit``).
+        eval_batches: validation batches per evaluation (the same batches every time).
+        seed: seeds the batch sampler, the dropout RNG and the validation batches.
+        bf16: run the forward pass under bfloat16 autocast.
+        device: "auto", "cpu", "cuda", "mps".
+    """
+
+    batch_size: int = 16
+    context: int = 128
+    max_steps: int = 1000
+    warmup_steps: int = 100
+    max_lr: float = 1e-3
+    min_lr: float = 1e-4
+    weight_decay: float = 0.1
+    betas: tuple[float, float] = (0.9, 0.95)
+    grad_clip: float = 1.0
+    eval_every: int = 100
+    eval_batches: int = 8
+    seed: int = 0
+    bf16: bool = False
+    device: str = "cpu"
+
+
+class Trainer:
+    """Trains a ``TransformerLM``-like model (ids (B, T) -> logits (B, T, V)) on a token stream.
+
+    Args:
+        model: a course ``Module``; moved to ``config.device``.
+        train_ids: 1-D token stream (tensor or ``uint16`` memmap).
+        val_ids: optional 1-D validation stream.
+        config: a ``TrainConfig``.
+
+    Attributes:
+        step: optimizer steps taken so far.
+        history: list of dicts, one per step: ``step, loss, lr, grad_norm, tokens`` and,
+            on evaluation steps, ``val_loss``.
+        best_val_loss / best_state: the lowest validation loss seen by ``fit`` and a copy
+            of the weights at that point.
+
+    Raises:
+        ValueError: context larger than the model's window, or streams too short.
+    """
+
+    def __init__(self, model: Module, train_ids, val_ids=None, config: TrainConfig | None = None) -> None:
+        self.config = config or TrainConfig()
+        c = self.config
+        max_len = getattr(model, "max_seq_len", c.context)
+        if c.context > max_len:
+            raise ValueError(f"TrainConfig.context={c.context} exceeds the model's max_seq_len={max_len}")
+        for name, ids in (("train_ids", train_ids), ("val_ids", val_ids)):
+            if ids is not None and len(ids) < c.context + 1:
+                raise ValueError(f"{name} has {len(ids)} tokens, fewer than context + 1 = {c.context + 1}")
+        self.device = resolve_device(c.device)
+        self.model = model.to(self.device)
+        self.train_ids = train_ids
+        self.val_ids = val_ids
+        params = self.model.parameters()
+        no_decay = [p for name, p in self.model.named_parameters() if p.dim() < 2 or "pos_embed" in name]
+        self.optimizer = AdamW(params, lr=c.max_lr, betas=c.betas, weight_decay=c.weight_decay, no_decay=no_decay)
+        self.generator = torch.Generator().manual_seed(c.seed)
+        torch.manual_seed(c.seed)
+        self.step = 0
+        self.history: list[dict] = []
+        self.best_val_loss = math.inf
+        self.best_state: dict[str, torch.Tensor] | None = None
+
+    def _autocast(self):
+        if not self.config.bf16:
+            return nullcontext()
+        return torch.autocast(device_type=self.device.type, dtype=torch.bfloat16)
+
+    def train_step(self) -> dict:
+        """Take one optimizer step and return its record (also appended to ``history``).
+
+        Returns:
+            dict with ``step`` (the new count), ``loss`` (float, nats, before the update),
+            ``lr`` (used for this step), ``grad_norm`` (pre-clip global norm), ``tokens``
+            (tokens seen so far).
+
+        Steps:
+            1. Batch from ``get_lm_batch`` with ``self.generator``; move it to ``self.device``.
+            2. lr from ``cosine_with_warmup`` at the *current* step; store it on the optimizer
+               (``test_trainer_uses_schedule``).
+            3. Forward under ``self._autocast()`` and ``lm_cross_entropy``.
+            4. ``zero_grad``, backward, ``clip_grad_norm_`` with ``grad_clip``, optimizer step
+               (``test_trainer_step_order``).
+            5. Increment ``self.step``; record and return the dict.
+        """
+        c = self.config
+        self.model.train()
+        # BEGIN SOLUTION
+        x, y = get_lm_batch(self.train_ids, c.batch_size, c.context, generator=self.generator)
+        x, y = x.to(self.device), y.to(self.device)
+        lr = cosine_with_warmup(self.step, warmup_steps=c.warmup_steps, max_steps=c.max_steps,
+                                max_lr=c.max_lr, min_lr=c.min_lr)
+        self.optimizer.lr = lr
+        with self._autocast():
+            logits = self.model(x)                                            # (B, T, V)
+        loss = lm_cross_entropy(logits.float(), y)
+        self.optimizer.zero_grad()
+        loss.backward()
+        grad_norm = clip_grad_norm_(self.model.parameters(), c.grad_clip)
+        self.optimizer.step()
+        self.step += 1
+        record = {"step": self.step, "loss": float(loss), "lr": lr, "grad_norm": grad_norm,
+                  "tokens": self.step * c.batch_size * c.context}
+        # END SOLUTION
+        self.history.append(record)
+        return record
+
+    @torch.no_grad()
+    def evaluate(self) -> float:
+        """Mean validation loss over ``eval_batches`` fixed batches (eval mode, no dropout).
+
+        The batches come from a generator seeded with ``seed + 1`` each call, so successive
+        evaluations compare like with like.
+
+        Raises:
+            ValueError: the trainer has no validation stream.
+        """
+        if self.val_ids is None:
+            raise ValueError("Trainer.evaluate needs val_ids")
+        c = self.config
+        gen = torch.Generator().manual_seed(c.seed + 1)
+        was_training = self.model.training
+        self.model.eval()
+        losses = []
+        for _ in range(c.eval_batches):
+            x, y = get_lm_batch(self.val_ids, c.batch_size, c.context, generator=gen)
+            with self._autocast():
+                logits = self.model(x.to(self.device))
+            losses.append(float(lm_cross_entropy(logits.float(), y.to(self.device))))
+        self.model.train(was_training)
+        return sum(losses) / len(losses)
+
+    def fit(self, num_steps: int | None = None, *, progress: bool = True, keep_best: bool = True,
+            checkpoint_path: str | Path | None = None, checkpoint_every: int = 0) -> list[dict]:
+        """Run ``num_steps`` steps (default: up to ``max_steps``) with a tqdm bar showing tokens/s.
+
+        Every ``eval_every`` steps (and after the last) it evaluates, stores ``val_loss``
+        in that step's record, and with ``keep_best`` copies the weights when the
+        validation loss improves. With ``checkpoint_path`` it saves a resumable checkpoint
+        every ``checkpoint_every`` steps and at the end.
+
+        Returns:
+            ``self.history``.
+        """
+        c = self.config
+        end = c.max_steps if num_steps is None else self.step + num_steps
+        bar = tqdm(total=end - self.step, disable=not progress, desc="train", unit="step", dynamic_ncols=True)
+        t0, tok0 = time.perf_counter(), self.step * c.batch_size * c.context
+        while self.step < end:
+            rec = self.train_step()
+            last = self.step == end
+            if self.val_ids is not None and ((c.eval_every and self.step % c.eval_every == 0) or last):
+                rec["val_loss"] = self.evaluate()
+                if keep_best and rec["val_loss"] < self.best_val_loss:
+                    self.best_val_loss = rec["val_loss"]
+                    self.best_state = self.model.state_dict()
+            if checkpoint_path and ((checkpoint_every and self.step % checkpoint_every == 0) or last):
+                self.save_checkpoint(checkpoint_path)
+            tok_s = (rec["tokens"] - tok0) / max(time.perf_counter() - t0, 1e-9)
+            post = {"loss": f"{rec['loss']:.3f}", "tok/s": f"{tok_s:,.0f}"}
+            if "val_loss" in rec:
+                post["val"] = f"{rec['val_loss']:.3f}"
+            bar.set_postfix(post, refresh=False)
+            bar.update(1)
+        bar.close()
+        return self.history
+
+    # -- checkpoints ---------------------------------------------------------------------
+    def save_checkpoint(self, path: str | Path) -> None:
+        """Write everything needed to resume bit-identically (atomic: temp file + rename).
+
+        Contents: model and optimizer state, step, history, best weights, the batch
+        generator's state and the global torch RNG state (dropout), and the config.
+        """
+        path = Path(path)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        state = {
+            "config": asdict(self.config),
+            "model": self.model.state_dict(),
+            "optimizer": self.optimizer.state_dict(),
+            "step": self.step,
+            "history": self.history,
+            "best_val_loss": self.best_val_loss,
+            "best_state": self.best_state,
+            "generator": self.generator.get_state(),
+            "torch_rng": torch.get_rng_state(),
+        }
+        tmp = path.with_suffix(path.suffix + ".tmp")
+        torch.save(state, tmp)
+        tmp.replace(path)
+
+    def load_checkpoint(self, path: str | Path) -> None:
+        """Restore a checkpoint written by ``save_checkpoint`` into this trainer.
+
+        Raises:
+            FileNotFoundError: no file at ``path``.
+            ValueError: the checkpoint was written with a different ``TrainConfig``
+                (the message lists the differing fields).
+        """
+        path = Path(path)
+        if not path.is_file():
+            raise FileNotFoundError(f"no trainer checkpoint at {path}")
+        state = torch.load(path, map_location="cpu", weights_only=True)
+        mine = asdict(self.config)
+        diff = {k: (state["config"].get(k), v) for k, v in mine.items()
+                if k != "device" and _norm(state["config"].get(k)) != _norm(v)}
+        if diff:
+            raise ValueError(f"checkpoint {path} was written with another TrainConfig: {diff}")
+        self.model.load_state_dict(state["model"])
+        self.optimizer.load_state_dict(state["optimizer"])
+        self.step = int(state["step"])
+        self.history = list(state["history"])
+        self.best_val_loss = float(state["best_val_loss"])
+        self.best_state = state["best_state"]
+        self.generator.set_state(state["generator"])
+        torch.set_rng_state(state["torch_rng"])
+
+
+def _norm(v):
+    return list(v) if isinstance(v, tuple) else v
+
+
+@torch.no_grad()
+def stream_loss(model: Module, ids, *, context: int, batch_size: int = 16, bf16: bool = False) -> float:
+    """Mean next-token loss (nats) over a whole stream, in non-overlapping windows.
+
+    Deterministic (no sampling): windows start at 0, context, 2·context, ...; the tail
+    shorter than a window is dropped. Used for the losses recorded in model manifests.
+
+    Args:
+        model: ids (B, T) -> logits (B, T, V).
+        ids: 1-D stream with at least context + 1 tokens.
+        context: window length T.
+        batch_size: windows per forward pass.
+        bf16: use bfloat16 autocast on the model's device.
+
+    Raises:
+        ValueError: the stream is shorter than context + 1.
+    """
+    n_windows = (len(ids) - 1) // context
+    if n_windows < 1:
+        raise ValueError(f"stream of {len(ids)} tokens is shorter than context + 1 = {context + 1}")
+    device = model.device
+    was_training = model.training
+    model.eval()
+    total, count = 0.0, 0
+    ctx = torch.autocast(device_type=device.type, dtype=torch.bfloat16) if bf16 else nullcontext()
+    for start in range(0, n_windows, batch_size):
+        idx = torch.arange(start, min(start + batch_size, n_windows)).unsqueeze(1) * context + torch.arange(context + 1)
+        if isinstance(ids, torch.Tensor):
+            w = ids[idx].long()
+        else:
+            import numpy as np
+            w = torch.from_numpy(np.asarray(ids)[idx.numpy()].astype(np.int64))
+        with ctx:
+            logits = model(w[:, :-1].to(device))
+        loss = lm_cross_entropy(logits.float(), w[:, 1:].to(device))
+        total += float(loss) * w.shape[0]
+        count += w.shape[0]
+    model.train(was_training)
+    return total / count

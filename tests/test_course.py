@@ -1,0 +1,126 @@
+"""The course registry and the G2C_APPLY_SOLUTIONS selector grammar (CONVENTIONS §1-2)."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import pytest
+
+from g2c.course import MODULES, REPO_ROOT, get_module, module_for_file, module_ids, parse_selection
+
+NUMBERED_UP_TO_11 = ["03", "03b", "04", "05", "06", "07", "08", "09", "09b", "10", "11"]
+
+
+# --- selector grammar -------------------------------------------------------------------
+
+@pytest.mark.parametrize("spec", ["all", "ALL", "1", " all "])
+def test_parse_selection_all_selects_every_module(spec):
+    assert parse_selection(spec) == module_ids()
+
+
+@pytest.mark.parametrize("spec", ["", "0", None, "   ", " 0 "])
+def test_parse_selection_empty_or_zero_selects_nothing(spec):
+    assert parse_selection(spec) == []
+
+
+def test_parse_selection_list_returns_course_order():
+    assert parse_selection("specdec,11,09") == ["09", "11", "specdec"]
+
+
+def test_parse_selection_list_ignores_whitespace_and_duplicates():
+    assert parse_selection(" 03b , 03,03 ,, ") == ["03", "03b"]
+
+
+def test_parse_selection_range_01_11_includes_lettered_ids():
+    assert parse_selection("01-11") == NUMBERED_UP_TO_11
+    assert "specdec" not in parse_selection("01-11")
+
+
+def test_parse_selection_range_with_non_id_ends():
+    assert parse_selection("3-9") == ["03", "03b", "04", "05", "06", "07", "08", "09", "09b"]
+    assert parse_selection("12-99") == []
+
+
+def test_parse_selection_range_with_whitespace():
+    assert parse_selection(" 07 - 08 ") == ["07", "08"]
+
+
+def test_parse_selection_mixes_ranges_and_ids():
+    assert parse_selection("specdec, 09-09") == ["09", "09b", "specdec"]
+
+
+@pytest.mark.parametrize("spec", ["bogus", "03,bogus", "3", "03c", "a-b"])
+def test_parse_selection_unknown_id_lists_valid_ids(spec):
+    with pytest.raises(ValueError, match=r"Valid ids: 03, 03b, 04.*specdec"):
+        parse_selection(spec)
+
+
+def test_parse_selection_reversed_range_is_an_error():
+    with pytest.raises(ValueError, match=r"start > end"):
+        parse_selection("11-03")
+
+
+# --- registry invariants ----------------------------------------------------------------
+
+def test_registry_ids_unique_and_ordered():
+    ids = module_ids()
+    assert len(ids) == len(set(ids))
+    numbered = [m for m in MODULES if m.number is not None]
+    assert [m.number for m in numbered] == sorted(m.number for m in numbered)
+    assert ids[:len(NUMBERED_UP_TO_11)] == NUMBERED_UP_TO_11
+
+
+def test_registry_each_file_owned_once():
+    owners: dict[str, str] = {}
+    for m in MODULES:
+        for f in m.files:
+            assert f not in owners, f"{f} owned by both {owners[f]} and {m.id}"
+            owners[f] = m.id
+            assert f.startswith("g2c/") and f.endswith(".py"), f
+
+
+def test_registry_every_solution_file_is_owned():
+    for sol in sorted((REPO_ROOT / "solutions" / "g2c").rglob("*.py")):
+        rel = sol.relative_to(REPO_ROOT / "solutions").as_posix()
+        assert module_for_file(rel) is not None, f"solutions/{rel} is owned by no module in g2c/course.py"
+
+
+def test_registry_lesson_and_notebook_paths_shaped_right():
+    for m in MODULES:
+        assert re.fullmatch(rf"notebooks/clean/{re.escape(m.id)}-[a-z0-9-]+\.ipynb", m.notebook), m.notebook
+        assert re.fullmatch(r"docs/(modules|beyond)/[a-z0-9-]+\.md", m.lesson), m.lesson
+        if m.number is not None:
+            assert m.lesson == f"docs/modules/{m.id}-{m.slug}.md"
+        assert m.title
+
+
+def test_get_module_is_case_insensitive():
+    assert get_module("03B").id == "03b"
+    assert get_module(" specdec ").id == "specdec"
+
+
+def test_get_module_unknown_id_lists_valid_ids():
+    with pytest.raises(ValueError, match=r"valid ids: 03, 03b.*specdec"):
+        get_module("99")
+
+
+def test_module_for_file_accepts_backslashes():
+    assert module_for_file("g2c\\nn\\layers.py").id == "03"
+    assert module_for_file("g2c/course.py") is None
+    assert Path(REPO_ROOT / "g2c" / "course.py").is_file()
+
+
+def test_readme_module_table_matches_registry():
+    import importlib.util
+
+    script = REPO_ROOT / "scripts" / "readme_table.py"
+    spec = importlib.util.spec_from_file_location("g2c_readme_table", script)
+    readme_table = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(readme_table)
+    text = (REPO_ROOT / "README.md").read_text(encoding="utf-8")
+    assert readme_table.readme_with_table(text) == text, (
+        "README module table is stale: run `python scripts/readme_table.py --write`"
+    )
+    for m in MODULES:
+        assert f"| {m.id} | {m.title} |" in text

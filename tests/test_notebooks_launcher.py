@@ -1,0 +1,141 @@
+"""./notebook.sh: working copies, --fresh archives, selector handling (no Jupyter started)."""
+
+from __future__ import annotations
+
+import os
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from g2c.course import REPO_ROOT, get_module, module_ids
+from g2c.notebooks import launch_env, main, prepare_working_copy, working_copy_path
+
+
+@pytest.fixture
+def root(tmp_path: Path) -> Path:
+    clean = tmp_path / get_module("03").notebook
+    clean.parent.mkdir(parents=True)
+    clean.write_text('{"clean": 1}')
+    return tmp_path
+
+
+def test_prepare_working_copy_creates_copy_from_clean(root):
+    work = prepare_working_copy("03", root=root)
+    assert work == root / "notebooks" / "work" / Path(get_module("03").notebook).name
+    assert work.read_text() == '{"clean": 1}'
+
+
+def test_prepare_working_copy_keeps_existing_copy(root):
+    work = prepare_working_copy("03", root=root)
+    work.write_text("my answers")
+    assert prepare_working_copy("03", root=root).read_text() == "my answers"
+    assert not (work.parent / "archive").exists()
+
+
+def test_prepare_working_copy_fresh_archives_with_timestamp(root):
+    work = prepare_working_copy("03", root=root)
+    work.write_text("my answers")
+    again = prepare_working_copy("03", fresh=True, root=root)
+    assert again == work and again.read_text() == '{"clean": 1}'
+    archived = list((work.parent / "archive").iterdir())
+    assert len(archived) == 1
+    assert re.fullmatch(rf"{re.escape(work.stem)}-\d{{8}}-\d{{6}}\.ipynb", archived[0].name)
+    assert archived[0].read_text() == "my answers"
+
+
+def test_prepare_working_copy_fresh_twice_keeps_both_archives(root):
+    work = prepare_working_copy("03", root=root)
+    for text in ("first", "second"):
+        work.write_text(text)
+        prepare_working_copy("03", fresh=True, root=root)
+    archived = sorted(p.read_text() for p in (work.parent / "archive").iterdir())
+    assert archived == ["first", "second"]
+
+
+def test_prepare_working_copy_fresh_without_copy_just_copies(root):
+    work = prepare_working_copy("03", fresh=True, root=root)
+    assert work.read_text() == '{"clean": 1}'
+
+
+def test_prepare_working_copy_unknown_id_lists_valid_ids(root):
+    with pytest.raises(ValueError, match=r"valid ids: 03, 03b.*specdec"):
+        prepare_working_copy("42", root=root)
+
+
+def test_prepare_working_copy_missing_clean_notebook_is_clear(root):
+    with pytest.raises(FileNotFoundError, match=r"module 04 has no clean notebook yet: notebooks/clean/04-"):
+        prepare_working_copy("04", root=root)
+
+
+def test_working_copy_path_uses_clean_file_name(root):
+    assert working_copy_path("specdec", root=root).name == Path(get_module("specdec").notebook).name
+
+
+def test_launch_env_flag_overrides_exported_selector():
+    assert launch_env("03,03b", {"G2C_APPLY_SOLUTIONS": "all"})["G2C_APPLY_SOLUTIONS"] == "03,03b"
+    assert launch_env(None, {"G2C_APPLY_SOLUTIONS": "09"})["G2C_APPLY_SOLUTIONS"] == "09"
+    assert "G2C_APPLY_SOLUTIONS" not in launch_env(None, {})
+
+
+def test_launch_env_bogus_selector_lists_ids():
+    with pytest.raises(ValueError, match=r"Valid ids: 03, 03b"):
+        launch_env("bogus", {})
+
+
+def test_main_unknown_id_exits_2_listing_ids(capsys):
+    assert main(["42", "--no-launch"]) == 2
+    assert re.search(r"valid ids: 03, 03b.*specdec", capsys.readouterr().err)
+
+
+def test_main_bogus_solutions_exits_2(capsys):
+    assert main(["03", "--solutions=bogus", "--no-launch"]) == 2
+    assert "Valid ids" in capsys.readouterr().err
+
+
+@pytest.fixture
+def tmp_repo(tmp_path: Path) -> Path:
+    """A minimal repo copy with notebook.sh, the registry, the launcher and one clean notebook."""
+    for rel in ("notebook.sh", "g2c/__init__.py", "g2c/_solutions.py", "g2c/course.py", "g2c/notebooks.py"):
+        (tmp_path / rel).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / rel).write_bytes((REPO_ROOT / rel).read_bytes())
+    (tmp_path / "notebook.sh").chmod(0o755)
+    python = tmp_path / ".venv" / "bin" / "python"
+    python.parent.mkdir(parents=True)
+    python.write_text(f'#!/bin/sh\nexec "{sys.executable}" "$@"\n')
+    python.chmod(0o755)
+    clean = tmp_path / get_module("specdec").notebook
+    clean.parent.mkdir(parents=True)
+    clean.write_text('{"clean": 1}')
+    return tmp_path
+
+
+def _notebook_sh(root: Path, *args: str, **env_extra: str) -> subprocess.CompletedProcess:
+    env = {k: v for k, v in os.environ.items() if k not in ("G2C_APPLY_SOLUTIONS", "G2C_QUIET")}
+    env.update(env_extra)
+    return subprocess.run(["bash", str(root / "notebook.sh"), *args], cwd=root, env=env,
+                          capture_output=True, text=True, timeout=60)
+
+
+def test_notebook_sh_no_launch_prints_path_and_command(tmp_repo):
+    proc = _notebook_sh(tmp_repo, "specdec", "--solutions", "--no-launch")
+    assert proc.returncode == 0, proc.stderr
+    name = Path(get_module("specdec").notebook).name
+    assert f"working copy: notebooks/work/{name}" in proc.stdout
+    assert (tmp_repo / "notebooks" / "work" / name).read_text() == '{"clean": 1}'
+    assert "solutions applied: " + ", ".join(module_ids()) in proc.stdout
+    assert re.search(r"would run: G2C_APPLY_SOLUTIONS=all \S*jupyter lab \S+", proc.stdout)
+
+
+def test_notebook_sh_honours_exported_selector(tmp_repo):
+    proc = _notebook_sh(tmp_repo, "specdec", "--no-launch", G2C_APPLY_SOLUTIONS="09,11", G2C_QUIET="1")
+    assert proc.returncode == 0, proc.stderr
+    assert "solutions applied: 09, 11" in proc.stdout
+
+
+def test_notebook_sh_unknown_id_exits_2_listing_ids(tmp_repo):
+    proc = _notebook_sh(tmp_repo, "99", "--no-launch")
+    assert proc.returncode == 2
+    assert "valid ids: " + ", ".join(module_ids()) in proc.stderr
