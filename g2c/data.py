@@ -138,6 +138,8 @@ def prepare(source: str | Path | None = None, *, tiny: bool = False, force: bool
     source = source or os.environ.get("G2C_TINYSTORIES") or None
     out_dir = Path(out_dir)
     manifest_path = out_dir / "manifest.json"
+    if source and not Path(source).is_file():
+        raise FileNotFoundError(f"TinyStories source {source} does not exist")
     src_id = {"kind": "file", "path": str(Path(source).resolve()), "sha256": sha256_file(Path(source))} \
         if source else {"kind": "huggingface", "dataset": HF_DATASET, "tiny": tiny}
     if manifest_path.exists() and not force:

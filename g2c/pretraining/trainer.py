@@ -174,7 +174,7 @@ class Trainer:
         """
         c = self.config
         end = c.max_steps if num_steps is None else self.step + num_steps
-        bar = tqdm(total=end - self.step, disable=not progress, desc="train", unit="step", dynamic_ncols=True)
+        bar = tqdm(total=max(0, end - self.step), disable=not progress, desc="train", unit="step", dynamic_ncols=True)
         t0, tok0 = time.perf_counter(), self.step * c.batch_size * c.context
         while self.step < end:
             rec = self.train_step()

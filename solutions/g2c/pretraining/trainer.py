@@ -141,7 +141,7 @@ class Trainer:
         grad_norm = clip_grad_norm_(self.model.parameters(), c.grad_clip)
         self.optimizer.step()
         self.step += 1
-        record = {"step": self.step, "loss": float(loss), "lr": lr, "grad_norm": grad_norm,
+        record = {"step": self.step, "loss": float(loss.detach()), "lr": lr, "grad_norm": grad_norm,
                   "tokens": self.step * c.batch_size * c.context}
         # END SOLUTION
         self.history.append(record)
@@ -186,7 +186,7 @@ class Trainer:
         """
         c = self.config
         end = c.max_steps if num_steps is None else self.step + num_steps
-        bar = tqdm(total=end - self.step, disable=not progress, desc="train", unit="step", dynamic_ncols=True)
+        bar = tqdm(total=max(0, end - self.step), disable=not progress, desc="train", unit="step", dynamic_ncols=True)
         t0, tok0 = time.perf_counter(), self.step * c.batch_size * c.context
         while self.step < end:
             rec = self.train_step()

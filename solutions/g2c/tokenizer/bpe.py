@@ -70,9 +70,10 @@ class BPETokenizer:
         for s in self.special_tokens:
             if s not in self.vocab:
                 raise ValueError(f"special token {s!r} is not in the vocabulary")
-        for a, b in self.merges[:1]:
-            if a + b not in self.vocab:
-                raise ValueError(f"merge {(a, b)!r} produces {a + b!r}, which is not in the vocabulary")
+        for a, b in self.merges:
+            if a not in self.vocab or b not in self.vocab or a + b not in self.vocab:
+                raise ValueError(f"merge {(a, b)!r} refers to a token not in the vocabulary "
+                                 f"(both parts and {a + b!r} must be in it)")
         self.byte_encoder = bytes_to_unicode()
         self.byte_decoder = {c: b for b, c in self.byte_encoder.items()}
         self._special_re = (re.compile("(" + "|".join(re.escape(s) for s in sorted(self.special_tokens, key=len,
@@ -127,8 +128,9 @@ class BPETokenizer:
     def to_tokenizers(self) -> Tokenizer:
         """The equivalent ``tokenizers.Tokenizer`` (used for fast bulk encoding)."""
         if self._fast is None:
-            model = models.BPE(vocab={s: i for s, i in self.vocab.items() if s not in self.special_tokens},
-                               merges=list(self.merges))
+            # Special tokens stay in the model's vocab so they keep their ids (the library
+            # would otherwise append them after the largest id).
+            model = models.BPE(vocab=dict(self.vocab), merges=list(self.merges))
             tok = Tokenizer(model)
             tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=True)
             tok.decoder = decoders.ByteLevel()

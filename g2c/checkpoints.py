@@ -1,0 +1,341 @@
+"""``./checkpoints.sh``: verify, install or retrain the shipped artifacts.
+
+Usage (``python -m g2c.checkpoints`` is the same)::
+
+    ./checkpoints.sh                      verify every artifact, one line each; exit 0 iff all OK
+    ./checkpoints.sh --from DIR           install from a mirror laid out like artifacts/
+    G2C_ARTIFACTS_URL=https://host/path ./checkpoints.sh
+                                          download missing or corrupted artifacts
+    ./checkpoints.sh --from DIR --force   also replace verified artifacts
+    ./checkpoints.sh --train [NAME...]    retrain with the recipes in g2c/ladder.py
+
+A missing or corrupted artifact is restored from the first source available: ``--from
+DIR``, then ``$G2C_ARTIFACTS_URL``, then the copy committed in git (``HEAD``). Every
+source copy is checked against its own manifest before it is installed, and installs go
+through ``write_artifact`` (temp folder + rename), so a killed run never leaves a
+half-written artifact that passes verification. A verified artifact is only replaced with
+``--force``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import hashlib
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import time
+import urllib.error
+import urllib.request
+from pathlib import Path
+
+from g2c.artifacts import (
+    ARTIFACTS_DIR,
+    MODEL_NAMES,
+    TOKENIZER_NAMES,
+    ArtifactError,
+    ArtifactMissingError,
+    ChecksumError,
+    artifact_dir,
+    canonical_name,
+    verify_artifact,
+    write_artifact,
+)
+
+ALL_NAMES = TOKENIZER_NAMES + MODEL_NAMES  # the tokenizer first: the models depend on it
+URL_ENV = "G2C_ARTIFACTS_URL"
+REQUIRED_FILES = {"model": ("model.safetensors", "config.json"), "tokenizer": ("tokenizer.json",)}
+
+__all__ = ["ALL_NAMES", "artifact_state", "install_from_dir", "install_from_git", "install_from_url", "main",
+           "resolve_names"]
+
+
+def resolve_names(names: list[str] | None) -> list[str]:
+    """Canonical names in ladder order (tokenizer first); all of them when ``names`` is empty.
+
+    Raises:
+        ValueError: an unknown name (the message lists every name).
+    """
+    if not names:
+        return list(ALL_NAMES)
+    wanted = {canonical_name(n) for n in names}
+    return [n for n in ALL_NAMES if n in wanted]
+
+
+def _kind(name: str) -> str:
+    return "model" if name in MODEL_NAMES else "tokenizer"
+
+
+def artifact_state(name: str, root: Path | None = None) -> tuple[str, dict | None, str]:
+    """("OK" | "MISSING" | "CORRUPT", manifest or None, the verification message)."""
+    try:
+        return "OK", verify_artifact(name, root), ""
+    except ArtifactMissingError as exc:
+        return "MISSING", None, str(exc)
+    except ChecksumError as exc:
+        return "CORRUPT", None, str(exc)
+
+
+def _human(n: int) -> str:
+    for unit in ("B", "KB", "MB", "GB"):
+        if n < 1000 or unit == "GB":
+            return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
+        n /= 1000
+    return f"{n} B"
+
+
+def _line(name: str, root: Path | None, state: str, manifest: dict | None, note: str = "") -> str:
+    folder = artifact_dir(name, root)
+    size = sum(p.stat().st_size for p in folder.iterdir() if p.is_file()) if folder.is_dir() else 0
+    extra = ""
+    if manifest is not None:
+        if _kind(name) == "model" and "val_loss" in manifest:
+            extra = f"val_loss {manifest['val_loss']:.4f}"
+        elif _kind(name) == "tokenizer":
+            extra = f"vocab {manifest.get('recipe', {}).get('vocab_size', '?')}"
+    text = f"{name:<15} {state:<8} {_human(size) if size else '-':>9}  {extra}".rstrip()
+    return f"{text}  ({note})" if note else text
+
+
+def _check_complete(name: str, manifest: dict, where: str) -> None:
+    missing = [f for f in REQUIRED_FILES[_kind(name)] if f not in manifest.get("files", {})]
+    if missing:
+        raise ChecksumError(f"{where}: the manifest of {name} does not list {', '.join(missing)}")
+
+
+def install_from_dir(name: str, source_root: Path, *, root: Path | None = None, force: bool = False) -> Path:
+    """Install ``name`` from a mirror laid out like ``artifacts/`` (``models/<Name>/...``).
+
+    The source copy is verified against its own manifest first; the install is atomic.
+
+    Raises:
+        ArtifactMissingError / ChecksumError: the source copy is missing, incomplete or corrupted.
+        FileExistsError: a verified artifact is already installed and ``force`` is False.
+    """
+    name = canonical_name(name)
+    source_root = Path(source_root)
+    try:
+        manifest = verify_artifact(name, source_root)
+    except ArtifactError as exc:
+        raise type(exc)(f"source copy under {source_root} is unusable: {exc}") from exc
+    _check_complete(name, manifest, str(artifact_dir(name, source_root)))
+    src = artifact_dir(name, source_root)
+    meta = {k: v for k, v in manifest.items() if k != "files"}
+    dest = write_artifact(name, {f: src / f for f in manifest["files"]}, meta, root=root, force=force)
+    installed = verify_artifact(name, root)
+    if installed["files"] != manifest["files"]:  # the source changed while we copied it
+        raise ChecksumError(f"{name}: the installed files differ from the source manifest; run it again")
+    return dest
+
+
+def _download(url: str, path: Path, *, timeout: float) -> str:
+    """Stream ``url`` to ``path``; return its sha256."""
+    h = hashlib.sha256()
+    try:
+        with urllib.request.urlopen(url, timeout=timeout) as resp, open(path, "wb") as f:
+            for chunk in iter(lambda: resp.read(1 << 20), b""):
+                h.update(chunk)
+                f.write(chunk)
+    except (urllib.error.URLError, OSError, ValueError) as exc:
+        raise ArtifactMissingError(f"could not download {url}: {exc}") from exc
+    return h.hexdigest()
+
+
+def install_from_url(name: str, base_url: str, *, root: Path | None = None, force: bool = False,
+                     timeout: float = 30.0) -> Path:
+    """Download ``<base_url>/<models|tokenizers>/<Name>/manifest.json`` and its files, verify, install.
+
+    Raises:
+        ArtifactMissingError: a download failed (the message names the URL).
+        ChecksumError: a downloaded file does not match the manifest.
+        FileExistsError: a verified artifact is already installed and ``force`` is False.
+    """
+    name = canonical_name(name)
+    rel = artifact_dir(name, Path(".")).as_posix()
+    base = f"{base_url.rstrip('/')}/{rel}/"
+    with tempfile.TemporaryDirectory(prefix="g2c-download-") as tmp:
+        folder = artifact_dir(name, Path(tmp))
+        folder.mkdir(parents=True)
+        _download(base + "manifest.json", folder / "manifest.json", timeout=timeout)
+        try:
+            files = json.loads((folder / "manifest.json").read_text())["files"]
+        except (json.JSONDecodeError, KeyError, UnicodeDecodeError) as exc:
+            raise ChecksumError(f"{base}manifest.json is not a valid manifest ({exc})") from exc
+        for fname, expected in files.items():
+            if "/" in fname or "\\" in fname or fname.startswith(".") or fname == "manifest.json":
+                raise ChecksumError(f"{base}manifest.json lists an unsafe file name {fname!r}")
+            got = _download(base + fname, folder / fname, timeout=timeout)
+            if got != expected:
+                raise ChecksumError(f"downloaded {base}{fname} has sha256 {got[:12]}…, manifest says {expected[:12]}…")
+        return install_from_dir(name, Path(tmp), root=root, force=force)
+
+
+def install_from_git(name: str, *, root: Path | None = None, force: bool = False) -> Path | None:
+    """Restore ``name`` from the copy committed at git ``HEAD``; None when there is none.
+
+    Applies when ``root`` is the ``artifacts/`` folder of a git work tree that tracks the artifact.
+    """
+    name = canonical_name(name)
+    root = Path(root) if root is not None else ARTIFACTS_DIR
+    if root.resolve().name != "artifacts":
+        return None
+    repo = root.resolve().parent
+    rel = artifact_dir(name, Path("artifacts")).as_posix()
+
+    def git(*args: str) -> bytes:
+        return subprocess.run(["git", "-C", str(repo), *args], capture_output=True, check=True).stdout
+
+    try:
+        tracked = git("ls-tree", "--name-only", "HEAD", f"{rel}/").decode().split()
+        if not tracked:
+            return None
+        with tempfile.TemporaryDirectory(prefix="g2c-git-") as tmp:
+            folder = artifact_dir(name, Path(tmp))
+            folder.mkdir(parents=True)
+            for path in tracked:
+                (folder / Path(path).name).write_bytes(git("show", f"HEAD:./{path}"))
+            return install_from_dir(name, Path(tmp), root=root, force=force)
+    except (OSError, subprocess.CalledProcessError):
+        return None
+
+
+def _repair(name: str, *, root: Path | None, source: Path | None, url: str | None, force: bool) -> str | None:
+    """Install ``name`` from the first source; return a note naming the source, None without one."""
+    if source is not None:
+        install_from_dir(name, source, root=root, force=force)
+        return f"installed from {source}"
+    if url:
+        install_from_url(name, url, root=root, force=force)
+        return f"downloaded from {url}"
+    if install_from_git(name, root=root, force=force) is not None:
+        return "restored from git HEAD"
+    return None
+
+
+def _mirror_root(path: Path) -> Path:
+    """Accept a mirror root (``models/``, ``tokenizers/``) or a checkout holding ``artifacts/``."""
+    if not (path / "models").is_dir() and not (path / "tokenizers").is_dir() and (path / "artifacts").is_dir():
+        return path / "artifacts"
+    return path
+
+
+def verify_or_install(names: list[str], *, root: Path | None, source: Path | None, force: bool,
+                      out=print, err=None) -> int:
+    """The default command and ``--from``: report each artifact, installing from a source where needed."""
+    if err is None:
+        def err(msg: str) -> None:
+            sys.stdout.flush()
+            print(msg, file=sys.stderr, flush=True)
+    url = os.environ.get(URL_ENV) or None
+    t0 = time.time()
+    bad = 0
+    for name in names:
+        state, manifest, message = artifact_state(name, root)
+        note, failure = "", ""
+        if state != "OK" or (force and (source is not None or url)):
+            try:
+                note = _repair(name, root=root, source=source, url=url, force=force) or ""
+            except (ArtifactError, OSError) as exc:
+                failure, note = str(exc), "install failed, see below"
+            state, manifest, message = artifact_state(name, root)
+        elif source is not None:
+            note = "already installed and verified; --force replaces it"
+        out(_line(name, root, state, manifest, note))
+        if state != "OK":
+            bad += 1
+            err(f"  {failure or message}")
+            if not note:
+                err(f"  no source to restore it from: pass --from DIR, set ${URL_ENV}, "
+                    f"or rebuild it with ./checkpoints.sh --train {name}")
+    summary = f"{len(names) - bad}/{len(names)} artifacts OK in {time.time() - t0:.1f}s"
+    (out if not bad else err)(summary if not bad else f"{summary}; see above")
+    return 0 if not bad else 1
+
+
+def train(names: list[str], *, force: bool, root: Path | None, argv: list[str], out=print) -> int:
+    """``--train``: skip verified artifacts (unless force), then train the rest with solutions applied."""
+    todo = []
+    for name in names:
+        if not force and artifact_state(name, root)[0] == "OK":
+            out(f"{name:<15} OK       already trained and verified; skipping (--force retrains it)")
+        else:
+            todo.append(name)
+    if not todo:
+        return 0
+    if root is not None and Path(root).resolve() != ARTIFACTS_DIR.resolve():
+        out("checkpoints: --train always writes to artifacts/; drop --root")
+        return 2
+    if os.environ.get("G2C_APPLY_SOLUTIONS") != "all":
+        # The recipes run the course's own code with the reference solutions applied. The hook
+        # is installed when ``g2c`` is first imported, so start again with it selected.
+        env = {**os.environ, "G2C_APPLY_SOLUTIONS": "all", "G2C_QUIET": "1"}
+        os.execve(sys.executable, [sys.executable, "-m", "g2c.checkpoints", *argv], env)
+    from g2c import ladder
+
+    if "StoryTokenizer" in todo and any(artifact_state(m)[0] == "OK" for m in MODEL_NAMES if m not in todo):
+        out("checkpoints: warning: a new StoryTokenizer does not match the models trained with the old one; "
+            "retrain them too (./checkpoints.sh --train --force)")
+    for name in todo:
+        if name == "StoryTokenizer":
+            ladder.train_tokenizer(force=True)
+        else:
+            ladder.train_model(name, force=force)
+        out(_line(name, None, *artifact_state(name)[:2], "trained"))
+    return 0
+
+
+def build_parser() -> argparse.ArgumentParser:
+    ap = argparse.ArgumentParser(
+        prog="./checkpoints.sh",
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+        description="Verify, install or retrain the shipped artifacts: "
+                    f"{', '.join(ALL_NAMES)} (names are case-insensitive).",
+        epilog=f"""without options: verify every artifact (sha256 against its manifest), one line each;
+  exit 0 only if all are OK. A missing or corrupted artifact is restored from --from DIR,
+  else ${URL_ENV}, else the copy committed in git.
+
+examples:
+  ./checkpoints.sh                         verify everything
+  ./checkpoints.sh --from /mnt/mirror      install from a folder laid out like artifacts/
+  ./checkpoints.sh --from /mnt/mirror --force
+                                           ... replacing verified artifacts too
+  {URL_ENV}=https://host/g2c ./checkpoints.sh
+                                           download <URL>/models/<Name>/manifest.json and its files
+  ./checkpoints.sh --train StoryLM-1M      retrain one model (resumes runs/<Name>/ if present)
+  ./checkpoints.sh --train --force         retrain all four from scratch, tokenizer first""")
+    ap.add_argument("names", nargs="*", metavar="NAME", help="artifacts to act on (default: all)")
+    ap.add_argument("--train", nargs="*", metavar="NAME",
+                    help="retrain these (default: all, tokenizer first) with the recipes in g2c/ladder.py; "
+                         "needs ./datasets.sh first; applies G2C_APPLY_SOLUTIONS=all")
+    ap.add_argument("--from", dest="source", metavar="DIR", help="install from a mirror laid out like artifacts/")
+    ap.add_argument("--force", action="store_true", help="replace verified artifacts (install or retrain)")
+    ap.add_argument("--root", type=Path, default=None, help=argparse.SUPPRESS)  # tests: another artifacts/
+    return ap
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    args = build_parser().parse_args(argv)
+    try:
+        names = resolve_names((args.train or []) + args.names)
+    except ValueError as exc:
+        print(f"checkpoints: error: {exc}", file=sys.stderr)
+        return 2
+    if args.train is not None:
+        if args.source:
+            print("checkpoints: error: --train and --from do not mix", file=sys.stderr)
+            return 2
+        return train(names, force=args.force, root=args.root, argv=argv)
+    source = None
+    if args.source:
+        source = _mirror_root(Path(args.source))
+        if not source.is_dir():
+            print(f"checkpoints: error: --from {args.source}: no such folder", file=sys.stderr)
+            return 2
+    return verify_or_install(names, root=args.root, source=source, force=args.force)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

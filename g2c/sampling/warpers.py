@@ -1,0 +1,117 @@
+"""Module 11: logit warpers — temperature, top-k, top-p (nucleus), repetition penalty.
+
+Each warper maps logits (..., V) to logits (..., V); filtered tokens get -inf, so a
+softmax gives them probability exactly 0. Shape letters: V vocabulary.
+"""
+
+from __future__ import annotations
+
+import torch
+
+__all__ = ["apply_repetition_penalty", "apply_temperature", "top_k_filter", "top_p_filter"]
+
+
+def apply_temperature(logits: torch.Tensor, temperature: float) -> torch.Tensor:
+    """Divide logits by the temperature (> 0). T < 1 sharpens, T > 1 flattens.
+
+    (Temperature 0, greedy decoding, is handled by ``generate`` as an argmax.)
+
+    Raises:
+        ValueError: temperature <= 0.
+
+    Steps:
+        1. Divide (``test_temperature_scales_logits``).
+    """
+    if temperature <= 0:
+        raise ValueError(f"temperature must be > 0 here (use temperature=0.0 in generate for greedy), "
+                         f"got {temperature}")
+    # TODO: implement this (module 11, see docs/modules/11-sampling.md).
+    raise NotImplementedError(
+        "module 11: apply_temperature in g2c/sampling/warpers.py is not implemented yet. "
+        "Write it, or run with G2C_APPLY_SOLUTIONS=11 to use the reference solution."
+    )
+
+
+def top_k_filter(logits: torch.Tensor, k: int) -> torch.Tensor:
+    """Keep the k highest logits per row, set the rest to -inf.
+
+    Ties: every token whose logit equals the k-th largest value is kept, so a row may keep
+    more than k tokens (the rule never has to break a tie arbitrarily).
+
+    Args:
+        logits: (..., V) float.
+        k: >= 1; k >= V keeps everything.
+
+    Raises:
+        ValueError: k < 1.
+
+    Steps:
+        1. The k-th largest value per row (``torch.topk``), kept as (..., 1).
+        2. Mask strictly smaller logits with -inf (``test_top_k_keeps_ties``).
+    """
+    if k < 1:
+        raise ValueError(f"top_k must be >= 1, got {k}")
+    # TODO: implement this (module 11, see docs/modules/11-sampling.md).
+    raise NotImplementedError(
+        "module 11: top_k_filter in g2c/sampling/warpers.py is not implemented yet. "
+        "Write it, or run with G2C_APPLY_SOLUTIONS=11 to use the reference solution."
+    )
+
+
+def top_p_filter(logits: torch.Tensor, p: float) -> torch.Tensor:
+    """Nucleus filtering (Holtzman et al., "The Curious Case of Neural Text Degeneration",
+    ICLR 2020, section 3.1): keep the smallest set of most-likely tokens whose probability
+    mass reaches p, including the token that crosses p; the rest get -inf.
+
+    Args:
+        logits: (..., V) float.
+        p: in (0, 1]; p = 1 keeps everything; the top token is always kept.
+
+    Raises:
+        ValueError: p outside (0, 1].
+
+    Steps:
+        1. Sort probabilities descending and take the cumulative sum.
+        2. A sorted token is removed when the mass *before* it already reaches p
+           (so the crossing token stays: ``test_top_p_keeps_the_crossing_token``).
+        3. Scatter the removal mask back to vocabulary order and fill with -inf.
+    """
+    if not 0.0 < p <= 1.0:
+        raise ValueError(f"top_p must be in (0, 1], got {p}")
+    # TODO: implement this (module 11, see docs/modules/11-sampling.md).
+    raise NotImplementedError(
+        "module 11: top_p_filter in g2c/sampling/warpers.py is not implemented yet. "
+        "Write it, or run with G2C_APPLY_SOLUTIONS=11 to use the reference solution."
+    )
+
+
+def apply_repetition_penalty(logits: torch.Tensor, previous_ids: torch.Tensor, penalty: float) -> torch.Tensor:
+    """Discourage tokens that already occurred (Keskar et al., "CTRL", 2019, section 4.1).
+
+    For every token id present in ``previous_ids``: a positive logit is divided by the
+    penalty, a negative one multiplied by it (so both move toward "less likely").
+    penalty = 1 changes nothing.
+
+    Args:
+        logits: (V,) float.
+        previous_ids: (N,) int64, the tokens so far (repeats count once).
+        penalty: > 0; above 1 penalises repeats, below 1 encourages them.
+
+    Returns:
+        new (V,) tensor (the input is not modified).
+
+    Raises:
+        ValueError: penalty <= 0.
+
+    Steps:
+        1. Gather the logits of the previous ids.
+        2. Divide positive / multiply negative ones, scatter them back into a copy
+           (``test_repetition_penalty_moves_seen_tokens_down``).
+    """
+    if penalty <= 0:
+        raise ValueError(f"repetition_penalty must be > 0, got {penalty}")
+    # TODO: implement this (module 11, see docs/modules/11-sampling.md).
+    raise NotImplementedError(
+        "module 11: apply_repetition_penalty in g2c/sampling/warpers.py is not implemented yet. "
+        "Write it, or run with G2C_APPLY_SOLUTIONS=11 to use the reference solution."
+    )

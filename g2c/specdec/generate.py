@@ -1,0 +1,164 @@
+"""Beyond (specdec): the draft-then-verify generation loop, and its counters.
+
+Module 11's ``generate`` calls the model once per token. Here a cheap drafter guesses k
+tokens, the target scores context + draft in ONE pass (module 06's parallel scoring:
+every row of a causal pass is a next-token prediction), and ``greedy_verify`` keeps the
+agreeing prefix plus the target's own next token. Each target pass therefore emits between
+1 and k+1 tokens, and the output is exactly the target's greedy chain.
+
+Source: Leviathan, Kalman, Matias, "Fast Inference from Transformers via Speculative
+Decoding" (ICML 2023), sections 2-3; Chen et al., "Accelerating Large Language Model
+Decoding with Speculative Sampling" (2023), section 2.
+
+Vocabulary: draft/target, accepted prefix, correction token (target's token at the first
+rejection), bonus token (target's token after a full match); emitted = accepted + 1 per
+target pass, before the budget and end-of-sequence cuts.
+
+Shape letters: T time, V vocabulary, k draft length.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import torch
+
+from .verify import greedy_verify
+
+__all__ = ["SpecStats", "draft_greedy", "speculative_generate"]
+
+
+@dataclass
+class SpecStats:
+    """Counters of one speculative run. Provided.
+
+    Attributes:
+        target_passes: forward passes of the target (one per ``record`` call).
+        drafted: draft tokens proposed (and scored by the target).
+        accepted: draft tokens the target agreed with AND that were emitted (a budget or
+            end-of-sequence cut can drop accepted drafts; they are not counted).
+        generated: tokens emitted (accepted drafts + correction/bonus tokens).
+
+    Properties ``acceptance_rate`` = accepted / drafted and ``tokens_per_pass`` =
+    generated / target_passes are 0.0 while their denominator is 0.
+    """
+
+    target_passes: int = 0
+    drafted: int = 0
+    accepted: int = 0
+    generated: int = 0
+
+    def record(self, *, drafted: int, accepted: int, generated: int) -> None:
+        """Add one target pass that scored ``drafted`` drafts, emitted ``accepted`` of them
+        and ``generated`` tokens in all.
+
+        Raises:
+            ValueError: a count is negative, or accepted exceeds drafted or generated.
+        """
+        if min(drafted, accepted, generated) < 0:
+            raise ValueError(f"SpecStats.record: counts must be >= 0, got drafted={drafted}, "
+                             f"accepted={accepted}, generated={generated}")
+        if accepted > drafted or accepted > generated:
+            raise ValueError(f"SpecStats.record: accepted={accepted} must be <= drafted={drafted} and "
+                             f"<= generated={generated} (only emitted drafts count as accepted)")
+        self.target_passes += 1
+        self.drafted += drafted
+        self.accepted += accepted
+        self.generated += generated
+
+    @property
+    def acceptance_rate(self) -> float:
+        """accepted / drafted, 0.0 before any draft."""
+        return self.accepted / self.drafted if self.drafted else 0.0
+
+    @property
+    def tokens_per_pass(self) -> float:
+        """generated / target_passes, 0.0 before any pass."""
+        return self.generated / self.target_passes if self.target_passes else 0.0
+
+    def __repr__(self) -> str:
+        return (f"SpecStats(target_passes={self.target_passes}, drafted={self.drafted}, "
+                f"accepted={self.accepted}, generated={self.generated}, "
+                f"acceptance_rate={self.acceptance_rate:.3f}, tokens_per_pass={self.tokens_per_pass:.2f})")
+
+
+@torch.no_grad()
+def draft_greedy(drafter, ctx_ids, k: int) -> torch.Tensor:
+    """Let the drafter guess the next k tokens greedily. Provided.
+
+    Args:
+        drafter: ids (1, T) -> logits (1, T, V), with ``max_seq_len`` and ``device``.
+        ctx_ids: 1-D int tensor or list, the context (length >= 1).
+        k: number of tokens to draft, >= 1.
+
+    Returns:
+        LongTensor (k,) on the CPU: the drafter's argmax chain after ``ctx_ids``. Each step
+        scores only the last ``drafter.max_seq_len`` tokens (the drafter's window).
+
+    Raises:
+        ValueError: empty or non-1-D context, or k < 1.
+    """
+    ids = torch.as_tensor(ctx_ids, dtype=torch.long).cpu()
+    if ids.dim() != 1 or ids.numel() == 0:
+        raise ValueError(f"ctx_ids must be a non-empty 1-D sequence of token ids, got shape {tuple(ids.shape)}")
+    if k < 1:
+        raise ValueError(f"k must be >= 1 draft tokens, got {k}")
+    for _ in range(k):
+        window = ids[-drafter.max_seq_len:].unsqueeze(0).to(drafter.device)  # (1, T)
+        nxt = drafter(window)[0, -1].argmax().cpu().view(1)                  # (1,)
+        ids = torch.cat([ids, nxt])
+    return ids[-k:]
+
+
+@torch.no_grad()
+def speculative_generate(target, drafter, prompt_ids, max_new_tokens: int, *, k: int = 4,
+                         eos_id: int | None = None,
+                         on_pass: Callable[[list[int], int], None] | None = None) -> tuple[torch.Tensor, SpecStats]:
+    """Greedy speculative decoding: the target's greedy output, in fewer target passes.
+
+    Args:
+        target: the model whose output we want; ids (1, T) -> logits (1, T, V), with
+            ``max_seq_len``, ``device`` and ``vocab_size``.
+        drafter: a cheaper model with the same ``vocab_size``.
+        prompt_ids: 1-D int tensor or list, length >= 1.
+        max_new_tokens: budget, >= 0; never exceeded.
+        k: draft length per target pass, >= 1.
+        eos_id: stop right after emitting this id (included in the output).
+        on_pass: optional callback ``on_pass(emitted, num_accepted)`` called after each
+            target pass with the list of emitted ids and how many of them (a prefix) are
+            accepted drafts; ``python -m g2c.specdec`` uses it to colour the drafts.
+
+    Returns:
+        (ids, stats): LongTensor (N,) on the CPU, the prompt followed by the new tokens;
+        and a ``SpecStats`` with one ``record`` per target pass. While prompt + output
+        fit in the target's window, ids equals
+        ``g2c.sampling.generate(target, prompt_ids, max_new_tokens, temperature=0.0, eos_id=eos_id)``.
+
+    Raises:
+        ValueError: prompt_ids empty or not 1-D (message names "prompt_ids"); k < 1
+            ("k must be >= 1"); max_new_tokens < 0 ("max_new_tokens"); the drafter's
+            vocab_size differs from the target's ("vocab_size"); a target window
+            ``max_seq_len`` < 2 cannot score even one draft ("max_seq_len").
+
+    Steps:
+        1. Validate the inputs (``test_speculative_generate_validates_inputs``); put both
+           models in eval mode (restore their modes at the end) and start a ``SpecStats``.
+        2. Loop while the budget is not used up. Draft k_step = min(k, remaining budget,
+           target.max_seq_len - 1) tokens with ``draft_greedy`` (provided).
+        3. One target pass over the context cropped to its last max_seq_len - k_step tokens,
+           followed by the draft: (1, T + k_step). Its last k_step + 1 rows are the
+           verification rows for ``greedy_verify``.
+        4. Emitted = accepted drafts + correction/bonus token; cut it to the remaining
+           budget (``test_speculative_generate_respects_budget``) and after the first
+           ``eos_id`` (``test_speculative_generate_stops_at_eos``).
+        5. ``stats.record(drafted=k_step, accepted=<drafts actually emitted>,
+           generated=len(emitted))``; call ``on_pass`` if given; append; stop after EOS
+           (``test_speculative_generate_matches_argmax_chain_with_any_drafter``,
+           ``test_speculative_generate_perfect_drafter_accepts_everything``).
+    """
+    # TODO: implement this (module specdec, see docs/beyond/specdec.md).
+    raise NotImplementedError(
+        "module specdec: speculative_generate in g2c/specdec/generate.py is not implemented yet. "
+        "Write it, or run with G2C_APPLY_SOLUTIONS=specdec to use the reference solution."
+    )

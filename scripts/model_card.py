@@ -1,0 +1,112 @@
+#!/usr/bin/env python3
+"""Write docs/models.md (the StoryLM model card) from the shipped manifests.
+
+    python scripts/model_card.py          # reads artifacts/, runs greedy generation, writes docs/models.md
+
+Every number comes from the artifacts' manifest.json files; the continuations are produced
+now, greedily (temperature 0), by the shipped float16 weights loaded into float32.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+from pathlib import Path
+
+os.environ.setdefault("G2C_APPLY_SOLUTIONS", "all")
+os.environ.setdefault("G2C_QUIET", "1")
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+from g2c.artifacts import MODEL_NAMES, artifact_dir, load_model, verify_artifact  # noqa: E402
+from g2c.sampling import generate  # noqa: E402
+
+PROMPTS = ["Once upon a time", "Tom and his dog went to the park. They", "Lily wanted to bake a cake, but"]
+NEW_TOKENS = 48
+
+
+def main() -> int:
+    tok_manifest = verify_artifact("StoryTokenizer")
+    rows, samples = [], []
+    for name in MODEL_NAMES:
+        m = verify_artifact(name)
+        model, tok = load_model(name, device="cpu")
+        c = m["config"]
+        r = m["recipe"]
+        rows.append(
+            f"| {name} | {c['embedding_dim']} | {c['num_layers']} | {c['num_heads']} | {m['parameters']:,} | "
+            f"{m['tokens_seen']:,} | {m['epochs']} | {m['steps']} (best {m['best_step']}) | {r['max_lr']:g} | "
+            f"{m['train_loss']:.3f} | {m['val_loss']:.3f} | {m['val_perplexity']:.1f} | "
+            f"{m['wall_time_s'] / 60:.1f} min |")
+        for p in PROMPTS:
+            ids = generate(model, tok.encode(p), NEW_TOKENS, temperature=0.0, eos_id=tok.eot_id)
+            text = tok.decode(ids.tolist()).replace("\n", " ⏎ ")
+            samples.append(f"| {name} | {text} |")
+        machine = m["machine"]
+    size_mb = sum(f.stat().st_size for n in MODEL_NAMES + ("StoryTokenizer",)
+                  for f in artifact_dir(n).iterdir()) / 2**20
+    first = verify_artifact(MODEL_NAMES[0])
+    text = f"""# StoryLM model card
+
+The StoryLM ladder: three GPT-2-shaped `TransformerLM`s (CONVENTIONS §4) that share one
+tokenizer, trained by the course's own code on the course's TinyStories training split.
+StoryLM-1M and -5M are cheap drafters; StoryLM-30M is the target of the speculative
+decoding module. All artifacts together take {size_mb:.1f} MiB (weights stored as float16
+safetensors, loaded into float32).
+
+## Data and tokenizer
+
+- Corpus: {tok_manifest['data']['stories']:,} training stories of the TinyStories sample in
+  `../shared/data/tinystories/` (see its SOURCE.md; CDLA-Sharing-1.0), split by story hash:
+  `{tok_manifest['data']['split_rule']}`.
+- Tokens: {first['data']['train_tokens']:,} training, {first['data']['val_tokens']:,} validation
+  (each story followed by `<|endoftext|>`).
+- StoryTokenizer: byte-level BPE, vocabulary 4096 (256 bytes + merges + `<|endoftext|>`), trained
+  on the training split with the `tokenizers` library.
+
+## Models
+
+Losses are mean next-token cross-entropy in nats, measured on the stored float16 weights:
+validation over the whole validation stream in non-overlapping 256-token windows, train over
+the first {first['train_loss_tokens']:,} training tokens. Perplexity = exp(validation loss).
+
+| model | D | layers | heads | parameters | tokens seen | epochs | steps | peak lr | train loss | val loss | val ppl | wall time |
+|---|---|---|---|---|---|---|---|---|---|---|---|---|
+{chr(10).join(rows)}
+
+Recipe (all three): AdamW (β = 0.9, 0.95; weight decay 0.1 on matrices only), linear warmup
+then cosine decay to a tenth of the peak, gradient clipping at 1.0, batches of 16 × 256 tokens
+drawn uniformly from the training stream, bfloat16 autocast, torch's fused attention kernel
+(same maths as the course attention, tested equal), validation every 100 steps, weights with
+the best validation loss kept. Machine: {machine}. Each manifest also records the seed, the
+full validation history and the code commit.
+
+## Greedy continuations
+
+Greedy (temperature 0), {NEW_TOKENS} new tokens at most, stopping at `<|endoftext|>`; ⏎ marks a newline.
+
+| model | prompt + continuation |
+|---|---|
+{chr(10).join(samples)}
+
+## Reproduce
+
+```bash
+./setup.sh
+./datasets.sh --tiny --from ../shared/data/tinystories/tinystories-collected.txt.xz
+./checkpoints.sh --train --force          # tokenizer, then StoryLM-1M, -5M, -30M
+python scripts/model_card.py              # rewrites this page
+./checkpoints.sh                          # verifies every artifact (sha256)
+```
+
+Training resumes from `runs/<Name>/trainer.pt` if interrupted (drop `--force` to keep a
+verified artifact). With a GPU the same command runs on CUDA (`device="auto"`).
+"""
+    (ROOT / "docs" / "models.md").write_text(text)
+    print(text)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,273 @@
+"""Shipped artifacts (g2c/artifacts.py, provided code): verification, atomic writes, loading.
+
+The first part works on a temporary artifacts root; the ``ladder`` tests check the real
+StoryLM ladder under ``artifacts/`` (they skip without it, see tests/conftest.py).
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+
+import pytest
+import torch
+
+from g2c import artifacts
+from g2c.artifacts import (
+    MODEL_NAMES,
+    ArtifactMissingError,
+    ChecksumError,
+    artifact_dir,
+    canonical_name,
+    load_model,
+    load_tokenizer,
+    verify_artifact,
+    write_artifact,
+)
+
+
+def flip_byte(path, offset: int = -1) -> None:
+    raw = bytearray(path.read_bytes())
+    raw[offset] ^= 0xFF
+    path.write_bytes(bytes(raw))
+
+
+@pytest.fixture
+def root(tmp_path):
+    return tmp_path / "artifacts"
+
+
+@pytest.fixture
+def with_tokenizer(root):
+    """A tmp root holding a copy of the shipped StoryTokenizer (the models need it)."""
+    shutil.copytree(artifact_dir("StoryTokenizer"), artifact_dir("StoryTokenizer", root))
+    return root
+
+
+def tiny_model(vocab_size: int = 4096):
+    from g2c.transformer import TransformerLM
+
+    return TransformerLM(vocab_size, 16, 2, 2, 32, generator=torch.Generator().manual_seed(0))
+
+
+def install_tiny_model(root, name: str = "StoryLM-1M", model=None) -> torch.nn.Module:
+    model = model or tiny_model()
+    cfg = {"vocab_size": model.vocab_size, "embedding_dim": 16, "num_layers": 2, "num_heads": 2,
+           "max_seq_len": 32, "hidden_dim": model.hidden_dim, "tokenizer": "StoryTokenizer"}
+    staging = root.parent / "staging"
+    staging.mkdir(exist_ok=True)
+    artifacts.save_model_file(model, staging / "model.safetensors")
+    write_artifact(name, {"model.safetensors": staging / "model.safetensors",
+                          "config.json": json.dumps(cfg).encode()},
+                   {"name": name, "kind": "model", "val_loss": 9.0}, root=root)
+    return model
+
+
+# -- names -----------------------------------------------------------------------------------
+
+def test_canonical_name_is_case_insensitive():
+    assert canonical_name("storylm-30m") == "StoryLM-30M"
+    assert canonical_name(" STORYTOKENIZER ") == "StoryTokenizer"
+
+
+def test_canonical_name_unknown_lists_names():
+    with pytest.raises(ValueError, match="StoryLM-1M, StoryLM-5M, StoryLM-30M, StoryTokenizer"):
+        canonical_name("StoryLM-2M")
+
+
+def test_artifact_dir_layout(root):
+    assert artifact_dir("storylm-5m", root) == root / "models" / "StoryLM-5M"
+    assert artifact_dir("StoryTokenizer", root) == root / "tokenizers" / "StoryTokenizer"
+
+
+# -- write and verify ------------------------------------------------------------------------
+
+def test_write_artifact_then_verify(root):
+    dest = write_artifact("StoryLM-1M", {"model.safetensors": b"weights", "config.json": b"{}"},
+                          {"name": "StoryLM-1M", "val_loss": 3.0}, root=root)
+    assert dest == root / "models" / "StoryLM-1M"
+    manifest = verify_artifact("storylm-1m", root)
+    assert manifest["val_loss"] == 3.0
+    assert manifest["files"]["model.safetensors"] == artifacts.sha256_file(dest / "model.safetensors")
+    assert sorted(p.name for p in dest.parent.iterdir()) == ["StoryLM-1M"]  # no temp folder left
+
+
+def test_write_artifact_copies_paths(root, tmp_path):
+    src = tmp_path / "w.bin"
+    src.write_bytes(b"\x00\x01" * 100)
+    dest = write_artifact("StoryLM-5M", {"model.safetensors": src}, {}, root=root)
+    assert (dest / "model.safetensors").read_bytes() == src.read_bytes()
+
+
+def test_verify_flipped_byte_raises_checksum_error(root):
+    dest = write_artifact("StoryLM-1M", {"model.safetensors": b"weights" * 10}, {}, root=root)
+    flip_byte(dest / "model.safetensors", 3)
+    with pytest.raises(ChecksumError, match=r"model\.safetensors.*\./checkpoints\.sh --force"):
+        verify_artifact("StoryLM-1M", root)
+
+
+def test_verify_missing_artifact_names_checkpoints_sh(root):
+    with pytest.raises(ArtifactMissingError, match=r"StoryLM-30M is missing.*run \./checkpoints\.sh"):
+        verify_artifact("StoryLM-30M", root)
+
+
+def test_verify_missing_file_names_checkpoints_sh(root):
+    dest = write_artifact("StoryLM-1M", {"model.safetensors": b"w", "config.json": b"{}"}, {}, root=root)
+    (dest / "config.json").unlink()
+    with pytest.raises(ArtifactMissingError, match=r"config\.json is missing: run \./checkpoints\.sh"):
+        verify_artifact("StoryLM-1M", root)
+
+
+def test_verify_garbled_manifest_is_a_checksum_error(root):
+    dest = write_artifact("StoryLM-1M", {"model.safetensors": b"w"}, {}, root=root)
+    (dest / "manifest.json").write_text("{not json")
+    with pytest.raises(ChecksumError, match=r"manifest\.json is corrupted.*--force"):
+        verify_artifact("StoryLM-1M", root)
+
+
+def test_verify_unknown_name_lists_names(root):
+    with pytest.raises(ValueError, match="known: StoryLM-1M"):
+        verify_artifact("GPT-2", root)
+
+
+def test_write_artifact_refuses_to_overwrite_verified(root):
+    write_artifact("StoryLM-1M", {"model.safetensors": b"old"}, {}, root=root)
+    with pytest.raises(FileExistsError, match="--force"):
+        write_artifact("StoryLM-1M", {"model.safetensors": b"new"}, {}, root=root)
+    assert (artifact_dir("StoryLM-1M", root) / "model.safetensors").read_bytes() == b"old"
+    write_artifact("StoryLM-1M", {"model.safetensors": b"new"}, {}, root=root, force=True)
+    assert (artifact_dir("StoryLM-1M", root) / "model.safetensors").read_bytes() == b"new"
+    assert sorted(p.name for p in artifact_dir("StoryLM-1M", root).parent.iterdir()) == ["StoryLM-1M"]
+
+
+def test_write_artifact_replaces_a_corrupted_one_without_force(root):
+    dest = write_artifact("StoryLM-1M", {"model.safetensors": b"old"}, {}, root=root)
+    flip_byte(dest / "model.safetensors")
+    write_artifact("StoryLM-1M", {"model.safetensors": b"new"}, {}, root=root)
+    assert verify_artifact("StoryLM-1M", root)["files"]["model.safetensors"]
+
+
+def test_write_artifact_failure_leaves_no_artifact(root, tmp_path):
+    with pytest.raises(FileNotFoundError):
+        write_artifact("StoryLM-1M", {"model.safetensors": b"w", "config.json": tmp_path / "absent.json"}, {},
+                       root=root)
+    assert not artifact_dir("StoryLM-1M", root).exists()
+    assert list(artifact_dir("StoryLM-1M", root).parent.iterdir()) == []  # the temp folder is gone too
+
+
+# -- loading ---------------------------------------------------------------------------------
+
+def test_load_tokenizer_from_root(with_tokenizer):
+    tok = load_tokenizer("storytokenizer", root=with_tokenizer)
+    assert tok.vocab_size == 4096 and tok.eot_id is not None
+
+
+def test_load_tokenizer_corrupted_raises(with_tokenizer):
+    flip_byte(artifact_dir("StoryTokenizer", with_tokenizer) / "tokenizer.json", 100)
+    with pytest.raises(ChecksumError, match="--force"):
+        load_tokenizer(root=with_tokenizer)
+
+
+def test_load_model_roundtrips_a_tiny_model(with_tokenizer):
+    model = install_tiny_model(with_tokenizer)
+    loaded, tok = load_model("storylm-1m", device="cpu", root=with_tokenizer)
+    assert tok.vocab_size == loaded.vocab_size == 4096
+    assert not loaded.training
+    got, want = loaded.state_dict(), model.state_dict()
+    assert got.keys() == want.keys()
+    for k in want:
+        assert got[k].dtype == torch.float32
+        # stored as float16, loaded as float32: exactly the float16 rounding of the original
+        torch.testing.assert_close(got[k], want[k].half().float(), rtol=0, atol=0)
+
+
+def test_load_model_auto_device_is_usable(with_tokenizer):
+    install_tiny_model(with_tokenizer)
+    loaded, _ = load_model("StoryLM-1M", root=with_tokenizer)
+    assert loaded.token_embed.weight.device.type in ("cpu", "cuda", "mps")
+
+
+def test_load_model_missing_names_checkpoints_sh(with_tokenizer):
+    with pytest.raises(ArtifactMissingError, match=r"\./checkpoints\.sh"):
+        load_model("StoryLM-5M", root=with_tokenizer)
+
+
+def test_load_model_flipped_weight_byte_raises(with_tokenizer):
+    install_tiny_model(with_tokenizer)
+    flip_byte(artifact_dir("StoryLM-1M", with_tokenizer) / "model.safetensors")
+    with pytest.raises(ChecksumError, match=r"\./checkpoints\.sh --force"):
+        load_model("StoryLM-1M", root=with_tokenizer)
+
+
+def test_load_model_rejects_the_tokenizer_name(with_tokenizer):
+    with pytest.raises(ValueError, match="not a model"):
+        load_model("StoryTokenizer", root=with_tokenizer)
+
+
+def test_load_model_unknown_name_lists_names(with_tokenizer):
+    with pytest.raises(ValueError, match="StoryLM-1M, StoryLM-5M, StoryLM-30M"):
+        load_model("StoryLM-100M", root=with_tokenizer)
+
+
+def test_load_model_vocab_mismatch_raises(with_tokenizer):
+    install_tiny_model(with_tokenizer, model=tiny_model(vocab_size=300))
+    with pytest.raises(ValueError, match="tokenizer has 4096 ids but the model 300"):
+        load_model("StoryLM-1M", device="cpu", root=with_tokenizer)
+
+
+# -- the shipped ladder ----------------------------------------------------------------------
+
+PROMPT = "Once upon a time"
+
+
+@pytest.fixture(scope="module")
+def manifests():
+    return {name: verify_artifact(name) for name in MODEL_NAMES}
+
+
+@pytest.mark.ladder
+@pytest.mark.parametrize("name", MODEL_NAMES)
+def test_ladder_model_loads_verifies_and_generates(name):
+    from g2c.sampling import generate
+
+    model, tok = load_model(name, device="cpu")
+    assert model.vocab_size == tok.vocab_size == 4096
+    ids = tok.encode_batch_fast([PROMPT])[0]
+    out = generate(model, ids, 20, temperature=0.0)
+    assert out.tolist()[:len(ids)] == ids
+    assert len(ids) < len(out) <= len(ids) + 20
+    assert tok.decode(out.tolist()).startswith(PROMPT)
+    # greedy decoding is deterministic
+    assert generate(model, ids, 20, temperature=0.0).tolist() == out.tolist()
+
+
+@pytest.mark.ladder
+def test_ladder_shares_one_tokenizer(manifests):
+    tokenizer_sha = verify_artifact("StoryTokenizer")["files"]["tokenizer.json"]
+    assert {m["data"]["tokenizer_sha256"] for m in manifests.values()} == {tokenizer_sha}
+    assert {m["config"]["tokenizer"] for m in manifests.values()} == {"StoryTokenizer"}
+
+
+@pytest.mark.ladder
+def test_ladder_validation_losses_are_ordered(manifests):
+    losses = [manifests[name]["val_loss"] for name in MODEL_NAMES]
+    assert losses[0] > losses[1] > losses[2], dict(zip(MODEL_NAMES, losses))
+
+
+@pytest.mark.ladder
+def test_ladder_manifests_record_the_recipe(manifests):
+    for name, m in manifests.items():
+        assert m["name"] == name and m["kind"] == "model"
+        for key in ("recipe", "data", "seed", "tokens_seen", "train_loss", "val_loss", "commit"):
+            assert key in m, (name, key)
+        assert set(m["files"]) == {"model.safetensors", "config.json"}
+
+
+@pytest.mark.ladder
+def test_ladder_corrupted_copy_is_rejected(root):
+    shutil.copytree(artifact_dir("StoryTokenizer"), artifact_dir("StoryTokenizer", root))
+    shutil.copytree(artifact_dir("StoryLM-1M"), artifact_dir("StoryLM-1M", root))
+    load_model("StoryLM-1M", device="cpu", root=root)  # the intact copy loads
+    flip_byte(artifact_dir("StoryLM-1M", root) / "model.safetensors", -100)
+    with pytest.raises(ChecksumError, match=r"model\.safetensors.*\./checkpoints\.sh --force"):
+        load_model("StoryLM-1M", device="cpu", root=root)

@@ -1,0 +1,300 @@
+"""``./checkpoints.sh`` (g2c/checkpoints.py): verify, install from a mirror or a URL, retrain guard.
+
+Every test works on temporary artifact roots (the hidden ``--root`` option); the real
+``artifacts/`` is only read.
+"""
+
+from __future__ import annotations
+
+import functools
+import http.server
+import shutil
+import subprocess
+import threading
+from pathlib import Path
+
+import pytest
+
+from g2c import checkpoints
+from g2c.artifacts import (
+    MODEL_NAMES,
+    ArtifactMissingError,
+    ChecksumError,
+    artifact_dir,
+    verify_artifact,
+    write_artifact,
+)
+from g2c.checkpoints import install_from_url, main
+
+REPO_ROOT = Path(__file__).resolve().parent.parent
+VAL_LOSS = {"StoryLM-1M": 3.5, "StoryLM-5M": 2.5, "StoryLM-30M": 2.0}
+
+
+def flip_byte(path: Path, offset: int = -1) -> None:
+    raw = bytearray(path.read_bytes())
+    raw[offset] ^= 0xFF
+    path.write_bytes(bytes(raw))
+
+
+def fill(root: Path, tag: bytes = b"v1") -> Path:
+    """A complete artifacts tree: the real tokenizer and three stand-in models (bytes, not weights)."""
+    shutil.copytree(artifact_dir("StoryTokenizer"), artifact_dir("StoryTokenizer", root))
+    for name in MODEL_NAMES:
+        write_artifact(name, {"model.safetensors": tag + name.encode() * 50, "config.json": b"{}"},
+                       {"name": name, "kind": "model", "val_loss": VAL_LOSS[name]}, root=root)
+    return root
+
+
+@pytest.fixture(autouse=True)
+def no_url(monkeypatch):
+    monkeypatch.delenv(checkpoints.URL_ENV, raising=False)
+
+
+@pytest.fixture
+def mirror(tmp_path):
+    return fill(tmp_path / "mirror")
+
+
+@pytest.fixture
+def root(tmp_path):
+    return tmp_path / "root"
+
+
+def run(capsys, *argv) -> tuple[int, str, str]:
+    rc = main([str(a) for a in argv])
+    out, err = capsys.readouterr()
+    return rc, out, err
+
+
+def weights(root: Path, name: str = "StoryLM-1M") -> bytes:
+    return (artifact_dir(name, root) / "model.safetensors").read_bytes()
+
+
+# -- verify ----------------------------------------------------------------------------------
+
+def test_verify_all_ok_prints_one_line_each(capsys, mirror):
+    rc, out, _ = run(capsys, "--root", mirror)
+    assert rc == 0
+    lines = out.splitlines()
+    assert [line.split()[0] for line in lines[:4]] == ["StoryTokenizer", *MODEL_NAMES]
+    assert all(line.split()[1] == "OK" for line in lines[:4])
+    assert "vocab 4096" in lines[0]
+    assert "val_loss 3.5000" in lines[1] and "val_loss 2.0000" in lines[3]
+    assert "KB" in lines[0]
+    assert "4/4 artifacts OK" in out
+
+
+def test_verify_corrupt_reports_and_fails(capsys, mirror):
+    flip_byte(artifact_dir("StoryLM-5M", mirror) / "model.safetensors")
+    rc, out, err = run(capsys, "--root", mirror)
+    assert rc == 1
+    line = next(line for line in out.splitlines() if line.startswith("StoryLM-5M"))
+    assert line.split()[1] == "CORRUPT"
+    assert "checksum mismatch" in err and "--from DIR" in err and "$G2C_ARTIFACTS_URL" in err
+    assert "3/4 artifacts OK" in err
+
+
+def test_verify_missing_reports_and_fails(capsys, mirror):
+    shutil.rmtree(artifact_dir("StoryLM-30M", mirror))
+    rc, out, err = run(capsys, "--root", mirror)
+    assert rc == 1
+    assert "StoryLM-30M     MISSING" in out
+    assert "./checkpoints.sh --train StoryLM-30M" in err
+
+
+def test_verify_selected_names_case_insensitive(capsys, mirror):
+    shutil.rmtree(artifact_dir("StoryLM-30M", mirror))
+    rc, out, _ = run(capsys, "storylm-1m", "STORYTOKENIZER", "--root", mirror)
+    assert rc == 0
+    assert [line.split()[0] for line in out.splitlines()[:2]] == ["StoryTokenizer", "StoryLM-1M"]
+
+
+def test_verify_shipped_tokenizer(capsys):
+    rc, out, _ = run(capsys, "StoryTokenizer")
+    assert rc == 0 and out.startswith("StoryTokenizer  OK")
+
+
+def test_unknown_name_lists_names(capsys, mirror):
+    rc, _, err = run(capsys, "StoryLM-2M", "--root", mirror)
+    assert rc == 2
+    assert "unknown artifact 'StoryLM-2M'" in err and "StoryLM-30M, StoryTokenizer" in err
+
+
+# -- --from ----------------------------------------------------------------------------------
+
+def test_from_installs_everything(capsys, mirror, root):
+    rc, out, _ = run(capsys, "--root", root, "--from", mirror)
+    assert rc == 0, out
+    for name in checkpoints.ALL_NAMES:
+        assert verify_artifact(name, root)["files"] == verify_artifact(name, mirror)["files"]
+    assert out.count(f"installed from {mirror}") == 4
+    assert not [p for p in (root / "models").iterdir() if p.name.startswith(".")]  # no temp folder left
+
+
+def test_from_installs_selected_names(capsys, mirror, root):
+    assert run(capsys, "storylm-5m", "--root", root, "--from", mirror)[0] == 0
+    assert [p.name for p in (root / "models").iterdir()] == ["StoryLM-5M"]
+    assert not (root / "tokenizers").exists()
+
+
+def test_from_accepts_a_checkout_holding_artifacts(capsys, tmp_path, root):
+    fill(tmp_path / "clone" / "artifacts")
+    assert run(capsys, "--root", root, "--from", tmp_path / "clone")[0] == 0
+
+
+def test_from_refuses_to_overwrite_verified_without_force(capsys, mirror, tmp_path):
+    root = fill(tmp_path / "root", tag=b"mine")
+    mine = weights(root)
+    rc, out, _ = run(capsys, "--root", root, "--from", mirror)
+    assert rc == 0
+    assert out.count("already installed and verified; --force replaces it") == 4
+    assert weights(root) == mine
+    rc, out, _ = run(capsys, "--root", root, "--from", mirror, "--force")
+    assert rc == 0
+    assert weights(root) == weights(mirror) != mine
+
+
+def test_from_repairs_a_corrupted_install_without_force(capsys, mirror, tmp_path):
+    root = fill(tmp_path / "root")
+    flip_byte(artifact_dir("StoryLM-1M", root) / "model.safetensors")
+    rc, out, _ = run(capsys, "--root", root, "--from", mirror)
+    assert rc == 0
+    assert "StoryLM-1M      OK" in out
+    verify_artifact("StoryLM-1M", root)
+
+
+def test_from_rejects_a_corrupted_source(capsys, mirror, root):
+    flip_byte(artifact_dir("StoryLM-1M", mirror) / "model.safetensors")
+    rc, out, err = run(capsys, "storylm-1m", "--root", root, "--from", mirror)
+    assert rc == 1
+    assert "install failed" in out and "unusable" in err and "checksum mismatch" in err
+    assert not artifact_dir("StoryLM-1M", root).exists()
+
+
+def test_from_rejects_an_incomplete_source(mirror, root):
+    folder = artifact_dir("StoryLM-1M", mirror)
+    (folder / "config.json").unlink()
+    write_artifact("StoryLM-1M", {"model.safetensors": folder / "model.safetensors"}, {}, root=mirror, force=True)
+    with pytest.raises(ChecksumError, match="does not list config.json"):
+        checkpoints.install_from_dir("StoryLM-1M", mirror, root=root)
+
+
+def test_from_missing_folder_is_an_error(capsys, tmp_path, root):
+    rc, _, err = run(capsys, "--root", root, "--from", tmp_path / "nowhere")
+    assert rc == 2 and "no such folder" in err
+
+
+# -- $G2C_ARTIFACTS_URL ----------------------------------------------------------------------
+
+@pytest.fixture
+def server(mirror):
+    """A local HTTP server over the mirror, on 127.0.0.1."""
+    class Quiet(http.server.SimpleHTTPRequestHandler):
+        def log_message(self, *args):
+            pass
+
+    httpd = http.server.ThreadingHTTPServer(("127.0.0.1", 0), functools.partial(Quiet, directory=str(mirror)))
+    thread = threading.Thread(target=httpd.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True)
+    thread.start()
+    yield f"http://127.0.0.1:{httpd.server_address[1]}"
+    httpd.shutdown()
+    httpd.server_close()
+
+
+def test_url_downloads_missing_artifacts_over_http(capsys, monkeypatch, server, mirror, root):
+    monkeypatch.setenv(checkpoints.URL_ENV, server + "/")
+    rc, out, _ = run(capsys, "--root", root)
+    assert rc == 0, out
+    assert out.count(f"downloaded from {server}/") == 4
+    assert weights(root, "StoryLM-30M") == weights(mirror, "StoryLM-30M")
+
+
+def test_url_file_scheme_repairs_a_corrupted_artifact(capsys, monkeypatch, mirror, tmp_path):
+    root = fill(tmp_path / "root")
+    flip_byte(artifact_dir("StoryTokenizer", root) / "tokenizer.json", 10)
+    monkeypatch.setenv(checkpoints.URL_ENV, mirror.as_uri())
+    rc, out, _ = run(capsys, "--root", root)
+    assert rc == 0
+    assert out.count("downloaded from") == 1  # only the corrupted one; verified ones are left alone
+    verify_artifact("StoryTokenizer", root)
+
+
+def test_url_tampered_file_is_rejected(capsys, monkeypatch, server, mirror, root):
+    flip_byte(artifact_dir("StoryLM-1M", mirror) / "model.safetensors")
+    monkeypatch.setenv(checkpoints.URL_ENV, server)
+    rc, _, err = run(capsys, "storylm-1m", "--root", root)
+    assert rc == 1
+    assert "downloaded" in err and "model.safetensors" in err
+    assert not artifact_dir("StoryLM-1M", root).exists()
+
+
+def test_url_unreachable_names_the_url(root):
+    with pytest.raises(ArtifactMissingError, match=r"could not download http://127\.0\.0\.1:9/models/StoryLM-1M/"):
+        install_from_url("StoryLM-1M", "http://127.0.0.1:9", root=root, timeout=2)
+
+
+def test_url_missing_artifact_on_server(capsys, monkeypatch, server, mirror, root):
+    shutil.rmtree(artifact_dir("StoryLM-5M", mirror))
+    monkeypatch.setenv(checkpoints.URL_ENV, server)
+    rc, out, err = run(capsys, "--root", root)
+    assert rc == 1
+    assert "StoryLM-5M      MISSING" in out and "404" in err
+
+
+def test_url_manifest_with_unsafe_file_name_is_rejected(tmp_path, root):
+    folder = artifact_dir("StoryLM-1M", tmp_path / "evil")
+    folder.mkdir(parents=True)
+    (folder / "manifest.json").write_text('{"files": {"../../escape": "00"}}')
+    with pytest.raises(ChecksumError, match="unsafe file name"):
+        install_from_url("StoryLM-1M", (tmp_path / "evil").as_uri(), root=root)
+
+
+# -- git HEAD as the last source -------------------------------------------------------------
+
+@pytest.mark.skipif(shutil.which("git") is None, reason="git is not installed")
+def test_git_head_restores_a_corrupted_artifact(capsys, tmp_path):
+    repo = tmp_path / "clone"
+    root = fill(repo / "artifacts")
+    git = ["git", "-C", str(repo), "-c", "user.name=t", "-c", "user.email=t@example.com"]
+    subprocess.run(git + ["init", "-q"], check=True)
+    subprocess.run(git + ["add", "artifacts"], check=True)
+    subprocess.run(git + ["commit", "-q", "-m", "artifacts"], check=True)
+    good = weights(root)
+    flip_byte(artifact_dir("StoryLM-1M", root) / "model.safetensors")
+    rc, out, _ = run(capsys, "--root", root, "--force")
+    assert rc == 0
+    assert "restored from git HEAD" in out
+    assert weights(root) == good
+
+
+# -- --train guard ---------------------------------------------------------------------------
+
+def test_train_skips_verified_artifacts(capsys, mirror):
+    rc, out, _ = run(capsys, "--train", "storytokenizer", "StoryLM-1M", "--root", mirror)
+    assert rc == 0
+    assert out.count("already trained and verified; skipping (--force retrains it)") == 2
+
+
+def test_train_unknown_name_lists_names(capsys):
+    rc, _, err = run(capsys, "--train", "StoryLM-7M")
+    assert rc == 2 and "known: StoryLM-1M" in err
+
+
+def test_train_only_writes_to_the_real_root(capsys, root):
+    rc, out, _ = run(capsys, "--train", "StoryLM-1M", "--root", root)
+    assert rc == 2 and "drop --root" in out
+
+
+def test_train_and_from_do_not_mix(capsys, mirror):
+    rc, _, err = run(capsys, "--train", "--from", mirror)
+    assert rc == 2 and "do not mix" in err
+
+
+def test_help_lists_the_options(capsys):
+    with pytest.raises(SystemExit) as exc:
+        main(["--help"])
+    assert exc.value.code == 0
+    out = capsys.readouterr().out
+    for word in ("--train", "--from", "--force", "G2C_ARTIFACTS_URL", "StoryLM-30M", "case-insensitive"):
+        assert word in out
+    assert "--root" not in out  # a hidden option for tests

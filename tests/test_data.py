@@ -1,0 +1,279 @@
+"""TinyStories preparation (g2c/data.py, provided code): reading, the split, the cache.
+
+Everything runs on tiny synthetic corpora under ``tmp_path``; the real ``data/`` is never touched.
+"""
+
+from __future__ import annotations
+
+import json
+import lzma
+import time
+
+import numpy as np
+import pytest
+
+from g2c import data
+from g2c.data import EOT, is_validation, prepare, read_stories, split_stories, tokenize_splits
+
+
+def story(i: int) -> str:
+    return f"Once upon a time there was a cat number {i}.\nIt liked milk and the sun."
+
+
+def write_corpus(path, stories, *, xz: bool = False):
+    text = f"\n{EOT}\n".join(stories) + f"\n{EOT}\n"
+    if xz:
+        with lzma.open(path, "wt", encoding="utf-8") as f:
+            f.write(text)
+    else:
+        path.write_text(text, encoding="utf-8")
+    return path
+
+
+@pytest.fixture
+def corpus(tmp_path):
+    return write_corpus(tmp_path / "stories.txt", [story(i) for i in range(200)])
+
+
+def quiet(*_args, **_kwargs):
+    pass
+
+
+# -- read_stories -----------------------------------------------------------------------------
+
+def test_read_stories_txt_splits_on_eot_lines(tmp_path):
+    path = tmp_path / "s.txt"
+    path.write_text(f"First story.\nSecond line.\n{EOT}\n\n  Second story.  \n{EOT}\n{EOT}\n", encoding="utf-8")
+    assert read_stories(path) == ["First story.\nSecond line.", "Second story."]
+
+
+def test_read_stories_xz_matches_txt(tmp_path):
+    stories = [story(i) for i in range(5)] + ["Unicode: café, 😀."]
+    plain = read_stories(write_corpus(tmp_path / "s.txt", stories))
+    packed = read_stories(write_corpus(tmp_path / "s.txt.xz", stories, xz=True))
+    assert plain == packed == stories
+
+
+def test_read_stories_eot_inside_a_line_is_not_a_separator(tmp_path):
+    path = tmp_path / "s.txt"
+    path.write_text(f"She said {EOT} twice.\n{EOT}\nNext.\n", encoding="utf-8")
+    assert read_stories(path) == [f"She said {EOT} twice.", "Next."]
+
+
+def test_read_stories_missing_file_raises(tmp_path):
+    with pytest.raises(FileNotFoundError, match="does not exist"):
+        read_stories(tmp_path / "nope.txt")
+
+
+def test_read_stories_empty_file_raises(tmp_path):
+    path = tmp_path / "empty.txt"
+    path.write_text(f"\n{EOT}\n  \n", encoding="utf-8")
+    with pytest.raises(ValueError, match="holds no stories"):
+        read_stories(path)
+
+
+# -- the split --------------------------------------------------------------------------------
+
+def test_is_validation_is_deterministic_and_about_five_percent():
+    stories = [f"Story {i}: a dog found a ball." for i in range(4000)]
+    first = [is_validation(s) for s in stories]
+    assert first == [is_validation(s) for s in stories]
+    # The hash split is a Binomial(4000, 0.05) draw: mean 200, sd 13.8; 150..250 is > 3.5 sd.
+    assert 150 <= sum(first) <= 250
+
+
+def test_split_stories_partitions_in_order():
+    stories = [f"Story {i}." for i in range(500)]
+    train, val = split_stories(stories)
+    assert sorted(train + val) == sorted(stories)
+    assert train == [s for s in stories if not is_validation(s)]
+    assert val == [s for s in stories if is_validation(s)]
+    assert val  # 500 stories: P(no validation story) = 0.95**500 < 1e-11
+
+
+def test_split_does_not_depend_on_order_or_company():
+    stories = [f"Story {i}." for i in range(300)]
+    _, val_a = split_stories(stories)
+    _, val_b = split_stories(list(reversed(stories))[:150])
+    assert set(val_b) == {s for s in val_a if s in set(stories[150:])}
+
+
+# -- prepare ----------------------------------------------------------------------------------
+
+def test_prepare_writes_split_and_manifest(corpus, tmp_path):
+    out = tmp_path / "out"
+    manifest = prepare(corpus, out_dir=out, log=quiet)
+    train, val = split_stories(read_stories(corpus))
+    assert read_stories(out / "train.txt") == train
+    assert read_stories(out / "val.txt") == val
+    on_disk = json.loads((out / "manifest.json").read_text())
+    assert on_disk == manifest
+    assert manifest["train_stories"] == len(train) and manifest["val_stories"] == len(val)
+    assert manifest["source"]["kind"] == "file" and manifest["source"]["sha256"] == data.sha256_file(corpus)
+    assert "% 100 < 5" in manifest["split_rule"]
+    assert set(manifest["files"]) == {"train.txt", "val.txt"}
+
+
+def test_prepare_second_call_is_a_no_op(corpus, tmp_path):
+    out = tmp_path / "out"
+    prepare(corpus, out_dir=out, log=quiet)
+    mtime = (out / "train.txt").stat().st_mtime_ns
+    lines = []
+    again = prepare(corpus, out_dir=out, log=lines.append)
+    assert again["skipped"] is True
+    assert "nothing to do" in lines[0]
+    assert (out / "train.txt").stat().st_mtime_ns == mtime
+
+
+def test_prepare_force_redoes(corpus, tmp_path):
+    out = tmp_path / "out"
+    prepare(corpus, out_dir=out, log=quiet)
+    (out / "train.bin").write_bytes(b"stale")
+    lines = []
+    again = prepare(corpus, out_dir=out, force=True, log=lines.append)
+    assert "skipped" not in again
+    assert "wrote" in lines[0]
+    assert not (out / "train.bin").exists()  # a redone split drops the old token cache
+
+
+def test_prepare_redoes_when_a_file_was_edited(corpus, tmp_path):
+    out = tmp_path / "out"
+    prepare(corpus, out_dir=out, log=quiet)
+    (out / "val.txt").write_text("edited", encoding="utf-8")
+    assert "skipped" not in prepare(corpus, out_dir=out, log=quiet)
+    assert read_stories(out / "val.txt") == split_stories(read_stories(corpus))[1]
+
+
+def test_prepare_reads_env_source(corpus, tmp_path, monkeypatch):
+    monkeypatch.setenv("G2C_TINYSTORIES", str(corpus))
+    manifest = prepare(out_dir=tmp_path / "out", log=quiet)
+    assert manifest["source"]["path"] == str(corpus.resolve())
+
+
+def test_prepare_missing_source_raises(tmp_path):
+    with pytest.raises(FileNotFoundError, match="does not exist"):
+        prepare(tmp_path / "nope.txt.xz", out_dir=tmp_path / "out", log=quiet)
+
+
+# -- the Hugging Face path --------------------------------------------------------------------
+
+def fake_loader(calls):
+    def load(name, split):
+        calls.append((name, split))
+        n = data.TINY_STORIES if split.startswith("train[:") else 2 * data.TINY_STORIES
+        return {"text": [f"Hub story {i}." for i in range(n)] + ["", "   "]}
+    return load
+
+
+def test_load_hf_stories_tiny_asks_for_a_prefix():
+    calls = []
+    stories = data.load_hf_stories(tiny=True, loader=fake_loader(calls))
+    assert calls == [("roneneldan/TinyStories", f"train[:{data.TINY_STORIES}]")]
+    assert len(stories) == data.TINY_STORIES  # blank stories dropped
+    assert stories[0] == "Hub story 0."
+
+
+def test_load_hf_stories_full_split():
+    calls = []
+    stories = data.load_hf_stories(tiny=False, loader=fake_loader(calls))
+    assert calls == [("roneneldan/TinyStories", "train")]
+    assert len(stories) == 2 * data.TINY_STORIES
+
+
+def test_prepare_from_hub_with_a_stand_in(tmp_path, monkeypatch):
+    monkeypatch.delenv("G2C_TINYSTORIES", raising=False)
+    out = tmp_path / "out"
+    calls = []
+    manifest = prepare(tiny=True, out_dir=out, hf_loader=fake_loader(calls), log=quiet)
+    assert manifest["source"] == {"kind": "huggingface", "dataset": "roneneldan/TinyStories", "tiny": True}
+    assert manifest["train_stories"] + manifest["val_stories"] == data.TINY_STORIES
+    again = prepare(tiny=True, out_dir=out, hf_loader=fake_loader(calls), log=quiet)
+    assert again["skipped"] is True and len(calls) == 1
+
+
+def test_hub_unreachable_fails_fast_naming_the_fixes(tmp_path, monkeypatch):
+    monkeypatch.delenv("G2C_TINYSTORIES", raising=False)
+    monkeypatch.setattr(data, "_hub_reachable", lambda *a, **k: False)
+    t0 = time.monotonic()
+    with pytest.raises(RuntimeError, match=r"--from PATH.*\$G2C_TINYSTORIES"):
+        prepare(tiny=True, out_dir=tmp_path / "out", log=quiet)
+    assert time.monotonic() - t0 < 2.0
+    assert not (tmp_path / "out" / "manifest.json").exists()
+
+
+def test_main_reports_unreachable_hub(tmp_path, monkeypatch, capsys):
+    monkeypatch.delenv("G2C_TINYSTORIES", raising=False)
+    monkeypatch.setattr(data, "_hub_reachable", lambda *a, **k: False)
+    # main() writes to prepare's default out_dir (the real data/); point it at tmp_path.
+    orig = data.prepare
+    monkeypatch.setattr(data, "prepare", lambda *a, **k: orig(*a, **{**k, "out_dir": tmp_path / "out"}))
+    assert data.main(["--tiny"]) == 1
+    assert "--from" in capsys.readouterr().err
+
+
+# -- the token cache --------------------------------------------------------------------------
+
+@pytest.fixture(scope="module")
+def tiny_tokenizer():
+    from g2c.tokenizer import BPETokenizer
+
+    return BPETokenizer.train([story(i) for i in range(50)], vocab_size=300, show_progress=False)
+
+
+def test_tokenize_splits_writes_uint16_with_eot(corpus, tmp_path, tiny_tokenizer):
+    out = tmp_path / "out"
+    prepare(corpus, out_dir=out, log=quiet)
+    counts = tokenize_splits(tiny_tokenizer, data_dir=out, log=quiet)
+    for split in ("train", "val"):
+        arr = data.load_token_stream(split, data_dir=out)
+        assert arr.dtype == np.uint16 and arr.size == counts[split]
+        stories = read_stories(out / f"{split}.txt")
+        expected = []
+        for ids in tiny_tokenizer.encode_batch_fast(stories):
+            expected += ids + [tiny_tokenizer.eot_id]
+        assert arr.tolist() == expected
+        assert int((arr == tiny_tokenizer.eot_id).sum()) == len(stories)
+
+
+def test_tokenize_splits_reuses_cache(corpus, tmp_path, tiny_tokenizer):
+    out = tmp_path / "out"
+    prepare(corpus, out_dir=out, log=quiet)
+    first = tokenize_splits(tiny_tokenizer, data_dir=out, log=quiet)
+    mtime = (out / "train.bin").stat().st_mtime_ns
+    lines = []
+    assert tokenize_splits(tiny_tokenizer, data_dir=out, log=lines.append) == first
+    assert (out / "train.bin").stat().st_mtime_ns == mtime and not lines
+    tokenize_splits(tiny_tokenizer, data_dir=out, force=True, log=lines.append)
+    assert lines  # force rebuilt it
+
+
+def test_tokenize_splits_rebuilds_for_another_tokenizer(corpus, tmp_path, tiny_tokenizer):
+    from g2c.tokenizer import BPETokenizer
+
+    out = tmp_path / "out"
+    prepare(corpus, out_dir=out, log=quiet)
+    tokenize_splits(tiny_tokenizer, data_dir=out, log=quiet)
+    other = BPETokenizer.train([story(i) for i in range(50)], vocab_size=280, show_progress=False)
+    lines = []
+    tokenize_splits(other, data_dir=out, log=lines.append)
+    assert lines
+    assert json.loads((out / "tokens.json").read_text())["tokenizer_sha256"] == \
+        data.hashlib.sha256(other.to_tokenizers().to_str().encode()).hexdigest()
+
+
+def test_tokenize_splits_rejects_a_vocab_over_uint16(tmp_path):
+    class Huge:
+        vocab_size = (1 << 16) + 1
+
+    with pytest.raises(ValueError, match="uint16"):
+        tokenize_splits(Huge(), data_dir=tmp_path, log=quiet)
+
+
+def test_load_split_text_missing_names_datasets_sh(tmp_path):
+    with pytest.raises(FileNotFoundError, match="datasets.sh"):
+        data.load_split_text("train", data_dir=tmp_path)
+
+
+def test_load_token_stream_missing_names_datasets_sh(tmp_path):
+    with pytest.raises(FileNotFoundError, match="datasets.sh"):
+        data.load_token_stream("val", data_dir=tmp_path)

@@ -1,0 +1,178 @@
+"""Beyond (specdec): property tests and edge cases beyond the 20-test contract file.
+
+Hypothesis draws random table-lookup targets and drafters (``tests/specdec_mocks.py``),
+draft lengths, budgets, windows and end-of-sequence ids; whatever it draws, speculative
+decoding must emit exactly the target's greedy chain, with consistent counters.
+"""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+from specdec_mocks import TableLM, chain_table, follow_chain
+
+from g2c.specdec import SpecStats, draft_greedy, greedy_verify, speculative_generate, speculative_verify
+
+SETTINGS = settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+
+
+@st.composite
+def successor_maps(draw, vocab):
+    return draw(st.lists(st.integers(0, vocab - 1), min_size=vocab, max_size=vocab))
+
+
+@st.composite
+def spec_cases(draw):
+    vocab = draw(st.integers(2, 12))
+    target_next = draw(successor_maps(vocab))
+    # Drafters: unrelated, perfect, or the target's map with a few entries changed.
+    kind = draw(st.sampled_from(["random", "perfect", "perturbed"]))
+    if kind == "random":
+        drafter_next = draw(successor_maps(vocab))
+    else:
+        drafter_next = list(target_next)
+        if kind == "perturbed":
+            for v in draw(st.lists(st.integers(0, vocab - 1), max_size=3)):
+                drafter_next[v] = draw(st.integers(0, vocab - 1))
+    prompt = draw(st.lists(st.integers(0, vocab - 1), min_size=1, max_size=6))
+    return dict(
+        vocab=vocab, target_next=target_next, drafter_next=drafter_next, prompt=prompt,
+        k=draw(st.integers(1, 8)), budget=draw(st.integers(0, 25)),
+        eos_id=draw(st.one_of(st.none(), st.integers(0, vocab - 1))),
+        target_window=draw(st.integers(2, 10)), drafter_window=draw(st.integers(1, 10)),
+        seed=draw(st.integers(0, 2**16)),
+    )
+
+
+@SETTINGS
+@given(spec_cases())
+def test_speculative_generate_is_always_the_target_greedy_chain(case):
+    g = torch.Generator().manual_seed(case["seed"])
+    # A table LM ignores the context, so its greedy chain does not depend on the window:
+    # cropping to any window must still reproduce it exactly.
+    target = TableLM(chain_table(case["target_next"], generator=g), max_seq_len=case["target_window"])
+    drafter = TableLM(chain_table(case["drafter_next"], generator=g), max_seq_len=case["drafter_window"])
+    out, stats = speculative_generate(target, drafter, case["prompt"], case["budget"], k=case["k"],
+                                      eos_id=case["eos_id"])
+    expected = follow_chain(case["target_next"], case["prompt"][-1], case["budget"], eos_id=case["eos_id"])
+    assert out.tolist() == case["prompt"] + expected
+    # Counter invariants.
+    assert stats.generated == len(expected)
+    assert stats.target_passes == len(target.calls)
+    assert 0 <= stats.accepted <= min(stats.drafted, stats.generated)
+    assert stats.target_passes <= stats.generated <= stats.target_passes * (case["k"] + 1)
+    assert stats.drafted <= case["k"] * stats.target_passes
+    assert all(call.shape[1] <= case["target_window"] for call in target.calls)
+    if case["budget"] and case["target_next"] == case["drafter_next"] and case["eos_id"] is None:
+        assert stats.acceptance_rate == 1.0
+        k_eff = min(case["k"], case["target_window"] - 1)
+        assert stats.target_passes == -(-case["budget"] // (k_eff + 1))
+
+
+@SETTINGS
+@given(st.integers(1, 6), st.integers(2, 9), st.integers(0, 2**16))
+def test_greedy_verify_agrees_with_a_reference_loop(k, vocab, seed):
+    g = torch.Generator().manual_seed(seed)
+    logits = torch.randn(k + 1, vocab, generator=g)
+    choice = logits.argmax(-1)
+    # Drafts that copy the target's choice for a random prefix, then differ.
+    draft = choice[:k].clone()
+    cut = int(torch.randint(0, k + 1, (1,), generator=g))
+    if cut < k:
+        draft[cut] = (draft[cut] + 1) % vocab
+    assert greedy_verify(draft, logits) == (cut, int(choice[cut]))
+
+
+@SETTINGS
+@given(st.integers(1, 5), st.integers(2, 8), st.integers(0, 2**16))
+def test_speculative_verify_returns_valid_tokens_without_nan(k, vocab, seed):
+    g = torch.Generator().manual_seed(seed)
+    # Sparse random distributions: many exact zeros in p and in q.
+    p = torch.rand(k + 1, vocab, generator=g) * (torch.rand(k + 1, vocab, generator=g) < 0.5)
+    p[:, 0] += 1e-3                                                         # every row has mass
+    p = p / p.sum(-1, keepdim=True)
+    q = torch.rand(k, vocab, generator=g) * (torch.rand(k, vocab, generator=g) < 0.5)
+    q[:, -1] += 1e-3
+    q = q / q.sum(-1, keepdim=True)
+    draft = torch.randint(0, vocab, (k,), generator=g)                      # may have q(x) = 0
+    num_accepted, token = speculative_verify(draft, p, q, generator=g)
+    assert 0 <= num_accepted <= k and 0 <= token < vocab
+    assert p[num_accepted, token] > 0                                       # only tokens the target can emit
+    for i in range(num_accepted):
+        assert p[i, draft[i]] > 0                                           # p(x) = 0 is never accepted
+
+
+def test_speculative_verify_zero_draft_probability_accepts_when_target_allows():
+    # q(x) = 0 but p(x) > 0: min(1, p/q) -> 1, so the draft is accepted (no division, no NaN).
+    p = torch.tensor([[0.2, 0.8], [0.5, 0.5]])
+    q = torch.tensor([[1.0, 0.0]])
+    for seed in range(20):
+        num_accepted, token = speculative_verify(torch.tensor([1]), p, q,
+                                                 generator=torch.Generator().manual_seed(seed))
+        assert num_accepted == 1 and token in (0, 1)
+
+
+def test_speculative_verify_all_zero_residual_falls_back_to_target():
+    # Unnormalised inputs with q >= p everywhere: a rejection is possible (u q(x) >= p(x)),
+    # yet max(0, p - q) is all zero. The fallback samples from p instead of 0/0.
+    p = torch.tensor([[0.1, 0.1, 0.0], [0.3, 0.3, 0.4]])
+    q = torch.tensor([[0.5, 0.5, 0.0]])
+    seen = set()
+    for seed in range(40):
+        num_accepted, token = speculative_verify(torch.tensor([0]), p, q,
+                                                 generator=torch.Generator().manual_seed(seed))
+        if num_accepted == 0:
+            seen.add(token)
+    assert seen and seen <= {0, 1}
+
+
+def test_speculative_verify_rejects_bad_shapes():
+    p, q = torch.full((3, 4), 0.25), torch.full((2, 4), 0.25)
+    with pytest.raises(ValueError, match="draft_ids"):
+        speculative_verify(torch.tensor([], dtype=torch.long), p, q)
+    with pytest.raises(ValueError, match=r"target_probs must have shape \(3, V\)"):
+        speculative_verify(torch.tensor([1, 2]), p[:2], q)
+    with pytest.raises(ValueError, match=r"draft_probs must have shape \(2, V\)"):
+        speculative_verify(torch.tensor([1, 2]), p, p)
+    with pytest.raises(ValueError, match="same vocabulary"):
+        speculative_verify(torch.tensor([1, 2]), p, torch.full((2, 5), 0.2))
+
+
+def test_spec_stats_record_rejects_impossible_counts():
+    stats = SpecStats()
+    with pytest.raises(ValueError, match="must be >= 0"):
+        stats.record(drafted=-1, accepted=0, generated=1)
+    with pytest.raises(ValueError, match="accepted=3 must be <= drafted=2"):
+        stats.record(drafted=2, accepted=3, generated=3)
+    with pytest.raises(ValueError, match="only emitted drafts count"):
+        stats.record(drafted=4, accepted=3, generated=2)
+    assert stats.target_passes == 0                                        # nothing was recorded
+
+
+def test_draft_greedy_rejects_bad_inputs():
+    drafter = TableLM(torch.eye(4))
+    with pytest.raises(ValueError, match="ctx_ids"):
+        draft_greedy(drafter, [], 2)
+    with pytest.raises(ValueError, match="k must be >= 1"):
+        draft_greedy(drafter, [1], 0)
+
+
+def test_speculative_generate_rejects_tiny_target_window():
+    target, drafter = TableLM(torch.eye(4), max_seq_len=1), TableLM(torch.eye(4))
+    with pytest.raises(ValueError, match="max_seq_len"):
+        speculative_generate(target, drafter, [1], 3)
+
+
+def test_speculative_generate_reports_each_pass_and_restores_modes():
+    g = torch.Generator().manual_seed(0)
+    target = TableLM(chain_table([1, 2, 3, 0], generator=g))
+    drafter = TableLM(chain_table([1, 2, 0, 0], generator=g)).eval()
+    passes = []
+    out, stats = speculative_generate(target, drafter, [0], 9, k=3,
+                                      on_pass=lambda emitted, n: passes.append((list(emitted), n)))
+    assert [t for emitted, _ in passes for t in emitted] == out.tolist()[1:]
+    assert sum(n for _, n in passes) == stats.accepted and len(passes) == stats.target_passes
+    assert all(0 <= n <= len(emitted) for emitted, n in passes)
+    assert target.training and not drafter.training                         # modes restored
