@@ -278,10 +278,14 @@ def train(names: list[str], *, force: bool, root: Path | None, argv: list[str], 
         out("checkpoints: warning: a new StoryTokenizer does not match the models trained with the old one; "
             "retrain them too (./checkpoints.sh --train --force)")
     for name in todo:
-        if name == "StoryTokenizer":
-            ladder.train_tokenizer(force=True)
-        else:
-            ladder.train_model(name, force=force)
+        try:
+            if name == "StoryTokenizer":
+                ladder.train_tokenizer(force=True)
+            else:
+                ladder.train_model(name, force=force)
+        except (FileNotFoundError, ValueError) as exc:  # e.g. data not prepared, tokenizer missing
+            print(f"checkpoints: error: cannot train {name}: {exc}", file=sys.stderr)
+            return 1
         out(_line(name, None, *artifact_state(name)[:2], "trained"))
     return 0
 

@@ -19,8 +19,15 @@ from pathlib import Path
 
 import torch
 
-from g2c.artifacts import (MODEL_NAMES, artifact_dir, canonical_name, load_tokenizer, model_state_to_bytes,
-                           verify_artifact, write_artifact)
+from g2c.artifacts import (
+    MODEL_NAMES,
+    artifact_dir,
+    canonical_name,
+    load_tokenizer,
+    model_state_to_bytes,
+    verify_artifact,
+    write_artifact,
+)
 from g2c.course import REPO_ROOT
 from g2c.data import DATA_DIR, load_split_text, load_token_stream, tokenize_splits
 

@@ -9,7 +9,6 @@ now, greedily (temperature 0), by the shipped float16 weights loaded into float3
 
 from __future__ import annotations
 
-import json
 import os
 import sys
 from pathlib import Path
@@ -71,7 +70,8 @@ Losses are mean next-token cross-entropy in nats, measured on the stored float16
 validation over the whole validation stream in non-overlapping 256-token windows, train over
 the first {first['train_loss_tokens']:,} training tokens. Perplexity = exp(validation loss).
 
-| model | D | layers | heads | parameters | tokens seen | epochs | steps | peak lr | train loss | val loss | val ppl | wall time |
+| model | D | layers | heads | parameters | tokens seen | epochs | steps | peak lr | train loss | val loss \
+| val ppl | wall time |
 |---|---|---|---|---|---|---|---|---|---|---|---|---|
 {chr(10).join(rows)}
 
@@ -79,8 +79,9 @@ Recipe (all three): AdamW (β = 0.9, 0.95; weight decay 0.1 on matrices only), l
 then cosine decay to a tenth of the peak, gradient clipping at 1.0, batches of 16 × 256 tokens
 drawn uniformly from the training stream, bfloat16 autocast, torch's fused attention kernel
 (same maths as the course attention, tested equal), validation every 100 steps, weights with
-the best validation loss kept. Machine: {machine}. Each manifest also records the seed, the
-full validation history and the code commit.
+the best validation loss kept. Machine: {machine.replace(" ,", ",")} (the project's 2-core
+AMD EPYC VM, no GPU). Each manifest also records the seed, the full validation history and
+the code commit.
 
 ## Greedy continuations
 

@@ -136,7 +136,7 @@ def test_speculative_verify_rejects_bad_shapes():
         speculative_verify(torch.tensor([1, 2]), p[:2], q)
     with pytest.raises(ValueError, match=r"draft_probs must have shape \(2, V\)"):
         speculative_verify(torch.tensor([1, 2]), p, p)
-    with pytest.raises(ValueError, match="same vocabulary"):
+    with pytest.raises(ValueError, match="share one vocabulary"):
         speculative_verify(torch.tensor([1, 2]), p, torch.full((2, 5), 0.2))
 
 

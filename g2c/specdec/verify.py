@@ -109,8 +109,8 @@ def speculative_verify(draft_ids: torch.Tensor, target_probs: torch.Tensor, draf
           p == q, where a rejection has probability 0; it can still happen through
           rounding. We then sample from p itself: the event has (near) zero probability, so
           any choice keeps the output distribution, and p keeps the token a target sample.
-        A rejected x is never resampled: rejection means p(x) <= u q(x) < q(x), so the
-        residual is 0 at x.
+        Outside that fallback a rejected x is never resampled: rejection means
+        p(x) <= u q(x) < q(x), so the residual is 0 at x.
 
     Steps:
         1. Validate (``_check_block`` for both tables, and V must agree).

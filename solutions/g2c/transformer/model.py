@@ -85,7 +85,8 @@ class TransformerLM(Module):
         return self
 
     def _check_ids(self, ids: torch.Tensor) -> None:
-        if not isinstance(ids, torch.Tensor) or ids.dim() != 2 or ids.dtype.is_floating_point or ids.dtype == torch.bool:
+        bad_dtype = isinstance(ids, torch.Tensor) and (ids.dtype.is_floating_point or ids.dtype == torch.bool)
+        if not isinstance(ids, torch.Tensor) or ids.dim() != 2 or bad_dtype:
             shape = tuple(ids.shape) if isinstance(ids, torch.Tensor) else type(ids).__name__
             raise ValueError(f"TransformerLM expects integer ids of shape (B, T); got {shape}")
         if ids.shape[1] < 1:
