@@ -189,9 +189,10 @@ def load_model(name: str, *, device: str | torch.device = "auto", root: Path | N
     """
     from g2c.transformer import TransformerLM
 
-    name = canonical_name(name)
-    if name not in MODEL_NAMES:
-        raise ValueError(f"{name} is not a model; models: {', '.join(MODEL_NAMES)}")
+    known = {m.lower(): m for m in MODEL_NAMES}
+    if str(name).strip().lower() not in known:
+        raise ValueError(f"unknown model {name!r}; models: {', '.join(MODEL_NAMES)}")
+    name = known[str(name).strip().lower()]
     verify_artifact(name, root)
     folder = artifact_dir(name, root)
     cfg = json.loads((folder / "config.json").read_text())

@@ -235,11 +235,14 @@ def verify_or_install(names: list[str], *, root: Path | None, source: Path | Non
         state, manifest, message = artifact_state(name, root)
         note, failure = "", ""
         if state != "OK" or (force and (source is not None or url)):
+            before = state
             try:
                 note = _repair(name, root=root, source=source, url=url, force=force) or ""
             except (ArtifactError, OSError) as exc:
                 failure, note = str(exc), "install failed, see below"
             state, manifest, message = artifact_state(name, root)
+            if before != "OK" and note:
+                note = f"was {before}: {note}"
         elif source is not None:
             note = "already installed and verified; --force replaces it"
         out(_line(name, root, state, manifest, note))

@@ -217,6 +217,9 @@ def test_generate_repetition_penalty_changes_the_greedy_choice():
     ([1], {"repetition_penalty": 0.0}, "repetition_penalty must be > 0"),
     ([], {}, "non-empty 1-D"),
     ([[1, 2]], {}, "non-empty 1-D"),
+    ([1.7, 2.0], {}, "integer token ids"),             # floats are refused, never silently cast
+    ([True, False], {}, "integer token ids"),
+    ([1], {"temperature": float("nan")}, "temperature must be >= 0"),
 ])
 def test_generate_rejects_invalid_arguments(prompt, kwargs, match):
     kwargs = {"max_new_tokens": 2, **kwargs}

@@ -159,6 +159,14 @@ def test_draft_greedy_rejects_bad_inputs():
         draft_greedy(drafter, [1], 0)
 
 
+def test_speculative_generate_rejects_non_integer_prompt_and_k():
+    target = drafter = TableLM(torch.eye(4))
+    with pytest.raises(ValueError, match="integer token ids"):
+        speculative_generate(target, drafter, torch.tensor([1.7, 2.0]), 3)
+    with pytest.raises(ValueError, match="k must be >= 1"):
+        speculative_generate(target, drafter, [1], 3, k=2.5)
+
+
 def test_speculative_generate_rejects_tiny_target_window():
     target, drafter = TableLM(torch.eye(4), max_seq_len=1), TableLM(torch.eye(4))
     with pytest.raises(ValueError, match="max_seq_len"):

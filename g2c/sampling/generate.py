@@ -10,7 +10,24 @@ import torch
 
 from .warpers import apply_repetition_penalty, apply_temperature, top_k_filter, top_p_filter
 
-__all__ = ["generate", "next_token_logits", "sample_from_logits"]
+__all__ = ["as_token_ids", "generate", "next_token_logits", "sample_from_logits"]
+
+
+def as_token_ids(ids, name: str = "prompt_ids") -> torch.Tensor:
+    """Check a prompt and return it as a CPU LongTensor (N,). Provided.
+
+    Accepts a list of ints or an integer tensor. Floats and bools are refused rather than
+    silently cast (``[1.7, 2.0]`` is not a prompt).
+
+    Raises:
+        ValueError: not 1-D, empty, or not integer token ids; the message names ``name``.
+    """
+    t = torch.as_tensor(ids)
+    if t.dim() != 1 or t.numel() == 0:
+        raise ValueError(f"{name} must be a non-empty 1-D sequence of token ids, got shape {tuple(t.shape)}")
+    if t.dtype.is_floating_point or t.dtype.is_complex or t.dtype == torch.bool:
+        raise ValueError(f"{name} must hold integer token ids, got dtype {t.dtype}")
+    return t.long().cpu()
 
 
 @torch.no_grad()
@@ -60,7 +77,7 @@ def generate(model, prompt_ids, max_new_tokens: int, *, temperature: float = 1.0
         N <= len(prompt) + max_new_tokens.
 
     Raises:
-        ValueError: empty prompt, prompt not 1-D, temperature < 0, top_k < 1, top_p
+        ValueError: empty, non-1-D or non-integer prompt, temperature < 0 or NaN, top_k < 1, top_p
             outside (0, 1], max_new_tokens < 0, repetition_penalty <= 0.
 
     Steps:
@@ -70,10 +87,8 @@ def generate(model, prompt_ids, max_new_tokens: int, *, temperature: float = 1.0
         3. Append; stop at ``eos_id`` (``test_generate_stops_at_eos``) or after
            ``max_new_tokens``.
     """
-    ids = torch.as_tensor(prompt_ids, dtype=torch.long).cpu()
-    if ids.dim() != 1 or ids.numel() == 0:
-        raise ValueError(f"prompt_ids must be a non-empty 1-D sequence of token ids, got shape {tuple(ids.shape)}")
-    if temperature < 0:
+    ids = as_token_ids(prompt_ids)
+    if not temperature >= 0:  # also refuses NaN
         raise ValueError(f"temperature must be >= 0 (0 = greedy), got {temperature}")
     if top_k is not None and top_k < 1:
         raise ValueError(f"top_k must be >= 1 or None, got {top_k}")

@@ -24,6 +24,8 @@ from dataclasses import dataclass
 
 import torch
 
+from g2c.sampling.generate import as_token_ids
+
 from .verify import greedy_verify
 
 __all__ = ["SpecStats", "draft_greedy", "speculative_generate"]
@@ -99,10 +101,8 @@ def draft_greedy(drafter, ctx_ids, k: int) -> torch.Tensor:
     Raises:
         ValueError: empty or non-1-D context, or k < 1.
     """
-    ids = torch.as_tensor(ctx_ids, dtype=torch.long).cpu()
-    if ids.dim() != 1 or ids.numel() == 0:
-        raise ValueError(f"ctx_ids must be a non-empty 1-D sequence of token ids, got shape {tuple(ids.shape)}")
-    if k < 1:
+    ids = as_token_ids(ctx_ids, "ctx_ids")
+    if isinstance(k, bool) or not isinstance(k, int) or k < 1:
         raise ValueError(f"k must be >= 1 draft tokens, got {k}")
     for _ in range(k):
         window = ids[-drafter.max_seq_len:].unsqueeze(0).to(drafter.device)  # (1, T)

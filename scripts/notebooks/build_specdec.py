@@ -226,7 +226,7 @@ for step in range(STEPS):
     opt.zero_grad()
     loss.backward()
     opt.step()
-    losses.append(float(loss))
+    losses.append(float(loss.detach()))
 plt.figure(figsize=(5, 3))
 plt.plot(losses)
 plt.xlabel("step")
