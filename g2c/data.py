@@ -29,6 +29,7 @@ from pathlib import Path
 import numpy as np
 from tqdm.auto import tqdm
 
+from g2c.artifacts import sha256_file
 from g2c.course import REPO_ROOT
 
 EOT = "<|endoftext|>"
@@ -39,14 +40,6 @@ TINY_STORIES = 10_000  # stories taken from the Hugging Face train split with --
 
 __all__ = ["DATA_DIR", "is_validation", "load_split_text", "load_token_stream", "prepare", "read_stories",
            "split_stories", "tokenize_splits"]
-
-
-def sha256_file(path: Path) -> str:
-    h = hashlib.sha256()
-    with open(path, "rb") as f:
-        for chunk in iter(lambda: f.read(1 << 20), b""):
-            h.update(chunk)
-    return h.hexdigest()
 
 
 def read_stories(path: str | Path) -> list[str]:
