@@ -7,4 +7,4 @@ if [ ! -x .venv/bin/python ]; then
     echo "notebook.sh: .venv is missing; run ./setup.sh first" >&2
     exit 1
 fi
-exec .venv/bin/python -m g2c.notebooks "$@"
+exec .venv/bin/python -m g2c.course.notebooks "$@"

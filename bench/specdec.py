@@ -35,8 +35,8 @@ import torch  # noqa: E402
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from g2c.artifacts import ArtifactError, load_model  # noqa: E402
-from g2c.data import load_split_text, load_token_stream  # noqa: E402
+from g2c.assets.artifacts import ArtifactError, load_model  # noqa: E402
+from g2c.assets.data import load_split_text, load_token_stream  # noqa: E402
 from g2c.nn import synchronize  # noqa: E402
 from g2c.sampling import generate  # noqa: E402
 from g2c.specdec import MTPHead, SpecStats, greedy_verify, hidden_states, mtp_loss, speculative_generate  # noqa: E402

@@ -13,19 +13,19 @@ import os
 import sys
 from pathlib import Path
 
-os.environ.setdefault("G2C_APPLY_SOLUTIONS", "all")
-os.environ.setdefault("G2C_QUIET", "1")
-ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))
+import g2c
+from g2c.assets.artifacts import MODEL_NAMES, artifact_dir, load_model, verify_artifact
 
-from g2c.artifacts import MODEL_NAMES, artifact_dir, load_model, verify_artifact  # noqa: E402
-from g2c.sampling import generate  # noqa: E402
+ROOT = Path(__file__).resolve().parent.parent
 
 PROMPTS = ["Once upon a time", "Tom and his dog went to the park. They", "Lily wanted to bake a cake, but"]
 NEW_TOKENS = 48
 
 
 def main() -> int:
+    os.environ.setdefault("G2C_QUIET", "1")
+    g2c.use_solutions(os.environ.get(g2c.course.SOLUTIONS_ENV) or "all")
+    from g2c.sampling import generate
     tok_manifest = verify_artifact("StoryTokenizer")
     rows, samples = [], []
     for name in MODEL_NAMES:

@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Print the README's module table from the course registry (g2c/course.py).
+"""Print the README's module table from the course registry (g2c/course/registry.py).
 
     python scripts/readme_table.py            # print the table
     python scripts/readme_table.py --write    # replace the table between the README markers

@@ -46,7 +46,7 @@ def scaffold_text(source: str, rel: str) -> str:
     """Return the scaffold for the solution text of repo-relative file ``rel`` (``g2c/...``)."""
     module = module_for_file(rel)
     if module is None:
-        raise SystemExit(f"{rel}: no course module owns this file; add it to g2c/course.py")
+        raise SystemExit(f"{rel}: no course module owns this file; add it to g2c/course/registry.py")
     lines = source.splitlines(keepends=True)
     out: list[str] = []
     i = 0

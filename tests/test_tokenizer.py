@@ -13,7 +13,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from g2c.tokenizer import EOT, BPETokenizer, bytes_to_unicode, load_story_tokenizer
+from g2c.assets import load_story_tokenizer
+from g2c.tokenizer import EOT, BPETokenizer, bytes_to_unicode
 
 CORPUS = [
     "Once upon a time, there was a little girl named Lily. She loved to play outside in the park.",

@@ -240,7 +240,7 @@ def test_storylm_ladder_shapes_follow_conventions():
 @pytest.mark.parametrize("hidden_dim", [None, 48])
 def test_export_logits_match_gpt2(hidden_dim):
     pytest.importorskip("transformers")
-    from g2c.export import to_hf_gpt2
+    from g2c.transformer.export import to_hf_gpt2
 
     model = _model(hidden_dim=hidden_dim)
     hf = to_hf_gpt2(model)
@@ -255,8 +255,8 @@ def test_export_logits_match_gpt2(hidden_dim):
 
 def test_export_greedy_generate_matches_gpt2():
     pytest.importorskip("transformers")
-    from g2c.export import to_hf_gpt2
     from g2c.sampling import generate
+    from g2c.transformer.export import to_hf_gpt2
 
     # Larger weights (std 0.5) make the logits peaked and the greedy path varied; the margin
     # check below makes sure no step is a near-tie that float round-off (~1e-6) could flip.
@@ -275,14 +275,14 @@ def test_export_greedy_generate_matches_gpt2():
 
 def test_export_rejects_non_transformer():
     pytest.importorskip("transformers")
-    from g2c.export import to_hf_gpt2
+    from g2c.transformer.export import to_hf_gpt2
 
     with pytest.raises(TypeError, match="expects a g2c.transformer.TransformerLM"):
         to_hf_gpt2(Block(D, H, hidden_dim=4 * D))
 
 
 def test_export_without_transformers_names_the_fix(monkeypatch):
-    from g2c.export import to_hf_gpt2
+    from g2c.transformer.export import to_hf_gpt2
 
     monkeypatch.setitem(sys.modules, "transformers", None)    # makes `import transformers` fail
     with pytest.raises(ImportError, match="pip install transformers"):

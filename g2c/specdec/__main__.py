@@ -52,7 +52,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--color", choices=("auto", "always", "never"), default="auto")
     args = ap.parse_args(argv)
 
-    from g2c.artifacts import ArtifactError, load_model
+    from g2c.assets.artifacts import ArtifactError, load_model
     from g2c.specdec import speculative_generate
 
     try:

@@ -1,6 +1,6 @@
-"""Module 04: byte-level BPE and the course's StoryTokenizer."""
+"""Module 04: byte-level BPE. The shipped StoryTokenizer is loaded by the artifact tooling:
+``from g2c.assets import load_story_tokenizer``."""
 
 from .bpe import EOT, BPETokenizer, bytes_to_unicode
-from .story import load_story_tokenizer
 
-__all__ = sorted(["EOT", "BPETokenizer", "bytes_to_unicode", "load_story_tokenizer"])
+__all__ = sorted(["EOT", "BPETokenizer", "bytes_to_unicode"])

@@ -42,7 +42,7 @@ import time
 import matplotlib.pyplot as plt
 import torch
 
-from g2c.artifacts import load_model
+from g2c.assets.artifacts import load_model
 from g2c.nn import synchronize
 from g2c.sampling import generate
 from g2c.specdec import (MTPHead, SpecStats, greedy_verify, hidden_states, mtp_loss, mtp_propose,
@@ -200,7 +200,7 @@ compare its two-ahead top-1 accuracy with the base model's one-ahead accuracy.
 """)
 
 code("""
-from g2c.data import load_token_stream, prepare, tokenize_splits
+from g2c.assets.data import load_token_stream, prepare, tokenize_splits
 from g2c.pretraining import get_lm_batch
 from g2c.training import AdamW
 

@@ -1,4 +1,4 @@
-"""TinyStories preparation (g2c/data.py, provided code): reading, the split, the cache.
+"""TinyStories preparation (g2c/assets/data.py, provided code): reading, the split, the cache.
 
 Everything runs on tiny synthetic corpora under ``tmp_path``; the real ``data/`` is never touched.
 """
@@ -12,8 +12,8 @@ import time
 import numpy as np
 import pytest
 
-from g2c import data
-from g2c.data import EOT, is_validation, prepare, read_stories, split_stories, tokenize_splits
+from g2c.assets import data
+from g2c.assets.data import EOT, is_validation, prepare, read_stories, split_stories, tokenize_splits
 
 
 def story(i: int) -> str:

@@ -14,9 +14,9 @@ import os
 import sys
 from pathlib import Path
 
-from .course import MODULES, REPO_ROOT, SOLUTIONS_ROOT, parse_selection
+from .registry import MODULES, REPO_ROOT, SOLUTIONS_ENV, SOLUTIONS_ROOT, parse_selection
 
-ENV_VAR = "G2C_APPLY_SOLUTIONS"
+ENV_VAR = SOLUTIONS_ENV
 
 
 def _solution_map(selected: list[str]) -> dict[str, Path]:
@@ -69,3 +69,44 @@ def install() -> list[str]:
             print(f"g2c: using reference solutions for modules {', '.join(selected)} "
                   f"({ENV_VAR}={os.environ.get(ENV_VAR)!r}; G2C_QUIET=1 hides this)", file=sys.stderr)
     return selected
+
+
+def loaded_course_modules() -> list[str]:
+    """Dotted names of course-module files (registry-owned) already in ``sys.modules``."""
+    names = set()
+    for m in MODULES:
+        for rel in m.files:
+            parts = Path(rel).with_suffix("").parts
+            if parts[-1] == "__init__":
+                parts = parts[:-1]
+            names.add(".".join(parts))
+    return sorted(n for n in names if n in sys.modules)
+
+
+def use_solutions(selector: str) -> list[str]:
+    """Select the answer key from code, the way ``G2C_APPLY_SOLUTIONS`` does from the shell.
+
+    Call it before importing any course module (``g2c.nn``, ``g2c.specdec``, ...): the hook
+    decides which file a module is loaded from at import time, so a module already imported
+    keeps the code it was loaded with. The selector is also written to the environment
+    variable, so subprocesses (notebook kernels, pytest runs) inherit it.
+
+    Args:
+        selector: as ``G2C_APPLY_SOLUTIONS``: ``"all"``, ``"09,11,specdec"``, ``"01-11"``, ``""``.
+
+    Returns:
+        The selected module ids, in course order.
+
+    Raises:
+        ValueError: a malformed selector (the message lists the valid ids).
+        RuntimeError: a course module is already imported; the message names them and says
+            to call ``use_solutions`` first (or to set the environment variable before Python starts).
+    """
+    selected = parse_selection(selector)
+    loaded = loaded_course_modules()
+    if loaded:
+        raise RuntimeError(f"g2c.use_solutions({selector!r}) must run before any course module is imported, "
+                           f"but these are loaded already: {', '.join(loaded)}. Call it first, or set "
+                           f"{ENV_VAR} before Python starts.")
+    os.environ[ENV_VAR] = selector
+    return install()

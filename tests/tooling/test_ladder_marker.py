@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 from conftest import LADDER, LADDER_MISSING
 
-REPO_ROOT = Path(__file__).resolve().parent.parent
+REPO_ROOT = Path(__file__).resolve().parent.parent.parent
 
 LADDER_TEST = '''
 import pytest

@@ -13,8 +13,10 @@ import re
 from dataclasses import dataclass
 from pathlib import Path
 
-REPO_ROOT = Path(__file__).resolve().parent.parent
+REPO_ROOT = Path(__file__).resolve().parent.parent.parent
 SOLUTIONS_ROOT = REPO_ROOT / "solutions"
+# The student's switch: which modules load the answer key instead of the scaffolds.
+SOLUTIONS_ENV = "G2C_APPLY_SOLUTIONS"
 
 
 @dataclass(frozen=True)
@@ -65,7 +67,7 @@ MODULES: tuple[CourseModule, ...] = (
        ["g2c/training/__init__.py", "g2c/training/adamw.py", "g2c/training/clip.py",
         "g2c/training/schedule.py"], "training"),
     _m("04", "Byte-level BPE tokenizer",
-       ["g2c/tokenizer/__init__.py", "g2c/tokenizer/bpe.py", "g2c/tokenizer/story.py"], "tokenizer"),
+       ["g2c/tokenizer/__init__.py", "g2c/tokenizer/bpe.py"], "tokenizer"),
     _m("05", "Token embeddings and learned positions",
        ["g2c/embeddings/__init__.py", "g2c/embeddings/embeddings.py"], "embeddings"),
     _m("06", "Next-token prediction: cross-entropy and perplexity",
@@ -76,7 +78,7 @@ MODULES: tuple[CourseModule, ...] = (
        ["g2c/attention/multihead.py"], "multihead-attention"),
     _m("09", "Transformer block and TransformerLM",
        ["g2c/transformer/__init__.py", "g2c/transformer/block.py", "g2c/transformer/model.py",
-        "g2c/transformer/config.py", "g2c/export.py"], "transformer"),
+        "g2c/transformer/config.py", "g2c/transformer/export.py"], "transformer"),
     _m("09b", "Pretraining objective: batches, loss, stream splits",
        ["g2c/pretraining/__init__.py", "g2c/pretraining/objective.py"], "pretraining"),
     _m("10", "The trainer loop and checkpoints",

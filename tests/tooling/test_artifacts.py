@@ -1,4 +1,4 @@
-"""Shipped artifacts (g2c/artifacts.py, provided code): verification, atomic writes, loading.
+"""Shipped artifacts (g2c/assets/artifacts.py, provided code): verification, atomic writes, loading.
 
 The first part works on a temporary artifacts root; the ``ladder`` tests check the real
 StoryLM ladder under ``artifacts/`` (they skip without it, see tests/conftest.py).
@@ -12,8 +12,8 @@ import shutil
 import pytest
 import torch
 
-from g2c import artifacts
-from g2c.artifacts import (
+from g2c.assets import artifacts
+from g2c.assets.artifacts import (
     MODEL_NAMES,
     ArtifactMissingError,
     ChecksumError,

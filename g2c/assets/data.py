@@ -1,6 +1,6 @@
 """TinyStories for the course: read, split by story hash, and cache as token streams.
 
-``./datasets.sh`` is the command-line entry (``python -m g2c.data``). Sources, in order:
+``./datasets.sh`` is the command-line entry (``python -m g2c.assets.data``). Sources, in order:
 ``--from PATH`` or ``$G2C_TINYSTORIES`` (a ``.txt`` or ``.txt.xz`` file with stories
 separated by a line ``<|endoftext|>``), else the Hugging Face dataset
 ``roneneldan/TinyStories`` through the ``datasets`` library.
@@ -29,10 +29,10 @@ from pathlib import Path
 import numpy as np
 from tqdm.auto import tqdm
 
-from g2c.artifacts import sha256_file
+from g2c.assets.artifacts import sha256_file
 from g2c.course import REPO_ROOT
+from g2c.tokenizer.bpe import EOT  # the end-of-text token, defined once by module 04
 
-EOT = "<|endoftext|>"
 DATA_DIR = REPO_ROOT / "data" / "tinystories"
 HF_DATASET = "roneneldan/TinyStories"
 VAL_PERCENT = 5
@@ -243,7 +243,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"datasets: error: {exc}", file=sys.stderr)
         return 1
     try:
-        from g2c.artifacts import load_tokenizer
+        from g2c.assets.artifacts import load_tokenizer
         tok = load_tokenizer("StoryTokenizer")
     except (FileNotFoundError, ValueError) as exc:
         print(f"datasets: token cache not built ({exc})")

@@ -83,7 +83,7 @@ def test_registry_each_file_owned_once():
 def test_registry_every_solution_file_is_owned():
     for sol in sorted((REPO_ROOT / "solutions" / "g2c").rglob("*.py")):
         rel = sol.relative_to(REPO_ROOT / "solutions").as_posix()
-        assert module_for_file(rel) is not None, f"solutions/{rel} is owned by no module in g2c/course.py"
+        assert module_for_file(rel) is not None, f"solutions/{rel} is owned by no module in g2c/course/registry.py"
 
 
 def test_registry_lesson_and_notebook_paths_shaped_right():
@@ -107,8 +107,8 @@ def test_get_module_unknown_id_lists_valid_ids():
 
 def test_module_for_file_accepts_backslashes():
     assert module_for_file("g2c\\nn\\layers.py").id == "03"
-    assert module_for_file("g2c/course.py") is None
-    assert Path(REPO_ROOT / "g2c" / "course.py").is_file()
+    assert module_for_file("g2c/course/registry.py") is None
+    assert Path(REPO_ROOT / "g2c" / "course" / "registry.py").is_file()
 
 
 def test_readme_module_table_matches_registry():

@@ -1,4 +1,4 @@
-"""``./checkpoints.sh`` (g2c/checkpoints.py): verify, install from a mirror or a URL, retrain guard.
+"""``./checkpoints.sh`` (g2c/assets/checkpoints.py): verify, install from a mirror or a URL, retrain guard.
 
 Every test works on temporary artifact roots (the hidden ``--root`` option); the real
 ``artifacts/`` is only read.
@@ -15,8 +15,8 @@ from pathlib import Path
 
 import pytest
 
-from g2c import checkpoints
-from g2c.artifacts import (
+from g2c.assets import checkpoints
+from g2c.assets.artifacts import (
     MODEL_NAMES,
     ArtifactMissingError,
     ChecksumError,
@@ -24,9 +24,9 @@ from g2c.artifacts import (
     verify_artifact,
     write_artifact,
 )
-from g2c.checkpoints import install_from_url, main
+from g2c.assets.checkpoints import install_from_url, main
 
-REPO_ROOT = Path(__file__).resolve().parent.parent
+REPO_ROOT = Path(__file__).resolve().parent.parent.parent
 VAL_LOSS = {"StoryLM-1M": 3.5, "StoryLM-5M": 2.5, "StoryLM-30M": 2.0}
 
 

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from g2c.course import REPO_ROOT, get_module, module_ids
-from g2c.notebooks import launch_env, main, prepare_working_copy, working_copy_path
+from g2c.course.notebooks import launch_env, main, prepare_working_copy, working_copy_path
 
 
 @pytest.fixture
@@ -98,7 +98,8 @@ def test_main_bogus_solutions_exits_2(capsys):
 @pytest.fixture
 def tmp_repo(tmp_path: Path) -> Path:
     """A minimal repo copy with notebook.sh, the registry, the launcher and one clean notebook."""
-    for rel in ("notebook.sh", "g2c/__init__.py", "g2c/_solutions.py", "g2c/course.py", "g2c/notebooks.py"):
+    course = [f"g2c/course/{p.name}" for p in (REPO_ROOT / "g2c/course").glob("*.py")]
+    for rel in ("notebook.sh", "g2c/__init__.py", *course):
         (tmp_path / rel).parent.mkdir(parents=True, exist_ok=True)
         (tmp_path / rel).write_bytes((REPO_ROOT / rel).read_bytes())
     (tmp_path / "notebook.sh").chmod(0o755)

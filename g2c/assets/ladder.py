@@ -19,7 +19,7 @@ from pathlib import Path
 
 import torch
 
-from g2c.artifacts import (
+from g2c.assets.artifacts import (
     MODEL_NAMES,
     artifact_dir,
     canonical_name,
@@ -28,8 +28,8 @@ from g2c.artifacts import (
     verify_artifact,
     write_artifact,
 )
+from g2c.assets.data import DATA_DIR, load_split_text, load_token_stream, tokenize_splits
 from g2c.course import REPO_ROOT
-from g2c.data import DATA_DIR, load_split_text, load_token_stream, tokenize_splits
 
 RUNS_DIR = REPO_ROOT / "runs"
 VOCAB_SIZE = 4096

@@ -100,7 +100,8 @@ def test_scaffold_text_unowned_file_exits():
 @pytest.fixture
 def tmp_repo(tmp_path: Path) -> Path:
     """A minimal copy of the repo: the registry, the generator and one solution file."""
-    for rel in ("g2c/__init__.py", "g2c/_solutions.py", "g2c/course.py", "scripts/scaffolds.py"):
+    course = [f"g2c/course/{p.name}" for p in (REPO_ROOT / "g2c/course").glob("*.py")]
+    for rel in ("g2c/__init__.py", *course, "scripts/scaffolds.py"):
         (tmp_path / rel).parent.mkdir(parents=True, exist_ok=True)
         shutil.copyfile(REPO_ROOT / rel, tmp_path / rel)
     sol = tmp_path / "solutions" / REL

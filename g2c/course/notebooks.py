@@ -19,9 +19,9 @@ import sys
 import time
 from pathlib import Path
 
-from .course import REPO_ROOT, get_module, parse_selection
+from .registry import REPO_ROOT, SOLUTIONS_ENV, get_module, parse_selection
 
-ENV_VAR = "G2C_APPLY_SOLUTIONS"
+ENV_VAR = SOLUTIONS_ENV
 
 
 def working_copy_path(module_id: str, *, root: Path = REPO_ROOT) -> Path:

@@ -1,13 +1,13 @@
 """``./checkpoints.sh``: verify, install or retrain the shipped artifacts.
 
-Usage (``python -m g2c.checkpoints`` is the same)::
+Usage (``python -m g2c.assets.checkpoints`` is the same)::
 
     ./checkpoints.sh                      verify every artifact, one line each; exit 0 iff all OK
     ./checkpoints.sh --from DIR           install from a mirror laid out like artifacts/
     G2C_ARTIFACTS_URL=https://host/path ./checkpoints.sh
                                           download missing or corrupted artifacts
     ./checkpoints.sh --from DIR --force   also replace verified artifacts
-    ./checkpoints.sh --train [NAME...]    retrain with the recipes in g2c/ladder.py
+    ./checkpoints.sh --train [NAME...]    retrain with the recipes in g2c/assets/ladder.py
 
 A missing or corrupted artifact is restored from the first source available: ``--from
 DIR``, then ``$G2C_ARTIFACTS_URL``, then the copy committed in git (``HEAD``). Every
@@ -31,7 +31,8 @@ import urllib.error
 import urllib.request
 from pathlib import Path
 
-from g2c.artifacts import (
+import g2c
+from g2c.assets.artifacts import (
     ARTIFACTS_DIR,
     MODEL_NAMES,
     TOKENIZER_NAMES,
@@ -43,6 +44,7 @@ from g2c.artifacts import (
     verify_artifact,
     write_artifact,
 )
+from g2c.course import module_ids
 
 ALL_NAMES = TOKENIZER_NAMES + MODEL_NAMES  # the tokenizer first: the models depend on it
 URL_ENV = "G2C_ARTIFACTS_URL"
@@ -270,12 +272,12 @@ def train(names: list[str], *, force: bool, root: Path | None, argv: list[str], 
     if root is not None and Path(root).resolve() != ARTIFACTS_DIR.resolve():
         out("checkpoints: --train always writes to artifacts/; drop --root")
         return 2
-    if os.environ.get("G2C_APPLY_SOLUTIONS") != "all":
-        # The recipes run the course's own code with the reference solutions applied. The hook
-        # is installed when ``g2c`` is first imported, so start again with it selected.
-        env = {**os.environ, "G2C_APPLY_SOLUTIONS": "all", "G2C_QUIET": "1"}
-        os.execve(sys.executable, [sys.executable, "-m", "g2c.checkpoints", *argv], env)
-    from g2c import ladder
+    if not set(module_ids()) <= set(g2c.APPLIED_SOLUTIONS):
+        # The recipes run the course's own code with the reference solutions applied; no
+        # course module is imported yet on this path, so the selection can still change.
+        os.environ.setdefault("G2C_QUIET", "1")
+        g2c.use_solutions("all")
+    from g2c.assets import ladder
 
     if "StoryTokenizer" in todo and any(artifact_state(m)[0] == "OK" for m in MODEL_NAMES if m not in todo):
         out("checkpoints: warning: a new StoryTokenizer does not match the models trained with the old one; "
@@ -314,7 +316,7 @@ examples:
   ./checkpoints.sh --train --force         retrain all four from scratch, tokenizer first""")
     ap.add_argument("names", nargs="*", metavar="NAME", help="artifacts to act on (default: all)")
     ap.add_argument("--train", nargs="*", metavar="NAME",
-                    help="retrain these (default: all, tokenizer first) with the recipes in g2c/ladder.py; "
+                    help="retrain these (default: all, tokenizer first) with the recipes in g2c/assets/ladder.py; "
                          "needs ./datasets.sh first; applies G2C_APPLY_SOLUTIONS=all")
     ap.add_argument("--from", dest="source", metavar="DIR", help="install from a mirror laid out like artifacts/")
     ap.add_argument("--force", action="store_true", help="replace verified artifacts (install or retrain)")

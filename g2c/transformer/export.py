@@ -4,7 +4,7 @@ The course model is GPT-2-shaped (CONVENTIONS §4), so every tensor has a GPT-2 
 The only layout difference: GPT-2's ``Conv1D`` layers store their weight as
 (in_features, out_features), the transpose of the course ``Linear`` weight (out, in).
 
-    from g2c.export import to_hf_gpt2
+    from g2c.transformer.export import to_hf_gpt2
     hf = to_hf_gpt2(model)           # GPT2LMHeadModel, eval mode, float32
     hf(ids).logits                   # equals model(ids) to float32 round-off
 
@@ -45,7 +45,7 @@ def to_hf_gpt2(model):
     try:
         import transformers
     except ImportError as e:  # pragma: no cover - depends on the environment
-        raise ImportError("g2c.export.to_hf_gpt2 needs the transformers library: "
+        raise ImportError("g2c.transformer.export.to_hf_gpt2 needs the transformers library: "
                           "pip install transformers (it is in the dev extra)") from e
     from g2c.transformer import TransformerLM
 

@@ -28,8 +28,8 @@ MODEL_NAMES = ("StoryLM-1M", "StoryLM-5M", "StoryLM-30M")
 TOKENIZER_NAMES = ("StoryTokenizer",)
 
 __all__ = ["ARTIFACTS_DIR", "MODEL_NAMES", "TOKENIZER_NAMES", "ArtifactError", "ArtifactMissingError",
-           "ChecksumError", "artifact_dir", "canonical_name", "load_model", "load_tokenizer", "verify_artifact",
-           "write_artifact"]
+           "ChecksumError", "artifact_dir", "canonical_name", "load_model", "load_story_tokenizer", "load_tokenizer",
+           "verify_artifact", "write_artifact"]
 
 
 class ArtifactError(Exception):
@@ -153,6 +153,16 @@ def load_tokenizer(name: str = "StoryTokenizer", *, root: Path | None = None):
 
     verify_artifact(name, root)
     return BPETokenizer.load(artifact_dir(name, root) / "tokenizer.json")
+
+
+def load_story_tokenizer(*, root: Path | None = None):
+    """The course's StoryTokenizer (byte-level BPE, vocab 4096), verified against its manifest.
+
+    Raises:
+        ArtifactMissingError: the artifact is missing (run ``./checkpoints.sh``).
+        ChecksumError: its checksum does not match the manifest (run ``./checkpoints.sh --force``).
+    """
+    return load_tokenizer("StoryTokenizer", root=root)
 
 
 def model_state_to_bytes(model, dtype: torch.dtype = torch.float16) -> bytes:
