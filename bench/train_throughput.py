@@ -34,7 +34,7 @@ import torch  # noqa: E402
 import torch.nn as nn  # noqa: E402
 import torch.nn.functional as F  # noqa: E402
 
-from g2c.pretraining import lm_cross_entropy  # noqa: E402
+from g2c.pretraining import lm_cross_entropy, no_decay_params  # noqa: E402
 from g2c.training import AdamW, clip_grad_norm_  # noqa: E402
 from g2c.transformer import LADDER, TransformerLM  # noqa: E402
 
@@ -80,7 +80,7 @@ class RefLM(nn.Module):
         x = self.token_embed(ids) + self.pos_embed(torch.arange(T, device=ids.device))   # (B, T, D)
         for blk in self.blocks:
             x = blk(x)
-        return self.ln_final(x) @ self.token_embed.weight.t()                              # (B, T, V)
+        return self.ln_final(x) @ self.token_embed.weight.t()       # (B, T, V); torch reference, not the course model
 
     @torch.no_grad()
     def copy_from(self, course: TransformerLM) -> "RefLM":
@@ -104,8 +104,7 @@ class RefLM(nn.Module):
 # -- one training step per implementation --------------------------------------------------
 
 def course_step_fn(model: TransformerLM, bf16: bool, device: torch.device):
-    no_decay = [p for name, p in model.named_parameters() if p.dim() < 2 or "pos_embed" in name]
-    opt = AdamW(model.parameters(), lr=1e-4, betas=(0.9, 0.95), weight_decay=0.1, no_decay=no_decay)
+    opt = AdamW(model.parameters(), lr=1e-4, betas=(0.9, 0.95), weight_decay=0.1, no_decay=no_decay_params(model))
     params = model.parameters()
 
     def step(x: torch.Tensor, y: torch.Tensor) -> float:
@@ -121,8 +120,8 @@ def course_step_fn(model: TransformerLM, bf16: bool, device: torch.device):
 
 
 def ref_step_fn(model: RefLM, bf16: bool, device: torch.device):
-    decay = [p for n, p in model.named_parameters() if p.dim() >= 2 and "pos_embed" not in n]
-    rest = [p for n, p in model.named_parameters() if not (p.dim() >= 2 and "pos_embed" not in n)]
+    rest = no_decay_params(model)
+    decay = [p for p in model.parameters() if all(p is not q for q in rest)]
     groups = [{"params": decay, "weight_decay": 0.1}, {"params": rest, "weight_decay": 0.0}]
     try:
         opt = torch.optim.AdamW(groups, lr=1e-4, betas=(0.9, 0.95), fused=True)

@@ -14,7 +14,7 @@ import sys
 from pathlib import Path
 
 import g2c
-from g2c.assets.artifacts import MODEL_NAMES, artifact_dir, load_model, verify_artifact
+from g2c.assets.artifacts import artifact_dir, load_model, model_names, verify_artifact
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -28,7 +28,7 @@ def main() -> int:
     from g2c.sampling import generate
     tok_manifest = verify_artifact("StoryTokenizer")
     rows, samples = [], []
-    for name in MODEL_NAMES:
+    for name in model_names():
         m = verify_artifact(name)
         model, tok = load_model(name, device="cpu")
         c = m["config"]
@@ -43,9 +43,9 @@ def main() -> int:
             text = tok.decode(ids.tolist()).replace("\n", " ⏎ ")
             samples.append(f"| {name} | {text} |")
         machine = m["machine"]
-    size_mb = sum(f.stat().st_size for n in MODEL_NAMES + ("StoryTokenizer",)
+    size_mb = sum(f.stat().st_size for n in model_names() + ("StoryTokenizer",)
                   for f in artifact_dir(n).iterdir()) / 2**20
-    first = verify_artifact(MODEL_NAMES[0])
+    first = verify_artifact(model_names()[0])
     text = f"""# StoryLM model card
 
 The StoryLM ladder: three GPT-2-shaped `TransformerLM`s (CONVENTIONS §4) that share one

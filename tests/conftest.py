@@ -12,8 +12,10 @@ from pathlib import Path
 
 import pytest
 
+from g2c.transformer.config import LADDER as LADDER_CONFIGS
+
 REPO_ROOT = Path(__file__).resolve().parent.parent
-LADDER = ("StoryLM-1M", "StoryLM-5M", "StoryLM-30M")
+LADDER = tuple(LADDER_CONFIGS)  # names, from the one definition in module 09
 LADDER_MISSING = (
     "StoryLM ladder artifacts missing: run ./checkpoints.sh (or ./checkpoints.sh --train to retrain)"
 )

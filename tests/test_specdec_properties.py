@@ -184,3 +184,16 @@ def test_speculative_generate_reports_each_pass_and_restores_modes():
     assert sum(n for _, n in passes) == stats.accepted and len(passes) == stats.target_passes
     assert all(0 <= n <= len(emitted) for emitted, n in passes)
     assert target.training and not drafter.training                         # modes restored
+
+
+def test_specstats_add_pools_counters_and_rates():
+    a, b = SpecStats(), SpecStats()
+    a.record(drafted=4, accepted=3, generated=4)
+    b.record(drafted=2, accepted=0, generated=1)
+    b.record(drafted=2, accepted=2, generated=3)
+    total = sum([a, b], SpecStats())
+    assert (total.target_passes, total.drafted, total.accepted, total.generated) == (3, 8, 5, 8)
+    assert total.acceptance_rate == 5 / 8 and total.tokens_per_pass == 8 / 3
+    assert (a.target_passes, b.target_passes) == (1, 2)      # operands unchanged
+    with pytest.raises(TypeError):
+        a + 1

@@ -131,6 +131,15 @@ def test_transformer_hidden_states_match_reference_stack():
     torch.testing.assert_close(model.hidden_states(ids), ref, atol=1e-5, rtol=1e-5)
 
 
+def test_transformer_unembed_is_the_tied_matmul_on_any_leading_shape():
+    torch.manual_seed(0)
+    model = TransformerLM(V, D, L, H, S)
+    h = torch.randn(2, 3, 5, D)
+    out = model.unembed(h)
+    assert out.shape == (2, 3, 5, V)
+    torch.testing.assert_close(out, torch.einsum("...d,vd->...v", h, model.token_embed.weight))
+
+
 def test_transformer_unembedding_is_tied():
     model = _model()
     ids = _ids(2, 12)

@@ -19,17 +19,16 @@ import tempfile
 from pathlib import Path
 
 import torch
-from safetensors.torch import load_file, save_file
+from safetensors.torch import load_file
 
 from g2c.course import REPO_ROOT
 
 ARTIFACTS_DIR = REPO_ROOT / "artifacts"
-MODEL_NAMES = ("StoryLM-1M", "StoryLM-5M", "StoryLM-30M")
 TOKENIZER_NAMES = ("StoryTokenizer",)
 
-__all__ = ["ARTIFACTS_DIR", "MODEL_NAMES", "TOKENIZER_NAMES", "ArtifactError", "ArtifactMissingError",
+__all__ = ["ARTIFACTS_DIR", "TOKENIZER_NAMES", "ArtifactError", "ArtifactMissingError",
            "ChecksumError", "artifact_dir", "canonical_name", "load_model", "load_story_tokenizer", "load_tokenizer",
-           "verify_artifact", "write_artifact"]
+           "model_names", "verify_artifact", "write_artifact"]
 
 
 class ArtifactError(Exception):
@@ -44,7 +43,19 @@ class ChecksumError(ArtifactError, ValueError):
     """A file's sha256 differs from its manifest. Fix: ``./checkpoints.sh --force``."""
 
 
+def model_names() -> tuple[str, ...]:
+    """The StoryLM ladder's names, smallest first, read from its one definition
+    ``g2c.transformer.LADDER`` (module 09's presets).
+
+    Imported lazily: call ``g2c.use_solutions`` (if you need it) before this.
+    """
+    from g2c.transformer.config import LADDER
+
+    return tuple(LADDER)
+
+
 def sha256_file(path: Path) -> str:
+    """The hex sha256 of a file, read in 1 MiB chunks (manifests record these)."""
     h = hashlib.sha256()
     with open(path, "rb") as f:
         for chunk in iter(lambda: f.read(1 << 20), b""):
@@ -58,17 +69,17 @@ def canonical_name(name: str) -> str:
     Raises:
         ValueError: unknown name; the message lists every artifact name.
     """
-    for known in MODEL_NAMES + TOKENIZER_NAMES:
+    for known in model_names() + TOKENIZER_NAMES:
         if known.lower() == str(name).strip().lower():
             return known
-    raise ValueError(f"unknown artifact {name!r}; known: {', '.join(MODEL_NAMES + TOKENIZER_NAMES)}")
+    raise ValueError(f"unknown artifact {name!r}; known: {', '.join(model_names() + TOKENIZER_NAMES)}")
 
 
 def artifact_dir(name: str, root: Path | None = None) -> Path:
     """Folder of an artifact under ``root`` (default ``artifacts/``)."""
     name = canonical_name(name)
     root = Path(root) if root is not None else ARTIFACTS_DIR
-    return root / ("models" if name in MODEL_NAMES else "tokenizers") / name
+    return root / ("models" if name in model_names() else "tokenizers") / name
 
 
 def verify_artifact(name: str, root: Path | None = None) -> dict:
@@ -197,17 +208,16 @@ def load_model(name: str, *, device: str | torch.device = "auto", root: Path | N
         ArtifactMissingError: missing files; run ``./checkpoints.sh``.
         ChecksumError: corrupted files; run ``./checkpoints.sh --force``.
     """
-    from g2c.transformer import TransformerLM
+    from g2c.transformer import StoryLMConfig
 
-    known = {m.lower(): m for m in MODEL_NAMES}
+    known = {m.lower(): m for m in model_names()}
     if str(name).strip().lower() not in known:
-        raise ValueError(f"unknown model {name!r}; models: {', '.join(MODEL_NAMES)}")
+        raise ValueError(f"unknown model {name!r}; models: {', '.join(known.values())}")
     name = known[str(name).strip().lower()]
     verify_artifact(name, root)
     folder = artifact_dir(name, root)
     cfg = json.loads((folder / "config.json").read_text())
-    model = TransformerLM(cfg["vocab_size"], cfg["embedding_dim"], cfg["num_layers"], cfg["num_heads"],
-                          cfg["max_seq_len"], hidden_dim=cfg.get("hidden_dim"))
+    model = StoryLMConfig.from_dict({"name": name, **cfg}).build()
     state = load_file(str(folder / "model.safetensors"))
     model.load_state_dict({k: v.float() for k, v in state.items()})
     model.eval()
@@ -220,4 +230,4 @@ def load_model(name: str, *, device: str | torch.device = "auto", root: Path | N
 
 def save_model_file(model, path: Path) -> None:
     """Write a model's weights as float16 safetensors to ``path`` (helper for tests/tools)."""
-    save_file({k: v.detach().to("cpu", torch.float16).contiguous() for k, v in model.state_dict().items()}, str(path))
+    Path(path).write_bytes(model_state_to_bytes(model))

@@ -34,24 +34,28 @@ from pathlib import Path
 import g2c
 from g2c.assets.artifacts import (
     ARTIFACTS_DIR,
-    MODEL_NAMES,
     TOKENIZER_NAMES,
     ArtifactError,
     ArtifactMissingError,
     ChecksumError,
     artifact_dir,
     canonical_name,
+    model_names,
     verify_artifact,
     write_artifact,
 )
 from g2c.course import module_ids
 
-ALL_NAMES = TOKENIZER_NAMES + MODEL_NAMES  # the tokenizer first: the models depend on it
 URL_ENV = "G2C_ARTIFACTS_URL"
 REQUIRED_FILES = {"model": ("model.safetensors", "config.json"), "tokenizer": ("tokenizer.json",)}
 
-__all__ = ["ALL_NAMES", "artifact_state", "install_from_dir", "install_from_git", "install_from_url", "main",
+__all__ = ["all_names", "artifact_state", "install_from_dir", "install_from_git", "install_from_url", "main",
            "resolve_names"]
+
+
+def all_names() -> tuple[str, ...]:
+    """Every artifact name, the tokenizer first (the models depend on it)."""
+    return TOKENIZER_NAMES + model_names()
 
 
 def resolve_names(names: list[str] | None) -> list[str]:
@@ -61,13 +65,13 @@ def resolve_names(names: list[str] | None) -> list[str]:
         ValueError: an unknown name (the message lists every name).
     """
     if not names:
-        return list(ALL_NAMES)
+        return list(all_names())
     wanted = {canonical_name(n) for n in names}
-    return [n for n in ALL_NAMES if n in wanted]
+    return [n for n in all_names() if n in wanted]
 
 
 def _kind(name: str) -> str:
-    return "model" if name in MODEL_NAMES else "tokenizer"
+    return "model" if name in model_names() else "tokenizer"
 
 
 def artifact_state(name: str, root: Path | None = None) -> tuple[str, dict | None, str]:
@@ -259,7 +263,7 @@ def verify_or_install(names: list[str], *, root: Path | None, source: Path | Non
     return 0 if not bad else 1
 
 
-def train(names: list[str], *, force: bool, root: Path | None, argv: list[str], out=print) -> int:
+def train(names: list[str], *, force: bool, root: Path | None, out=print) -> int:
     """``--train``: skip verified artifacts (unless force), then train the rest with solutions applied."""
     todo = []
     for name in names:
@@ -272,14 +276,9 @@ def train(names: list[str], *, force: bool, root: Path | None, argv: list[str], 
     if root is not None and Path(root).resolve() != ARTIFACTS_DIR.resolve():
         out("checkpoints: --train always writes to artifacts/; drop --root")
         return 2
-    if not set(module_ids()) <= set(g2c.APPLIED_SOLUTIONS):
-        # The recipes run the course's own code with the reference solutions applied; no
-        # course module is imported yet on this path, so the selection can still change.
-        os.environ.setdefault("G2C_QUIET", "1")
-        g2c.use_solutions("all")
     from g2c.assets import ladder
 
-    if "StoryTokenizer" in todo and any(artifact_state(m)[0] == "OK" for m in MODEL_NAMES if m not in todo):
+    if "StoryTokenizer" in todo and any(artifact_state(m)[0] == "OK" for m in model_names() if m not in todo):
         out("checkpoints: warning: a new StoryTokenizer does not match the models trained with the old one; "
             "retrain them too (./checkpoints.sh --train --force)")
     for name in todo:
@@ -300,7 +299,7 @@ def build_parser() -> argparse.ArgumentParser:
         prog="./checkpoints.sh",
         formatter_class=argparse.RawDescriptionHelpFormatter,
         description="Verify, install or retrain the shipped artifacts: "
-                    f"{', '.join(ALL_NAMES)} (names are case-insensitive).",
+                    f"{', '.join(all_names())} (names are case-insensitive).",
         epilog=f"""without options: verify every artifact (sha256 against its manifest), one line each;
   exit 0 only if all are OK. A missing or corrupted artifact is restored from --from DIR,
   else ${URL_ENV}, else the copy committed in git.
@@ -327,6 +326,11 @@ examples:
 def main(argv: list[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     args = build_parser().parse_args(argv)
+    if args.train is not None and not set(module_ids()) <= set(g2c.APPLIED_SOLUTIONS):
+        # The recipes run the course's own code with the reference solutions applied. Select
+        # them before anything imports a course module (the ladder's names come from module 09).
+        os.environ.setdefault("G2C_QUIET", "1")
+        g2c.use_solutions("all")
     try:
         names = resolve_names((args.train or []) + args.names)
     except ValueError as exc:
@@ -336,7 +340,7 @@ def main(argv: list[str] | None = None) -> int:
         if args.source:
             print("checkpoints: error: --train and --from do not mix", file=sys.stderr)
             return 2
-        return train(names, force=args.force, root=args.root, argv=argv)
+        return train(names, force=args.force, root=args.root)
     source = None
     if args.source:
         source = _mirror_root(Path(args.source))

@@ -20,7 +20,6 @@ from pathlib import Path
 import torch
 
 from g2c.assets.artifacts import (
-    MODEL_NAMES,
     artifact_dir,
     canonical_name,
     load_tokenizer,
@@ -32,7 +31,6 @@ from g2c.assets.data import DATA_DIR, load_split_text, load_token_stream, tokeni
 from g2c.course import REPO_ROOT
 
 RUNS_DIR = REPO_ROOT / "runs"
-VOCAB_SIZE = 4096
 
 # One recipe per model. The drafters see 600 steps x 16 x 256 = 2.46M tokens (about 1.55 epochs
 # of the ~1.58M-token training split), the 30M target 700 steps (1.8 epochs): the CPU budget of
@@ -51,6 +49,7 @@ TRAIN_LOSS_TOKENS = 131_072  # the train loss in a manifest is measured on this 
 
 
 def git_commit() -> str:
+    """The commit checked out in the repository (recorded in manifests), or ``"unknown"`` outside git."""
     try:
         return subprocess.run(["git", "rev-parse", "HEAD"], cwd=REPO_ROOT, capture_output=True, text=True,
                               check=True).stdout.strip()
@@ -59,6 +58,7 @@ def git_commit() -> str:
 
 
 def machine() -> str:
+    """A one-line description of this machine and torch's thread count, for manifests."""
     return f"{platform.machine()} {platform.processor() or ''}, {torch.get_num_threads()} torch threads".strip()
 
 
@@ -69,11 +69,11 @@ def train_tokenizer(*, force: bool = False, log=print) -> Path:
     stories = load_split_text("train")
     data_manifest = json.loads((DATA_DIR / "manifest.json").read_text())
     t0 = time.time()
-    tok = BPETokenizer.train(stories, vocab_size=VOCAB_SIZE)
+    tok = BPETokenizer.train(stories, vocab_size=vocab_size())
     wall = time.time() - t0
     manifest = {
         "name": "StoryTokenizer", "kind": "tokenizer",
-        "recipe": {"algorithm": "byte-level BPE (tokenizers library BpeTrainer)", "vocab_size": VOCAB_SIZE,
+        "recipe": {"algorithm": "byte-level BPE (tokenizers library BpeTrainer)", "vocab_size": vocab_size(),
                    "special_tokens": ["<|endoftext|>"], "pre_tokenizer": "ByteLevel(add_prefix_space=False)"},
         "data": {"split": "train", "stories": data_manifest["train_stories"], "source": data_manifest["source"],
                  "split_rule": data_manifest["split_rule"]},
@@ -85,56 +85,61 @@ def train_tokenizer(*, force: bool = False, log=print) -> Path:
     return dest
 
 
-def train_model(name: str, *, force: bool = False, progress: bool = True, log=print) -> Path:
-    """Train one StoryLM with its recipe and install the best-validation weights as an artifact."""
-    from g2c.pretraining import TrainConfig, Trainer, stream_loss
+def vocab_size() -> int:
+    """The ladder's vocabulary size (every ``LADDER`` entry shares the StoryTokenizer)."""
+    from g2c.transformer import LADDER
+
+    sizes = {cfg.vocab_size for cfg in LADDER.values()}
+    assert len(sizes) == 1, f"LADDER entries disagree on vocab_size: {sizes}"
+    return sizes.pop()
+
+
+def _check_can_train(name: str, force: bool):
+    """The ``LADDER`` config for ``name``; refuses to overwrite a verified artifact without ``force``.
+
+    Raises:
+        ValueError: ``name`` is not a ladder model or has no recipe. FileExistsError: already installed.
+    """
     from g2c.transformer import LADDER
 
     name = canonical_name(name)
-    if name not in MODEL_NAMES:
-        raise ValueError(f"{name} is not a model")
+    if name not in LADDER or name not in RECIPES:
+        raise ValueError(f"{name} is not a ladder model with a recipe; models: {', '.join(LADDER)}")
     if artifact_dir(name).exists() and not force:
         try:
             verify_artifact(name)
-            raise FileExistsError(f"{name} is already installed and verified; pass --force to retrain it")
         except (FileNotFoundError, ValueError):
-            pass
-    tok = load_tokenizer("StoryTokenizer")
-    counts = tokenize_splits(tok, log=log)
-    train_ids, val_ids = load_token_stream("train"), load_token_stream("val")
-    recipe = dict(RECIPES[name])
-    dropout = recipe.pop("dropout")
-    cfg = LADDER[name]
-    config = TrainConfig(**recipe, bf16=True, device="auto")
-    model = cfg.build(generator=torch.Generator().manual_seed(config.seed), dropout=dropout)
-    model.set_fused_attention(True)
-    trainer = Trainer(model, train_ids, val_ids, config)
+            return LADDER[name]
+        raise FileExistsError(f"{name} is already installed and verified; pass --force to retrain it")
+    return LADDER[name]
+
+
+def _run_training(name: str, trainer, config, *, force: bool, progress: bool, log) -> float:
+    """Resume from ``runs/<name>/trainer.pt`` if present, train to ``max_steps`` with
+    ``Trainer.fit``'s own checkpointing, and return the accumulated wall time in seconds."""
     run_dir = RUNS_DIR / name
-    ckpt = run_dir / "trainer.pt"
+    ckpt, wall_file = run_dir / "trainer.pt", run_dir / "wall.json"
     wall_before = 0.0
     if ckpt.exists() and not force:
         trainer.load_checkpoint(ckpt)
-        wall_before = float(json.loads((run_dir / "wall.json").read_text())["wall_time_s"]) \
-            if (run_dir / "wall.json").exists() else 0.0
+        wall_before = float(json.loads(wall_file.read_text())["wall_time_s"]) if wall_file.exists() else 0.0
         log(f"checkpoints: resuming {name} at step {trainer.step}")
-    log(f"checkpoints: training {name} ({model.num_parameters():,} parameters) for {config.max_steps} steps "
-        f"of {config.batch_size}x{config.context} tokens on {trainer.device}")
-    t0 = time.time()
+    log(f"checkpoints: training {name} ({trainer.model.num_parameters():,} parameters) for {config.max_steps} "
+        f"steps of {config.batch_size}x{config.context} tokens on {trainer.device}")
     run_dir.mkdir(parents=True, exist_ok=True)
-    while trainer.step < config.max_steps:
-        trainer.fit(min(100, config.max_steps - trainer.step), progress=progress)
-        trainer.save_checkpoint(ckpt)
-        (run_dir / "wall.json").write_text(json.dumps({"wall_time_s": wall_before + time.time() - t0}))
-    wall = wall_before + time.time() - t0
-    # Final weights: the best validation checkpoint, stored in float16 and measured as stored.
-    model.load_state_dict(trainer.best_state)
-    model.load_state_dict({k: v.half().float() for k, v in model.state_dict().items()})
-    model.eval()
-    val_loss = stream_loss(model, val_ids, context=config.context)
-    train_loss = stream_loss(model, train_ids[:TRAIN_LOSS_TOKENS + 1], context=config.context)
+    t0 = time.time()
+    while trainer.step < config.max_steps:   # chunks of 100 steps, so the wall time survives a kill too
+        trainer.fit(min(100, config.max_steps - trainer.step), progress=progress, checkpoint_path=ckpt)
+        wall_file.write_text(json.dumps({"wall_time_s": wall_before + time.time() - t0}))
+    return wall_before + time.time() - t0
+
+
+def _manifest(name: str, cfg, model, trainer, config, counts: dict, *, val_loss: float, train_loss: float,
+              wall: float) -> tuple[dict, dict]:
+    """(config.json, manifest.json) contents for a trained model."""
     best_step = min((h for h in trainer.history if "val_loss" in h), key=lambda h: h["val_loss"])["step"]
     tokens_seen = trainer.step * config.batch_size * config.context
-    config_json = {**cfg.to_dict(), "hidden_dim": model.hidden_dim, "tokenizer": "StoryTokenizer"}
+    config_json = {**cfg.to_dict(), "tokenizer": "StoryTokenizer"}
     manifest = {
         "name": name, "kind": "model", "parameters": model.num_parameters(),
         "config": config_json,
@@ -154,6 +159,40 @@ def train_model(name: str, *, force: bool = False, progress: bool = True, log=pr
                     for h in trainer.history if "val_loss" in h],
         "wall_time_s": round(wall, 1), "machine": machine(), "commit": git_commit(),
     }
+    return config_json, manifest
+
+
+def train_model(name: str, *, force: bool = False, progress: bool = True, log=print) -> Path:
+    """Train one StoryLM with its recipe and install the best-validation weights as an artifact.
+
+    Steps: check the name and any installed copy; tokenize the splits; build the model from
+    ``LADDER``; train (resumable); evaluate the float16-rounded best weights; write the artifact.
+
+    Raises:
+        ValueError: not a ladder model. FileExistsError: already installed (pass ``force``).
+        FileNotFoundError: the data or the tokenizer is missing (run ./datasets.sh, ./checkpoints.sh).
+    """
+    from g2c.pretraining import TrainConfig, Trainer, stream_loss
+
+    name = canonical_name(name)
+    cfg = _check_can_train(name, force)
+    counts = tokenize_splits(load_tokenizer("StoryTokenizer"), log=log)
+    train_ids, val_ids = load_token_stream("train"), load_token_stream("val")
+    recipe = dict(RECIPES[name])
+    dropout = recipe.pop("dropout")
+    config = TrainConfig(**recipe, bf16=True, device="auto")
+    model = cfg.build(generator=torch.Generator().manual_seed(config.seed), dropout=dropout)
+    model.set_fused_attention(True)
+    trainer = Trainer(model, train_ids, val_ids, config)
+    wall = _run_training(name, trainer, config, force=force, progress=progress, log=log)
+    # Final weights: the best validation checkpoint, stored in float16 and measured as stored.
+    model.load_state_dict(trainer.best_state)
+    model.load_state_dict({k: v.half().float() for k, v in model.state_dict().items()})
+    model.eval()
+    val_loss = stream_loss(model, val_ids, context=config.context)
+    train_loss = stream_loss(model, train_ids[:TRAIN_LOSS_TOKENS + 1], context=config.context)
+    config_json, manifest = _manifest(name, cfg, model, trainer, config, counts, val_loss=val_loss,
+                                      train_loss=train_loss, wall=wall)
     dest = write_artifact(name, {"model.safetensors": model_state_to_bytes(model),
                                  "config.json": (json.dumps(config_json, indent=2) + "\n").encode()},
                           manifest, force=True)

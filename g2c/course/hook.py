@@ -102,7 +102,7 @@ def use_solutions(selector: str) -> list[str]:
         RuntimeError: a course module is already imported; the message names them and says
             to call ``use_solutions`` first (or to set the environment variable before Python starts).
     """
-    selected = parse_selection(selector)
+    parse_selection(selector)  # raises on a malformed selector before anything changes
     loaded = loaded_course_modules()
     if loaded:
         raise RuntimeError(f"g2c.use_solutions({selector!r}) must run before any course module is imported, "

@@ -1,8 +1,12 @@
-"""Module 09: model configurations and the StoryLM ladder presets (CONVENTIONS §4)."""
+"""Module 09: model configurations and the StoryLM ladder presets (CONVENTIONS §4).
+
+``LADDER`` is the one definition of the ladder: the artifact loader, the training recipes
+(``g2c/assets/ladder.py``, keyed by these names) and the tests all read it.
+"""
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, fields
 
 import torch
 
@@ -23,6 +27,7 @@ class StoryLMConfig:
         num_heads: H.
         max_seq_len: context window in tokens.
         dropout: training-time dropout.
+        hidden_dim: MLP width; None means 4·D (GPT-2's).
     """
 
     name: str
@@ -32,15 +37,40 @@ class StoryLMConfig:
     num_heads: int = 4
     max_seq_len: int = 256
     dropout: float = 0.0
+    hidden_dim: int | None = None
 
     def build(self, *, generator: torch.Generator | None = None, dropout: float | None = None) -> TransformerLM:
-        """A freshly initialised model of this shape."""
+        """A freshly initialised ``TransformerLM`` of this shape (float32, CPU).
+
+        Args:
+            generator: seeds the initialisation.
+            dropout: overrides ``self.dropout`` (e.g. a recipe's training dropout).
+        """
         return TransformerLM(self.vocab_size, self.embedding_dim, self.num_layers, self.num_heads,
-                             self.max_seq_len, dropout=self.dropout if dropout is None else dropout,
-                             generator=generator)
+                             self.max_seq_len, hidden_dim=self.hidden_dim,
+                             dropout=self.dropout if dropout is None else dropout, generator=generator)
 
     def to_dict(self) -> dict:
-        return asdict(self)
+        """Every field as a JSON-ready dict, with ``hidden_dim`` resolved to its value (4·D by default);
+        ``from_dict`` reads it back."""
+        return {**asdict(self), "hidden_dim": self.hidden_dim or 4 * self.embedding_dim}
+
+    @classmethod
+    def from_dict(cls, d: dict) -> "StoryLMConfig":
+        """The config stored in a ``config.json`` or written by ``to_dict``.
+
+        Keys that are not fields (e.g. ``"tokenizer"`` in an artifact's config.json) are ignored.
+
+        Raises:
+            ValueError: ``name`` is missing, or a field has the wrong type (the message names it).
+        """
+        if "name" not in d:
+            raise ValueError(f"StoryLMConfig.from_dict: no 'name' in {sorted(d)}")
+        kwargs = {f.name: d[f.name] for f in fields(cls) if f.name in d}
+        for key in ("vocab_size", "embedding_dim", "num_layers", "num_heads", "max_seq_len"):
+            if key in kwargs and (isinstance(kwargs[key], bool) or not isinstance(kwargs[key], int)):
+                raise ValueError(f"StoryLMConfig.from_dict: {key} must be an int, got {kwargs[key]!r}")
+        return cls(**kwargs)
 
 
 LADDER: dict[str, StoryLMConfig] = {

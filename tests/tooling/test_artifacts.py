@@ -14,13 +14,13 @@ import torch
 
 from g2c.assets import artifacts
 from g2c.assets.artifacts import (
-    MODEL_NAMES,
     ArtifactMissingError,
     ChecksumError,
     artifact_dir,
     canonical_name,
     load_model,
     load_tokenizer,
+    model_names,
     verify_artifact,
     write_artifact,
 )
@@ -223,11 +223,11 @@ PROMPT = "Once upon a time"
 
 @pytest.fixture(scope="module")
 def manifests():
-    return {name: verify_artifact(name) for name in MODEL_NAMES}
+    return {name: verify_artifact(name) for name in model_names()}
 
 
 @pytest.mark.ladder
-@pytest.mark.parametrize("name", MODEL_NAMES)
+@pytest.mark.parametrize("name", model_names())
 def test_ladder_model_loads_verifies_and_generates(name):
     from g2c.sampling import generate
 
@@ -251,8 +251,8 @@ def test_ladder_shares_one_tokenizer(manifests):
 
 @pytest.mark.ladder
 def test_ladder_validation_losses_are_ordered(manifests):
-    losses = [manifests[name]["val_loss"] for name in MODEL_NAMES]
-    assert losses[0] > losses[1] > losses[2], dict(zip(MODEL_NAMES, losses))
+    losses = [manifests[name]["val_loss"] for name in model_names()]
+    assert losses[0] > losses[1] > losses[2], dict(zip(model_names(), losses))
 
 
 @pytest.mark.ladder

@@ -17,10 +17,10 @@ import pytest
 
 from g2c.assets import checkpoints
 from g2c.assets.artifacts import (
-    MODEL_NAMES,
     ArtifactMissingError,
     ChecksumError,
     artifact_dir,
+    model_names,
     verify_artifact,
     write_artifact,
 )
@@ -39,7 +39,7 @@ def flip_byte(path: Path, offset: int = -1) -> None:
 def fill(root: Path, tag: bytes = b"v1") -> Path:
     """A complete artifacts tree: the real tokenizer and three stand-in models (bytes, not weights)."""
     shutil.copytree(artifact_dir("StoryTokenizer"), artifact_dir("StoryTokenizer", root))
-    for name in MODEL_NAMES:
+    for name in model_names():
         write_artifact(name, {"model.safetensors": tag + name.encode() * 50, "config.json": b"{}"},
                        {"name": name, "kind": "model", "val_loss": VAL_LOSS[name]}, root=root)
     return root
@@ -76,7 +76,7 @@ def test_verify_all_ok_prints_one_line_each(capsys, mirror):
     rc, out, _ = run(capsys, "--root", mirror)
     assert rc == 0
     lines = out.splitlines()
-    assert [line.split()[0] for line in lines[:4]] == ["StoryTokenizer", *MODEL_NAMES]
+    assert [line.split()[0] for line in lines[:4]] == ["StoryTokenizer", *model_names()]
     assert all(line.split()[1] == "OK" for line in lines[:4])
     assert "vocab 4096" in lines[0]
     assert "val_loss 3.5000" in lines[1] and "val_loss 2.0000" in lines[3]
@@ -125,7 +125,7 @@ def test_unknown_name_lists_names(capsys, mirror):
 def test_from_installs_everything(capsys, mirror, root):
     rc, out, _ = run(capsys, "--root", root, "--from", mirror)
     assert rc == 0, out
-    for name in checkpoints.ALL_NAMES:
+    for name in checkpoints.all_names():
         assert verify_artifact(name, root)["files"] == verify_artifact(name, mirror)["files"]
     assert out.count(f"installed from {mirror}") == 4
     assert not [p for p in (root / "models").iterdir() if p.name.startswith(".")]  # no temp folder left

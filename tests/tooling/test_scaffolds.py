@@ -77,9 +77,10 @@ def test_scaffold_text_keeps_everything_outside_markers():
     out = scaffolds.scaffold_text(SOLUTION, REL)
     kept = [line for line in SOLUTION.splitlines()]
     start = kept.index("        # BEGIN SOLUTION")
-    assert out.splitlines()[:start] == kept[:start]
+    assert out.splitlines()[0] == scaffolds.HEADER.rstrip("\n")   # the generated-file lint header
+    assert out.splitlines()[1:start + 1] == kept[:start]
     assert out.endswith("    )\n")
-    assert scaffolds.scaffold_text("x = 1\n", REL) == "x = 1\n"
+    assert scaffolds.scaffold_text("x = 1\n", REL) == scaffolds.HEADER + "x = 1\n"
 
 
 @pytest.mark.parametrize("bad", [

@@ -21,7 +21,16 @@ from g2c.training import AdamW, clip_grad_norm_, cosine_with_warmup
 
 from .objective import get_lm_batch, lm_cross_entropy
 
-__all__ = ["TrainConfig", "Trainer", "stream_loss"]
+__all__ = ["TrainConfig", "Trainer", "no_decay_params", "stream_loss"]
+
+
+def no_decay_params(model: Module) -> list[torch.Tensor]:
+    """The parameters that get no weight decay: biases, LayerNorm gains (every tensor with
+    fewer than 2 dims) and the learned position table. Provided; the one place this rule lives.
+
+    Source: GPT-2/nanoGPT practice; AdamW's decoupled decay (Loshchilov and Hutter 2019).
+    """
+    return [p for name, p in model.named_parameters() if p.dim() < 2 or "pos_embed" in name]
 
 
 @dataclass
@@ -94,7 +103,7 @@ class Trainer:
         self.train_ids = train_ids
         self.val_ids = val_ids
         params = self.model.parameters()
-        no_decay = [p for name, p in self.model.named_parameters() if p.dim() < 2 or "pos_embed" in name]
+        no_decay = no_decay_params(self.model)
         self.optimizer = AdamW(params, lr=c.max_lr, betas=c.betas, weight_decay=c.weight_decay, no_decay=no_decay)
         self.generator = torch.Generator().manual_seed(c.seed)
         torch.manual_seed(c.seed)

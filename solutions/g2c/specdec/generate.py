@@ -69,6 +69,17 @@ class SpecStats:
         self.accepted += accepted
         self.generated += generated
 
+    def __add__(self, other: "SpecStats") -> "SpecStats":
+        """Pool two runs' counters (e.g. over prompts): ``sum(runs, SpecStats())``.
+
+        Raises:
+            TypeError: ``other`` is not a ``SpecStats``.
+        """
+        if not isinstance(other, SpecStats):
+            return NotImplemented
+        return SpecStats(self.target_passes + other.target_passes, self.drafted + other.drafted,
+                         self.accepted + other.accepted, self.generated + other.generated)
+
     @property
     def acceptance_rate(self) -> float:
         """accepted / drafted, 0.0 before any draft."""

@@ -166,7 +166,7 @@ def mtp_propose(base, head: MTPHead, ctx_ids) -> tuple[int, int]:
         raise ValueError(f"ctx_ids must be a non-empty 1-D sequence of token ids, got shape {tuple(ids.shape)}")
     ctx = ids[-base.max_seq_len:].unsqueeze(0).to(base.device)                   # (1, T)
     hidden = hidden_states(base, ctx)                                            # (1, T, D)
-    next_token = int((hidden[0, -1] @ base.token_embed.weight.t()).argmax())
+    next_token = int(base.unembed(hidden[0, -1]).argmax())
     following = torch.cat([ctx[:, 1:], torch.tensor([[next_token]], device=ctx.device)], dim=1)  # (1, T)
     guess = int(head(hidden, following)[0, -1].argmax())
     return next_token, guess

@@ -86,10 +86,12 @@ class BPETokenizer:
     # -- properties ----------------------------------------------------------------------
     @property
     def vocab_size(self) -> int:
+        """V: the number of ids, special tokens included (ids run over [0, V))."""
         return len(self.vocab)
 
     @property
     def eot_id(self) -> int | None:
+        """The id of ``<|endoftext|>``, or None if this vocabulary has no such token."""
         return self.vocab.get(EOT)
 
     # -- training (provided) -------------------------------------------------------------

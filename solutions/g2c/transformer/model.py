@@ -120,6 +120,17 @@ class TransformerLM(Module):
         return self.ln_final(x)
         # END SOLUTION
 
+    def unembed(self, h: torch.Tensor) -> torch.Tensor:
+        """Logits from hidden states through the tied unembedding (no bias). Provided.
+
+        Args:
+            h: (..., D) float, e.g. the (B, T, D) output of ``hidden_states``.
+
+        Returns:
+            logits (..., V) in h's dtype, on h's device.
+        """
+        return h @ self.token_embed.weight.t()                                              # (..., V)
+
     def forward(self, ids: torch.Tensor) -> torch.Tensor:
         """Next-token logits at every position.
 
@@ -134,9 +145,9 @@ class TransformerLM(Module):
 
         Steps:
             1. ``hidden_states`` (B, T, D).
-            2. Multiply by the transposed token embedding (tied unembedding, no bias)
-               (``test_transformer_unembedding_is_tied``).
+            2. Multiply by the transposed token embedding (tied unembedding, no bias):
+               ``self.unembed`` does it (``test_transformer_unembedding_is_tied``).
         """
         # BEGIN SOLUTION
-        return self.hidden_states(ids) @ self.token_embed.weight.t()                       # (B, T, V)
+        return self.unembed(self.hidden_states(ids))                                       # (B, T, V)
         # END SOLUTION
