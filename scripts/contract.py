@@ -8,6 +8,7 @@ scaffold leaks part of an answer or a test lost its teeth.
 
     python scripts/contract.py --record   # run the suite once on the scaffolds, write tests/pristine.json
     python scripts/contract.py --check    # run it again and compare; exit 1 on any mismatch
+    python scripts/contract.py --record tests/test_kvcache.py   # (re)record just these files
 
 Both run the whole ``tests/`` suite in one pytest process with ``G2C_APPLY_SOLUTIONS``
 removed. Errors (collection or fixture errors) count as failures. A skipped test is a
@@ -65,12 +66,15 @@ def parse_junit(xml_text: str) -> tuple[dict[str, Counter], list[str]]:
     return counts, skips
 
 
-def run_pristine(root: Path = ROOT) -> tuple[dict[str, Counter], list[str], int]:
-    """Run ``tests/`` once on the scaffolds; return per-file counts, skip lines, pytest's exit code."""
+def run_pristine(root: Path = ROOT,
+                 paths: list[str] | None = None) -> tuple[dict[str, Counter], list[str], int]:
+    """Run ``tests/`` (or just ``paths``) once on the scaffolds; return per-file counts, skip lines,
+    pytest's exit code."""
     with tempfile.TemporaryDirectory() as tmp:
         xml = Path(tmp) / "pristine.xml"
         cmd = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider",
-               "--continue-on-collection-errors", f"--junitxml={xml}", "-o", "junit_family=xunit1", "tests"]
+               "--continue-on-collection-errors", f"--junitxml={xml}", "-o", "junit_family=xunit1",
+               *(paths or ["tests"])]
         proc = subprocess.run(cmd, cwd=root, env=pristine_env(root), capture_output=True, text=True)
         if not xml.exists():
             sys.stdout.write(proc.stdout)
@@ -106,20 +110,25 @@ def main(argv: list[str] | None = None) -> int:
     mode = ap.add_mutually_exclusive_group(required=True)
     mode.add_argument("--record", action="store_true", help=f"write {PRISTINE.relative_to(ROOT)}")
     mode.add_argument("--check", action="store_true", help="compare with the recorded counts")
+    ap.add_argument("files", nargs="*", help="only these test files (repo-relative); the others keep their record")
     args = ap.parse_args(argv)
 
-    files = test_files()
-    counts, skips, _ = run_pristine()
+    files = [Path(f).as_posix() for f in args.files] or test_files()
+    counts, skips, _ = run_pristine(paths=args.files or None)
     got = as_record(counts, files)
     if args.record:
         if skips:
             _report_skips(skips)
             return 1
+        if args.files and PRISTINE.exists():
+            got = {**json.loads(PRISTINE.read_text(encoding="utf-8")), **got}
         PRISTINE.write_text(json.dumps(got, indent=2, sort_keys=True) + "\n", encoding="utf-8")
         print(f"contract: recorded {len(got)} test files in {PRISTINE.relative_to(ROOT)}")
         return 0
 
     expected = json.loads(PRISTINE.read_text(encoding="utf-8")) if PRISTINE.exists() else {}
+    if args.files:
+        expected = {f: rec for f, rec in expected.items() if f in files}
     width = max((len(f) for f in got), default=10)
     print(f"{'test file':<{width}}  recorded pass/fail   now pass/fail")
     for f, now in got.items():

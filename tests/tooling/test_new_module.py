@@ -1,0 +1,76 @@
+"""``scripts/new_module.py``: a new module in one command, passing freshness and contract checks."""
+
+from __future__ import annotations
+
+import importlib.util
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from g2c.course import REPO_ROOT
+
+_spec = importlib.util.spec_from_file_location("g2c_new_module_script", REPO_ROOT / "scripts" / "new_module.py")
+new_module = importlib.util.module_from_spec(_spec)
+_spec.loader.exec_module(new_module)
+
+
+@pytest.fixture
+def tmp_repo(tmp_path: Path) -> Path:
+    """The registry, hook, scripts and one module's files: enough for scaffolds and contract."""
+    for rel in ["g2c/__init__.py", "scripts/scaffolds.py", "scripts/contract.py", "scripts/new_module.py",
+                *(p.relative_to(REPO_ROOT).as_posix() for p in (REPO_ROOT / "g2c" / "course").glob("*.py"))]:
+        (tmp_path / rel).parent.mkdir(parents=True, exist_ok=True)
+        shutil.copyfile(REPO_ROOT / rel, tmp_path / rel)
+    (tmp_path / "tests").mkdir()
+    (tmp_path / "tests" / "pristine.json").write_text("{}\n")
+    return tmp_path
+
+
+def _run(root: Path, *args: str) -> subprocess.CompletedProcess:
+    env = {k: v for k, v in os.environ.items() if k != "G2C_APPLY_SOLUTIONS"}
+    env["PYTHONPATH"] = str(root)
+    return subprocess.run([sys.executable, "scripts/new_module.py", *args], cwd=root, env=env,
+                          capture_output=True, text=True)
+
+
+def test_new_module_creates_the_five_files_and_passes_freshness_and_contract(tmp_repo):
+    proc = _run(tmp_repo, "42", "Widgets and gadgets", "--package", "widgets")
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    for rel in ("g2c/widgets/__init__.py", "g2c/widgets/core.py", "solutions/g2c/widgets/core.py",
+                "tests/test_widgets.py", "docs/modules/42-widgets-and-gadgets.md",
+                "solutions/notebooks/42-widgets-and-gadgets.py"):
+        assert (tmp_repo / rel).is_file(), rel
+    scaffold = (tmp_repo / "g2c/widgets/core.py").read_text()
+    assert "raise NotImplementedError" in scaffold and "return x * factor" not in scaffold
+    env = {k: v for k, v in os.environ.items() if k != "G2C_APPLY_SOLUTIONS"}
+    env["PYTHONPATH"] = str(tmp_repo)
+    fresh = subprocess.run([sys.executable, "scripts/scaffolds.py", "--check"], cwd=tmp_repo, env=env,
+                           capture_output=True, text=True)
+    assert fresh.returncode == 0, fresh.stdout + fresh.stderr
+    contract = subprocess.run([sys.executable, "scripts/contract.py", "--check", "tests/test_widgets.py"],
+                              cwd=tmp_repo, env=env, capture_output=True, text=True)
+    assert contract.returncode == 0, contract.stdout + contract.stderr
+    assert '"tests/test_widgets.py"' in (tmp_repo / "tests/pristine.json").read_text()
+    # 1 provided check passes, the exercise fails on the scaffold
+    assert "1/1" in contract.stdout
+    solved = subprocess.run([sys.executable, "-m", "pytest", "-q", "tests/test_widgets.py"], cwd=tmp_repo,
+                            env={**env, "G2C_APPLY_SOLUTIONS": "42", "G2C_QUIET": "1"}, capture_output=True, text=True)
+    assert solved.returncode == 0, solved.stdout
+
+
+def test_new_module_refuses_existing_ids_and_files(tmp_repo):
+    proc = _run(tmp_repo, "03", "Again", "--package", "nn2", "--no-record")
+    assert proc.returncode == 1 and "already in g2c/course/registry.py" in proc.stderr
+    (tmp_repo / "tests" / "test_widgets.py").write_text("# a teacher's file\n")
+    proc = _run(tmp_repo, "42", "Widgets", "--package", "widgets", "--no-record")
+    assert proc.returncode == 1 and "refusing to overwrite" in proc.stderr
+    assert (tmp_repo / "tests" / "test_widgets.py").read_text() == "# a teacher's file\n"
+    assert "'42'" not in (tmp_repo / "g2c/course/registry.py").read_text()
+
+
+def test_slugify_drops_beyond_and_punctuation():
+    assert new_module.slugify("Beyond: KV cache & decoding") == "kv-cache-decoding"
