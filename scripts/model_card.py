@@ -22,31 +22,46 @@ PROMPTS = ["Once upon a time", "Tom and his dog went to the park. They", "Lily w
 NEW_TOKENS = 48
 
 
-def main() -> int:
-    os.environ.setdefault("G2C_QUIET", "1")
-    g2c.use_solutions(os.environ.get(g2c.course.SOLUTIONS_ENV) or "all")
-    from g2c.sampling import generate
-    tok_manifest = verify_artifact("StoryTokenizer")
-    rows, samples = [], []
-    for name in model_names():
-        m = verify_artifact(name)
-        model, tok = load_model(name, device="cpu")
-        c = m["config"]
-        r = m["recipe"]
-        rows.append(
-            f"| {name} | {c['embedding_dim']} | {c['num_layers']} | {c['num_heads']} | {m['parameters']:,} | "
+def model_row(name: str, m: dict) -> str:
+    """One row of the models table from a manifest."""
+    c, r = m["config"], m["recipe"]
+    return (f"| {name} | {c['embedding_dim']} | {c['num_layers']} | {c['num_heads']} | {m['parameters']:,} | "
             f"{m['tokens_seen']:,} | {m['epochs']} | {m['steps']} (best {m['best_step']}) | {r['max_lr']:g} | "
             f"{m['train_loss']:.3f} | {m['val_loss']:.3f} | {m['val_perplexity']:.1f} | "
             f"{m['wall_time_s'] / 60:.1f} min |")
-        for p in PROMPTS:
-            ids = generate(model, tok.encode(p), NEW_TOKENS, temperature=0.0, eos_id=tok.eot_id)
-            text = tok.decode(ids.tolist()).replace("\n", " ⏎ ")
-            samples.append(f"| {name} | {text} |")
-        machine = m["machine"]
+
+
+def sample_rows(name: str) -> list[str]:
+    """Greedy continuations of PROMPTS by one model (solutions must be applied: ``main`` does it)."""
+    from g2c.sampling import generate
+
+    model, tok = load_model(name, device="cpu")
+    rows = []
+    for p in PROMPTS:
+        ids = generate(model, tok.encode(p), NEW_TOKENS, temperature=0.0, eos_id=tok.eot_id)
+        rows.append(f"| {name} | {tok.decode(ids.tolist()).replace(chr(10), ' ⏎ ')} |")
+    return rows
+
+
+def main() -> int:
+    os.environ.setdefault("G2C_QUIET", "1")
+    g2c.use_solutions(os.environ.get(g2c.course.SOLUTIONS_ENV) or "all")
+    tok_manifest = verify_artifact("StoryTokenizer")
+    manifests = {name: verify_artifact(name) for name in model_names()}
+    rows = [model_row(name, m) for name, m in manifests.items()]
+    samples = [row for name in manifests for row in sample_rows(name)]
     size_mb = sum(f.stat().st_size for n in model_names() + ("StoryTokenizer",)
                   for f in artifact_dir(n).iterdir()) / 2**20
-    first = verify_artifact(model_names()[0])
-    text = f"""# StoryLM model card
+    (ROOT / "docs" / "models.md").write_text(text := render(tok_manifest, manifests, rows, samples, size_mb))
+    print(text)
+    return 0
+
+
+def render(tok_manifest: dict, manifests: dict, rows: list[str], samples: list[str], size_mb: float) -> str:
+    """The model card's markdown."""
+    first = next(iter(manifests.values()))
+    machine = list(manifests.values())[-1]["machine"]
+    return f"""# StoryLM model card
 
 The StoryLM ladder: three GPT-2-shaped `TransformerLM`s (CONVENTIONS §4) that share one
 tokenizer, trained by the course's own code on the course's TinyStories training split.
@@ -104,9 +119,6 @@ python scripts/model_card.py              # rewrites this page
 Training resumes from `runs/<Name>/trainer.pt` if interrupted (drop `--force` to keep a
 verified artifact). With a GPU the same command runs on CUDA (`device="auto"`).
 """
-    (ROOT / "docs" / "models.md").write_text(text)
-    print(text)
-    return 0
 
 
 if __name__ == "__main__":
