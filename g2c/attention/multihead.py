@@ -79,10 +79,8 @@ class MultiHeadAttention(Module):
         super().__init__()
         if dim % num_heads:
             raise ValueError(f"embedding dim {dim} is not divisible by num_heads {num_heads}")
-        self.dim = dim
-        self.num_heads = num_heads
-        self.causal = causal
-        self.fused = False
+        self.dim, self.num_heads, self.causal = dim, num_heads, causal
+        self.fused = False  # True: torch's fused kernel (same maths, faster)
         self.qkv = Linear(dim, 3 * dim, generator=generator)
         self.proj = Linear(dim, dim, generator=generator)
         self.dropout = Dropout(dropout)
@@ -94,13 +92,7 @@ class MultiHeadAttention(Module):
         return scaled_dot_product_attention(q, k, v, causal=self.causal)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        """Attend with H heads in parallel.
-
-        Args:
-            x: (B, T, D) float.
-
-        Returns:
-            (B, T, D).
+        """Attend with H heads in parallel: input and output are both (B, T, D) float tensors.
 
         Steps:
             1. ``qkv`` then split the last dimension into three (B, T, D) tensors.
