@@ -26,8 +26,8 @@ from g2c.course import REPO_ROOT
 ARTIFACTS_DIR = REPO_ROOT / "artifacts"
 TOKENIZER_NAMES = ("StoryTokenizer",)
 
-__all__ = ["ARTIFACTS_DIR", "TOKENIZER_NAMES", "ArtifactError", "ArtifactMissingError",
-           "ChecksumError", "artifact_dir", "canonical_name", "load_model", "load_story_tokenizer", "load_tokenizer",
+__all__ = ["ARTIFACTS_DIR", "TOKENIZER_NAMES", "ArtifactError", "ArtifactMissingError", "ChecksumError",
+           "artifact_dir", "canonical_name", "is_verified", "load_model", "load_story_tokenizer", "load_tokenizer",
            "model_names", "verify_artifact", "write_artifact"]
 
 
@@ -113,6 +113,16 @@ def verify_artifact(name: str, root: Path | None = None) -> dict:
     return manifest
 
 
+def is_verified(name: str, root: Path | None = None) -> bool:
+    """True when the artifact is installed and every file matches its manifest (never raises
+    for a missing or corrupted artifact: that is a False)."""
+    try:
+        verify_artifact(name, root)
+    except ArtifactError:
+        return False
+    return True
+
+
 def write_artifact(name: str, files: dict[str, bytes | Path], manifest: dict, *, root: Path | None = None,
                    force: bool = False) -> Path:
     """Write an artifact folder atomically: everything goes to a temp folder, then one rename.
@@ -124,12 +134,8 @@ def write_artifact(name: str, files: dict[str, bytes | Path], manifest: dict, *,
         FileExistsError: a verified artifact is already there and ``force`` is False.
     """
     dest = artifact_dir(name, root)
-    if dest.exists() and not force:
-        try:
-            verify_artifact(name, root)
-            raise FileExistsError(f"{dest} already holds a verified {canonical_name(name)}; pass --force to replace it")
-        except ArtifactError:
-            pass
+    if not force and is_verified(name, root):
+        raise FileExistsError(f"{dest} already holds a verified {canonical_name(name)}; pass --force to replace it")
     dest.parent.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(prefix=f".tmp-{dest.name}-", dir=dest.parent))
     try:

@@ -40,6 +40,7 @@ from g2c.assets.artifacts import (
     ChecksumError,
     artifact_dir,
     canonical_name,
+    is_verified,
     model_names,
     verify_artifact,
     write_artifact,
@@ -267,7 +268,7 @@ def train(names: list[str], *, force: bool, root: Path | None, out=print) -> int
     """``--train``: skip verified artifacts (unless force), then train the rest with solutions applied."""
     todo = []
     for name in names:
-        if not force and artifact_state(name, root)[0] == "OK":
+        if not force and is_verified(name, root):
             out(f"{name:<15} OK       already trained and verified; skipping (--force retrains it)")
         else:
             todo.append(name)
@@ -278,7 +279,7 @@ def train(names: list[str], *, force: bool, root: Path | None, out=print) -> int
         return 2
     from g2c.assets import ladder
 
-    if "StoryTokenizer" in todo and any(artifact_state(m)[0] == "OK" for m in model_names() if m not in todo):
+    if "StoryTokenizer" in todo and any(is_verified(m) for m in model_names() if m not in todo):
         out("checkpoints: warning: a new StoryTokenizer does not match the models trained with the old one; "
             "retrain them too (./checkpoints.sh --train --force)")
     for name in todo:

@@ -20,8 +20,8 @@ from pathlib import Path
 import torch
 
 from g2c.assets.artifacts import (
-    artifact_dir,
     canonical_name,
+    is_verified,
     load_tokenizer,
     model_state_to_bytes,
     verify_artifact,
@@ -105,11 +105,7 @@ def _check_can_train(name: str, force: bool):
     name = canonical_name(name)
     if name not in LADDER or name not in RECIPES:
         raise ValueError(f"{name} is not a ladder model with a recipe; models: {', '.join(LADDER)}")
-    if artifact_dir(name).exists() and not force:
-        try:
-            verify_artifact(name)
-        except (FileNotFoundError, ValueError):
-            return LADDER[name]
+    if not force and is_verified(name):
         raise FileExistsError(f"{name} is already installed and verified; pass --force to retrain it")
     return LADDER[name]
 
