@@ -46,12 +46,17 @@ from g2c.assets.artifacts import (
     write_artifact,
 )
 from g2c.course import module_ids
+from g2c.course.hook import loaded_course_modules
 
 URL_ENV = "G2C_ARTIFACTS_URL"
 REQUIRED_FILES = {"model": ("model.safetensors", "config.json"), "tokenizer": ("tokenizer.json",)}
 
 __all__ = ["all_names", "artifact_state", "install_from_dir", "install_from_git", "install_from_url", "main",
            "resolve_names"]
+
+
+def _solutions_applied() -> bool:
+    return set(module_ids()) <= set(g2c.APPLIED_SOLUTIONS)
 
 
 def all_names() -> tuple[str, ...]:
@@ -277,6 +282,10 @@ def train(names: list[str], *, force: bool, root: Path | None, out=print) -> int
     if root is not None and Path(root).resolve() != ARTIFACTS_DIR.resolve():
         out("checkpoints: --train always writes to artifacts/; drop --root")
         return 2
+    if not _solutions_applied():
+        print("checkpoints: error: training runs the course's code with every reference solution applied; "
+              "run ./checkpoints.sh --train (it selects them) or set G2C_APPLY_SOLUTIONS=all", file=sys.stderr)
+        return 1
     from g2c.assets import ladder
 
     if "StoryTokenizer" in todo and any(is_verified(m) for m in model_names() if m not in todo):
@@ -327,7 +336,7 @@ examples:
 def main(argv: list[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     args = build_parser().parse_args(argv)
-    if args.train is not None and not set(module_ids()) <= set(g2c.APPLIED_SOLUTIONS):
+    if args.train is not None and not _solutions_applied() and not loaded_course_modules():
         # The recipes run the course's own code with the reference solutions applied. Select
         # them before anything imports a course module (the ladder's names come from module 09).
         os.environ.setdefault("G2C_QUIET", "1")
