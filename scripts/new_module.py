@@ -6,8 +6,8 @@ lesson stub and notebook source, then the freshness and contract records.
     python scripts/new_module.py specdec-foo "Beyond: foo" --package specdec --file foo
 
 A numeric id (``16``, ``12b``) gets ``docs/modules/<id>-<slug>.md``; any other id is a Beyond
-module with ``docs/beyond/<id>.md``. The notebook is ``notebooks/clean/<id>-<slug>.ipynb``
-(numeric) or ``notebooks/clean/<id>.ipynb`` (Beyond), built from ``solutions/notebooks/``.
+module with ``docs/beyond/<id>.md``. The notebook is ``notebooks/clean/<id>-<slug>.ipynb``, built
+from ``solutions/notebooks/<id>-<slug>.py``.
 
 It refuses to touch an id or a file that already exists (nothing is overwritten).
 """
@@ -35,7 +35,7 @@ def plan(module_id: str, title: str, package: str, file: str, *, root: Path = RO
     """Repo-relative paths of the files the module consists of."""
     numeric = re.fullmatch(r"\d+[a-z]?", module_id) is not None
     slug = slugify(title)
-    stem = f"{module_id}-{slug}" if numeric else module_id
+    stem = f"{module_id}-{slug}"
     return {
         "init": f"g2c/{package}/__init__.py",
         "solution": f"solutions/g2c/{package}/{file}.py",
