@@ -35,10 +35,8 @@ import torch  # noqa: E402
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-try:                                                                        # the tooling moves to g2c.assets
-    from g2c.assets import ArtifactError, load_model  # noqa: E402
-except ImportError:                                                         # pragma: no cover
-    from g2c.artifacts import ArtifactError, load_model  # noqa: E402
+from g2c.assets import ArtifactError, load_model  # noqa: E402
+from g2c.assets.data import load_split_text  # noqa: E402
 from g2c.nn import synchronize  # noqa: E402
 from g2c.sampling import generate  # noqa: E402
 from g2c.specdec.tree_verify import TreeStats, tree_speculative_generate  # noqa: E402
@@ -57,12 +55,8 @@ def load_prompts(tokenizer, n: int, num_tokens: int) -> list[list[int]]:
     """The first ``num_tokens`` tokens of the first n validation stories, or fixed openings
     when the validation split is not prepared (``./datasets.sh --tiny``)."""
     try:
-        try:
-            from g2c.assets.data import load_split_text
-        except ImportError:
-            from g2c.data import load_split_text
         stories = load_split_text("val")
-    except (FileNotFoundError, ImportError):
+    except FileNotFoundError:
         print("# validation split missing: using fixed story openings", flush=True)
         return [tokenizer.encode(s) for s in FALLBACK_PROMPTS[:n]]
     out = []

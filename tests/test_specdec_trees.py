@@ -394,7 +394,7 @@ def test_tree_formula_matches_simulation():
 # -- the ladder -----------------------------------------------------------------------------
 @pytest.mark.ladder
 def test_tree_greedy_equals_plain_greedy_on_ladder():
-    from g2c.artifacts import load_model
+    from g2c.assets import load_model
     from g2c.sampling import generate
 
     target, tok = load_model("StoryLM-30M", device="cpu")
