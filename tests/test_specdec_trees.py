@@ -105,7 +105,8 @@ def test_expected_tokens_per_pass_lecture_numbers():
     assert expected_tokens_per_pass(chain, torch.full((4,), 0.1)) == pytest.approx(1.1111)
     assert expected_tokens_per_pass(fan, torch.full((4,), 0.1)) == pytest.approx(1.40)
     alpha, k = 0.85, 4                                                      # the chain formula
-    assert expected_tokens_per_pass(chain, torch.full((k,), alpha)) == pytest.approx((1 - alpha ** (k + 1)) / (1 - alpha))
+    chain_tau = (1 - alpha ** (k + 1)) / (1 - alpha)
+    assert expected_tokens_per_pass(chain, torch.full((k,), alpha)) == pytest.approx(chain_tau)
     with pytest.raises(ValueError, match="accept_probs"):
         expected_tokens_per_pass(fan, torch.full((3,), 0.1))
 

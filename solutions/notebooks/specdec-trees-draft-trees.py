@@ -22,12 +22,9 @@ from g2c.sampling import generate
 from g2c.specdec.tree_attention import tree_attention_mask, tree_forward, tree_logits
 from g2c.specdec.tree_verify import greedy_tree_verify, tree_speculative_generate
 from g2c.specdec.trees import (
-    DraftTree,
     build_dynamic_tree,
-    build_static_tree,
     expected_tokens_per_pass,
     node_acceptance_probs,
-    static_choices,
 )
 
 DEVICE = "auto"
@@ -113,7 +110,8 @@ assert abs(my_tau - expected_tokens_per_pass(tree, a)) < 1e-6
 
 # %%
 path, token = greedy_tree_verify(tree, tree_logits(target, ctx, tree).cpu())
-print("accepted:", repr(tok.decode([int(tree.tokens[i]) for i in path])), " then the target's", repr(tok.decode([token])))
+accepted = tok.decode([int(tree.tokens[i]) for i in path])
+print(f"accepted: {accepted!r}, then the target's {tok.decode([token])!r}")
 
 # %% [markdown]
 # ## 5. Chain, static tree, dynamic tree

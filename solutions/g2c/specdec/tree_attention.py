@@ -31,6 +31,8 @@ import torch
 
 from .trees import DraftTree
 
+KV = tuple[torch.Tensor, torch.Tensor]                                      # one layer's (K, V)
+
 __all__ = ["commit_tree_kv", "tree_attention_mask", "tree_forward", "tree_logits"]
 
 
@@ -107,7 +109,7 @@ def _unembed(model, h: torch.Tensor) -> torch.Tensor:
 
 @torch.no_grad()
 def tree_forward(model, ctx_ids, tree: DraftTree | None = None, *,
-                 return_kv: bool = False) -> torch.Tensor | tuple[torch.Tensor, list[tuple[torch.Tensor, torch.Tensor]]]:
+                 return_kv: bool = False) -> torch.Tensor | tuple[torch.Tensor, list[KV]]:
     """One target pass over context + tree with the tree mask and tree positions. Provided.
 
     Args:
@@ -134,7 +136,8 @@ def tree_forward(model, ctx_ids, tree: DraftTree | None = None, *,
     C, n = ctx.numel(), tree.num_nodes
     if C + tree.max_depth > model.max_seq_len:
         raise ValueError(f"tree_forward: context {C} + tree depth {tree.max_depth} exceeds max_seq_len="
-                         f"{model.max_seq_len}; crop the context to its last {model.max_seq_len - tree.max_depth} tokens")
+                         f"{model.max_seq_len}; crop the context to its last "
+                         f"{model.max_seq_len - tree.max_depth} tokens")
     device = model.device
     ids = torch.cat([ctx, tree.tokens]).to(device)                          # (T,)
     pos = torch.cat([torch.arange(C), C - 1 + tree.depths]).to(device)     # (T,)
@@ -183,7 +186,7 @@ def tree_logits(model, ctx_ids, tree: DraftTree) -> torch.Tensor:
     return torch.stack(rows).float()
 
 
-def commit_tree_kv(kv: list[tuple[torch.Tensor, torch.Tensor]], ctx_len: int, path: list[int]) -> tuple[int, int]:
+def commit_tree_kv(kv: list[KV], ctx_len: int, path: list[int]) -> tuple[int, int]:
     """After verification, move the accepted path's K/V rows into contiguous committed rows. Provided.
 
     A chain's accepted drafts already sit right after the context, so committing is a

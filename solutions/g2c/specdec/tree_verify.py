@@ -45,7 +45,8 @@ from .trees import (
     static_choices,
 )
 
-__all__ = ["TreeStats", "expected_accepted", "greedy_tree_verify", "tree_speculative_generate", "tree_speculative_verify"]
+__all__ = ["TreeStats", "expected_accepted", "greedy_tree_verify", "tree_speculative_generate",
+           "tree_speculative_verify"]
 
 
 def _check_rows(tree: DraftTree, rows: torch.Tensor, name: str) -> None:
@@ -204,7 +205,8 @@ def tree_speculative_generate(target, drafter, prompt_ids, max_new_tokens: int, 
                               num_nodes: int = 8, width: int = 4, choices: list[tuple[int, ...]] | None = None,
                               temperature: float = 0.0, generator: torch.Generator | None = None,
                               eos_id: int | None = None,
-                              on_pass: Callable[[list[int], int], None] | None = None) -> tuple[torch.Tensor, TreeStats]:
+                              on_pass: Callable[[list[int], int], None] | None = None,
+                              ) -> tuple[torch.Tensor, TreeStats]:
     """Speculative decoding with draft trees: build, verify in one target pass, commit. Provided.
 
     Args:
