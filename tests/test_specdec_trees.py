@@ -184,6 +184,13 @@ def test_commit_tree_kv_matches_plain_cache():
     for (k, v), (pk, pv) in zip(kv, plain_kv):
         assert torch.allclose(k[:, :committed], pk, atol=1e-5)
         assert torch.allclose(v[:, :committed], pv, atol=1e-5)
+    # The same gather on cache-shaped buffers (B, H, T_max, d) with spare capacity.
+    _, kv = tree_forward(model, ctx, tree, return_kv=True)
+    buffers = [(torch.cat([k, torch.zeros(H, 9, d)], dim=1).unsqueeze(0),
+                torch.cat([v, torch.zeros(H, 9, d)], dim=1).unsqueeze(0)) for k, v in kv]
+    assert commit_tree_kv(buffers, C, path) == (committed, moved)
+    for (k, v), (pk, pv) in zip(buffers, plain_kv):
+        assert torch.allclose(k[0, :, :committed], pk, atol=1e-5) and torch.allclose(v[0, :, :committed], pv, atol=1e-5)
     # A chain's accepted prefix already sits in place: committing moves no bytes.
     chain = DraftTree(torch.tensor([4, 5, 6]), torch.tensor([-1, 0, 1]))
     _, kv = tree_forward(model, ctx, chain, return_kv=True)

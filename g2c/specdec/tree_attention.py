@@ -185,13 +185,15 @@ def commit_tree_kv(kv: list[KV], ctx_len: int, path: list[int]) -> tuple[int, in
     before it is read); every row at or beyond C + len(path) is dropped (the caller's
     committed length becomes C + len(path), and later appends overwrite the rest).
 
-    With module 16's ``KVCache`` (per layer K, V of capacity T_max and a ``length``
-    pointer) the same loop runs on the cache's buffers between ``length = C`` and
-    ``length = C + len(path)``: the tree's n rows are appended at C..C+n-1 by the verify
-    pass, this gather compacts the accepted ones, and the pointer moves to C + len(path).
+    With module 16's ``KVCache`` (per layer buffers (B, H, T_max, d) and a ``length``
+    pointer) the same function runs on the cache's buffers: the verify pass appends the
+    tree's n rows at C..C+n-1 (``append`` without ``advance``), then
+    ``commit_tree_kv(list(zip(cache.keys_buffer, cache.values_buffer)), C, path)`` compacts
+    the accepted ones and ``cache.length`` (``advance(len(path))``) moves to C + len(path).
 
     Args:
-        kv: L pairs (K, V), each (H, T, d) with T >= C + n (``tree_forward(..., return_kv=True)``).
+        kv: L pairs (K, V), each (..., T, d) with T >= C + n: the (H, T, d) rows of
+            ``tree_forward(..., return_kv=True)`` or a cache's (B, H, T_max, d) buffers.
         ctx_len: C, rows before the tree (never touched).
         path: accepted node indices, strictly increasing (a root-to-node path in flattened order).
 
