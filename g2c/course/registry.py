@@ -93,6 +93,13 @@ MODULES: tuple[CourseModule, ...] = (
         lesson="docs/beyond/specdec.md",
         notebook="notebooks/clean/specdec-draft-and-verify.ipynb",
     ),
+    CourseModule(
+        id="specdec-trees",
+        title="Beyond: tree drafts and tree verification",
+        files=("g2c/specdec/trees.py", "g2c/specdec/tree_attention.py", "g2c/specdec/tree_verify.py"),
+        lesson="docs/beyond/specdec-trees.md",
+        notebook="notebooks/clean/specdec-trees-draft-trees.ipynb",
+    ),
 )
 
 

@@ -1,0 +1,177 @@
+#!/usr/bin/env python3
+"""Draft trees on the StoryLM ladder: chain vs static tree vs dynamic tree at equal node budgets.
+
+    python bench/specdec_trees.py --threads 1           # the full run (about 10 minutes on 1 CPU thread)
+    python bench/specdec_trees.py --threads 1 --quick   # a smoke run (about a minute)
+
+StoryLM-1M drafts for StoryLM-30M. For node budgets n in {4, 8, 16} it runs tree speculative
+decoding with a chain of n drafts, a static Medusa-style tree of n nodes
+(``static_choices(n)``) and a dynamic EAGLE-2-style tree of n nodes (width 4), each
+greedy (checked token for token against plain greedy decoding) and sampled (temperature
+0.8, seeded). It prints one table: mode, tree, n, lossless count (greedy), tokens per target
+pass (measured; for sampled runs also the tree formula's expectation from the target's own
+probabilities), drafter passes per target pass, plain and speculative tokens/s, speed-up.
+
+Timing (CONVENTIONS §7): every code path is warmed up once first, then each row is the median
+of ``--repeats`` runs, the device synchronised before every clock read; the thread count is
+printed. Besides wall-clock tok/s the table gives the speed-up in CPU time (this process's
+``time.process_time``): on a machine shared with other jobs and one torch thread it measures
+the work, not the waiting, and is the number to compare. Reference solutions are
+applied (G2C_APPLY_SOLUTIONS defaults to ``all``), so the numbers measure the answer key.
+Every pass recomputes the whole context (no KV cache), for the plain baseline too.
+"""
+
+from __future__ import annotations
+
+import os
+
+os.environ.setdefault("G2C_APPLY_SOLUTIONS", "all")
+os.environ.setdefault("G2C_QUIET", "1")
+
+import argparse  # noqa: E402
+import statistics  # noqa: E402
+import sys  # noqa: E402
+import time  # noqa: E402
+from pathlib import Path  # noqa: E402
+
+import torch  # noqa: E402
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from g2c.assets import ArtifactError, load_model  # noqa: E402
+from g2c.assets.data import load_split_text  # noqa: E402
+from g2c.nn import synchronize  # noqa: E402
+from g2c.sampling import generate  # noqa: E402
+from g2c.specdec.tree_verify import TreeStats, tree_speculative_generate  # noqa: E402
+
+FALLBACK_PROMPTS = [
+    "Once upon a time, there was a little girl named Lily. She loved to play",
+    "Tom and his dog went to the park. The sun was",
+    "One day, a big bear found a red ball in the forest. He",
+    "Sara wanted to bake a cake for her mom. She got",
+    "There was a small bird who could not fly. Every day he",
+    "Ben had a new toy car. It was blue and",
+]
+
+
+def load_prompts(tokenizer, n: int, num_tokens: int) -> list[list[int]]:
+    """The first ``num_tokens`` tokens of the first n validation stories, or fixed openings
+    when the validation split is not prepared (``./datasets.sh --tiny``)."""
+    try:
+        stories = load_split_text("val")
+    except FileNotFoundError:
+        print("# validation split missing: using fixed story openings", flush=True)
+        return [tokenizer.encode(s) for s in FALLBACK_PROMPTS[:n]]
+    out = []
+    for story in stories:
+        ids = tokenizer.encode(story)
+        if len(ids) >= num_tokens:
+            out.append(ids[:num_tokens])
+        if len(out) == n:
+            break
+    return out
+
+
+def timed(fn, device, repeats: int):
+    """The median wall-clock and CPU seconds of ``repeats`` runs; returns (wall, cpu, last result).
+
+    CPU seconds (``time.process_time``, this process only) are the robust number on a shared
+    machine: with one thread they count the work done, not the time spent waiting for a core.
+    """
+    walls, cpus, result = [], [], None
+    for _ in range(repeats):
+        synchronize(device)
+        t0, c0 = time.perf_counter(), time.process_time()
+        result = fn()
+        synchronize(device)
+        walls.append(time.perf_counter() - t0)
+        cpus.append(time.process_time() - c0)
+    return statistics.median(walls), statistics.median(cpus), result
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--target", default="StoryLM-30M")
+    ap.add_argument("--drafter", default="StoryLM-1M")
+    ap.add_argument("--budgets", default="4,8,16")
+    ap.add_argument("--trees", default="chain,static,dynamic")
+    ap.add_argument("--width", type=int, default=4, help="EAGLE-2 top-k of the dynamic tree")
+    ap.add_argument("--prompts", type=int, default=4)
+    ap.add_argument("--prompt-tokens", type=int, default=16)
+    ap.add_argument("--new-tokens", type=int, default=48)
+    ap.add_argument("--temperature", type=float, default=0.8, help="sampled rows (0 skips them)")
+    ap.add_argument("--repeats", type=int, default=1)
+    ap.add_argument("--device", default="auto")
+    ap.add_argument("--threads", type=int, default=None)
+    ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--quick", action="store_true", help="smoke run: 2 prompts, 24 tokens, n in {4, 16}, 1 repeat")
+    args = ap.parse_args(argv)
+    if args.quick:
+        args.prompts, args.new_tokens, args.budgets, args.repeats = 2, 24, "4,16", 1
+    if args.threads:
+        torch.set_num_threads(args.threads)
+    budgets = [int(b) for b in args.budgets.split(",")]
+    kinds = [t for t in args.trees.split(",") if t]
+    try:
+        target, tokenizer = load_model(args.target, device=args.device)
+        drafter, _ = load_model(args.drafter, device=args.device)
+    except ArtifactError as err:
+        raise SystemExit(f"bench/specdec_trees.py: {err}") from err
+    device = target.device
+    eos = tokenizer.eot_id
+    prompts = load_prompts(tokenizer, args.prompts, args.prompt_tokens)
+    print(f"# bench/specdec_trees.py: {args.drafter} drafts for {args.target}; {len(prompts)} prompts x "
+          f"{args.new_tokens} new tokens; device {device}; {torch.get_num_threads()} threads; "
+          f"median of {args.repeats}", flush=True)
+
+    # Warm-up (CONVENTIONS §7): every code path once, on a short budget, before any clock runs.
+    for kind in kinds:
+        tree_speculative_generate(target, drafter, prompts[0], 8, tree=kind, num_nodes=4, temperature=0.0)
+    generate(target, prompts[0], 8, temperature=0.0)
+
+    modes = [("greedy", 0.0)] + ([("sampled", args.temperature)] if args.temperature > 0 else [])
+    header = ("mode", "tree", "n", "lossless", "tok/pass", "formula", "drafter passes/pass", "plain tok/s",
+              "tree tok/s", "speed-up (wall)", "speed-up (CPU time)")
+    rows = []
+    for mode, temp in modes:
+        def plain(temp=temp):
+            g = torch.Generator().manual_seed(args.seed)
+            return [generate(target, p, args.new_tokens, temperature=temp, eos_id=eos, generator=g) for p in prompts]
+
+        plain_s, plain_cpu, reference = timed(plain, device, args.repeats)
+        plain_tokens = sum(len(r) - len(p) for r, p in zip(reference, prompts))
+        print(f"plain {mode}: {plain_tokens / plain_s:.1f} tok/s wall, {plain_tokens / plain_cpu:.1f} tok per CPU-s",
+              flush=True)
+        for n in budgets:
+            for kind in kinds:
+                def spec(kind=kind, n=n, temp=temp):
+                    g = torch.Generator().manual_seed(args.seed)
+                    return [tree_speculative_generate(target, drafter, p, args.new_tokens, tree=kind, num_nodes=n,
+                                                      width=args.width, temperature=temp, generator=g, eos_id=eos)
+                            for p in prompts]
+
+                spec_s, spec_cpu, runs = timed(spec, device, args.repeats)
+                total = TreeStats()
+                for _, s in runs:
+                    for f in ("target_passes", "drafted", "accepted", "generated", "drafter_passes",
+                              "expected_accepted"):
+                        setattr(total, f, getattr(total, f) + getattr(s, f))
+                lossless = (f"{sum(o.tolist() == r.tolist() for (o, _), r in zip(runs, reference))}/{len(runs)}"
+                            if temp == 0.0 else "-")
+                formula = (f"{1 + total.expected_accepted / total.target_passes:.2f}" if temp > 0 else "-")
+                plain_tps, spec_tps = plain_tokens / plain_s, total.generated / spec_s
+                cpu_speedup = (total.generated / spec_cpu) / (plain_tokens / plain_cpu)
+                rows.append((mode, kind, str(n), lossless, f"{total.tokens_per_pass:.2f}", formula,
+                             f"{total.drafter_passes / total.target_passes:.1f}", f"{plain_tps:.1f}",
+                             f"{spec_tps:.1f}", f"{spec_tps / plain_tps:.2f}x", f"{cpu_speedup:.2f}x"))
+                print("  " + " | ".join(rows[-1]), flush=True)
+    print()
+    print("| " + " | ".join(header) + " |")
+    print("|" + "---|" * len(header))
+    for r in rows:
+        print("| " + " | ".join(r) + " |")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

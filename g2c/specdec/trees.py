@@ -1,0 +1,393 @@
+"""Beyond (specdec-trees): draft trees, their builders, and the tree formula for tau.
+
+A chain spends its draft budget on one guess per position. A draft *tree* keeps several
+candidates where the drafter is unsure, and the target verifies every root-to-node path in
+one pass (``tree_attention.py``); verification then walks the tree (``tree_verify.py``).
+
+Representation (``DraftTree``). The root is implicit: it is the last committed token, the
+end of the context. The n draft nodes are stored flattened, node i with
+
+    tokens[i]   the drafted token id,
+    parents[i]  the index of its parent node, or -1 when its parent is the root,
+    depths[i]   the number of draft tokens on the root-to-i path, i included (1 for a
+                child of the root); node i sits at position C + depths[i] - 1 after a
+                context of C tokens (the "context length + depth" of the lecture, depth
+                counted from 0 there).
+
+Flattened order, the contract every function here keeps: parents come before their
+children (``parents[i] < i``), so one left-to-right sweep sees every ancestor first; the
+builders emit nodes level by level (breadth first), and siblings in the order verification
+tries them, the drafter's most probable first.
+
+Builders:
+    * static (Medusa-style): a fixed shape given as rank paths ("choices"), the same for every
+      context; node (r1, ..., rd) is the r_d-th most probable drafter token after node
+      (r1, ..., r_{d-1}). Cai et al., "Medusa" (ICML 2024), section 2.1.2 (tree attention over
+      the Cartesian product of the heads' top-k) and the sparse tree of section 2.3.3 (keep
+      the nodes with the highest estimated accuracy). A chain is the static shape
+      (0,), (0, 0), (0, 0, 0), ...
+    * dynamic (EAGLE-2-style): Li et al., "EAGLE-2: Faster Inference of Language Models with
+      Dynamic Draft Trees" (EMNLP 2024), section 4. A node's value is the product of the
+      drafter's probabilities along its path (its "global acceptance probability" estimate).
+      Expansion (4.1): at each depth expand the ``width`` highest-value nodes of the newest
+      layer with their ``width`` most probable children. Reranking (4.2): keep the n
+      highest-value nodes of everything drafted. A child's value never exceeds its parent's,
+      so the kept set is a tree (ties go to the shallower node).
+
+Expected tokens per pass (the lecture's "Draft Trees" section): with a(v) the probability
+that node v is accepted given its parent was, at most one node per depth continues the
+committed text, so E[tau] = 1 + sum over nodes v of prod_{u on path(root, v)} a(u).
+
+Shape letters: n nodes, C context length, V vocabulary.
+"""
+
+from __future__ import annotations
+
+import heapq
+from dataclasses import dataclass, field
+
+import torch
+
+__all__ = ["DraftTree", "build_dynamic_tree", "build_static_tree", "chain_choices", "expected_tokens_per_pass",
+           "node_acceptance_probs", "static_choices"]
+
+
+def _as_long_1d(x, name: str) -> torch.Tensor:
+    t = torch.as_tensor(x)
+    if t.dim() != 1 or t.dtype.is_floating_point or t.dtype == torch.bool:
+        raise ValueError(f"DraftTree: {name} must be a 1-D integer tensor, got shape {tuple(t.shape)} "
+                         f"dtype {t.dtype}")
+    return t.long().cpu()
+
+
+@dataclass(frozen=True)
+class DraftTree:
+    """n draft nodes in the flattened order described in the module docstring. Provided.
+
+    Args:
+        tokens: (n,) int64 drafted token ids (CPU), n >= 0.
+        parents: (n,) int64, ``parents[i]`` in [-1, i); -1 is the root (the context end).
+        proposal_probs: optional (n, V) float32: row i is the distribution node i's token was
+            drawn from, given its parent and its earlier siblings (SpecInfer's q for sampled
+            children). None means every node was chosen deterministically (a top-rank
+            pick), i.e. one-hot rows; sampled verification then accepts node i with
+            probability p(token_i) under the current residual.
+
+    Attributes (computed): ``depths`` (n,) int64, ``num_nodes``, ``max_depth``.
+
+    Raises:
+        ValueError: tokens/parents not 1-D integers of the same length; a parent index not in
+            [-1, i) (the message names the node and says parents must come first); or
+            proposal_probs not (n, V).
+    """
+
+    tokens: torch.Tensor
+    parents: torch.Tensor
+    proposal_probs: torch.Tensor | None = None
+    depths: torch.Tensor = field(init=False, repr=False)
+
+    def __post_init__(self) -> None:
+        tokens = _as_long_1d(self.tokens, "tokens")
+        parents = _as_long_1d(self.parents, "parents")
+        if tokens.numel() != parents.numel():
+            raise ValueError(f"DraftTree: tokens has {tokens.numel()} entries but parents has {parents.numel()}; "
+                             "give one parent per node")
+        depths = torch.zeros_like(parents)
+        for i, p in enumerate(parents.tolist()):
+            if not -1 <= p < i:
+                raise ValueError(f"DraftTree: node {i} has parent {p}; parents must be -1 (the root) or an "
+                                 "earlier node (flattened order: parents before children)")
+            depths[i] = 1 if p < 0 else depths[p] + 1
+        if self.proposal_probs is not None:
+            q = self.proposal_probs
+            if not isinstance(q, torch.Tensor) or q.dim() != 2 or q.shape[0] != tokens.numel():
+                shape = tuple(q.shape) if isinstance(q, torch.Tensor) else type(q).__name__
+                raise ValueError(f"DraftTree: proposal_probs must be (n, V) = ({tokens.numel()}, V), got {shape}")
+        object.__setattr__(self, "tokens", tokens)
+        object.__setattr__(self, "parents", parents)
+        object.__setattr__(self, "depths", depths)
+
+    @property
+    def num_nodes(self) -> int:
+        return int(self.tokens.numel())
+
+    @property
+    def max_depth(self) -> int:
+        return int(self.depths.max()) if self.num_nodes else 0
+
+    def children(self, node: int) -> list[int]:
+        """Indices of the children of ``node`` (-1 = root), in flattened (try) order."""
+        return [i for i, p in enumerate(self.parents.tolist()) if p == node]
+
+    def path(self, node: int) -> list[int]:
+        """Node indices from the root's child down to ``node`` (empty for the root, -1)."""
+        out = []
+        while node >= 0:
+            out.append(node)
+            node = int(self.parents[node])
+        return out[::-1]
+
+    def path_tokens(self, node: int) -> list[int]:
+        """The draft tokens on the root-to-``node`` path."""
+        return [int(self.tokens[i]) for i in self.path(node)]
+
+    def subtree(self, keep: list[int]) -> "DraftTree":
+        """The tree of the nodes in ``keep`` (which must contain every kept node's parent),
+        in their flattened order, parents renumbered."""
+        keep = sorted(set(keep))
+        new_index = {old: new for new, old in enumerate(keep)}
+        parents = []
+        for old in keep:
+            p = int(self.parents[old])
+            if p >= 0 and p not in new_index:
+                raise ValueError(f"DraftTree.subtree: node {old} kept without its parent {p}")
+            parents.append(new_index[p] if p >= 0 else -1)
+        q = None if self.proposal_probs is None else self.proposal_probs[keep]
+        return DraftTree(self.tokens[keep], torch.tensor(parents, dtype=torch.long), q)
+
+    def truncate(self, max_depth: int) -> "DraftTree":
+        """Drop every node deeper than ``max_depth`` (>= 0)."""
+        return self.subtree([i for i in range(self.num_nodes) if int(self.depths[i]) <= max_depth])
+
+    @staticmethod
+    def empty() -> "DraftTree":
+        return DraftTree(torch.zeros(0, dtype=torch.long), torch.zeros(0, dtype=torch.long))
+
+
+# -- shapes ---------------------------------------------------------------------------------
+def chain_choices(k: int) -> list[tuple[int, ...]]:
+    """The chain of k drafts as a static shape: (0,), (0, 0), ..., k zeros."""
+    if isinstance(k, bool) or not isinstance(k, int) or k < 0:
+        raise ValueError(f"chain_choices: k must be an int >= 0, got {k!r}")
+    return [(0,) * d for d in range(1, k + 1)]
+
+
+def static_choices(num_nodes: int, rank_accept: tuple[float, ...] = (0.6, 0.2, 0.1, 0.05)) -> list[tuple[int, ...]]:
+    """A fixed tree shape of ``num_nodes`` rank paths, best first (Medusa section 2.3.3 style).
+
+    Each rank r of the drafter is assumed accepted with probability ``rank_accept[r]``
+    independently of the context (a static prior; Medusa estimates it on calibration data),
+    so a path's estimated acceptance is the product over its ranks; we keep the
+    ``num_nodes`` best paths (closed under prefixes), ties to the shorter path.
+
+    Returns:
+        rank paths sorted by (depth, ranks): the order ``build_static_tree`` expects.
+
+    Raises:
+        ValueError: num_nodes < 0, or rank_accept empty or not in (0, 1].
+    """
+    if isinstance(num_nodes, bool) or not isinstance(num_nodes, int) or num_nodes < 0:
+        raise ValueError(f"static_choices: num_nodes must be an int >= 0, got {num_nodes!r}")
+    if not rank_accept or not all(0.0 < a <= 1.0 for a in rank_accept):
+        raise ValueError(f"static_choices: rank_accept must be probabilities in (0, 1], got {rank_accept}")
+    heap = [(-a, 1, (r,)) for r, a in enumerate(rank_accept)]
+    heapq.heapify(heap)
+    chosen = []
+    while heap and len(chosen) < num_nodes:
+        neg, depth, path = heapq.heappop(heap)
+        chosen.append(path)
+        for r, a in enumerate(rank_accept):
+            heapq.heappush(heap, (neg * a, depth + 1, path + (r,)))
+    return sorted(chosen, key=lambda c: (len(c), c))
+
+
+# -- builders -------------------------------------------------------------------------------
+def _drafter_probs(drafter, ctx_ids: torch.Tensor, tree: DraftTree) -> torch.Tensor:
+    """(n+1, V) float32 CPU drafter probabilities: row 0 after the context, row i+1 after node i."""
+    from .tree_attention import tree_logits
+
+    return torch.softmax(tree_logits(drafter, ctx_ids, tree).float().cpu(), dim=-1)
+
+
+@torch.no_grad()
+def build_static_tree(drafter, ctx_ids, choices: list[tuple[int, ...]]) -> tuple[DraftTree, int]:
+    """Fill a static shape with the drafter's top-ranked tokens. Provided.
+
+    Args:
+        drafter: a language model (ids (1, T) -> logits (1, T, V), ``max_seq_len``, ``device``).
+        ctx_ids: 1-D LongTensor, the committed context.
+        choices: rank paths, sorted by (depth, ranks) and closed under prefixes (as
+            ``static_choices`` and ``chain_choices`` return them).
+
+    Returns:
+        (tree, drafter_passes): the tree in the choices' order (breadth first), one drafter
+        pass per depth (each pass scores the tree built so far with tree attention).
+
+    Raises:
+        ValueError: choices unsorted, not closed under prefixes, or with a negative rank.
+    """
+    choices = [tuple(int(r) for r in c) for c in choices]
+    for i, c in enumerate(choices):
+        if not c or min(c) < 0:
+            raise ValueError(f"build_static_tree: bad rank path {c}; ranks are ints >= 0")
+        if i and (len(c), c) <= (len(choices[i - 1]), choices[i - 1]):
+            raise ValueError("build_static_tree: choices must be sorted by (depth, ranks) without repeats")
+    known = set(choices)
+    for c in choices:
+        if c[:-1] and c[:-1] not in known:
+            raise ValueError(f"build_static_tree: {c} has no prefix {c[:-1]}; include every prefix")
+    index: dict[tuple[int, ...], int] = {}
+    tokens: list[int] = []
+    parents: list[int] = []
+    passes = 0
+    for depth in sorted({len(c) for c in choices}):
+        # one drafter pass scores the tree built so far (the root and every shallower node)
+        probs = _drafter_probs(drafter, ctx_ids, DraftTree(torch.tensor(tokens, dtype=torch.long),
+                                                           torch.tensor(parents, dtype=torch.long)))
+        passes += 1
+        for c in (c for c in choices if len(c) == depth):
+            parent = index[c[:-1]] if c[:-1] else -1
+            row = probs[parent + 1]                                         # (V,)
+            if c[-1] >= row.numel():
+                raise ValueError(f"build_static_tree: rank {c[-1]} exceeds the vocabulary size {row.numel()}")
+            index[c] = len(tokens)
+            tokens.append(int(torch.topk(row, c[-1] + 1).indices[c[-1]]))
+            parents.append(parent)
+    return DraftTree(torch.tensor(tokens, dtype=torch.long), torch.tensor(parents, dtype=torch.long)), passes
+
+
+@torch.no_grad()
+def build_dynamic_tree(drafter, ctx_ids, num_nodes: int, *, width: int = 4,
+                       max_depth: int | None = None) -> tuple[DraftTree, int]:
+    """EAGLE-2's context-aware dynamic tree under a node budget (section 4). Provided.
+
+    Args:
+        drafter: a language model, as ``build_static_tree``.
+        ctx_ids: 1-D LongTensor, the committed context.
+        num_nodes: the budget n >= 0 of draft nodes the target will verify.
+        width: EAGLE-2's top-k: nodes expanded per depth, and children per expanded node.
+        max_depth: deepest level drafted (default n: a chain's worth).
+
+    Returns:
+        (tree, drafter_passes): the n highest-value nodes, breadth first, siblings by
+        descending drafter probability; one drafter pass per expanded depth.
+
+    Expansion stops early once no frontier node can beat the n-th best value found so far
+    (every descendant's value is at most its ancestor's): in a peaked context the drafter
+    runs a few passes and the budget goes deep; in an entropic one it spreads wide.
+
+    Raises:
+        ValueError: num_nodes < 0, width < 1 or max_depth < 1.
+    """
+    if isinstance(num_nodes, bool) or not isinstance(num_nodes, int) or num_nodes < 0:
+        raise ValueError(f"build_dynamic_tree: num_nodes must be an int >= 0, got {num_nodes!r}")
+    if width < 1:
+        raise ValueError(f"build_dynamic_tree: width must be >= 1, got {width}")
+    max_depth = num_nodes if max_depth is None else max_depth
+    if max_depth < 1 and num_nodes:
+        raise ValueError(f"build_dynamic_tree: max_depth must be >= 1, got {max_depth}")
+    # candidates: (value, depth, parent candidate index, token); parents precede children
+    values: list[float] = []
+    depths: list[int] = []
+    parents: list[int] = []
+    tokens: list[int] = []
+    frontier = [-1]                                                          # the root
+    frontier_values = [1.0]
+    passes = 0
+    for depth in range(1, max_depth + 1):
+        if not frontier or num_nodes == 0:
+            break
+        if len(values) >= num_nodes:
+            nth_best = sorted(values, reverse=True)[num_nodes - 1]
+            if max(frontier_values) <= nth_best:
+                break                                                        # nothing deeper can enter the top n
+        # one drafter pass over the frontier and its ancestors
+        keep = set()
+        for f in frontier:
+            while f >= 0 and f not in keep:
+                keep.add(f)
+                f = parents[f]
+        keep = sorted(keep)
+        sub_index = {old: new for new, old in enumerate(keep)}
+        sub = DraftTree(torch.tensor([tokens[i] for i in keep], dtype=torch.long),
+                        torch.tensor([sub_index[parents[i]] if parents[i] >= 0 else -1 for i in keep],
+                                     dtype=torch.long))
+        probs = _drafter_probs(drafter, ctx_ids, sub)                       # (|keep|+1, V)
+        passes += 1
+        new_layer = []
+        for f, fv in zip(frontier, frontier_values):
+            row = probs[0 if f < 0 else sub_index[f] + 1]                  # (V,)
+            top = torch.topk(row, min(width, row.numel()))
+            for pr, tok in zip(top.values.tolist(), top.indices.tolist()):
+                values.append(fv * pr)
+                depths.append(depth)
+                parents.append(f)
+                tokens.append(tok)
+                new_layer.append(len(values) - 1)
+        best = sorted(new_layer, key=lambda i: -values[i])[:width]
+        frontier, frontier_values = best, [values[i] for i in best]
+    # reranking: the n best by value, ties to the shallower (then earlier) node
+    order = sorted(range(len(values)), key=lambda i: (-values[i], depths[i], i))[:num_nodes]
+    keep = sorted(order, key=lambda i: (depths[i], i))                      # breadth first
+    new_index = {old: new for new, old in enumerate(keep)}
+    tree_parents = []
+    for i in keep:
+        p = parents[i]
+        assert p < 0 or p in new_index, "reranking kept a node without its parent"
+        tree_parents.append(new_index[p] if p >= 0 else -1)
+    return DraftTree(torch.tensor([tokens[i] for i in keep], dtype=torch.long),
+                     torch.tensor(tree_parents, dtype=torch.long)), passes
+
+
+# -- the tree formula -----------------------------------------------------------------------
+def node_acceptance_probs(tree: DraftTree, target_probs: torch.Tensor) -> torch.Tensor:
+    """a(v) for deterministic drafts: P(node v accepted | its parent accepted). Provided.
+
+    With one-hot proposals (``tree.proposal_probs is None``), sampled tree verification
+    (``tree_speculative_verify``) emits a sample of the target's distribution p at the
+    parent and follows the child holding that token, so a(v) = p_parent(token_v) for the
+    first sibling holding a token and 0 for a repeated one. Greedy verification is the case
+    where p is one-hot at the argmax.
+
+    Args:
+        tree: a DraftTree without proposal_probs.
+        target_probs: (n+1, V) float, row 0 at the root, row i+1 at node i.
+
+    Returns:
+        (n,) float32 CPU.
+
+    Raises:
+        ValueError: the tree carries proposal_probs (no closed form here), or target_probs
+            is not (n+1, V).
+    """
+    n = tree.num_nodes
+    if tree.proposal_probs is not None:
+        raise ValueError("node_acceptance_probs: only for deterministic drafts (proposal_probs=None)")
+    if target_probs.dim() != 2 or target_probs.shape[0] != n + 1:
+        raise ValueError(f"node_acceptance_probs: target_probs must be (n+1, V) = ({n + 1}, V), "
+                         f"got {tuple(target_probs.shape)}")
+    p = target_probs.detach().float().cpu()
+    a = torch.zeros(n)
+    seen: set[tuple[int, int]] = set()
+    for i in range(n):
+        parent, tok = int(tree.parents[i]), int(tree.tokens[i])
+        if (parent, tok) not in seen:
+            a[i] = p[parent + 1, tok]
+            seen.add((parent, tok))
+    return a
+
+
+def expected_tokens_per_pass(tree: DraftTree, accept_probs: torch.Tensor) -> float:
+    """E[tau] = 1 + sum_v prod_{u in path(root, v)} a(u): the lecture's tree formula. Provided.
+
+    Args:
+        tree: the draft tree.
+        accept_probs: (n,) a(v) in [0, 1], node v's acceptance probability given its parent.
+
+    Returns:
+        Expected tokens emitted per target pass (accepted drafts + the correction/bonus
+        token), before budget and end-of-sequence cuts. For a chain of k with a = alpha
+        everywhere it is (1 - alpha^(k+1)) / (1 - alpha).
+
+    Raises:
+        ValueError: accept_probs not (n,) or outside [0, 1].
+    """
+    a = torch.as_tensor(accept_probs, dtype=torch.float64).cpu()
+    if a.shape != (tree.num_nodes,) or (a.numel() and (a.min() < 0 or a.max() > 1)):
+        raise ValueError(f"expected_tokens_per_pass: accept_probs must be ({tree.num_nodes},) values in [0, 1], "
+                         f"got shape {tuple(a.shape)}")
+    reach = torch.zeros(tree.num_nodes, dtype=torch.float64)                # prod of a along the path
+    for i in range(tree.num_nodes):
+        p = int(tree.parents[i])
+        reach[i] = a[i] * (1.0 if p < 0 else reach[p])
+    return 1.0 + float(reach.sum())

@@ -1,0 +1,231 @@
+"""Beyond (specdec-trees): tree attention, one target pass over every branch of a draft tree.
+
+A chain's k drafts are scored by a plain causal pass over context + draft. A tree cannot be
+laid out as one sequence: two branches share a prefix and then diverge, and a node must not
+see its cousins. So we flatten the n nodes after the C context tokens and change two things
+(SpecInfer, Miao et al., ASPLOS 2024, sections 4.1-4.2, "topology-aware causal mask";
+Medusa, Cai et al., ICML 2024, section 2.1.2, "tree attention"):
+
+    * the mask: a node attends to every context token, to its ancestors and to itself,
+      nothing else; context rows keep the causal mask;
+    * the positions: node i gets position C + depth(i) - 1, the position it would have in a
+      plain sequence holding its root-to-node path.
+
+Then row C + i of the pass is exactly what a plain causal pass over context + path(i) gives
+at its last row (tested to 1e-4 in float32).
+
+``TransformerLM.forward`` has no mask argument, and the earlier modules stay as they are, so
+``tree_forward`` re-runs the model from its own weights (the same blocks, with the mask
+added to the attention scores). It recomputes the whole context every pass (no cache);
+``commit_tree_kv`` shows what a KV cache does after verification.
+
+Shape letters: C context length, n nodes, T = C + n, D width, H heads, d = D / H,
+L layers, V vocabulary.
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+
+from .trees import DraftTree
+
+KV = tuple[torch.Tensor, torch.Tensor]                                      # one layer's (K, V)
+
+__all__ = ["commit_tree_kv", "tree_attention_mask", "tree_forward", "tree_logits"]
+
+
+def _check_parents(ctx_len: int, parents: torch.Tensor) -> torch.Tensor:
+    """Validate (C, parents); return parents as a CPU LongTensor (n,). Provided."""
+    if isinstance(ctx_len, bool) or not isinstance(ctx_len, int) or ctx_len < 1:
+        raise ValueError(f"tree_attention_mask: ctx_len must be an int >= 1 (the root is the last context token), "
+                         f"got {ctx_len!r}")
+    parents = torch.as_tensor(parents)
+    if parents.dim() != 1 or parents.dtype.is_floating_point:
+        raise ValueError(f"tree_attention_mask: parents must be a 1-D integer tensor (n,), got shape "
+                         f"{tuple(parents.shape)} dtype {parents.dtype}")
+    parents = parents.long().cpu()
+    for i, p in enumerate(parents.tolist()):
+        if not -1 <= p < i:
+            raise ValueError(f"tree_attention_mask: node {i} has parent {p}; parents must be -1 (the root) or an "
+                             "earlier node (flattened order: parents before children)")
+    return parents
+
+
+def tree_attention_mask(ctx_len: int, parents: torch.Tensor, *, device: str | torch.device = "cpu") -> torch.Tensor:
+    """The additive attention mask of a context followed by a flattened draft tree.
+
+    Args:
+        ctx_len: C >= 1 context tokens (the last one is the tree's root).
+        parents: (n,) int, ``parents[i]`` in [-1, i) (-1 = the root), as ``DraftTree.parents``.
+        device: where to build the mask.
+
+    Returns:
+        (T, T) float32 with T = C + n: 0.0 where query row r may attend to key column c,
+        ``-inf`` elsewhere. Rows/columns 0..C-1 are the context, C + i is node i.
+        Context row r sees columns 0..r (causal). Node row C + i sees every context column,
+        column C + j for every ancestor j of i, and itself.
+
+    Raises:
+        ValueError: ctx_len not an int >= 1, or parents not 1-D integers with
+            ``-1 <= parents[i] < i`` (message: "parents must be -1 (the root) or an earlier node").
+
+    Steps:
+        1. Validate with ``_check_parents`` (provided; ``test_tree_attention_mask_rejects_bad_input``).
+        2. Build an (n, n) boolean "ancestor-or-self" matrix in one sweep over the nodes:
+           node i's row is its parent's row (nothing for the root) plus i itself. The
+           flattened order guarantees the parent's row is finished first.
+        3. Allowed (T, T) booleans: causal lower triangle over the context block; node rows
+           see all C context columns and their ancestor-or-self node columns; context rows
+           never see nodes (``test_tree_attention_mask_by_hand``).
+        4. Turn it into 0.0 / -inf float32 on ``device``.
+    """
+    parents = _check_parents(ctx_len, parents)
+    # BEGIN SOLUTION
+    n = parents.numel()
+    T = ctx_len + n
+    anc = torch.zeros(n, n, dtype=torch.bool)                               # (n, n) ancestor-or-self
+    for i, p in enumerate(parents.tolist()):
+        if p >= 0:
+            anc[i] = anc[p]
+        anc[i, i] = True
+    allowed = torch.zeros(T, T, dtype=torch.bool)                           # (T, T)
+    allowed[:ctx_len, :ctx_len] = torch.ones(ctx_len, ctx_len, dtype=torch.bool).tril()
+    allowed[ctx_len:, :ctx_len] = True
+    allowed[ctx_len:, ctx_len:] = anc
+    mask = torch.zeros(T, T, dtype=torch.float32)
+    mask.masked_fill_(~allowed, float("-inf"))
+    return mask.to(device)
+    # END SOLUTION
+
+
+def _unembed(model, h: torch.Tensor) -> torch.Tensor:
+    """Logits from final hidden states: ``model.unembed`` when it exists, else the tied weight."""
+    if hasattr(model, "unembed"):
+        return model.unembed(h)
+    return h @ model.token_embed.weight.t()                                 # (..., V)
+
+
+@torch.no_grad()
+def tree_forward(model, ctx_ids, tree: DraftTree | None = None, *,
+                 return_kv: bool = False) -> torch.Tensor | tuple[torch.Tensor, list[KV]]:
+    """One target pass over context + tree with the tree mask and tree positions. Provided.
+
+    Args:
+        model: a ``TransformerLM`` (module 09) in eval mode; its blocks' ``ln_1``, ``attn.qkv``,
+            ``attn.proj``, ``ln_2``, ``mlp``, its ``token_embed``, ``pos_embed`` and
+            ``ln_final`` are used directly (dropout is skipped: inference only).
+        ctx_ids: 1-D int tensor or list, C >= 1 tokens.
+        tree: the draft tree (None or empty: a plain causal pass over the context).
+        return_kv: also return every layer's keys and values.
+
+    Returns:
+        logits (T, V) float32 on the model's device, T = C + n: row C - 1 scores the token
+        after the context (the root), row C + i the token after node i. With ``return_kv``,
+        also a list of L pairs (K, V), each (H, T, d), the rows a KV cache would hold.
+
+    Raises:
+        ValueError: empty or non-1-D context, a bad tree (see ``tree_attention_mask``), or
+            C + max depth > ``model.max_seq_len`` (crop the context).
+    """
+    from g2c.sampling.generate import as_token_ids
+
+    ctx = as_token_ids(ctx_ids, "ctx_ids")
+    tree = tree if tree is not None else DraftTree.empty()
+    C, n = ctx.numel(), tree.num_nodes
+    if C + tree.max_depth > model.max_seq_len:
+        raise ValueError(f"tree_forward: context {C} + tree depth {tree.max_depth} exceeds max_seq_len="
+                         f"{model.max_seq_len}; crop the context to its last "
+                         f"{model.max_seq_len - tree.max_depth} tokens")
+    device = model.device
+    ids = torch.cat([ctx, tree.tokens]).to(device)                          # (T,)
+    pos = torch.cat([torch.arange(C), C - 1 + tree.depths]).to(device)     # (T,)
+    mask = tree_attention_mask(C, tree.parents, device=device)             # (T, T)
+    x = model.token_embed.weight[ids] + model.pos_embed.weight[pos]        # (T, D)
+    x = x.unsqueeze(0)                                                      # (1, T, D)
+    kv = []
+    for blk in model.blocks:
+        attn = blk.attn
+        D, H = attn.dim, attn.num_heads
+        q, k, v = attn.qkv(blk.ln_1(x)).split(D, dim=-1)                    # (1, T, D) each
+        q, k, v = (t.view(1, C + n, H, D // H).transpose(1, 2) for t in (q, k, v))  # (1, H, T, d)
+        scores = q @ k.transpose(-2, -1) / math.sqrt(D // H) + mask        # (1, H, T, T)
+        y = torch.softmax(scores, dim=-1) @ v                               # (1, H, T, d)
+        x = x + attn.proj(y.transpose(1, 2).reshape(1, C + n, D))          # (1, T, D)
+        x = x + blk.mlp(blk.ln_2(x))
+        if return_kv:
+            kv.append((k[0], v[0]))                                         # (H, T, d) each
+    logits = _unembed(model, model.ln_final(x))[0].float()                 # (T, V)
+    return (logits, kv) if return_kv else logits
+
+
+@torch.no_grad()
+def tree_logits(model, ctx_ids, tree: DraftTree) -> torch.Tensor:
+    """The n + 1 verification rows of a tree: row 0 after the context, row i + 1 after node i. Provided.
+
+    For a ``TransformerLM`` (anything with ``blocks`` and ``token_embed``) this is one
+    ``tree_forward`` over the context cropped to its last ``max_seq_len - depth`` tokens. Any
+    other model (the tests' table-lookup LMs) is scored path by path with plain causal
+    passes, which is what the tree pass must reproduce.
+
+    Returns:
+        (n+1, V) float32 on the model's device.
+    """
+    from g2c.sampling.generate import as_token_ids
+
+    ctx = as_token_ids(ctx_ids, "ctx_ids")
+    ctx = ctx[-(model.max_seq_len - tree.max_depth):]
+    C = ctx.numel()
+    if hasattr(model, "blocks") and hasattr(model, "token_embed"):
+        return tree_forward(model, ctx, tree)[C - 1:]                        # (n+1, V)
+    rows = [model(ctx.unsqueeze(0).to(model.device))[0, -1]]
+    for i in range(tree.num_nodes):
+        path = torch.tensor(tree.path_tokens(i), dtype=torch.long)
+        rows.append(model(torch.cat([ctx, path]).unsqueeze(0).to(model.device))[0, -1])
+    return torch.stack(rows).float()
+
+
+def commit_tree_kv(kv: list[KV], ctx_len: int, path: list[int]) -> tuple[int, int]:
+    """After verification, move the accepted path's K/V rows into contiguous committed rows. Provided.
+
+    A chain's accepted drafts already sit right after the context, so committing is a
+    pointer move. In a tree the accepted path (node indices ``path``, root side first) is
+    scattered over the flattened rows: row C + path[j] must move to row C + j. We copy in
+    place, in order j = 0, 1, ... (safe: path[j] >= j, so a source row is never overwritten
+    before it is read); every row at or beyond C + len(path) is dropped (the caller's
+    committed length becomes C + len(path), and later appends overwrite the rest).
+
+    With module 16's ``KVCache`` (per layer buffers (B, H, T_max, d) and a ``length``
+    pointer) the same function runs on the cache's buffers: the verify pass appends the
+    tree's n rows at C..C+n-1 (``append`` without ``advance``), then
+    ``commit_tree_kv(list(zip(cache.keys_buffer, cache.values_buffer)), C, path)`` compacts
+    the accepted ones and ``cache.length`` (``advance(len(path))``) moves to C + len(path).
+
+    Args:
+        kv: L pairs (K, V), each (..., T, d) with T >= C + n: the (H, T, d) rows of
+            ``tree_forward(..., return_kv=True)`` or a cache's (B, H, T_max, d) buffers.
+        ctx_len: C, rows before the tree (never touched).
+        path: accepted node indices, strictly increasing (a root-to-node path in flattened order).
+
+    Returns:
+        (committed_len, bytes_moved): C + len(path), and the bytes copied (0 when every
+        accepted node already sits in its slot, e.g. a chain).
+
+    Raises:
+        ValueError: path not strictly increasing, or a row index beyond the tensors.
+    """
+    path = [int(i) for i in path]
+    if any(b <= a for a, b in zip(path, path[1:])) or (path and path[0] < 0):
+        raise ValueError(f"commit_tree_kv: path must be strictly increasing node indices, got {path}")
+    moved = 0
+    for k, v in kv:
+        if path and ctx_len + path[-1] >= k.shape[-2]:
+            raise ValueError(f"commit_tree_kv: node {path[-1]} is beyond the {k.shape[-2] - ctx_len} tree rows")
+        for j, node in enumerate(path):
+            src, dst = ctx_len + node, ctx_len + j
+            if src != dst:
+                k[..., dst, :] = k[..., src, :]
+                v[..., dst, :] = v[..., src, :]
+                moved += (k[..., src, :].numel() * k.element_size() + v[..., src, :].numel() * v.element_size())
+    return ctx_len + len(path), moved

@@ -1,0 +1,298 @@
+"""Beyond (specdec-trees): verifying a draft tree, greedy and sampled, and the tree loop.
+
+The target scored every node in one pass (``tree_attention.py``): row 0 of the n + 1
+verification rows is its prediction after the context (the root), row i + 1 its prediction
+after node i. Verification walks down from the root: at the current node, does one of its
+children hold the token the target would produce there? If yes, accept that child and
+continue from it; if not, emit the target's own token (the correction token) and stop.
+Reaching a leaf, the target's token after it is the bonus token. Every pass emits
+accepted + 1 tokens, as for a chain; at most one node per depth can be accepted.
+
+Greedy: the target's token is its argmax (SpecInfer, Miao et al., ASPLOS 2024, section 4.3,
+VerifyGreedy in Algorithm 2). The output is the target's greedy text, whatever the tree.
+
+Sampled: SpecInfer's multi-step speculative sampling (section 4.3, VerifyStochastic in
+Algorithm 2, Theorem 4.2): at the current node with target distribution p, try the children
+in order; child x drawn from q is accepted with probability min(1, p(x) / q(x)); after a
+rejection p becomes the residual normalize(max(0, p - q)) and the next child is tried
+against it; when every child is rejected, sample from the last residual. Each try is one
+Leviathan-style step whose rejection branch, instead of sampling the residual at once,
+hands it to the next sibling, so the emitted token follows p exactly. A deterministic
+child (a top-rank pick, ``proposal_probs=None``) is the case q = one-hot: accepted with
+probability p(x), and rejection removes x from p.
+
+Shape letters: n nodes, V vocabulary.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import torch
+
+from g2c.sampling.generate import as_token_ids
+
+from .generate import SpecStats
+from .tree_attention import tree_logits
+from .trees import (
+    DraftTree,
+    build_dynamic_tree,
+    build_static_tree,
+    chain_choices,
+    expected_tokens_per_pass,
+    node_acceptance_probs,
+    static_choices,
+)
+
+__all__ = ["TreeStats", "expected_accepted", "greedy_tree_verify", "tree_speculative_generate",
+           "tree_speculative_verify"]
+
+
+def _check_rows(tree: DraftTree, rows: torch.Tensor, name: str) -> None:
+    """Validate a (n+1, V) table for a tree. Provided."""
+    if not isinstance(tree, DraftTree):
+        raise TypeError(f"tree must be a DraftTree, got {type(tree).__name__}")
+    if not isinstance(rows, torch.Tensor) or rows.dim() != 2 or rows.shape[0] != tree.num_nodes + 1:
+        shape = tuple(rows.shape) if isinstance(rows, torch.Tensor) else type(rows).__name__
+        raise ValueError(f"{name} must have shape (n+1, V) = ({tree.num_nodes + 1}, V) for a tree of "
+                         f"n={tree.num_nodes} nodes (row 0 = root, row i+1 = node i), got {shape}")
+
+
+def greedy_tree_verify(tree: DraftTree, target_logits: torch.Tensor) -> tuple[list[int], int]:
+    """Greedy tree verification: the longest path that agrees with the target's argmax.
+
+    Args:
+        tree: the draft tree (n >= 0 nodes).
+        target_logits: (n+1, V) float: row 0 scores the position after the context, row
+            i + 1 the position after node i.
+
+    Returns:
+        (path, token): ``path`` the accepted node indices from the root's child down (empty
+        if nothing was accepted); ``token`` the target's argmax at the last accepted node (at
+        the root if none): the correction token when no child matched, the bonus token
+        when the walk ended at a leaf.
+
+    Raises:
+        TypeError: tree is not a DraftTree.
+        ValueError: target_logits is not (n+1, V) (message names "target_logits").
+
+    Steps:
+        1. Validate with ``_check_rows(tree, target_logits, "target_logits")`` (provided).
+        2. The target's choice at every row: argmax over V, (n+1,).
+        3. Start at the root (-1). Look among the current node's children
+           (``tree.children``) for one whose token equals the choice at the current row; if
+           there is one, append it to the path and move to it; otherwise stop
+           (``test_greedy_tree_verify_by_hand``).
+        4. Return the path and the choice at the row of the node where you stopped
+           (``test_greedy_tree_verify_bonus_at_leaf``).
+    """
+    _check_rows(tree, target_logits, "target_logits")
+    # BEGIN SOLUTION
+    choice = target_logits.argmax(dim=-1).tolist()                          # (n+1,)
+    kids: dict[int, list[int]] = {}
+    for i, p in enumerate(tree.parents.tolist()):
+        kids.setdefault(p, []).append(i)
+    tokens = tree.tokens.tolist()
+    path: list[int] = []
+    node = -1
+    while True:
+        want = choice[node + 1]
+        nxt = next((c for c in kids.get(node, []) if tokens[c] == want), None)
+        if nxt is None:
+            return path, want
+        path.append(nxt)
+        node = nxt
+    # END SOLUTION
+
+
+def tree_speculative_verify(tree: DraftTree, target_probs: torch.Tensor, *,
+                            generator: torch.Generator | None = None) -> tuple[list[int], int]:
+    """Sampled tree verification, lossless: SpecInfer's multi-step speculative sampling.
+
+    At the current node (start: the root) let p be the target's distribution there. For each
+    child v in flattened order, with x = its token and q = its proposal row
+    (``tree.proposal_probs[v]``, or one-hot at x when the tree has none):
+
+        draw u ~ U[0, 1); accept v when u * q(x) < p(x)   (i.e. with probability min(1, p(x)/q(x)));
+        accepted: append v to the path, move to v, start again with p = target_probs[v + 1];
+        rejected: p <- normalize(max(0, p - q)) and try the next sibling.
+
+    If every child is rejected, emit a sample from the current p (the last residual); if the
+    node is a leaf, emit a sample from its target row (the bonus token).
+
+    Args:
+        tree: the draft tree; its proposal rows must be the distributions the children were
+            drawn from (given their parent and earlier siblings) for the result to be exact.
+        target_probs: (n+1, V) float, the target's (warped) probabilities: row 0 at the
+            root, row i + 1 after node i.
+        generator: a CPU ``torch.Generator`` for the uniforms and the final sample.
+
+    Returns:
+        (path, token): accepted node indices (root side first) and the emitted
+        correction/bonus token.
+
+    Raises:
+        TypeError / ValueError: as ``greedy_tree_verify`` (the message names "target_probs");
+            ValueError when proposal_probs has a different V from target_probs.
+
+    Edge cases (our choice, as ``speculative_verify``): the division-free test accepts when
+    q(x) = 0 < p(x) and never accepts p(x) = 0; a residual that sums to 0 (p <= q
+    everywhere, a rejection of probability ~0 reached through rounding) falls back to the
+    current p.
+
+    Steps:
+        1. Validate (provided). Work in float64 on the CPU.
+        2. Walk from the root. At each node, loop over its children: one uniform per try
+           (``test_tree_speculative_verify_matches_target_distribution``).
+        3. After a rejection, replace p by the normalised positive residual (the step the
+           planted wrong variant forgets; the same test catches it).
+        4. Sample the final token from p with ``torch.multinomial(..., generator=generator)``
+           (``test_tree_speculative_verify_bonus_at_leaf``).
+    """
+    _check_rows(tree, target_probs, "target_probs")
+    if tree.proposal_probs is not None and tree.proposal_probs.shape[1] != target_probs.shape[1]:
+        raise ValueError(f"proposal_probs has V={tree.proposal_probs.shape[1]} but target_probs has "
+                         f"V={target_probs.shape[1]}; drafter and target must share one vocabulary")
+    # BEGIN SOLUTION
+    P = target_probs.detach().double().cpu()                                # (n+1, V)
+    Q = None if tree.proposal_probs is None else tree.proposal_probs.detach().double().cpu()
+    kids: dict[int, list[int]] = {}
+    for i, par in enumerate(tree.parents.tolist()):
+        kids.setdefault(par, []).append(i)
+    tokens = tree.tokens.tolist()
+    path: list[int] = []
+    node = -1
+    while True:
+        p = P[node + 1].clone()                                             # (V,)
+        for child in kids.get(node, []):
+            x = tokens[child]
+            if Q is None:
+                q = torch.zeros_like(p)
+                q[x] = 1.0
+            else:
+                q = Q[child]
+            u = float(torch.rand(1, generator=generator, dtype=torch.float64))
+            if u * float(q[x]) < float(p[x]):
+                path.append(child)
+                node = child
+                break
+            residual = (p - q).clamp(min=0.0)
+            if float(residual.sum()) > 0.0:
+                p = residual / residual.sum()
+        else:
+            return path, int(torch.multinomial(p, 1, generator=generator))
+    # END SOLUTION
+
+
+@dataclass
+class TreeStats(SpecStats):
+    """``SpecStats`` plus what a tree run spends. Provided.
+
+    Attributes (besides SpecStats'): ``drafter_passes`` (drafter tree passes to build the
+    trees; ``drafted`` counts the verified nodes), ``expected_accepted`` (sum
+    over passes of the tree formula's expected accepted drafts, sum_v prod a(u), computed
+    from the target's own probabilities: ``expected_tokens_per_pass`` minus 1; comparable
+    with ``accepted`` in expectation when no budget or EOS cut applies).
+    """
+
+    drafter_passes: int = 0
+    expected_accepted: float = 0.0
+
+
+@torch.no_grad()
+def tree_speculative_generate(target, drafter, prompt_ids, max_new_tokens: int, *, tree: str = "dynamic",
+                              num_nodes: int = 8, width: int = 4, choices: list[tuple[int, ...]] | None = None,
+                              temperature: float = 0.0, generator: torch.Generator | None = None,
+                              eos_id: int | None = None,
+                              on_pass: Callable[[list[int], int], None] | None = None,
+                              ) -> tuple[torch.Tensor, TreeStats]:
+    """Speculative decoding with draft trees: build, verify in one target pass, commit. Provided.
+
+    Args:
+        target, drafter: language models with the same ``vocab_size`` (ids (1, T) -> logits).
+        prompt_ids: 1-D ints, length >= 1.
+        max_new_tokens: budget >= 0, never exceeded.
+        tree: ``"chain"`` (k = num_nodes drafts in a row), ``"static"`` (``choices``, default
+            ``static_choices(num_nodes)``) or ``"dynamic"`` (``build_dynamic_tree`` with
+            ``width``).
+        num_nodes: the node budget n >= 1 per target pass.
+        temperature: 0 for greedy verification (output = the target's greedy text); > 0 for
+            sampled verification of the target's softmax(logits / temperature) (output
+            distributed as plain sampling at that temperature). Drafts are the drafter's top
+            ranks (deterministic proposals) in both cases.
+        generator: CPU ``torch.Generator`` for sampled verification.
+        eos_id: stop after emitting it.
+        on_pass: ``on_pass(emitted, num_accepted)`` after each target pass.
+
+    Returns:
+        (ids, stats): prompt + new tokens (CPU LongTensor), and a ``TreeStats``.
+
+    Raises:
+        ValueError: bad prompt, budget, temperature, node budget, tree kind, or different
+            vocab sizes.
+    """
+    ids = as_token_ids(prompt_ids, "prompt_ids")
+    if max_new_tokens < 0:
+        raise ValueError(f"max_new_tokens must be >= 0, got {max_new_tokens}")
+    if isinstance(num_nodes, bool) or not isinstance(num_nodes, int) or num_nodes < 1:
+        raise ValueError(f"num_nodes must be an int >= 1 (the draft nodes per target pass), got {num_nodes!r}")
+    if temperature < 0:
+        raise ValueError(f"temperature must be >= 0 (0 = greedy), got {temperature}")
+    if tree not in ("chain", "static", "dynamic"):
+        raise ValueError(f"tree must be 'chain', 'static' or 'dynamic', got {tree!r}")
+    if drafter.vocab_size != target.vocab_size:
+        raise ValueError(f"drafter vocab_size {drafter.vocab_size} differs from target vocab_size {target.vocab_size}")
+    if tree == "chain":
+        shape = chain_choices(num_nodes)
+    elif tree == "static":
+        shape = choices if choices is not None else static_choices(num_nodes)
+    modes = (target.training, drafter.training)
+    target.eval()
+    drafter.eval()
+    stats = TreeStats()
+    num_new = 0
+    try:
+        while num_new < max_new_tokens:
+            remaining = max_new_tokens - num_new
+            max_depth = min(remaining - 1, target.max_seq_len - 1, drafter.max_seq_len - 1)
+            if max_depth < 1:
+                draft, passes = DraftTree.empty(), 0
+            elif tree == "dynamic":
+                draft, passes = build_dynamic_tree(drafter, ids, num_nodes, width=width, max_depth=max_depth)
+            else:
+                draft, passes = build_static_tree(drafter, ids, [c for c in shape if len(c) <= max_depth])
+            draft = draft.truncate(max_depth)
+            logits = tree_logits(target, ids, draft).cpu()                   # (n+1, V)
+            if temperature == 0.0:
+                path, token = greedy_tree_verify(draft, logits)
+                probs = torch.nn.functional.one_hot(logits.argmax(-1), logits.shape[-1]).float()
+            else:
+                probs = torch.softmax(logits / temperature, dim=-1)
+                path, token = tree_speculative_verify(draft, probs, generator=generator)
+            stats.expected_accepted += expected_accepted(draft, probs)
+            emitted = [int(draft.tokens[i]) for i in path] + [token]
+            emitted = emitted[:remaining]
+            hit_eos = eos_id is not None and eos_id in emitted
+            if hit_eos:
+                emitted = emitted[:emitted.index(eos_id) + 1]
+            num_accepted = min(len(path), len(emitted))
+            stats.record(drafted=draft.num_nodes, accepted=num_accepted, generated=len(emitted))
+            stats.drafter_passes += passes
+            if on_pass is not None:
+                on_pass(emitted, num_accepted)
+            ids = torch.cat([ids, torch.tensor(emitted, dtype=torch.long)])
+            num_new += len(emitted)
+            if hit_eos:
+                break
+    finally:
+        target.train(modes[0])
+        drafter.train(modes[1])
+    return ids, stats
+
+
+def expected_accepted(tree: DraftTree, target_probs: torch.Tensor) -> float:
+    """sum_v prod_{u in path(v)} a(u) with a from ``node_acceptance_probs``. Provided."""
+    if tree.num_nodes == 0:
+        return 0.0
+    return expected_tokens_per_pass(tree, node_acceptance_probs(tree, target_probs)) - 1.0
