@@ -32,6 +32,7 @@ class Recorder(Module):
     def __init__(self, table: torch.Tensor, max_seq_len: int = 16) -> None:
         super().__init__()
         self.table = table
+        self.vocab_size = table.shape[-1]
         self.max_seq_len = max_seq_len
         self.calls: list[list[int]] = []
 
