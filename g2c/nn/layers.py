@@ -96,8 +96,10 @@ class Embedding(Module):
             (..., embedding_dim) float32.
 
         Raises:
-            TypeError: ``ids`` is not an integer tensor.
-            IndexError: an id is negative or >= num_embeddings (the message gives the range).
+            TypeError: ``ids`` is not an integer tensor; the message says the layer expects
+                "integer ids" and names the dtype.
+            IndexError: an id is negative or >= num_embeddings; the message gives the range
+                as "[0, num_embeddings)" (e.g. "[0, 5)") and the smallest and largest id.
 
         Steps:
             1. Check the dtype and the range of the ids (``test_embedding_rejects_bad_ids``).

@@ -161,7 +161,8 @@ def speculative_generate(target, drafter, prompt_ids, max_new_tokens: int, *, k:
 
     Raises:
         TypeError: target or drafter lacks ``vocab_size``, ``max_seq_len`` or ``device``
-            (``check_language_model``, naming "target" or "drafter").
+            (``check_language_model(model, "target")``: "target (...) does not satisfy
+            g2c.sampling.LanguageModel: missing max_seq_len").
         ValueError: prompt_ids empty, not 1-D, not integer ("integer token ids") or with an
             id outside [0, V) (``as_token_ids`` with ``vocab_size``; every message names
             "prompt_ids"); k < 1 or not an int ("k must be >= 1"); max_new_tokens < 0
