@@ -273,6 +273,18 @@ def test_dropout_eval_is_identity():
     assert Dropout(0.0)(x) is x  # p == 0 is the identity in training too
 
 
+def test_dropout_with_a_cpu_generator_on_a_device():
+    # A CPU generator cannot draw on CUDA/MPS: the mask is drawn on the generator's device and
+    # moved, so the same seed gives the same mask everywhere (fake accelerator: tests/device_mocks.py).
+    from device_mocks import FakeAccelerator, to_accel
+
+    x = torch.ones(4, 8)
+    expected = Dropout(0.5, generator=torch.Generator().manual_seed(0))(x)
+    with FakeAccelerator():
+        got = Dropout(0.5, generator=torch.Generator().manual_seed(0))(to_accel(x)).cpu()
+    assert torch.equal(got, expected)
+
+
 def test_dropout_keeps_expectation():
     p = 0.25
     drop = Dropout(p, generator=torch.Generator().manual_seed(0))
