@@ -371,3 +371,17 @@ def test_time_call_warms_up_synchronises_and_reports_the_median_and_threads(monk
 def test_time_call_rejects_bad_counts(kwargs, match):
     with pytest.raises(ValueError, match=match):
         time_call(lambda: None, **kwargs)
+
+
+def test_eval_mode_restores_each_mode_even_on_an_exception():
+    from g2c.nn import eval_mode
+
+    class Crash(Exception):
+        pass
+
+    a, b = Linear(2, 2), Linear(2, 2).eval()
+    with pytest.raises(Crash):
+        with eval_mode(a, b, object()):                                     # objects without modes are skipped
+            assert not a.training and not b.training
+            raise Crash
+    assert a.training and not b.training

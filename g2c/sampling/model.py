@@ -5,7 +5,7 @@ and ``mtp_propose`` in ``g2c.specdec``) relies on the ``LanguageModel`` protocol
 nothing else. ``TransformerLM`` satisfies it; so does a plain object with three attributes
 and a ``__call__`` (the table-lookup mocks of the tests).
 
-Mode methods are optional: ``eval_mode`` switches a model to eval mode for the duration of
+Mode methods are optional: ``eval_mode`` (``g2c.nn.eval_mode``, re-exported here) switches a model to eval mode for the duration of
 a ``with`` block when it has ``training`` and ``train(mode)``, restores the saved mode in a
 ``finally`` (an exception or a Ctrl-C inside the loop leaves every model as it was), and
 leaves a model without them alone.
@@ -15,11 +15,11 @@ Shape letters: T time, V vocabulary.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-from contextlib import contextmanager
 from typing import Protocol, runtime_checkable
 
 import torch
+
+from g2c.nn import eval_mode  # re-exported: the loops' mode switch lives with Module (module 03)
 
 __all__ = ["LanguageModel", "check_language_model", "check_token_ids", "eval_mode"]
 
@@ -89,24 +89,3 @@ def check_token_ids(ids: torch.Tensor, vocab_size: int, name: str) -> None:
         bad = low if low < 0 else high
         raise ValueError(f"{name} holds token id {bad}, outside the vocabulary [0, {vocab_size}); "
                          f"ids must come from the model's tokenizer")
-
-
-@contextmanager
-def eval_mode(*models) -> Iterator[None]:
-    """Put models in eval mode inside a ``with`` block; restore each one's mode in ``finally``.
-
-    A model without ``training`` and ``train`` is left alone (mode methods are optional in
-    ``LanguageModel``). Passing the same model twice is fine: modes are saved before any
-    switch and restored in reverse order.
-
-        with eval_mode(target, drafter):
-            ...   # both in eval mode; their modes come back even if this raises
-    """
-    saved = [(m, m.training) for m in models if hasattr(m, "training") and callable(getattr(m, "train", None))]
-    try:
-        for model, _ in saved:
-            model.train(False)
-        yield
-    finally:
-        for model, mode in reversed(saved):
-            model.train(mode)
