@@ -20,10 +20,9 @@ tensors on the accelerator; ``.cpu()`` / ``.to("cpu")`` bring them back as plain
 from __future__ import annotations
 
 import torch
+from specdec_mocks import TableLM
 from torch.overrides import TorchFunctionMode
 from torch.utils._pytree import tree_flatten, tree_map
-
-from specdec_mocks import TableLM
 
 FAKE_DEVICE = torch.device("meta")
 

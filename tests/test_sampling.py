@@ -11,7 +11,6 @@ import math
 
 import pytest
 import torch
-
 from device_mocks import AccelTableLM, FakeAccelerator
 
 from g2c.nn import Module

@@ -9,9 +9,17 @@ from __future__ import annotations
 
 import pytest
 import torch
+from device_mocks import (
+    FAKE_DEVICE,
+    AccelTableLM,
+    AccelTensor,
+    DeviceMismatch,
+    FakeAccelerator,
+    Float64OnDevice,
+    to_accel,
+)
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from device_mocks import AccelTableLM, AccelTensor, DeviceMismatch, FakeAccelerator, Float64OnDevice, to_accel
 from specdec_mocks import TableLM, chain_table, follow_chain
 
 from g2c.specdec import SpecStats, draft_greedy, greedy_verify, mtp_propose, speculative_generate, speculative_verify
@@ -370,3 +378,25 @@ def test_speculative_generate_hands_the_verifier_one_device(monkeypatch):
     assert type(out) is torch.Tensor                                        # the output is a CPU tensor
     assert len(seen) == stats.target_passes
     assert all(draft_on_device == rows_on_device for draft_on_device, rows_on_device in seen), seen
+
+
+def test_the_whole_stack_runs_on_a_device_without_float64_or_mixing():
+    # A small TransformerLM and MTPHead moved to the fake accelerator: every op of the
+    # transformer, generate, speculative_generate and mtp_propose must keep its tensors on one
+    # device and create no float64 there, and give the CPU results.
+    from g2c.sampling import generate
+    from g2c.specdec import MTPHead
+    from g2c.transformer import TransformerLM
+
+    g = torch.Generator().manual_seed(0)
+    base = TransformerLM(32, 16, 2, 2, 16, generator=g)
+    head = MTPHead(base, generator=g)
+    expected = (mtp_propose(base, head, [1, 2, 3]), generate(base, [1, 2], 5, temperature=0.0).tolist(),
+                speculative_generate(base, base, [1, 2], 5, k=2)[0].tolist())
+    with FakeAccelerator():
+        base.to(FAKE_DEVICE)
+        head.to(FAKE_DEVICE)
+        assert isinstance(base.token_embed.weight, AccelTensor)
+        got = (mtp_propose(base, head, [1, 2, 3]), generate(base, [1, 2], 5, temperature=0.0).tolist(),
+               speculative_generate(base, base, [1, 2], 5, k=2)[0].tolist())
+    assert got == expected

@@ -5,10 +5,10 @@ and ``mtp_propose`` in ``g2c.specdec``) relies on the ``LanguageModel`` protocol
 nothing else. ``TransformerLM`` satisfies it; so does a plain object with three attributes
 and a ``__call__`` (the table-lookup mocks of the tests).
 
-Mode methods are optional: ``eval_mode`` (``g2c.nn.eval_mode``, re-exported here) switches a model to eval mode for the duration of
-a ``with`` block when it has ``training`` and ``train(mode)``, restores the saved mode in a
-``finally`` (an exception or a Ctrl-C inside the loop leaves every model as it was), and
-leaves a model without them alone.
+Mode methods are optional: ``eval_mode`` (``g2c.nn.eval_mode``, re-exported here) switches
+a model to eval mode for the duration of a ``with`` block when it has ``training`` and
+``train(mode)``, restores the saved mode in a ``finally`` (an exception or a Ctrl-C inside
+the loop leaves every model as it was), and leaves a model without them alone.
 
 Shape letters: T time, V vocabulary.
 """
