@@ -25,7 +25,6 @@ os.environ.setdefault("G2C_APPLY_SOLUTIONS", "all")
 os.environ.setdefault("G2C_QUIET", "1")
 
 import argparse  # noqa: E402
-import statistics  # noqa: E402
 import sys  # noqa: E402
 import time  # noqa: E402
 from pathlib import Path  # noqa: E402
@@ -37,7 +36,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from g2c.assets.artifacts import ArtifactError, load_model  # noqa: E402
 from g2c.assets.data import load_split_text, load_token_stream  # noqa: E402
-from g2c.nn import synchronize  # noqa: E402
+from g2c.nn import time_call  # noqa: E402
 from g2c.sampling import generate  # noqa: E402
 from g2c.specdec import MTPHead, SpecStats, greedy_verify, hidden_states, mtp_loss, speculative_generate  # noqa: E402
 from g2c.training import AdamW  # noqa: E402
@@ -61,17 +60,10 @@ def prompts_from_val(tokenizer, n: int, num_tokens: int) -> list[list[int]]:
 
 
 def timed(fn, device, repeats: int) -> tuple[float, object]:
-    """Warm up once, then the median seconds of ``repeats`` runs; returns (seconds, last result)."""
-    result = fn()
-    synchronize(device)
-    times = []
-    for _ in range(repeats):
-        synchronize(device)
-        t0 = time.perf_counter()
-        result = fn()
-        synchronize(device)
-        times.append(time.perf_counter() - t0)
-    return statistics.median(times), result
+    """Warm up once, then the median seconds of ``repeats`` runs (``g2c.nn.time_call``);
+    returns (seconds, last result)."""
+    timing = time_call(fn, device=device, warmup=1, repeats=repeats)
+    return timing.median_s, timing.result
 
 
 # -- MTP self-speculation -----------------------------------------------------------------
@@ -157,13 +149,17 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--mtp-base", default="StoryLM-5M")
     ap.add_argument("--mtp-steps", type=int, default=300)
     ap.add_argument("--device", default="auto")
-    ap.add_argument("--threads", type=int, default=None)
+    ap.add_argument("--threads", type=int, default=None,
+                    help="torch.set_num_threads(N) before timing (default: torch's choice); the count is printed. "
+                         "On a shared machine, 1 thread avoids oversubscription")
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--quick", action="store_true", help="smoke run: 2 prompts, 16 tokens, k in {1, 4}, 1 repeat")
     args = ap.parse_args(argv)
     if args.quick:
         args.prompts, args.new_tokens, args.ks, args.repeats, args.mtp_steps = 2, 16, "1,4", 1, 20
-    if args.threads:
+    if args.threads is not None:
+        if args.threads < 1:
+            ap.error(f"--threads {args.threads}: use 1 or more")
         torch.set_num_threads(args.threads)
     torch.manual_seed(args.seed)
     ks = [int(k) for k in args.ks.split(",")]
@@ -235,6 +231,7 @@ def main(argv: list[str] | None = None) -> int:
     print("|" + "---|" * len(header))
     for row in rows:
         print("| " + " | ".join(row) + " |")
+    print(f"\n(device {device}, {torch.get_num_threads()} torch threads, median of {args.repeats} after 1 warm-up)")
     return 0
 
 

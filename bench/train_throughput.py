@@ -23,8 +23,6 @@ from __future__ import annotations
 import argparse
 import os
 import platform
-import statistics
-import time
 from contextlib import nullcontext
 
 os.environ.setdefault("G2C_APPLY_SOLUTIONS", "all")   # the course model needs the reference solutions
@@ -34,6 +32,7 @@ import torch  # noqa: E402
 import torch.nn as nn  # noqa: E402
 import torch.nn.functional as F  # noqa: E402
 
+from g2c.nn import time_call  # noqa: E402
 from g2c.pretraining import lm_cross_entropy, no_decay_params  # noqa: E402
 from g2c.training import AdamW, clip_grad_norm_  # noqa: E402
 from g2c.transformer import LADDER, TransformerLM  # noqa: E402
@@ -144,26 +143,17 @@ def _autocast(bf16: bool, device: torch.device):
     return torch.autocast(device_type=device.type, dtype=torch.bfloat16) if bf16 else nullcontext()
 
 
-def _sync(device: torch.device) -> None:
-    if device.type == "cuda":
-        torch.cuda.synchronize()
-    elif device.type == "mps":
-        torch.mps.synchronize()
-
-
 def time_steps(step, batches, *, warmup: int, repeats: int, steps: int, device: torch.device) -> float:
-    """Median seconds per step over ``repeats`` timings of ``steps`` steps, after ``warmup`` steps."""
-    for i in range(warmup):
-        step(*batches[i % len(batches)])
-    times = []
-    for r in range(repeats):
-        _sync(device)
-        t0 = time.perf_counter()
-        for s in range(steps):
-            step(*batches[(r * steps + s) % len(batches)])
-        _sync(device)
-        times.append((time.perf_counter() - t0) / steps)
-    return statistics.median(times)
+    """Median seconds per step over ``repeats`` timings of ``steps`` steps, after ``warmup``
+    untimed steps; the clock handling is ``g2c.nn.time_call`` (synchronised, median)."""
+    counter = iter(range(10**9))
+
+    def run(n: int) -> None:
+        for _ in range(n):
+            step(*batches[next(counter) % len(batches)])
+
+    run(warmup)
+    return time_call(lambda: run(steps), device=device, warmup=0, repeats=repeats).median_s / steps
 
 
 # -- main ----------------------------------------------------------------------------------

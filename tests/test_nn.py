@@ -13,7 +13,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from g2c.nn import GELU, Dropout, Embedding, LayerNorm, Linear, Module, resolve_device
+from g2c.nn import GELU, Dropout, Embedding, LayerNorm, Linear, Module, resolve_device, time_call
 
 TOL = dict(atol=1e-5, rtol=1e-5)
 
@@ -273,6 +273,18 @@ def test_dropout_eval_is_identity():
     assert Dropout(0.0)(x) is x  # p == 0 is the identity in training too
 
 
+def test_dropout_with_a_cpu_generator_on_a_device():
+    # A CPU generator cannot draw on CUDA/MPS: the mask is drawn on the generator's device and
+    # moved, so the same seed gives the same mask everywhere (fake accelerator: tests/device_mocks.py).
+    from device_mocks import FakeAccelerator, to_accel
+
+    x = torch.ones(4, 8)
+    expected = Dropout(0.5, generator=torch.Generator().manual_seed(0))(x)
+    with FakeAccelerator():
+        got = Dropout(0.5, generator=torch.Generator().manual_seed(0))(to_accel(x)).cpu()
+    assert torch.equal(got, expected)
+
+
 def test_dropout_keeps_expectation():
     p = 0.25
     drop = Dropout(p, generator=torch.Generator().manual_seed(0))
@@ -323,3 +335,53 @@ def test_resolve_device_rejects_unavailable(monkeypatch):
 def test_resolve_device_rejects_unknown_name():
     with pytest.raises(ValueError, match="unknown device 'gpu0'"):
         resolve_device("gpu0")
+
+
+# -- time_call (provided) --------------------------------------------------------------------
+
+def test_time_call_warms_up_synchronises_and_reports_the_median_and_threads(monkeypatch):
+    import g2c.nn.timing as timing
+
+    events = []
+    clock = iter([0.0, 3.0, 10.0, 11.0, 20.0, 25.0])             # measured calls take 3, 1 and 5 s
+    monkeypatch.setattr(timing.time, "perf_counter", lambda: next(clock))
+    monkeypatch.setattr(timing, "synchronize", lambda device: events.append(("sync", str(device))))
+
+    def fn():
+        events.append("call")
+        return len(events)
+
+    result = time_call(fn, device="cpu", warmup=2, repeats=3)
+    assert result.median_s == 3.0 and result.times_s == (3.0, 1.0, 5.0)
+    assert result.warmup == 2 and result.repeats == 3
+    assert result.num_threads == torch.get_num_threads() and result.device == "cpu"
+    assert events[:2] == ["call", "call"]                        # warm-up, not timed
+    # every measured call sits between two synchronisations
+    measured = events[2:]
+    assert measured.count("call") == 3
+    for i, event in enumerate(measured):
+        if event == "call":
+            assert measured[i - 1] == ("sync", "cpu") and measured[i + 1] == ("sync", "cpu")
+    assert result.result == len(events) - 1
+    assert f"{torch.get_num_threads()} threads" in result.describe()
+
+
+@pytest.mark.parametrize("kwargs, match", [({"repeats": 0}, "repeats must be an int >= 1"),
+                                           ({"warmup": -1}, "warmup must be an int >= 0")])
+def test_time_call_rejects_bad_counts(kwargs, match):
+    with pytest.raises(ValueError, match=match):
+        time_call(lambda: None, **kwargs)
+
+
+def test_eval_mode_restores_each_mode_even_on_an_exception():
+    from g2c.nn import eval_mode
+
+    class Crash(Exception):
+        pass
+
+    a, b = Linear(2, 2), Linear(2, 2).eval()
+    with pytest.raises(Crash):
+        with eval_mode(a, b, object()):                                     # objects without modes are skipped
+            assert not a.training and not b.training
+            raise Crash
+    assert a.training and not b.training

@@ -11,11 +11,15 @@ import math
 
 import pytest
 import torch
+from device_mocks import AccelTableLM, FakeAccelerator
 
 from g2c.nn import Module
 from g2c.sampling import (
+    LanguageModel,
     apply_repetition_penalty,
     apply_temperature,
+    as_token_ids,
+    eval_mode,
     generate,
     sample_from_logits,
     top_k_filter,
@@ -32,6 +36,7 @@ class Recorder(Module):
     def __init__(self, table: torch.Tensor, max_seq_len: int = 16) -> None:
         super().__init__()
         self.table = table
+        self.vocab_size = table.shape[-1]
         self.max_seq_len = max_seq_len
         self.calls: list[list[int]] = []
 
@@ -61,7 +66,15 @@ def test_temperature_scales_logits():
     torch.testing.assert_close(apply_temperature(logits, 1.0), logits)
 
 
-@pytest.mark.parametrize("t", [0.0, -1.0])
+def test_temperature_computes_in_float32():
+    # float16 logits / 1e-4 overflow float16 (max 65504) to inf; in float32 they are exact.
+    logits = torch.tensor([10.0, 9.0, -100.0], dtype=torch.float16)
+    out = apply_temperature(logits, 1e-4)
+    assert out.dtype == torch.float32
+    torch.testing.assert_close(out, torch.tensor([1e5, 9e4, -1e6]))
+
+
+@pytest.mark.parametrize("t", [0.0, -1.0, float("inf"), float("nan")])
 def test_temperature_rejects_non_positive(t):
     with pytest.raises(ValueError, match="temperature must be > 0"):
         apply_temperature(torch.zeros(3), t)
@@ -152,6 +165,78 @@ def test_sample_from_logits_greedy_and_top_k_one_are_argmax():
     assert {sample_from_logits(logits, top_k=1, generator=g) for _ in range(20)} == {1}
 
 
+def test_sample_from_logits_tiny_temperature_is_the_argmax_limit():
+    # Decision: scaled logits holding +inf/NaN (logit / 1e-40 overflows float32) give the
+    # argmax, the T -> 0 limit, never a RuntimeError from multinomial.
+    g = torch.Generator().manual_seed(0)
+    assert sample_from_logits(torch.tensor([1.0, 2.0, 0.5]), temperature=1e-40, generator=g) == 1
+    assert sample_from_logits(torch.tensor([1.0, 2.0, float("-inf")]), temperature=1e-40, generator=g) == 1
+    # float16 logits at T = 1e-4: computed in float32, exp(-1e4) = 0, so token 0 on every seed.
+    half = torch.tensor([10.0, 9.0, -100.0], dtype=torch.float16)
+    assert {sample_from_logits(half, temperature=1e-4, generator=g) for _ in range(20)} == {0}
+
+
+# -- the model protocol and eval_mode (provided) ---------------------------------------------
+
+class Crash(Exception):
+    """Raised by a mock model on purpose (not a RuntimeError, so NotImplementedError never counts)."""
+
+
+class CrashingRecorder(Recorder):
+    def forward(self, ids):
+        if self.calls:
+            raise Crash("second call")
+        return super().forward(ids)
+
+
+class PlainLM:
+    """Only the required part of LanguageModel: no training flag, no train()/eval()."""
+
+    vocab_size, max_seq_len, device = V, 16, torch.device("cpu")
+
+    def __call__(self, ids):
+        return _successor_table()[ids]
+
+
+def test_eval_mode_restores_modes_on_an_exception_and_skips_plain_models():
+    a, b, plain = Recorder(torch.zeros(V, V)), Recorder(torch.zeros(V, V)).eval(), PlainLM()
+    with pytest.raises(Crash):
+        with eval_mode(a, b, plain, a):
+            assert not a.training and not b.training
+            raise Crash("inside")
+    assert a.training and not b.training
+    assert isinstance(plain, LanguageModel) and isinstance(a, LanguageModel)
+
+
+def test_generate_restores_the_mode_when_the_model_raises():
+    model = CrashingRecorder(_successor_table())
+    assert model.training
+    with pytest.raises(Crash):
+        generate(model, [1], 5, temperature=0.0)
+    assert model.training
+
+
+def test_generate_accepts_a_plain_callable_model():
+    assert generate(PlainLM(), [3], 4, temperature=0.0).tolist() == [3, 4, 5, 6, 7]
+
+
+def test_generate_names_what_a_model_lacks():
+    class NoVocab:
+        max_seq_len, device = 4, torch.device("cpu")
+
+        def __call__(self, ids):
+            raise AssertionError("never called")
+
+    with pytest.raises(TypeError, match="model .*missing vocab_size"):
+        generate(NoVocab(), [1], 2)
+
+
+def test_as_token_ids_checks_the_vocabulary_range():
+    assert as_token_ids(torch.tensor([0, 9]), vocab_size=V).tolist() == [0, 9]
+    with pytest.raises(ValueError, match=r"ids holds token id -1, outside the vocabulary \[0, 10\)"):
+        as_token_ids([3, -1], "ids", vocab_size=V)
+
+
 # -- generate ------------------------------------------------------------------------------
 
 def test_generate_greedy_is_argmax_chain():
@@ -171,6 +256,25 @@ def test_generate_seeded_is_reproducible():
     c = generate(model, [1], 20, generator=torch.Generator().manual_seed(1))
     assert torch.equal(a, b)
     assert not torch.equal(a, c)                  # equal by chance with probability 10**-20
+
+
+def test_generate_tiny_temperature_is_the_greedy_chain():
+    table = _random_table(2)
+    greedy = generate(Recorder(table), [3], 6, temperature=0.0)
+    tiny = generate(Recorder(table), [3], 6, temperature=1e-40, generator=torch.Generator().manual_seed(0))
+    assert tiny.tolist() == greedy.tolist()
+
+
+def test_generate_on_a_device_keeps_inputs_together_and_float64_off_it():
+    # A fake accelerator (tests/device_mocks.py): mixing CPU and device tensors, a CPU
+    # generator on device tensors, or float64 on the device raise, as on CUDA/MPS.
+    model = AccelTableLM(_random_table(3))
+    expected = generate(Recorder(_random_table(3)), [1, 2], 6, temperature=0.8, top_k=5, top_p=0.9,
+                        repetition_penalty=1.2, generator=torch.Generator().manual_seed(0))
+    with FakeAccelerator():
+        out = generate(model, [1, 2], 6, temperature=0.8, top_k=5, top_p=0.9, repetition_penalty=1.2,
+                       generator=torch.Generator().manual_seed(0))
+    assert type(out) is torch.Tensor and out.tolist() == expected.tolist()
 
 
 def test_generate_crops_to_context_window():
@@ -220,6 +324,9 @@ def test_generate_repetition_penalty_changes_the_greedy_choice():
     ([1.7, 2.0], {}, "integer token ids"),             # floats are refused, never silently cast
     ([True, False], {}, "integer token ids"),
     ([1], {"temperature": float("nan")}, "temperature must be >= 0"),
+    ([1], {"temperature": float("inf")}, "temperature must be >= 0 and finite"),
+    ([1, -1], {}, r"prompt_ids holds token id -1, outside the vocabulary \[0, 10\)"),  # not read as token 9
+    ([1, 10], {}, r"prompt_ids holds token id 10, outside the vocabulary \[0, 10\)"),
 ])
 def test_generate_rejects_invalid_arguments(prompt, kwargs, match):
     kwargs = {"max_new_tokens": 2, **kwargs}

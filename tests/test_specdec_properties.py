@@ -9,11 +9,20 @@ from __future__ import annotations
 
 import pytest
 import torch
+from device_mocks import (
+    FAKE_DEVICE,
+    AccelTableLM,
+    AccelTensor,
+    DeviceMismatch,
+    FakeAccelerator,
+    Float64OnDevice,
+    to_accel,
+)
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from specdec_mocks import TableLM, chain_table, follow_chain
 
-from g2c.specdec import SpecStats, draft_greedy, greedy_verify, speculative_generate, speculative_verify
+from g2c.specdec import SpecStats, draft_greedy, greedy_verify, mtp_propose, speculative_generate, speculative_verify
 
 SETTINGS = settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 
@@ -197,3 +206,197 @@ def test_specstats_add_pools_counters_and_rates():
     assert (a.target_passes, b.target_passes) == (1, 2)      # operands unchanged
     with pytest.raises(TypeError):
         a + 1
+
+
+# -- token ids outside the vocabulary --------------------------------------------------------
+# Decision: every entry point taking ids refuses an id outside [0, V) with a ValueError that
+# names the argument and the range. Without it -1 indexes from the end (read as token V-1:
+# the table row of the LAST token, accepted on every seed) and V raises a bare IndexError.
+
+P3 = torch.tensor([[0.0, 0.0, 1.0], [1 / 3, 1 / 3, 1 / 3]])
+Q3 = torch.tensor([[0.0, 0.0, 1.0]])
+
+
+@pytest.mark.parametrize("bad", [-1, 5])
+def test_verifiers_reject_draft_ids_outside_the_vocabulary(bad):
+    pattern = rf"draft_ids holds token id {bad}, outside the vocabulary \[0, 3\)"
+    with pytest.raises(ValueError, match=pattern):
+        speculative_verify(torch.tensor([bad]), P3, Q3, generator=torch.Generator().manual_seed(0))
+    with pytest.raises(ValueError, match=pattern):
+        greedy_verify(torch.tensor([bad]), torch.zeros(2, 3))
+
+
+@pytest.mark.parametrize("bad", [-1, 4])
+def test_speculative_generate_rejects_prompt_ids_outside_the_vocabulary(bad):
+    target = drafter = TableLM(torch.eye(4))
+    with pytest.raises(ValueError, match=rf"prompt_ids holds token id {bad}, outside the vocabulary \[0, 4\)"):
+        speculative_generate(target, drafter, [1, bad], 3)
+
+
+@pytest.mark.parametrize("bad", [-1, 4])
+def test_draft_greedy_and_mtp_propose_reject_ids_outside_the_vocabulary(bad):
+    # Both checks are provided code (as_token_ids with vocab_size) and run before any model call.
+    model = TableLM(torch.eye(4))
+    with pytest.raises(ValueError, match=rf"ctx_ids holds token id {bad}, outside the vocabulary \[0, 4\)"):
+        draft_greedy(model, [0, bad], 2)
+    with pytest.raises(ValueError, match=rf"ctx_ids holds token id {bad}, outside the vocabulary \[0, 4\)"):
+        mtp_propose(model, None, [0, bad])
+    assert model.calls == []
+
+
+# -- modes restored on an exception, and the model protocol ------------------------------------
+class Crash(Exception):
+    """Raised by a mock model on purpose (not a RuntimeError, so NotImplementedError never counts)."""
+
+
+class CrashingLM(TableLM):
+    """A TableLM that raises on its second call, like a Ctrl-C in the middle of a loop."""
+
+    def __call__(self, ids):
+        if len(self.calls) >= 1:
+            raise Crash("second call")
+        return super().__call__(ids)
+
+
+@pytest.mark.parametrize("crashing", ["target", "drafter"])
+def test_speculative_generate_restores_modes_when_a_model_raises(crashing):
+    g = torch.Generator().manual_seed(0)
+    table = chain_table([1, 2, 3, 0], generator=g)
+    target = (CrashingLM if crashing == "target" else TableLM)(table)
+    drafter = (CrashingLM if crashing == "drafter" else TableLM)(table)
+    assert target.training and drafter.training
+    with pytest.raises(Crash):
+        speculative_generate(target, drafter, [0], 6, k=1)
+    assert target.training and drafter.training                             # both back in train mode
+    target.eval()
+    target.calls.clear()
+    drafter.calls.clear()
+    with pytest.raises(Crash):
+        speculative_generate(target, drafter, [0], 6, k=1)
+    assert not target.training and drafter.training                          # each gets its own mode back
+
+
+def test_draft_greedy_restores_the_mode_when_the_drafter_raises():
+    drafter = CrashingLM(torch.eye(4))
+    with pytest.raises(Crash):
+        draft_greedy(drafter, [0], 3)
+    assert drafter.training
+
+
+class PlainLM:
+    """The bare LanguageModel protocol: vocab_size, max_seq_len, device and __call__; no modes."""
+
+    def __init__(self, next_of: list[int]) -> None:
+        self.table = chain_table(next_of, generator=torch.Generator().manual_seed(1))
+        self.vocab_size, self.max_seq_len, self.device = len(next_of), 8, torch.device("cpu")
+
+    def __call__(self, ids):
+        return self.table[ids]
+
+
+def test_speculative_generate_accepts_a_plain_callable_model():
+    target, drafter = PlainLM([1, 2, 3, 0]), PlainLM([1, 2, 0, 0])
+    out, stats = speculative_generate(target, drafter, [0], 7, k=2)
+    assert out.tolist() == [0] + follow_chain([1, 2, 3, 0], 0, 7)
+    assert stats.generated == 7
+    assert draft_greedy(drafter, [0], 3).tolist() == [1, 2, 0]
+
+
+def test_speculative_generate_names_what_a_model_lacks():
+    class NoWindow:
+        vocab_size, device = 4, torch.device("cpu")
+
+        def __call__(self, ids):
+            raise AssertionError("never called")
+
+    with pytest.raises(TypeError, match="target .*missing max_seq_len"):
+        speculative_generate(NoWindow(), TableLM(torch.eye(4)), [0], 3)
+    with pytest.raises(TypeError, match="drafter .*missing max_seq_len"):
+        draft_greedy(NoWindow(), [0], 3)
+
+
+# -- devices: graded on a fake accelerator (no GPU needed) -------------------------------------
+# ``device_mocks.FakeAccelerator`` makes AccelTensors behave like tensors on a GPU/MPS device:
+# mixing them with CPU tensors, a CPU generator on them, or float64 on them raises.
+
+def test_fake_accelerator_catches_what_a_gpu_would():
+    with FakeAccelerator():
+        ids = to_accel(torch.arange(3))
+        with pytest.raises(DeviceMismatch):
+            ids == torch.arange(3)                                          # noqa: B015
+        with pytest.raises(Float64OnDevice):
+            to_accel(torch.ones(3)).double()
+        with pytest.raises(DeviceMismatch):
+            torch.multinomial(to_accel(torch.ones(3)), 1, generator=torch.Generator())
+        assert torch.equal(to_accel(torch.ones(3)).cpu().double(), torch.ones(3, dtype=torch.float64))
+        assert (ids == torch.arange(3).to(ids.device)).all()
+
+
+def test_greedy_verify_stays_on_the_inputs_device():
+    # Inputs on one (fake) accelerator: comparing them there is right; pulling one argument to
+    # the CPU and comparing it with the other fails on CUDA/MPS and here.
+    logits = torch.tensor([[0.0, 5.0, 0.0], [5.0, 0.0, 0.0], [0.0, 0.0, 5.0]])  # argmax 1, 0, 2
+    with FakeAccelerator():
+        assert greedy_verify(to_accel(torch.tensor([1, 2])), to_accel(logits)) == (1, 0)
+        assert greedy_verify(to_accel(torch.tensor([1, 0])), to_accel(logits)) == (2, 2)
+
+
+def test_speculative_verify_computes_on_the_cpu_in_float64():
+    # Tables on the accelerator: .double() before .cpu() (float64 on the device, which MPS
+    # lacks) or a CPU generator drawing next to device tensors raise. Same seed, same result
+    # as on the CPU.
+    g = torch.Generator().manual_seed(3)
+    p = torch.softmax(torch.randn(4, 6, generator=g), -1)
+    q = torch.softmax(torch.randn(3, 6, generator=g), -1)
+    draft = torch.tensor([1, 4, 2])
+    for seed in range(5):
+        expected = speculative_verify(draft, p, q, generator=torch.Generator().manual_seed(seed))
+        with FakeAccelerator():
+            got = speculative_verify(to_accel(draft), to_accel(p), to_accel(q),
+                                     generator=torch.Generator().manual_seed(seed))
+        assert got == expected
+
+
+def test_speculative_generate_hands_the_verifier_one_device(monkeypatch):
+    import g2c.specdec.generate as loop
+
+    seen = []
+    real = loop.greedy_verify
+
+    def spy(draft_ids, target_logits):
+        seen.append((isinstance(draft_ids, AccelTensor), isinstance(target_logits, AccelTensor)))
+        return real(draft_ids, target_logits)
+
+    monkeypatch.setattr(loop, "greedy_verify", spy)
+    g = torch.Generator().manual_seed(0)
+    target_next, drafter_next = [1, 2, 3, 0, 2], [1, 2, 0, 0, 2]
+    target = AccelTableLM(chain_table(target_next, generator=g))
+    drafter = AccelTableLM(chain_table(drafter_next, generator=g))
+    with FakeAccelerator():
+        out, stats = speculative_generate(target, drafter, [0], 9, k=3)
+    assert out.tolist() == [0] + follow_chain(target_next, 0, 9)
+    assert type(out) is torch.Tensor                                        # the output is a CPU tensor
+    assert len(seen) == stats.target_passes
+    assert all(draft_on_device == rows_on_device for draft_on_device, rows_on_device in seen), seen
+
+
+def test_the_whole_stack_runs_on_a_device_without_float64_or_mixing():
+    # A small TransformerLM and MTPHead moved to the fake accelerator: every op of the
+    # transformer, generate, speculative_generate and mtp_propose must keep its tensors on one
+    # device and create no float64 there, and give the CPU results.
+    from g2c.sampling import generate
+    from g2c.specdec import MTPHead
+    from g2c.transformer import TransformerLM
+
+    g = torch.Generator().manual_seed(0)
+    base = TransformerLM(32, 16, 2, 2, 16, generator=g)
+    head = MTPHead(base, generator=g)
+    expected = (mtp_propose(base, head, [1, 2, 3]), generate(base, [1, 2], 5, temperature=0.0).tolist(),
+                speculative_generate(base, base, [1, 2], 5, k=2)[0].tolist())
+    with FakeAccelerator():
+        base.to(FAKE_DEVICE)
+        head.to(FAKE_DEVICE)
+        assert isinstance(base.token_embed.weight, AccelTensor)
+        got = (mtp_propose(base, head, [1, 2, 3]), generate(base, [1, 2], 5, temperature=0.0).tolist(),
+               speculative_generate(base, base, [1, 2], 5, k=2)[0].tolist())
+    assert got == expected

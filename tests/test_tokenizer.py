@@ -180,9 +180,11 @@ def test_decode_accepts_tensor(tok):
     assert tok.decode(torch.tensor(ids)) == "the cat"
 
 
-def test_decode_rejects_unknown_id(tok):
-    with pytest.raises(ValueError, match="token id 400 is not in the vocabulary"):
-        tok.decode([0, 400])
+@pytest.mark.parametrize("bad", [400, -1])
+def test_decode_rejects_ids_outside_the_vocabulary(tok, bad):
+    # -1 must not be read as the last token (negative indexing); the check is provided code.
+    with pytest.raises(ValueError, match=rf"ids holds token id {bad}, outside the vocabulary \[0, {tok.vocab_size}\)"):
+        tok.decode([0, bad])
 
 
 # -- save / load (provided) ----------------------------------------------------------------

@@ -274,3 +274,20 @@ def test_stream_loss_is_deterministic_on_a_memmap(tmp_path):
 def test_stream_loss_rejects_a_short_stream():
     with pytest.raises(ValueError, match="shorter than context"):
         stream_loss(BigramTable(torch.zeros(V, V)), _stream(8), context=8)
+
+
+def test_stream_loss_restores_the_mode_when_the_model_raises():
+    class Crash(Exception):
+        pass
+
+    class Crashing(Module):
+        device = torch.device("cpu")
+
+        def forward(self, ids):
+            raise Crash("mid-evaluation")
+
+    model = Crashing()
+    assert model.training
+    with pytest.raises(Crash):
+        stream_loss(model, torch.arange(20), context=4, batch_size=2)
+    assert model.training                                                   # restored in finally

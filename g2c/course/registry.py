@@ -62,7 +62,8 @@ def _m(id: str, title: str, files: list[str], slug: str, lesson_dir: str = "modu
 
 MODULES: tuple[CourseModule, ...] = (
     _m("03", "Neural-network building blocks",
-       ["g2c/nn/__init__.py", "g2c/nn/module.py", "g2c/nn/layers.py", "g2c/nn/device.py"], "nn"),
+       ["g2c/nn/__init__.py", "g2c/nn/module.py", "g2c/nn/layers.py", "g2c/nn/device.py",
+        "g2c/nn/timing.py"], "nn"),
     _m("03b", "Training controls: AdamW, gradient clipping, warmup + cosine",
        ["g2c/training/__init__.py", "g2c/training/adamw.py", "g2c/training/clip.py",
         "g2c/training/schedule.py"], "training"),
@@ -84,7 +85,8 @@ MODULES: tuple[CourseModule, ...] = (
     _m("10", "The trainer loop and checkpoints",
        ["g2c/pretraining/trainer.py"], "trainer"),
     _m("11", "Sampling: temperature, top-k, top-p, repetition penalty, generate",
-       ["g2c/sampling/__init__.py", "g2c/sampling/warpers.py", "g2c/sampling/generate.py"], "sampling"),
+       ["g2c/sampling/__init__.py", "g2c/sampling/model.py", "g2c/sampling/warpers.py",
+        "g2c/sampling/generate.py"], "sampling"),
     CourseModule(
         id="specdec",
         title="Beyond: speculative decoding and multi-token prediction",

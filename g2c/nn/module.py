@@ -10,6 +10,7 @@ Shape letters used across the course: B batch, T time, D width, H heads, V vocab
 from __future__ import annotations
 
 from collections.abc import Iterator
+from contextlib import contextmanager
 
 import torch
 
@@ -155,3 +156,25 @@ class Module:
             return f"{type(self).__name__}()"
         body = "\n".join(f"  ({n}): " + repr(c).replace("\n", "\n  ") for n, c in children)
         return f"{type(self).__name__}(\n{body}\n)"
+
+
+@contextmanager
+def eval_mode(*models) -> Iterator[None]:
+    """Put models in eval mode inside a ``with`` block; restore each one's mode in ``finally``.
+
+    Works for any object with ``training`` and ``train(mode)`` (a ``Module``, a torch
+    ``nn.Module``); one without them is left alone (mode methods are optional in
+    ``g2c.sampling.LanguageModel``). Passing the same model twice is fine: modes are saved before any
+    switch and restored in reverse order.
+
+        with eval_mode(target, drafter):
+            ...   # both in eval mode; their modes come back even if this raises
+    """
+    saved = [(m, m.training) for m in models if hasattr(m, "training") and callable(getattr(m, "train", None))]
+    try:
+        for model, _ in saved:
+            model.train(False)
+        yield
+    finally:
+        for model, mode in reversed(saved):
+            model.train(mode)

@@ -17,7 +17,7 @@ from pathlib import Path
 import torch
 from tqdm.auto import tqdm
 
-from g2c.nn import Module, resolve_device
+from g2c.nn import Module, eval_mode, resolve_device
 from g2c.training import AdamW, clip_grad_norm_, cosine_with_warmup
 
 from .objective import get_lm_batch, lm_cross_entropy
@@ -159,15 +159,13 @@ class Trainer:
             raise ValueError("Trainer.evaluate needs val_ids")
         c = self.config
         gen = torch.Generator().manual_seed(c.seed + 1)
-        was_training = self.model.training
-        self.model.eval()
         losses = []
-        for _ in range(c.eval_batches):
-            x, y = get_lm_batch(self.val_ids, c.batch_size, c.context, generator=gen)
-            with self._autocast():
-                logits = self.model(x.to(self.device))
-            losses.append(float(lm_cross_entropy(logits.float(), y.to(self.device))))
-        self.model.train(was_training)
+        with eval_mode(self.model):                    # the mode comes back even on an exception
+            for _ in range(c.eval_batches):
+                x, y = get_lm_batch(self.val_ids, c.batch_size, c.context, generator=gen)
+                with self._autocast():
+                    logits = self.model(x.to(self.device))
+                losses.append(float(lm_cross_entropy(logits.float(), y.to(self.device))))
         return sum(losses) / len(losses)
 
     def fit(self, num_steps: int | None = None, *, progress: bool = True, keep_best: bool = True,
@@ -281,21 +279,20 @@ def stream_loss(model: Module, ids, *, context: int, batch_size: int = 16, bf16:
     if n_windows < 1:
         raise ValueError(f"stream of {len(ids)} tokens is shorter than context + 1 = {context + 1}")
     device = model.device
-    was_training = model.training
-    model.eval()
     total, count = 0.0, 0
     ctx = torch.autocast(device_type=device.type, dtype=torch.bfloat16) if bf16 else nullcontext()
-    for start in range(0, n_windows, batch_size):
-        idx = torch.arange(start, min(start + batch_size, n_windows)).unsqueeze(1) * context + torch.arange(context + 1)
-        if isinstance(ids, torch.Tensor):
-            w = ids[idx].long()
-        else:
-            import numpy as np
-            w = torch.from_numpy(np.asarray(ids)[idx.numpy()].astype(np.int64))
-        with ctx:
-            logits = model(w[:, :-1].to(device))
-        loss = lm_cross_entropy(logits.float(), w[:, 1:].to(device))
-        total += float(loss) * w.shape[0]
-        count += w.shape[0]
-    model.train(was_training)
+    with eval_mode(model):                             # the mode comes back even on an exception
+        for start in range(0, n_windows, batch_size):
+            idx = (torch.arange(start, min(start + batch_size, n_windows)).unsqueeze(1) * context
+                   + torch.arange(context + 1))
+            if isinstance(ids, torch.Tensor):
+                w = ids[idx].long()
+            else:
+                import numpy as np
+                w = torch.from_numpy(np.asarray(ids)[idx.numpy()].astype(np.int64))
+            with ctx:
+                logits = model(w[:, :-1].to(device))
+            loss = lm_cross_entropy(logits.float(), w[:, 1:].to(device))
+            total += float(loss) * w.shape[0]
+            count += w.shape[0]
     return total / count

@@ -15,6 +15,11 @@ Vocabulary: draft/target, accepted prefix, correction token (target's token at t
 rejection), bonus token (target's token after a full match); emitted = accepted + 1 per
 target pass, before the budget and end-of-sequence cuts.
 
+Models follow ``g2c.sampling.LanguageModel`` (``vocab_size``, ``max_seq_len``, ``device``,
+ids (1, T) -> logits (1, T, V); ``training``/``train`` optional). Devices: the context and
+the output live on the CPU; each model gets its ids on its own ``device``; the draft and
+the target's verification rows meet on the target's device.
+
 Shape letters: T time, V vocabulary, k draft length.
 """
 
@@ -26,6 +31,7 @@ from dataclasses import dataclass
 import torch
 
 from g2c.sampling.generate import as_token_ids
+from g2c.sampling.model import check_language_model, eval_mode
 
 from .verify import greedy_verify
 
@@ -102,24 +108,29 @@ def draft_greedy(drafter, ctx_ids, k: int) -> torch.Tensor:
     """Let the drafter guess the next k tokens greedily. Provided.
 
     Args:
-        drafter: ids (1, T) -> logits (1, T, V), with ``max_seq_len`` and ``device``.
-        ctx_ids: 1-D int tensor or list, the context (length >= 1).
+        drafter: a ``g2c.sampling.LanguageModel``; it runs in eval mode here and gets its
+            mode back afterwards (``eval_mode``, also on an exception).
+        ctx_ids: 1-D int tensor or list, the context (length >= 1), ids in [0, V).
         k: number of tokens to draft, >= 1.
 
     Returns:
         LongTensor (k,) on the CPU: the drafter's argmax chain after ``ctx_ids``. Each step
-        scores only the last ``drafter.max_seq_len`` tokens (the drafter's window).
+        scores only the last ``drafter.max_seq_len`` tokens (the drafter's window). The
+        caller moves the draft to the target's device before verifying it.
 
     Raises:
-        ValueError: empty or non-1-D context, or k < 1.
+        TypeError: the drafter lacks ``vocab_size``, ``max_seq_len`` or ``device``.
+        ValueError: empty or non-1-D context ("ctx_ids"), an id outside [0, V), or k < 1.
     """
-    ids = as_token_ids(ctx_ids, "ctx_ids")
+    check_language_model(drafter, "drafter")
+    ids = as_token_ids(ctx_ids, "ctx_ids", vocab_size=drafter.vocab_size)
     if isinstance(k, bool) or not isinstance(k, int) or k < 1:
         raise ValueError(f"k must be >= 1 draft tokens, got {k}")
-    for _ in range(k):
-        window = ids[-drafter.max_seq_len:].unsqueeze(0).to(drafter.device)  # (1, T)
-        nxt = drafter(window)[0, -1].argmax().cpu().view(1)                  # (1,)
-        ids = torch.cat([ids, nxt])
+    with eval_mode(drafter):
+        for _ in range(k):
+            window = ids[-drafter.max_seq_len:].unsqueeze(0).to(drafter.device)  # (1, T)
+            nxt = drafter(window)[0, -1].argmax().cpu().view(1)                  # (1,)
+            ids = torch.cat([ids, nxt])
     return ids[-k:]
 
 
@@ -130,10 +141,11 @@ def speculative_generate(target, drafter, prompt_ids, max_new_tokens: int, *, k:
     """Greedy speculative decoding: the target's greedy output, in fewer target passes.
 
     Args:
-        target: the model whose output we want; ids (1, T) -> logits (1, T, V), with
-            ``max_seq_len``, ``device`` and ``vocab_size``.
-        drafter: a cheaper model with the same ``vocab_size``.
-        prompt_ids: 1-D int tensor or list, length >= 1.
+        target: the model whose output we want, a ``g2c.sampling.LanguageModel``
+            (``vocab_size``, ``max_seq_len``, ``device``, ids (1, T) -> logits (1, T, V);
+            ``training``/``train`` optional).
+        drafter: a cheaper ``LanguageModel`` with the same ``vocab_size``.
+        prompt_ids: 1-D int tensor or list, length >= 1, ids in [0, V).
         max_new_tokens: budget, >= 0; never exceeded.
         k: draft length per target pass, >= 1.
         eos_id: stop right after emitting this id (included in the output).
@@ -148,19 +160,30 @@ def speculative_generate(target, drafter, prompt_ids, max_new_tokens: int, *, k:
         ``g2c.sampling.generate(target, prompt_ids, max_new_tokens, temperature=0.0, eos_id=eos_id)``.
 
     Raises:
-        ValueError: prompt_ids empty or not 1-D (message names "prompt_ids"); k < 1
-            ("k must be >= 1"); max_new_tokens < 0 ("max_new_tokens"); the drafter's
-            vocab_size differs from the target's ("vocab_size"); a target window
-            ``max_seq_len`` < 2 cannot score even one draft ("max_seq_len").
+        TypeError: target or drafter lacks ``vocab_size``, ``max_seq_len`` or ``device``
+            (``check_language_model(model, "target")``: "target (...) does not satisfy
+            g2c.sampling.LanguageModel: missing max_seq_len").
+        ValueError: prompt_ids empty, not 1-D, not integer ("integer token ids") or with an
+            id outside [0, V) (``as_token_ids`` with ``vocab_size``; every message names
+            "prompt_ids"); k < 1 or not an int ("k must be >= 1"); max_new_tokens < 0
+            ("max_new_tokens"); the drafter's vocab_size differs from the target's
+            ("vocab_size"); a target window ``max_seq_len`` < 2 cannot score even one draft
+            ("max_seq_len").
 
     Steps:
-        1. Validate the inputs (``test_speculative_generate_validates_inputs``); put both
-           models in eval mode (restore their modes at the end) and start a ``SpecStats``.
+        1. Validate the inputs (``test_speculative_generate_validates_inputs``):
+           ``check_language_model`` for both models, ``as_token_ids(prompt_ids, "prompt_ids",
+           vocab_size=target.vocab_size)``, then k, max_new_tokens, the vocabularies and the
+           window. Run the loop inside ``with eval_mode(target, drafter):`` (provided), which
+           restores both modes even when a model raises
+           (``test_speculative_generate_restores_modes_when_a_model_raises``). Start a ``SpecStats``.
         2. Loop while the budget is not used up. Draft k_step = min(k, remaining budget,
-           target.max_seq_len - 1) tokens with ``draft_greedy`` (provided).
+           target.max_seq_len - 1) tokens with ``draft_greedy`` (provided; CPU ids).
         3. One target pass over the context cropped to its last max_seq_len - k_step tokens,
-           followed by the draft: (1, T + k_step). Its last k_step + 1 rows are the
-           verification rows for ``greedy_verify``.
+           followed by the draft: (1, T + k_step), on ``target.device``. Its last k_step + 1
+           rows are the verification rows for ``greedy_verify``; hand it the draft on the
+           same device as those rows
+           (``test_speculative_generate_hands_the_verifier_one_device``).
         4. Emitted = accepted drafts + correction/bonus token; cut it to the remaining
            budget (``test_speculative_generate_respects_budget``) and after the first
            ``eos_id`` (``test_speculative_generate_stops_at_eos``).

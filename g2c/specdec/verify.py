@@ -15,6 +15,11 @@ Decoding" (ICML 2023), section 2.3 and Algorithm 1; Chen et al., "Accelerating L
 Language Model Decoding with Speculative Sampling" (2023), Algorithm 2. Their symbols:
 p the target distribution, q the draft distribution, residual max(0, p - q).
 
+Devices: the draft ids and the score tables arrive on ONE device, the target's (CPU,
+CUDA or MPS); ``speculative_generate`` hands them over that way. A verifier must not mix
+in CPU tensors (``draft_ids.cpu() == rows.argmax(-1)`` fails on a GPU) and must not create
+float64 tensors on the device (MPS has no float64): move to the CPU first, then convert.
+
 Shape letters: k draft length, V vocabulary.
 """
 
@@ -22,19 +27,31 @@ from __future__ import annotations
 
 import torch
 
+from g2c.sampling.model import check_token_ids
+
 __all__ = ["greedy_verify", "speculative_verify"]
 
 
 def _check_block(draft_ids: torch.Tensor, rows: torch.Tensor, name: str, *, extra_rows: int) -> int:
-    """Validate a draft (k,) and a score table of k + ``extra_rows`` rows; return k. Provided."""
+    """Validate a draft (k,) and a score table of k + ``extra_rows`` rows; return k. Provided.
+
+    Raises:
+        ValueError: draft_ids is not a non-empty 1-D integer tensor ("draft_ids must be ...");
+            ``rows`` is not (k + extra_rows, V) ("<name> must have shape (n, V)"); a draft id
+            lies outside the vocabulary ("draft_ids holds token id x, outside the vocabulary
+            [0, V)"), V being ``rows.shape[1]``. A negative id would otherwise read row V-1.
+    """
     if not isinstance(draft_ids, torch.Tensor) or draft_ids.dim() != 1 or draft_ids.numel() == 0:
         shape = tuple(draft_ids.shape) if isinstance(draft_ids, torch.Tensor) else type(draft_ids).__name__
         raise ValueError(f"draft_ids must be a non-empty 1-D tensor of k token ids, got shape {shape}")
+    if draft_ids.dtype.is_floating_point or draft_ids.dtype.is_complex or draft_ids.dtype == torch.bool:
+        raise ValueError(f"draft_ids must hold integer token ids, got dtype {draft_ids.dtype}")
     k = draft_ids.numel()
     num_rows = k + extra_rows
     if not isinstance(rows, torch.Tensor) or rows.dim() != 2 or rows.shape[0] != num_rows:
         shape = tuple(rows.shape) if isinstance(rows, torch.Tensor) else type(rows).__name__
         raise ValueError(f"{name} must have shape ({num_rows}, V) for a draft of k={k} tokens, got {shape}")
+    check_token_ids(draft_ids, rows.shape[1], "draft_ids")
     return k
 
 
@@ -42,9 +59,10 @@ def greedy_verify(draft_ids: torch.Tensor, target_logits: torch.Tensor) -> tuple
     """Greedy verification: keep the longest draft prefix that equals the target's argmax.
 
     Args:
-        draft_ids: (k,) int64, the drafted tokens, k >= 1.
-        target_logits: (k+1, V) float32. Row i (i < k) scores draft position i; row k
-            scores the bonus position after the last draft.
+        draft_ids: (k,) int64, the drafted tokens, k >= 1, each in [0, V).
+        target_logits: (k+1, V) float32 on the same device as ``draft_ids`` (the target's
+            device: CPU, CUDA or MPS). Row i (i < k) scores draft position i; row k scores
+            the bonus position after the last draft.
 
     Returns:
         (num_accepted, token): num_accepted in [0, k] is the length of the longest prefix
@@ -53,8 +71,13 @@ def greedy_verify(draft_ids: torch.Tensor, target_logits: torch.Tensor) -> tuple
         token when every draft matched.
 
     Raises:
-        ValueError: draft_ids is not a non-empty 1-D tensor, or target_logits is not
-            (k+1, V); the message names the bad argument and the expected shape.
+        ValueError: draft_ids is not a non-empty 1-D integer tensor ("draft_ids"), a draft id
+            is outside [0, V) ("draft_ids ... outside the vocabulary [0, V)"), or
+            target_logits is not (k+1, V) ("target_logits must have shape (k+1, V)"); all
+            raised by ``_check_block``.
+
+    Devices: compare on the inputs' device; do not move one argument to the CPU and compare
+    it with the other (``test_greedy_verify_stays_on_the_inputs_device``). Python ints out.
 
     Why it is lossless: every emitted token is the target's own argmax given the tokens
     before it, so the output is the target's greedy chain whatever the drafter proposed.
@@ -88,18 +111,26 @@ def speculative_verify(draft_ids: torch.Tensor, target_probs: torch.Tensor, draf
         if all k are accepted, emit a bonus sample from target_probs[k].
 
     Args:
-        draft_ids: (k,) int64, drafted tokens (sampled from draft_probs).
+        draft_ids: (k,) int64, drafted tokens (sampled from draft_probs), each in [0, V).
         target_probs: (k+1, V) float, the target's probabilities after the same warpers
             (temperature, top-k, top-p) as the drafter's.
         draft_probs: (k, V) float, the drafter's probabilities the draft was sampled from.
         generator: ``torch.Generator`` on the CPU for the uniforms and the resampling.
 
+    Devices and dtypes: the three tensors live on one device, any device (CPU, CUDA, MPS).
+    The arithmetic runs in float64 on the CPU: move the tables to the CPU FIRST, then
+    convert (``.cpu().double()``; MPS has no float64, so ``.double().cpu()`` fails there),
+    and draw with the CPU ``generator`` on CPU tensors only
+    (``test_speculative_verify_computes_on_the_cpu_in_float64``).
+
     Returns:
         (num_accepted, token): the accepted prefix length and the correction or bonus token.
 
     Raises:
-        ValueError: bad shapes (as ``greedy_verify``; draft_probs must be (k, V) with the
-            same V as target_probs).
+        ValueError: bad shapes or draft ids outside [0, V), as ``greedy_verify``
+            (``_check_block`` for both tables; draft_probs must be (k, V)); and when
+            draft_probs and target_probs have different V, a message containing
+            "share one vocabulary" (``test_speculative_verify_rejects_bad_shapes``).
 
     Edge cases (our choice, documented):
         * q(x) = 0. The test is written without a division, ``u * q(x) < p(x)`` with
@@ -114,7 +145,8 @@ def speculative_verify(draft_ids: torch.Tensor, target_probs: torch.Tensor, draf
         p(x) <= u q(x) < q(x), so the residual is 0 at x.
 
     Steps:
-        1. Validate (``_check_block`` for both tables, and V must agree).
+        1. Validate (``_check_block`` for both tables, and V must agree: raise a ValueError
+           saying drafter and target "share one vocabulary").
         2. Draw k uniforms at once with ``generator``; accept position i when
            u_i * q_i(x_i) < p_i(x_i); the accepted count is the length of the all-true
            prefix (``test_speculative_verify_identical_distributions_accept_all``).

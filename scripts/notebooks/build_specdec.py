@@ -36,21 +36,21 @@ Run it with your own code (`./notebook.sh specdec`) or with the reference soluti
 
 code("""
 import os
-import statistics
-import time
 
 import matplotlib.pyplot as plt
 import torch
 
 from g2c.assets.artifacts import load_model
-from g2c.nn import synchronize
+from g2c.nn import time_call
 from g2c.sampling import generate
 from g2c.specdec import (MTPHead, SpecStats, greedy_verify, hidden_states, mtp_loss, mtp_propose,
                          speculative_generate)
 
 QUICK = os.environ.get("G2C_QUICK") == "1"
 torch.manual_seed(0)
-torch.set_num_threads(max(1, torch.get_num_threads()))
+THREADS = None  # torch's default; set 1 on a shared or busy CPU (oversubscription can cost 20x)
+if THREADS:
+    torch.set_num_threads(THREADS)
 DEVICE = "cpu"  # try "auto" on a GPU or Apple silicon
 
 target, tok = load_model("StoryLM-30M", device=DEVICE)
@@ -149,21 +149,15 @@ md("""
 
 Tokens per pass is not speed: the drafter's k forward passes cost time too, and on a CPU the
 target's pass over k+1 positions costs more than over one. We time plain and speculative
-greedy decoding side by side: synchronize the device before reading the clock, warm up
-first, report the median of repeats.
+greedy decoding side by side with `g2c.nn.time_call`: it synchronizes the device before
+reading the clock, warms up first, reports the median of repeats and the number of CPU
+threads torch used (set `THREADS` in the first cell to pin it; on a shared 2-core machine one
+busy neighbour can make 2 threads 20x slower than 1).
 """)
 
 code("""
 def timed(fn, repeats):
-    fn()  # warm-up
-    times = []
-    for _ in range(repeats):
-        synchronize(target.device)
-        t0 = time.perf_counter()
-        fn()
-        synchronize(target.device)
-        times.append(time.perf_counter() - t0)
-    return statistics.median(times)
+    return time_call(fn, device=target.device, warmup=1, repeats=repeats).median_s
 
 REPEATS = 1 if QUICK else 3
 ids = torch.tensor(tok.encode(PROMPTS[0]))
@@ -177,6 +171,7 @@ for name, drafter in drafters.items():
 print(f"{'drafter':18s} {'k':>2s} {'tok/s':>8s} {'tok/pass':>9s} {'speedup':>8s}")
 for name, k, tps, tpp in rows:
     print(f"{name:18s} {str(k):>2s} {tps:8.1f} {tpp:9.2f} {tps / rows[0][2]:8.2f}")
+print(f"(device {target.device}, {torch.get_num_threads()} torch threads, median of {REPEATS} after 1 warm-up)")
 """)
 
 md("""

@@ -27,8 +27,9 @@ def embed_tokens_and_positions(ids: torch.Tensor, token_embed: Embedding, pos_em
         (B, T, D) float32.
 
     Raises:
-        ValueError: ``ids`` is not 2-D, or T > ``pos_embed.num_embeddings`` (the context
-            window); the message names T and the window.
+        ValueError: ``ids`` is not 2-D ("expected ids of shape (B, T), got (4,)"), or
+            T > ``pos_embed.num_embeddings``, the context window ("sequence length T=5
+            exceeds the context window max_seq_len=4", then the fix: crop to the window).
 
     Steps:
         1. Validate the shape and the length (``test_embed_rejects_long_sequences``).

@@ -21,9 +21,13 @@ def resolve_device(device: str | torch.device = "auto") -> torch.device:
         torch.device.
 
     Raises:
-        ValueError: the string is not a device name torch understands.
-        RuntimeError: the requested device is not available on this machine; the
-            message says which device was asked for and suggests ``"auto"`` or ``"cpu"``.
+        ValueError: the string is not a device name torch understands:
+            "unknown device 'gpu0': use 'auto', 'cpu', 'cuda', 'cuda:N' or 'mps'".
+        RuntimeError: the requested device is not available on this machine; the message
+            names the request and suggests ``"auto"`` or ``"cpu"``: "device 'cuda' requested
+            but CUDA is not available here; use 'auto' or 'cpu'" (for MPS: "MPS is not
+            available"); a CUDA index beyond the devices present, or a device type the
+            course does not support, says so likewise.
 
     Steps:
         1. For "auto", test CUDA then MPS availability, fall back to CPU

@@ -96,8 +96,10 @@ class Embedding(Module):
             (..., embedding_dim) float32.
 
         Raises:
-            TypeError: ``ids`` is not an integer tensor.
-            IndexError: an id is negative or >= num_embeddings (the message gives the range).
+            TypeError: ``ids`` is not an integer tensor; the message says the layer expects
+                "integer ids" and names the dtype.
+            IndexError: an id is negative or >= num_embeddings; the message gives the range
+                as "[0, num_embeddings)" (e.g. "[0, 5)") and the smallest and largest id.
 
         Steps:
             1. Check the dtype and the range of the ids (``test_embedding_rejects_bad_ids``).
@@ -211,15 +213,22 @@ class Dropout(Module):
         Returns:
             same shape; ``x`` itself in eval mode or when p == 0.
 
+        Devices: a ``torch.Generator`` draws only on its own device (a CPU generator cannot
+        fill a CUDA or MPS tensor), so with ``self.generator`` the uniforms are drawn on the
+        generator's device and the mask is moved to x's device; the same seed then gives the
+        same mask on every device. Without a generator, draw directly on x's device.
+
         Steps:
             1. Return ``x`` unchanged when not training or p == 0 (``test_dropout_eval_is_identity``).
-            2. Draw a keep-mask with probability 1-p on x's device (use ``self.generator``)
+            2. Draw a keep-mask with probability 1-p (on ``self.generator.device`` when there
+               is a generator, then ``.to(x.device)``; ``test_dropout_with_a_cpu_generator_on_a_device``)
                and scale kept values by 1/(1-p) so the expectation is unchanged
                (``test_dropout_keeps_expectation``).
         """
         # BEGIN SOLUTION
         if not self.training or self.p == 0.0:
             return x
-        keep = torch.rand(x.shape, generator=self.generator, device=x.device) >= self.p
+        draw_on = self.generator.device if self.generator is not None else x.device
+        keep = torch.rand(x.shape, generator=self.generator, device=draw_on).to(x.device) >= self.p
         return x * keep.to(x.dtype) / (1.0 - self.p)
         # END SOLUTION

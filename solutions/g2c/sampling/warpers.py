@@ -16,17 +16,28 @@ def apply_temperature(logits: torch.Tensor, temperature: float) -> torch.Tensor:
 
     (Temperature 0, greedy decoding, is handled by ``generate`` as an argmax.)
 
+    Args:
+        logits: (..., V) float, any float dtype.
+        temperature: > 0 and finite.
+
+    Returns:
+        (..., V) float32: the division happens in float32, so float16 logits ``[10, 9, -100]``
+        at T = 1e-4 give ``[1e5, 9e4, -1e6]`` instead of overflowing float16 (max 65504).
+        A temperature that still overflows float32 (1e-40) yields +inf; ``sample_from_logits``
+        turns that into the argmax (the T -> 0 limit).
+
     Raises:
-        ValueError: temperature <= 0.
+        ValueError: temperature <= 0, NaN or infinite ("temperature must be > 0 ...").
 
     Steps:
-        1. Divide (``test_temperature_scales_logits``).
+        1. Upcast to float32 and divide (``test_temperature_scales_logits``,
+           ``test_temperature_computes_in_float32``).
     """
-    if temperature <= 0:
-        raise ValueError(f"temperature must be > 0 here (use temperature=0.0 in generate for greedy), "
-                         f"got {temperature}")
+    if not 0 < temperature < float("inf"):
+        raise ValueError(f"temperature must be > 0 and finite here (use temperature=0.0 in generate for "
+                         f"greedy), got {temperature}")
     # BEGIN SOLUTION
-    return logits / temperature
+    return logits.float() / temperature
     # END SOLUTION
 
 

@@ -21,6 +21,8 @@ import torch
 import torch.nn.functional as F
 
 from g2c.nn import LayerNorm, Linear, Module
+from g2c.sampling.generate import as_token_ids
+from g2c.sampling.model import eval_mode
 from g2c.transformer import Block
 
 __all__ = ["MTPHead", "hidden_states", "mtp_loss", "mtp_propose"]
@@ -153,20 +155,25 @@ def mtp_propose(base, head: MTPHead, ctx_ids) -> tuple[int, int]:
     sees the same history; its last row uses the base's fresh greedy token as token t+1.
 
     Args:
-        base: the frozen ``TransformerLM``.
-        head: an ``MTPHead`` on that base.
-        ctx_ids: 1-D int tensor or list, length >= 1.
+        base: the frozen ``TransformerLM`` (a ``g2c.sampling.LanguageModel`` that also has
+            ``hidden_states`` and ``token_embed``).
+        head: an ``MTPHead`` on that base (same device).
+        ctx_ids: 1-D int tensor or list, length >= 1, ids in [0, V).
 
     Returns:
         (next_token, guess): the base's argmax after ctx (exact) and the head's argmax two ahead
-        (a draft, to be verified by the next target pass).
+        (a draft, to be verified by the next target pass). Base and head run in eval mode and
+        get their modes back afterwards (``eval_mode``, also on an exception).
+
+    Raises:
+        ValueError: ctx_ids empty, not 1-D, not integer, or with an id outside [0, V)
+            (the message names "ctx_ids").
     """
-    ids = torch.as_tensor(ctx_ids, dtype=torch.long).cpu()
-    if ids.dim() != 1 or ids.numel() == 0:
-        raise ValueError(f"ctx_ids must be a non-empty 1-D sequence of token ids, got shape {tuple(ids.shape)}")
-    ctx = ids[-base.max_seq_len:].unsqueeze(0).to(base.device)                   # (1, T)
-    hidden = hidden_states(base, ctx)                                            # (1, T, D)
-    next_token = int(base.unembed(hidden[0, -1]).argmax())
-    following = torch.cat([ctx[:, 1:], torch.tensor([[next_token]], device=ctx.device)], dim=1)  # (1, T)
-    guess = int(head(hidden, following)[0, -1].argmax())
+    ids = as_token_ids(ctx_ids, "ctx_ids", vocab_size=base.vocab_size)
+    with eval_mode(base, head):
+        ctx = ids[-base.max_seq_len:].unsqueeze(0).to(base.device)               # (1, T)
+        hidden = hidden_states(base, ctx)                                        # (1, T, D)
+        next_token = int(base.unembed(hidden[0, -1]).argmax())
+        following = torch.cat([ctx[:, 1:], torch.tensor([[next_token]], device=ctx.device)], dim=1)  # (1, T)
+        guess = int(head(hidden, following)[0, -1].argmax())
     return next_token, guess

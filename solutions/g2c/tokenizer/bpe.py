@@ -267,21 +267,24 @@ class BPETokenizer:
             prefix that cuts a character) become U+FFFD.
 
         Raises:
-            ValueError: an id is not in the vocabulary (the message names it).
+            ValueError: an id is outside the vocabulary: "ids holds token id 400, outside the
+                vocabulary [0, V)" (negative ids too: -1 is refused, not read as V-1).
+                Checked before the exercise code runs (provided).
 
         Steps:
-            1. Map ids to token strings; special tokens are their own text.
+            1. Map ids to token strings (``self.inverse``); special tokens are their own text.
             2. Map each character of ordinary tokens back to its byte (``self.byte_decoder``)
                and decode the bytes as UTF-8 with ``errors="replace"``
                (``test_decode_roundtrips_unicode``).
         """
+        ids = [int(i) for i in ids]
+        for i in ids:
+            if not 0 <= i < self.vocab_size or i not in self.inverse:
+                raise ValueError(f"ids holds token id {i}, outside the vocabulary [0, {self.vocab_size})")
         # BEGIN SOLUTION
         out: list[str] = []
         buf = bytearray()
         for i in ids:
-            i = int(i)
-            if i not in self.inverse:
-                raise ValueError(f"token id {i} is not in the vocabulary (size {self.vocab_size})")
             tok = self.inverse[i]
             if tok in self.special_tokens:
                 out.append(buf.decode("utf-8", errors="replace"))

@@ -1,0 +1,94 @@
+"""Module 03: measuring wall-clock time honestly. Provided.
+
+GPU and MPS work is queued: a clock read right after a call measures the queueing, not the
+work, so ``time_call`` synchronises the device before every clock read. The first calls
+pay one-off costs (allocations, kernel selection), so it warms up first. Timings jitter,
+so it reports the median of several repeats. And a CPU run's speed depends on how many
+threads torch uses: on a shared 2-core machine, 2 threads against another busy job can be
+20x slower than 1 thread (oversubscription), so the thread count is part of every result.
+"""
+
+from __future__ import annotations
+
+import statistics
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+
+from .device import synchronize
+
+__all__ = ["TimingResult", "time_call"]
+
+
+@dataclass(frozen=True)
+class TimingResult:
+    """What ``time_call`` measured.
+
+    Attributes:
+        median_s: median wall-clock seconds of one call, over ``repeats``.
+        times_s: every measured call's seconds (warm-up calls excluded), in order.
+        warmup: warm-up calls made before measuring.
+        num_threads: ``torch.get_num_threads()`` during the measurement (CPU intra-op threads).
+        device: the device that was synchronised.
+        result: the value the last call returned.
+    """
+
+    median_s: float
+    times_s: tuple[float, ...]
+    warmup: int
+    num_threads: int
+    device: str
+    result: Any = None
+
+    @property
+    def repeats(self) -> int:
+        """Number of measured calls."""
+        return len(self.times_s)
+
+    def describe(self) -> str:
+        """One line: median, repeats, device and threads, e.g. for a benchmark header."""
+        return (f"median {self.median_s:.4f} s of {self.repeats} (after {self.warmup} warm-up), "
+                f"device {self.device}, {self.num_threads} threads")
+
+
+def time_call(fn: Callable[[], Any], *, device: str | torch.device = "cpu", warmup: int = 1,
+              repeats: int = 3) -> TimingResult:
+    """Time ``fn()``: warm up, then the median of ``repeats`` synchronised runs.
+
+    Args:
+        fn: a callable with no arguments (wrap yours in a ``lambda``).
+        device: where ``fn`` queues work; it is synchronised (``g2c.nn.synchronize``) before
+            and after every measured call.
+        warmup: calls before measuring, >= 0.
+        repeats: measured calls, >= 1.
+
+    Returns:
+        ``TimingResult`` with the median seconds, every measured time, the thread count
+        and the last call's return value.
+
+    Raises:
+        ValueError: warmup < 0 or repeats < 1.
+
+    To pin the thread count, call ``torch.set_num_threads(n)`` first (the benchmarks take
+    ``--threads N``); the result records whatever was in force.
+    """
+    if isinstance(warmup, bool) or not isinstance(warmup, int) or warmup < 0:
+        raise ValueError(f"warmup must be an int >= 0, got {warmup!r}")
+    if isinstance(repeats, bool) or not isinstance(repeats, int) or repeats < 1:
+        raise ValueError(f"repeats must be an int >= 1, got {repeats!r}")
+    result = None
+    for _ in range(warmup):
+        result = fn()
+    synchronize(device)
+    times = []
+    for _ in range(repeats):
+        synchronize(device)
+        t0 = time.perf_counter()
+        result = fn()
+        synchronize(device)
+        times.append(time.perf_counter() - t0)
+    return TimingResult(median_s=statistics.median(times), times_s=tuple(times), warmup=warmup,
+                        num_threads=torch.get_num_threads(), device=str(torch.device(device)), result=result)

@@ -1,0 +1,91 @@
+"""Module 11: what the decoding loops need from a model, and the checks they share. Provided.
+
+Every loop that takes a model (``generate`` here, ``speculative_generate``, ``draft_greedy``
+and ``mtp_propose`` in ``g2c.specdec``) relies on the ``LanguageModel`` protocol below and
+nothing else. ``TransformerLM`` satisfies it; so does a plain object with three attributes
+and a ``__call__`` (the table-lookup mocks of the tests).
+
+Mode methods are optional: ``eval_mode`` (``g2c.nn.eval_mode``, re-exported here) switches
+a model to eval mode for the duration of a ``with`` block when it has ``training`` and
+``train(mode)``, restores the saved mode in a ``finally`` (an exception or a Ctrl-C inside
+the loop leaves every model as it was), and leaves a model without them alone.
+
+Shape letters: T time, V vocabulary.
+"""
+
+from __future__ import annotations
+
+from typing import Protocol, runtime_checkable
+
+import torch
+
+from g2c.nn import eval_mode  # re-exported: the loops' mode switch lives with Module (module 03)
+
+__all__ = ["LanguageModel", "check_language_model", "check_token_ids", "eval_mode"]
+
+REQUIRED = ("vocab_size", "max_seq_len", "device")
+
+
+@runtime_checkable
+class LanguageModel(Protocol):
+    """The model protocol of every decoding loop in the course.
+
+    Required:
+        vocab_size: int, V; token ids live in [0, V).
+        max_seq_len: int, the context window; loops crop the context to its last
+            ``max_seq_len`` tokens before each call.
+        device: ``torch.device`` where the model wants its input ids; the loops move ids
+            there and read logits back from there.
+        __call__(ids): ids (1, T) int64 on ``device`` -> logits (1, T, V) float on ``device``;
+            row t scores the token after position t.
+
+    Optional (used by ``eval_mode`` when present, ignored when absent):
+        training: bool, the current mode.
+        train(mode=True): set the mode (``eval()`` is ``train(False)``).
+    """
+
+    vocab_size: int
+    max_seq_len: int
+    device: torch.device
+
+    def __call__(self, ids: torch.Tensor) -> torch.Tensor: ...
+
+
+def check_language_model(model, name: str = "model") -> None:
+    """Reject a model that does not satisfy ``LanguageModel``, naming what is missing.
+
+    Raises:
+        TypeError: ``model`` is not callable or lacks ``vocab_size``, ``max_seq_len`` or
+            ``device``; the message names ``name``, the missing attributes and the protocol.
+    """
+    missing = [attr for attr in REQUIRED if not hasattr(model, attr)]
+    if not callable(model):
+        missing.append("__call__")
+    if missing:
+        raise TypeError(f"{name} ({type(model).__name__}) does not satisfy g2c.sampling.LanguageModel: "
+                        f"missing {', '.join(missing)} (a model needs vocab_size, max_seq_len, device "
+                        f"and ids (1, T) -> logits (1, T, V))")
+
+
+def check_token_ids(ids: torch.Tensor, vocab_size: int, name: str) -> None:
+    """Reject token ids outside the vocabulary [0, vocab_size). Works on any device.
+
+    A negative id would otherwise index from the end (-1 reads token V-1) and an id >= V
+    would raise a bare ``IndexError`` deep inside a model or a verifier.
+
+    Args:
+        ids: integer tensor of any shape, on any device.
+        vocab_size: V.
+        name: the argument's name, for the message.
+
+    Raises:
+        ValueError: an id is < 0 or >= V; the message names ``name``, the offending id and
+            the range ``[0, V)``.
+    """
+    if ids.numel() == 0:
+        return
+    low, high = int(ids.min()), int(ids.max())
+    if low < 0 or high >= vocab_size:
+        bad = low if low < 0 else high
+        raise ValueError(f"{name} holds token id {bad}, outside the vocabulary [0, {vocab_size}); "
+                         f"ids must come from the model's tokenizer")

@@ -1,0 +1,78 @@
+"""Beyond (specdec): ``python -m g2c.specdec`` edge cases, without the ladder.
+
+``load_model`` is replaced by table-lookup models (``tests/specdec_mocks.py``) and a
+one-character-per-token tokenizer, so every case runs in milliseconds. Errors must be one
+line on stderr naming what the user typed (``-k``, ``--max-new-tokens``, ``--device``, the
+prompt), with a non-zero exit; harmless cases (no new tokens, a cropped prompt) say so.
+"""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from specdec_mocks import TableLM, chain_table
+
+import g2c.assets.artifacts
+from g2c.specdec.__main__ import main
+
+ALPHABET = "abcdefgh"                                  # id i <-> ALPHABET[i]; 0 ('a') is end-of-text
+
+
+class CharTokenizer:
+    eot_id = 0
+
+    def encode(self, text: str) -> list[int]:
+        return [ALPHABET.index(c) for c in text if c in ALPHABET]
+
+    def decode(self, ids) -> str:
+        return "".join(ALPHABET[int(i)] for i in ids)
+
+
+@pytest.fixture
+def fake_ladder(monkeypatch):
+    # Target chain b -> c -> d -> ... -> h -> b (never 'a', the end-of-text); window 8.
+    table = chain_table([2, 2, 3, 4, 5, 6, 7, 1], generator=torch.Generator().manual_seed(0))
+    monkeypatch.setattr(g2c.assets.artifacts, "load_model",
+                        lambda name, device="auto": (TableLM(table, max_seq_len=8), CharTokenizer()))
+    # A CPU-only machine whatever runs the tests.
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    monkeypatch.setattr(torch.backends.mps, "is_available", lambda: False)
+
+
+def run(capsys, *argv):
+    rc = main(["--color", "never", "--device", "cpu", *argv])
+    out, err = capsys.readouterr()
+    return rc, out, err
+
+
+@pytest.mark.parametrize("device", ["mps", "cuda", "tpu"])
+def test_cli_unavailable_device_is_one_line(fake_ladder, capsys, device):
+    rc, out, err = run(capsys, "bcd", "--device", device)
+    assert rc == 1 and out == ""
+    assert err.count("\n") == 1 and f"--device {device}:" in err and "Traceback" not in err
+
+
+def test_cli_zero_new_tokens_is_not_a_missing_report(fake_ladder, capsys):
+    rc, out, err = run(capsys, "bcd", "--max-new-tokens", "0")
+    assert rc == 0 and err == ""
+    assert out.splitlines()[0] == "bcd"
+    assert "no new tokens: --max-new-tokens is 0" in out and "on_pass" not in out
+
+
+def test_cli_long_prompt_says_it_is_cropped(fake_ladder, capsys):
+    rc, out, err = run(capsys, "bcdefghbcdefgh", "--max-new-tokens", "3")   # 14 tokens, window 8
+    assert rc == 0
+    assert "the prompt is 14 tokens but the models read only the last 8" in err
+    assert out.splitlines()[0].startswith("bcdefghbcdefgh")
+
+
+@pytest.mark.parametrize("argv, expected", [
+    (["bcd", "-k", "0"], "-k 0: draft at least one token"),
+    (["bcd", "--max-new-tokens", "-1"], "--max-new-tokens -1: "),
+    (["", "--max-new-tokens", "3"], "the prompt is empty"),
+])
+def test_cli_bad_arguments_name_what_the_user_typed(fake_ladder, capsys, argv, expected):
+    rc, out, err = run(capsys, *argv)
+    assert rc == 1 and out == ""
+    assert err.count("\n") == 1 and expected in err
+    assert "prompt_ids" not in err and "max_new_tokens" not in err
