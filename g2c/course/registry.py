@@ -102,6 +102,13 @@ MODULES: tuple[CourseModule, ...] = (
         lesson="docs/beyond/specdec-trees.md",
         notebook="notebooks/clean/specdec-trees-draft-trees.ipynb",
     ),
+    CourseModule(
+        id="specdec-lab",
+        title="Beyond: the speculative-decoding calculator, Be the Verifier, and the serving lab",
+        files=("g2c/specdec/theory.py", "g2c/specdec/simulate.py", "g2c/specdec/batched.py"),
+        lesson="docs/beyond/specdec-lab.md",
+        notebook="notebooks/clean/specdec-lab-verifier.ipynb",
+    ),
 )
 
 
