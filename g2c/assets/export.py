@@ -1,0 +1,120 @@
+"""Export a StoryLM to a Hugging Face model folder that ``transformers`` and serving engines load.
+
+    python -m g2c.assets.export --hf exported/StoryLM-30M StoryLM-30M
+    python -m g2c.assets.export --hf exported/StoryLM-1M StoryLM-1M      # the drafter
+
+The folder holds::
+
+    config.json              GPT2Config (model_type "gpt2", architectures GPT2LMHeadModel)
+    generation_config.json   eos/bos = <|endoftext|> (id 0)
+    model.safetensors        the weights, GPT-2 names and layouts (float32 by default)
+    tokenizer.json           the StoryTokenizer, unchanged (byte-level BPE, tokenizers format)
+    tokenizer_config.json    fast-tokenizer config: PreTrainedTokenizerFast, <|endoftext|> as
+                             bos/eos/unk/pad, no prefix space, model_max_length = context
+    special_tokens_map.json
+
+``AutoModelForCausalLM.from_pretrained(DIR)`` and ``AutoTokenizer.from_pretrained(DIR)``
+load it offline, with the course model's logits (float32 round-off) and the StoryTokenizer's
+ids (``tests/test_hf_export.py``); vLLM serves it as a GPT-2 (``docs/beyond/serving-lab.md``).
+
+The weight mapping is module 09's ``to_hf_gpt2``; ``transformers`` is needed for this tool
+only (dev extra), imported lazily.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import shutil
+import sys
+from pathlib import Path
+
+import torch
+
+__all__ = ["export_hf"]
+
+
+def export_hf(name: str, out_dir: str | Path, *, dtype: torch.dtype = torch.float32, root: Path | None = None,
+              overwrite: bool = False) -> Path:
+    """Write the Hugging Face folder of one ladder model.
+
+    Args:
+        name: ``StoryLM-1M``, ``StoryLM-5M`` or ``StoryLM-30M`` (case-insensitive).
+        out_dir: the folder to write (created; must be empty or absent unless ``overwrite``).
+        dtype: weight dtype on disk: ``torch.float32`` (exact logits) or ``torch.float16``
+            / ``torch.bfloat16`` (half the size; the shipped artifacts are float16).
+        root: artifacts root (default ``artifacts/``).
+        overwrite: replace the files of an existing non-empty folder.
+
+    Returns:
+        the folder's path.
+
+    Raises:
+        ValueError: unknown model name; dtype not a floating dtype.
+        FileExistsError: out_dir is a non-empty folder and ``overwrite`` is False (the
+            message says to pass ``--overwrite``).
+        ImportError: ``transformers`` is not installed (``pip install transformers``).
+        ArtifactMissingError / ChecksumError: the model artifact is missing or corrupted
+            (run ``./checkpoints.sh``).
+    """
+    from g2c.artifacts import artifact_dir, load_model
+    from g2c.export import to_hf_gpt2
+
+    if not isinstance(dtype, torch.dtype) or not dtype.is_floating_point:
+        raise ValueError(f"dtype must be a torch floating dtype such as torch.float32, got {dtype!r}")
+    out = Path(out_dir)
+    if out.exists() and any(out.iterdir()) and not overwrite:
+        raise FileExistsError(f"{out} exists and is not empty; choose another folder or pass --overwrite")
+    model, tok = load_model(name, device="cpu", root=root)
+    hf = to_hf_gpt2(model)
+    eot = tok.eot_id
+    hf.config.bos_token_id = eot
+    hf.config.eos_token_id = eot
+    hf.generation_config.bos_token_id = eot
+    hf.generation_config.eos_token_id = eot
+    hf.config.architectures = ["GPT2LMHeadModel"]
+    hf = hf.to(dtype)
+    out.mkdir(parents=True, exist_ok=True)
+    hf.save_pretrained(str(out), safe_serialization=True)
+    # Older readers (vLLM before transformers 5) look for "torch_dtype" rather than "dtype".
+    cfg_path = out / "config.json"
+    hf_cfg = json.loads(cfg_path.read_text())
+    hf_cfg.setdefault("torch_dtype", str(dtype).removeprefix("torch."))
+    cfg_path.write_text(json.dumps(hf_cfg, indent=2, sort_keys=True) + "\n")
+
+    cfg = json.loads((artifact_dir(name, root) / "config.json").read_text())
+    tok_dir = artifact_dir(cfg.get("tokenizer", "StoryTokenizer"), root)
+    shutil.copyfile(tok_dir / "tokenizer.json", out / "tokenizer.json")
+    special = tok.special_tokens[0] if tok.special_tokens else None
+    tok_cfg = {
+        "tokenizer_class": "PreTrainedTokenizerFast",
+        "add_prefix_space": False,
+        "bos_token": special, "eos_token": special, "unk_token": special, "pad_token": special,
+        "model_max_length": model.max_seq_len,
+        "clean_up_tokenization_spaces": False,
+    }
+    (out / "tokenizer_config.json").write_text(json.dumps(tok_cfg, indent=2) + "\n")
+    (out / "special_tokens_map.json").write_text(json.dumps(
+        {"bos_token": special, "eos_token": special, "unk_token": special, "pad_token": special}, indent=2) + "\n")
+    return out
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m g2c.assets.export", description=__doc__.split("\n\n")[0])
+    parser.add_argument("--hf", metavar="DIR", required=True, help="output folder (one model per folder)")
+    parser.add_argument("name", help="StoryLM-1M, StoryLM-5M or StoryLM-30M")
+    parser.add_argument("--dtype", choices=("float32", "float16", "bfloat16"), default="float32")
+    parser.add_argument("--overwrite", action="store_true", help="replace files in a non-empty DIR")
+    args = parser.parse_args(argv)
+    try:
+        out = export_hf(args.name, args.hf, dtype=getattr(torch, args.dtype), overwrite=args.overwrite)
+    except (ValueError, FileExistsError, ImportError, FileNotFoundError) as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 1
+    files = ", ".join(sorted(p.name for p in out.iterdir()))
+    print(f"wrote {out}: {files}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
