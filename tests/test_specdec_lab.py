@@ -353,3 +353,148 @@ def test_replay_real_rounds_from_the_ladder():
     assert 1.0 <= rounds.tau <= 5.0
     rates, reached = per_position_acceptance(rounds)
     assert int(reached[0]) == rounds.num_rounds
+
+
+# --- part 3: batched speculative decoding (provided loop, checked row by row) ------------
+
+def _tiny_lm(seed: int, *, max_seq_len: int = 64, vocab: int = 32):
+    from g2c.transformer import TransformerLM
+
+    g = torch.Generator().manual_seed(seed)
+    model = TransformerLM(vocab, 16, 2, 2, max_seq_len, generator=g)
+    with torch.no_grad():
+        # At init the residual stream is mostly the token embedding, so a tied model just
+        # repeats its last token. Louder blocks give varied greedy chains; a large final
+        # LayerNorm gain sharpens the logits so argmax gaps dwarf float32 round-off between
+        # the masked batched pass and a plain single-row pass.
+        for blk in model.blocks:
+            for lin in (blk.attn.qkv, blk.attn.proj, blk.mlp.fc, blk.mlp.proj):
+                lin.weight.mul_(4.0)
+        model.ln_final.weight.mul_(40.0)
+    return model.eval()
+
+
+def _noisy_copy(model, seed: int, eps: float = 0.03):
+    """A drafter that agrees with the target often but not always (ragged acceptance)."""
+    import copy
+
+    drafter = copy.deepcopy(model)
+    g = torch.Generator().manual_seed(seed)
+    with torch.no_grad():
+        for blk in drafter.blocks:
+            blk.mlp.fc.weight.add_(eps * torch.randn(blk.mlp.fc.weight.shape, generator=g))
+    return drafter
+
+
+def _greedy_alone(model, prompt: list[int], n: int, eos_id: int | None = None) -> list[int]:
+    ids = list(prompt)
+    with torch.no_grad():
+        for _ in range(n):
+            nxt = int(model(torch.tensor([ids]))[0, -1].argmax())
+            ids.append(nxt)
+            if nxt == eos_id:
+                break
+    return ids
+
+
+def _ragged_prompts(batch: int, seed: int, vocab: int = 32) -> list[list[int]]:
+    g = torch.Generator().manual_seed(seed)
+    lengths = [1 + (5 * b + 3) % 11 for b in range(batch)]          # 4, 9, 3, 8, 2, ... ragged
+    return [torch.randint(0, vocab, (n,), generator=g).tolist() for n in lengths]
+
+
+def test_ragged_forward_matches_the_plain_forward_per_row():
+    from g2c.specdec.batched import RaggedKV, ragged_forward
+
+    model = _tiny_lm(0)
+    prompts = _ragged_prompts(3, 1)
+    width = max(len(p) for p in prompts)
+    padded = torch.tensor([p + [0] * (width - len(p)) for p in prompts])
+    logits = ragged_forward(model, padded, RaggedKV(model, 3))                       # (3, T, V)
+    for b, p in enumerate(prompts):
+        torch.testing.assert_close(logits[b, :len(p)], model(torch.tensor([p]))[0], atol=1e-4, rtol=1e-5)
+
+
+@pytest.mark.parametrize("batch", [1, 3, 8])
+@pytest.mark.parametrize("k", [1, 4])
+def test_batched_speculative_equals_independent_greedy_runs(batch, k):
+    from g2c.specdec.batched import batched_speculative_generate
+
+    target = _tiny_lm(1)
+    prompts = _ragged_prompts(batch, 10 + batch)
+    for drafter in (_noisy_copy(target, 2), _tiny_lm(2)):        # often right / mostly wrong
+        res = batched_speculative_generate(target, drafter, prompts, 12, k=k)
+        for b, p in enumerate(prompts):
+            assert res.outputs[b].tolist() == _greedy_alone(target, p, 12), f"row {b}"
+            assert sum(e for _, e in res.rounds[b]) == 12 and len(res.token_times[b]) == 12
+
+
+def test_batched_speculative_rows_commit_ragged_prefixes():
+    from g2c.specdec.batched import batched_speculative_generate
+
+    target = _tiny_lm(3)
+    prompts = _ragged_prompts(8, 5)
+    # A drafter equal to the target accepts everything: k + 1 tokens per pass, 3 passes.
+    perfect = batched_speculative_generate(target, target, prompts, 15, k=4)
+    assert all(r == [(4, 5)] * 3 for r in perfect.rounds) and perfect.target_passes == 3
+    # A noisy copy: within one round rows accept different numbers of drafts, so their
+    # committed lengths drift apart, and the outputs are still the target's.
+    seen = []
+    res = batched_speculative_generate(target, _noisy_copy(target, 1), prompts, 15, k=4,
+                                       on_round=lambda rows, emitted, acc: seen.append(acc))
+    assert [o.tolist() for o in res.outputs] == [o.tolist() for o in perfect.outputs]
+    assert any(len(set(acc)) > 1 for acc in seen)
+    assert res.target_passes == max(len(r) for r in res.rounds) > 3
+
+
+def test_batched_speculative_stops_rows_at_eos_independently():
+    from g2c.specdec.batched import batched_speculative_generate
+
+    target = _tiny_lm(5)
+    drafter = _noisy_copy(target, 6)
+    prompts = _ragged_prompts(6, 7)
+    runs = [_greedy_alone(target, p, 20) for p in prompts]
+    eos = runs[0][len(prompts[0]) + 2]                  # row 0 emits it within 3 tokens
+    res = batched_speculative_generate(target, drafter, prompts, 20, k=3, eos_id=eos)
+    for b, p in enumerate(prompts):
+        assert res.outputs[b].tolist() == _greedy_alone(target, p, 20, eos_id=eos)
+    new = [len(o) - len(p) for o, p in zip(res.outputs, prompts)]
+    assert new[0] <= 3 and max(new) == 20                # rows stop independently
+
+
+def test_batched_greedy_equals_independent_greedy_runs():
+    from g2c.specdec.batched import batched_greedy
+
+    model = _tiny_lm(7)
+    prompts = _ragged_prompts(5, 8)
+    res = batched_greedy(model, prompts, 9)
+    assert [o.tolist() for o in res.outputs] == [_greedy_alone(model, p, 9) for p in prompts]
+    assert res.target_passes == 9
+
+
+def test_batched_speculative_validates_inputs():
+    from g2c.specdec.batched import batched_speculative_generate
+
+    target = _tiny_lm(1)
+    with pytest.raises(ValueError, match=r"k must be an int >= 1"):
+        batched_speculative_generate(target, target, [[1, 2]], 4, k=0)
+    with pytest.raises(ValueError, match=r"vocab_size"):
+        batched_speculative_generate(target, _tiny_lm(1, vocab=40), [[1, 2]], 4)
+    with pytest.raises(ValueError, match=r"prompts\[1\] must be a non-empty 1-D"):
+        batched_speculative_generate(target, target, [[1], []], 4)
+    with pytest.raises(ValueError, match=r"no sliding window"):
+        batched_speculative_generate(target, target, [[1] * 40], 30, k=4)
+
+
+@pytest.mark.ladder
+def test_batched_speculative_on_the_ladder_equals_greedy():
+    from g2c.artifacts import load_model
+    from g2c.specdec.batched import batched_speculative_generate
+
+    target, tok = load_model("StoryLM-30M", device="cpu")
+    drafter, _ = load_model("StoryLM-1M", device="cpu")
+    prompts = tok.encode_batch_fast(["Once upon a time", "Tom had a red ball. He", "The sun was"])
+    res = batched_speculative_generate(target, drafter, prompts, 16, k=4)
+    for b, p in enumerate(prompts):
+        assert res.outputs[b].tolist() == _greedy_alone(target, p, 16)
+    assert res.target_passes < 16                      # the 1M drafter earns its keep
