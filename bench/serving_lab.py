@@ -54,7 +54,7 @@ import torch  # noqa: E402
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from g2c.artifacts import load_model  # noqa: E402
+from g2c.assets import load_model  # noqa: E402
 from g2c.specdec.batched import batched_greedy, batched_speculative_generate  # noqa: E402
 
 PROMPT_SETS = {

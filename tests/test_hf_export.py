@@ -16,7 +16,7 @@ import torch
 import torch.nn.functional as F
 from safetensors.torch import load_file
 
-from g2c.artifacts import artifact_dir, load_tokenizer
+from g2c.assets.artifacts import artifact_dir, load_tokenizer
 from g2c.assets.export import export_hf, main
 
 STORIES = [

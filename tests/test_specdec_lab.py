@@ -334,7 +334,7 @@ def test_pass_recorder_drops_the_last_pass_of_each_run():
 
 @pytest.mark.ladder
 def test_replay_real_rounds_from_the_ladder():
-    from g2c.artifacts import load_model
+    from g2c.assets import load_model
     from g2c.specdec import speculative_generate
 
     target, tok = load_model("StoryLM-30M", device="cpu")
@@ -488,7 +488,7 @@ def test_batched_speculative_validates_inputs():
 
 @pytest.mark.ladder
 def test_batched_speculative_on_the_ladder_equals_greedy():
-    from g2c.artifacts import load_model
+    from g2c.assets import load_model
     from g2c.specdec.batched import batched_speculative_generate
 
     target, tok = load_model("StoryLM-30M", device="cpu")

@@ -57,8 +57,8 @@ def export_hf(name: str, out_dir: str | Path, *, dtype: torch.dtype = torch.floa
         ArtifactMissingError / ChecksumError: the model artifact is missing or corrupted
             (run ``./checkpoints.sh``).
     """
-    from g2c.artifacts import artifact_dir, load_model
-    from g2c.export import to_hf_gpt2
+    from g2c.assets.artifacts import artifact_dir, load_model
+    from g2c.transformer.export import to_hf_gpt2
 
     if not isinstance(dtype, torch.dtype) or not dtype.is_floating_point:
         raise ValueError(f"dtype must be a torch floating dtype such as torch.float32, got {dtype!r}")

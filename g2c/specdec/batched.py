@@ -125,7 +125,7 @@ def ragged_forward(model, ids: torch.Tensor, cache: RaggedKV) -> torch.Tensor:
         y = _attend_ragged(q, kb[:, :, :S], vb[:, :, :S], starts)                           # (B, H, T, d)
         x = x + blk.attn.proj(merge_heads(y))
         x = x + blk.mlp(blk.ln_2(x))
-    return model.ln_final(x) @ model.token_embed.weight.t()                                  # (B, T, V)
+    return model.unembed(model.ln_final(x))                                                  # (B, T, V)
 
 
 @dataclass

@@ -22,7 +22,7 @@ import os
 import matplotlib.pyplot as plt
 import torch
 
-from g2c.artifacts import load_model
+from g2c.assets import load_model
 from g2c.specdec import speculative_generate
 from g2c.specdec.simulate import PassRecorder, draw_rounds, fit_alpha, per_position_acceptance, simulate_rounds
 from g2c.specdec.theory import (
