@@ -48,6 +48,8 @@ from dataclasses import dataclass, field
 
 import torch
 
+from .theory import tree_expected_tokens
+
 __all__ = ["DraftTree", "build_dynamic_tree", "build_static_tree", "chain_choices", "expected_tokens_per_pass",
            "node_acceptance_probs", "static_choices"]
 
@@ -382,12 +384,12 @@ def expected_tokens_per_pass(tree: DraftTree, accept_probs: torch.Tensor) -> flo
     Raises:
         ValueError: accept_probs not (n,) or outside [0, 1].
     """
-    a = torch.as_tensor(accept_probs, dtype=torch.float64).cpu()
-    if a.shape != (tree.num_nodes,) or (a.numel() and (a.min() < 0 or a.max() > 1)):
+    a = torch.as_tensor(accept_probs).detach().cpu().float()
+    if a.shape != (tree.num_nodes,):
         raise ValueError(f"expected_tokens_per_pass: accept_probs must be ({tree.num_nodes},) values in [0, 1], "
                          f"got shape {tuple(a.shape)}")
-    reach = torch.zeros(tree.num_nodes, dtype=torch.float64)                # prod of a along the path
-    for i in range(tree.num_nodes):
-        p = int(tree.parents[i])
-        reach[i] = a[i] * (1.0 if p < 0 else reach[p])
-    return 1.0 + float(reach.sum())
+    try:   # the formula lives once, in theory.py; this adapts a DraftTree to it
+        return tree_expected_tokens([int(x) for x in tree.parents], a.tolist())
+    except ValueError as exc:
+        raise ValueError(f"expected_tokens_per_pass: accept_probs must be ({tree.num_nodes},) values in [0, 1]: "
+                         f"{exc}") from exc
