@@ -96,6 +96,13 @@ MODULES: tuple[CourseModule, ...] = (
         notebook="notebooks/clean/specdec-draft-and-verify.ipynb",
     ),
     CourseModule(
+        id="specdec-sampling",
+        title="Beyond: the sampled speculative loop, drafters and dynamic k",
+        files=("g2c/specdec/drafters.py", "g2c/specdec/loop.py", "g2c/specdec/controllers.py"),
+        lesson="docs/beyond/specdec-sampling.md",
+        notebook="notebooks/clean/specdec-sampling-loop.ipynb",
+    ),
+    CourseModule(
         id="specdec-trees",
         title="Beyond: tree drafts and tree verification",
         files=("g2c/specdec/trees.py", "g2c/specdec/tree_attention.py", "g2c/specdec/tree_verify.py"),

@@ -1,0 +1,202 @@
+"""Beyond (specdec-sampling): choosing the draft length k round by round.
+
+A controller tells the speculative loop how many tokens to draft next and learns from
+each round. The interface (what ``speculative_sample`` calls):
+
+``next_k() -> int``
+    The draft length for the next round, >= 1. The loop still caps it by the remaining
+    budget and the target's window, and the drafter may propose fewer.
+
+``update(*, drafted, accepted, draft_seconds, target_seconds) -> None``
+    After each target pass: how many drafts were scored and accepted (before any budget or
+    EOS cut), and the wall-clock seconds spent drafting and in the target pass (the loop
+    synchronises the device before reading the clock).
+
+Three controllers:
+
+* ``StaticK(k)``: always k (what ``speculative_generate`` does).
+* ``HeuristicK``: transformers' ``num_assistant_tokens_schedule="heuristic"``: +2 after
+  a round whose drafts were all accepted, -1 after a rejection, within [k_min, k_max].
+* ``CostModelK``: the speed-up law of Leviathan, Kalman, Matias (ICML 2023), §3.1 and
+  §3.4: with per-token acceptance α and draft cost c (one drafter token, in units of one
+  target pass), a round of k drafts emits (1 − α^{k+1}) / (1 − α) tokens for a cost of
+  1 + k·c, so pick
+
+      k* = argmax_{k_min <= k <= k_max}  (1 − α̂^{k+1}) / ((1 − α̂)(1 + k·ĉ))
+
+  from running estimates α̂ and ĉ.
+
+None of them changes *what* is emitted (verification is lossless for any draft), only how
+many target passes it takes.
+"""
+
+from __future__ import annotations
+
+__all__ = ["CostModelK", "HeuristicK", "StaticK", "expected_tokens_per_round", "optimal_k", "speedup"]
+
+
+def _check_k(name: str, k) -> int:
+    if isinstance(k, bool) or not isinstance(k, int) or k < 1:
+        raise ValueError(f"{name} must be an int >= 1, got {k!r}")
+    return k
+
+
+def expected_tokens_per_round(alpha: float, k: int) -> float:
+    """E[tokens emitted by one target pass] = 1 + α + ... + α^k = (1 − α^{k+1}) / (1 − α).
+
+    Leviathan et al. 2023, §3.1, equation (1), for i.i.d. per-token acceptance α in [0, 1].
+    Written as the finite sum, so α = 1 gives k + 1 without a division by zero.
+
+    Raises:
+        ValueError: alpha outside [0, 1] or k < 0.
+    """
+    if not 0.0 <= alpha <= 1.0:
+        raise ValueError(f"alpha must be in [0, 1], got {alpha}")
+    if k < 0:
+        raise ValueError(f"k must be >= 0, got {k}")
+    return sum(alpha ** i for i in range(k + 1))
+
+
+def speedup(alpha: float, k: int, c: float) -> float:
+    """Expected tokens per unit of cost: (1 − α^{k+1}) / ((1 − α)(1 + k·c)) (§3.4, improvement factor).
+
+    Raises:
+        ValueError: as ``expected_tokens_per_round``, or c < 0.
+    """
+    if c < 0:
+        raise ValueError(f"draft cost c must be >= 0 (units of one target pass), got {c}")
+    return expected_tokens_per_round(alpha, k) / (1.0 + k * c)
+
+
+def optimal_k(alpha: float, c: float, *, k_min: int = 1, k_max: int = 16) -> int:
+    """The k in [k_min, k_max] that maximises ``speedup(alpha, k, c)`` (smallest k on ties)."""
+    return max(range(k_min, k_max + 1), key=lambda k: (speedup(alpha, k, c), -k))
+
+
+class StaticK:
+    """Always draft k tokens.
+
+    Raises:
+        ValueError: k is not an int >= 1.
+    """
+
+    def __init__(self, k: int = 4) -> None:
+        self.k = _check_k("k", k)
+
+    def __repr__(self) -> str:
+        return f"StaticK({self.k})"
+
+    def next_k(self) -> int:
+        return self.k
+
+    def update(self, *, drafted: int, accepted: int, draft_seconds: float = 0.0, target_seconds: float = 0.0) -> None:
+        return None
+
+
+class HeuristicK:
+    """transformers' heuristic schedule: grow after a full match, shrink after a rejection.
+
+    ``AssistedCandidateGenerator.update_candidate_strategy`` with
+    ``num_assistant_tokens_schedule="heuristic"`` adds 2 when every drafted token was
+    accepted and subtracts 1 otherwise (never below 1). We add an upper bound.
+
+    Args:
+        k_init: first draft length.
+        k_min, k_max: bounds, 1 <= k_min <= k_init <= k_max.
+        grow, shrink: steps after a full match / a rejection (defaults 2 and 1).
+
+    Raises:
+        ValueError: bounds out of order or not ints >= 1.
+    """
+
+    def __init__(self, k_init: int = 4, *, k_min: int = 1, k_max: int = 16, grow: int = 2, shrink: int = 1) -> None:
+        for name, value in (("k_init", k_init), ("k_min", k_min), ("k_max", k_max)):
+            _check_k(name, value)
+        if not k_min <= k_init <= k_max:
+            raise ValueError(f"need k_min <= k_init <= k_max, got {k_min}, {k_init}, {k_max}")
+        self.k, self.k_min, self.k_max, self.grow, self.shrink = k_init, k_min, k_max, grow, shrink
+
+    def __repr__(self) -> str:
+        return f"HeuristicK(k={self.k}, k_min={self.k_min}, k_max={self.k_max})"
+
+    def next_k(self) -> int:
+        return self.k
+
+    def update(self, *, drafted: int, accepted: int, draft_seconds: float = 0.0, target_seconds: float = 0.0) -> None:
+        if drafted == 0:
+            return
+        if accepted == drafted:
+            self.k = min(self.k_max, self.k + self.grow)
+        else:
+            self.k = max(self.k_min, self.k - self.shrink)
+
+
+class CostModelK:
+    """Pick k by the speed-up law from running estimates of α and c.
+
+    α̂: each round is a run of Bernoulli trials stopped at the first rejection, so it holds
+    ``accepted`` successes and one failure if ``accepted < drafted``. The estimate is
+    successes / trials over all rounds so far, started from ``prior_alpha`` worth
+    ``prior_weight`` trials (so the first rounds do not swing k to an extreme). With
+    ``decay`` < 1 older rounds count less (a drifting text).
+
+    ĉ: drafting seconds per drafted token divided by target seconds per pass, summed over
+    the rounds (a ratio of totals, robust to one slow round). Pass ``c`` to fix it instead
+    (a known cost, or a test).
+
+    Args:
+        k_init: draft length before any estimate (also returned until the first update).
+        k_min, k_max: the search range.
+        c: fixed draft cost, or None to measure it.
+        prior_alpha, prior_weight: the α̂ prior.
+        decay: weight kept by the past at each update, in (0, 1].
+
+    Raises:
+        ValueError: bad bounds, c < 0, prior_alpha outside [0, 1], decay outside (0, 1].
+    """
+
+    def __init__(self, k_init: int = 4, *, k_min: int = 1, k_max: int = 16, c: float | None = None,
+                 prior_alpha: float = 0.5, prior_weight: float = 4.0, decay: float = 1.0) -> None:
+        for name, value in (("k_init", k_init), ("k_min", k_min), ("k_max", k_max)):
+            _check_k(name, value)
+        if not k_min <= k_init <= k_max:
+            raise ValueError(f"need k_min <= k_init <= k_max, got {k_min}, {k_init}, {k_max}")
+        if c is not None and c < 0:
+            raise ValueError(f"c must be >= 0 (draft cost per token in target passes) or None, got {c}")
+        if not 0.0 <= prior_alpha <= 1.0:
+            raise ValueError(f"prior_alpha must be in [0, 1], got {prior_alpha}")
+        if not 0.0 < decay <= 1.0:
+            raise ValueError(f"decay must be in (0, 1], got {decay}")
+        self.k, self.k_min, self.k_max = k_init, k_min, k_max
+        self.fixed_c = c
+        self.decay = decay
+        self._successes = prior_alpha * prior_weight
+        self._trials = prior_weight
+        self._draft_s_per_token = 0.0
+        self._target_s = 0.0
+
+    def __repr__(self) -> str:
+        return f"CostModelK(k={self.k}, alpha={self.alpha:.3f}, c={self.c:.3f})"
+
+    @property
+    def alpha(self) -> float:
+        """The running acceptance estimate α̂."""
+        return self._successes / self._trials if self._trials > 0 else 0.0
+
+    @property
+    def c(self) -> float:
+        """The draft cost ĉ (fixed, or measured; 0.0 before any timed round)."""
+        if self.fixed_c is not None:
+            return self.fixed_c
+        return self._draft_s_per_token / self._target_s if self._target_s > 0 else 0.0
+
+    def next_k(self) -> int:
+        return self.k
+
+    def update(self, *, drafted: int, accepted: int, draft_seconds: float = 0.0, target_seconds: float = 0.0) -> None:
+        if drafted > 0:
+            self._successes = self.decay * self._successes + accepted
+            self._trials = self.decay * self._trials + accepted + (1 if accepted < drafted else 0)
+            self._draft_s_per_token = self.decay * self._draft_s_per_token + draft_seconds / drafted
+            self._target_s = self.decay * self._target_s + target_seconds
+        self.k = optimal_k(min(1.0, max(0.0, self.alpha)), self.c, k_min=self.k_min, k_max=self.k_max)

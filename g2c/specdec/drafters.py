@@ -1,0 +1,329 @@
+"""Beyond (specdec-sampling): one drafter interface, and three drafters behind it.
+
+Every drafter answers one question: "given the committed context, what might come next?"
+The speculative loop (``g2c.specdec.loop.speculative_sample``) never needs to know more, so
+a small LM, an MTP head inside the target and a prompt-lookup n-gram matcher all run
+through the same loop.
+
+The protocol (documented once, here)
+------------------------------------
+A drafter is any object with these members; ``Drafter`` is a base class with the no-op
+hooks filled in.
+
+``vocab_size: int | None``
+    The vocabulary the drafter proposes from; must equal the target's. ``None`` means
+    "any vocabulary" (the n-gram drafter copies ids from the context).
+
+``start(prompt_ids, *, sampler, generator) -> None``
+    Called once before the first round. ``prompt_ids`` (T,) int64 on the CPU;
+    ``sampler`` is the loop's ``Sampler`` (the warpers that are applied identically to the
+    target's p and to the drafter's q); ``generator`` the loop's ``torch.Generator``.
+    A drafter resets any per-sequence state here.
+
+``propose(context_ids, k) -> (draft_ids, draft_probs)``
+    ``context_ids`` (T,) int64 on the CPU is everything committed so far (prompt + output);
+    ``k >= 1`` is the most it may draft. Returns ``draft_ids`` (k',) int64 on the CPU with
+    0 <= k' <= k, and either ``draft_probs`` (k', V) float32 on the CPU, row i the warped
+    distribution q_i that ``draft_ids[i]`` was sampled from, or ``None`` when the draft is a
+    deterministic function of the context (greedy LM, n-gram): the loop then treats q_i as
+    one-hot at ``draft_ids[i]``, which is exactly the distribution it was drawn from. An
+    empty draft (k' = 0) is allowed: the target pass then emits one token of its own.
+
+``commit(context_ids, num_accepted, *, target_hidden=None) -> None``
+    Called after every target pass. ``context_ids`` is the new committed context (it ends
+    with the target's correction or bonus token, or a budget/EOS cut); the first
+    ``num_accepted`` drafts of the last proposal became history and the rest are rolled
+    back. An uncached drafter has nothing to do. A cached LM drafter (module 16's
+    ``KVCache``) crops its cache to ``len(previous context) + num_accepted`` rows here
+    (rollback = moving a pointer) and feeds the new tokens on its next ``propose``.
+    ``target_hidden`` (L, D) float32 is given only to drafters whose
+    ``wants_target_hidden`` is True: the target's final states at the last L committed
+    positions *except the newest token* (row j belongs to ``context_ids[-(L + 1) + j]``),
+    from the verification pass that was just run, so a drafter that lives inside the target
+    (MTP, EAGLE) drafts without a pass of its own.
+
+Sources: the draft/verify split follows Leviathan, Kalman, Matias (ICML 2023) §2;
+transformers' ``CandidateGenerator`` (``get_candidates`` / ``update_candidate_strategy``)
+and vLLM's proposers use the same split. Prompt lookup: Saxena, "Prompt Lookup Decoding"
+(2023), as shipped in transformers (``prompt_lookup_num_tokens``) and vLLM
+(``method="ngram"``, ``prompt_lookup_max`` / ``prompt_lookup_min``). MTP: Gloeckle et al.
+(ICML 2024) §3.2.
+
+Shape letters: T time, D width, V vocabulary, k draft length.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+
+from g2c.sampling.generate import as_token_ids
+from g2c.sampling.warpers import apply_temperature, top_k_filter, top_p_filter
+
+from .generate import draft_greedy
+
+__all__ = ["Drafter", "LMDrafter", "MTPDrafter", "NGramDrafter", "Sampler", "ngram_lookup"]
+
+
+@dataclass(frozen=True)
+class Sampler:
+    """Module 11's warpers as one object, so p and q are warped identically. Provided.
+
+    Attributes:
+        temperature: 0.0 = greedy (argmax); > 0 divides the logits.
+        top_k: keep the k largest logits (ties kept), or None.
+        top_p: nucleus mass in (0, 1], or None.
+
+    The order is module 11's ``sample_from_logits``: temperature -> top-k -> top-p ->
+    softmax.
+
+    Raises:
+        ValueError: temperature < 0 or NaN, top_k < 1, top_p outside (0, 1] (the message
+            names the value and the valid range).
+    """
+
+    temperature: float = 1.0
+    top_k: int | None = None
+    top_p: float | None = None
+
+    def __post_init__(self) -> None:
+        if not self.temperature >= 0:  # also refuses NaN
+            raise ValueError(f"temperature must be >= 0 (0 = greedy), got {self.temperature}")
+        if self.top_k is not None and (isinstance(self.top_k, bool) or not isinstance(self.top_k, int)
+                                       or self.top_k < 1):
+            raise ValueError(f"top_k must be an int >= 1 or None, got {self.top_k!r}")
+        if self.top_p is not None and not 0.0 < self.top_p <= 1.0:
+            raise ValueError(f"top_p must be in (0, 1] or None, got {self.top_p}")
+
+    @property
+    def greedy(self) -> bool:
+        """True at temperature 0: every choice is an argmax."""
+        return self.temperature == 0.0
+
+    def probs(self, logits: torch.Tensor) -> torch.Tensor:
+        """Warped probabilities (..., V) float32 on the logits' device, from logits (..., V).
+
+        Raises:
+            ValueError: called on a greedy sampler (temperature 0 has no distribution to warp).
+        """
+        if self.greedy:
+            raise ValueError("Sampler.probs needs temperature > 0; at temperature 0 take the argmax")
+        x = apply_temperature(logits.float(), self.temperature)
+        if self.top_k is not None:
+            x = top_k_filter(x, self.top_k)
+        if self.top_p is not None:
+            x = top_p_filter(x, self.top_p)
+        return torch.softmax(x, dim=-1)
+
+    def choose(self, logits: torch.Tensor, generator: torch.Generator | None) -> tuple[int, torch.Tensor | None]:
+        """One token from logits (V,): (argmax, None) when greedy, else (sample, q (V,) on the CPU)."""
+        if self.greedy:
+            return int(logits.argmax()), None
+        q = self.probs(logits).cpu()                                             # (V,)
+        return int(torch.multinomial(q, 1, generator=generator)), q
+
+
+class Drafter:
+    """Base class of the drafter protocol (see the module docstring). Provided.
+
+    Subclasses implement ``propose``; ``start`` stores the loop's sampler and generator,
+    ``commit`` does nothing (an uncached drafter has no state to roll back).
+    """
+
+    vocab_size: int | None = None
+    wants_target_hidden: bool = False
+
+    def start(self, prompt_ids: torch.Tensor, *, sampler: Sampler, generator: torch.Generator | None) -> None:
+        self.sampler = sampler
+        self.generator = generator
+
+    def propose(self, context_ids: torch.Tensor, k: int) -> tuple[torch.Tensor, torch.Tensor | None]:
+        raise NotImplementedError(f"{type(self).__name__} must implement propose(context_ids, k)")
+
+    def commit(self, context_ids: torch.Tensor, num_accepted: int, *,
+               target_hidden: torch.Tensor | None = None) -> None:
+        return None
+
+
+class LMDrafter(Drafter):
+    """A smaller language model as drafter (StoryLM-1M drafting for StoryLM-30M). Provided.
+
+    Args:
+        model: ids (1, T) -> logits (1, T, V), with ``max_seq_len``, ``device``,
+            ``vocab_size`` (a ``TransformerLM`` or a test mock).
+        sample: False (default) drafts the greedy argmax chain (``draft_greedy``;
+            ``draft_probs`` is None, q one-hot). True samples each draft token from the
+            drafter's warped distribution q (the loop's ``Sampler``, same warpers as p) and
+            returns the q rows, which is what the stochastic verifier needs to keep the
+            output distributed as the target's (Leviathan et al. 2023, §2.3). At
+            temperature 0 both modes draft the argmax chain.
+
+    Uncached: each step scores the last ``model.max_seq_len`` tokens from scratch, so
+    ``commit`` has nothing to roll back. A cached variant keeps a ``KVCache`` and crops it
+    in ``commit`` (see the module docstring).
+    """
+
+    def __init__(self, model, *, sample: bool = False) -> None:
+        self.model = model
+        self.sample = bool(sample)
+        self.vocab_size = model.vocab_size
+        self.sampler = Sampler(0.0)
+        self.generator = None
+
+    def __repr__(self) -> str:
+        return f"LMDrafter({type(self.model).__name__}, sample={self.sample})"
+
+    @torch.no_grad()
+    def propose(self, context_ids: torch.Tensor, k: int) -> tuple[torch.Tensor, torch.Tensor | None]:
+        if not self.sample or self.sampler.greedy:
+            return draft_greedy(self.model, context_ids, k), None
+        ids = as_token_ids(context_ids, "context_ids")
+        draft, rows = [], []
+        for _ in range(k):
+            window = ids[-self.model.max_seq_len:].unsqueeze(0).to(self.model.device)  # (1, T)
+            token, q = self.sampler.choose(self.model(window)[0, -1], self.generator)
+            draft.append(token)
+            rows.append(q)
+            ids = torch.cat([ids, torch.tensor([token])])
+        return torch.tensor(draft, dtype=torch.long), torch.stack(rows)       # (k,), (k, V)
+
+
+class MTPDrafter(Drafter):
+    """Self-speculation: an ``MTPHead`` on the target drafts one token per round. Provided.
+
+    The head predicts token t+2 from the target's state h_t and token t+1 (Gloeckle et al.
+    2024, §3.2). The loop hands this drafter the target's states from each verification
+    pass (``wants_target_hidden``), so after a pass that committed context ... x_t, x_{t+1}
+    the head already has h_t and x_{t+1}: its guess for the next position costs one head
+    block, no trunk pass. Before the first target pass there are no states yet, so the
+    first ``propose`` returns an empty draft (k' = 0) and the target makes that token alone.
+
+    Args:
+        head: an ``MTPHead`` whose base is the target the loop verifies with.
+        sample: as ``LMDrafter``: False drafts the head's argmax (q one-hot), True samples
+            from the head's warped distribution and returns that q row.
+    """
+
+    wants_target_hidden = True
+
+    def __init__(self, head, *, sample: bool = False) -> None:
+        self.head = head
+        self.sample = bool(sample)
+        self.vocab_size = head.base.vocab_size
+        self.sampler = Sampler(0.0)
+        self.generator = None
+        self._next: tuple[int, int, torch.Tensor | None] | None = None       # (context length, token, q)
+
+    def __repr__(self) -> str:
+        return f"MTPDrafter(sample={self.sample})"
+
+    def start(self, prompt_ids: torch.Tensor, *, sampler: Sampler, generator: torch.Generator | None) -> None:
+        super().start(prompt_ids, sampler=sampler, generator=generator)
+        self._next = None
+
+    def propose(self, context_ids: torch.Tensor, k: int) -> tuple[torch.Tensor, torch.Tensor | None]:
+        if self._next is None or self._next[0] != len(context_ids):
+            return torch.zeros(0, dtype=torch.long), None
+        _, token, q = self._next
+        return torch.tensor([token]), (None if q is None else q.view(1, -1))
+
+    @torch.no_grad()
+    def commit(self, context_ids: torch.Tensor, num_accepted: int, *,
+               target_hidden: torch.Tensor | None = None) -> None:
+        self._next = None
+        if target_hidden is None or target_hidden.shape[0] < 1:
+            return
+        num_states = min(target_hidden.shape[0], self.head.base.max_seq_len)
+        hidden = target_hidden[-num_states:].unsqueeze(0)                       # (1, L, D)
+        following = context_ids[-num_states:].unsqueeze(0).to(hidden.device)   # (1, L): token t+1 for each h_t
+        logits = self.head(hidden, following)[0, -1]                            # (V,) scores the next position
+        if self.sample:
+            token, q = self.sampler.choose(logits, self.generator)
+        else:
+            token, q = int(logits.argmax()), None
+        self._next = (len(context_ids), token, q)
+
+
+def ngram_lookup(context_ids, k: int, *, min_n: int = 1, max_n: int = 3) -> torch.Tensor:
+    """Prompt lookup: continue the context by copying what followed its last n tokens before.
+
+    For n from ``max_n`` down to ``min_n``: take the last n tokens of the context (the
+    suffix), find their most recent *earlier* occurrence (one that starts before the suffix
+    itself), and return the up to k tokens that followed it. The first n that finds a match
+    wins (longer matches are more specific). An earlier occurrence may overlap the suffix;
+    its continuation then runs into the suffix and stops at the end of the context, so
+    fewer than k tokens can come back.
+
+    Args:
+        context_ids: 1-D int tensor or list, the committed context (prompt + output).
+        k: the most tokens to propose, >= 1.
+        min_n, max_n: n-gram lengths to try, 1 <= min_n <= max_n (vLLM's
+            ``prompt_lookup_min`` / ``prompt_lookup_max``). An n >= len(context) cannot
+            have an earlier occurrence and is skipped.
+
+    Returns:
+        LongTensor (k',) on the CPU, 0 <= k' <= k; empty when no n-gram matches.
+
+    Raises:
+        ValueError: k < 1, min_n < 1 or min_n > max_n (message names the values), or an
+            empty / non-1-D context.
+
+    Choice of match, compared: we take the most recent occurrence (recency: the story's
+    latest use of a phrase is the best guess for its next use). transformers'
+    ``PromptLookupCandidateGenerator`` takes the earliest match whose continuation is
+    non-empty; vLLM's ``NgramProposer`` the longest n in range, earliest position on ties.
+
+    Example: context [5, 1, 2, 3, 9, 1, 2], max_n = 2: the suffix [1, 2] occurred at
+    position 1, followed by [3, 9, 1, 2]; with k = 3 the draft is [3, 9, 1].
+
+    Steps:
+        1. Validate k, min_n, max_n (provided).
+        2. For n = max_n, ..., min_n with n < T: the suffix is context[T-n:].
+        3. Scan start positions i = T-n-1 down to 0 for context[i:i+n] == suffix
+           (the most recent earlier occurrence first; ``test_ngram_lookup_prefers_most_recent``).
+        4. On a match return context[i+n : i+n+k] (may be shorter than k:
+           ``test_ngram_lookup_match_at_the_very_end``, ``test_ngram_lookup_overlapping_match``).
+        5. No n matched: an empty LongTensor (``test_ngram_lookup_no_match``).
+    """
+    ids = as_token_ids(context_ids, "context_ids")
+    if isinstance(k, bool) or not isinstance(k, int) or k < 1:
+        raise ValueError(f"k must be an int >= 1 (the most tokens to propose), got {k!r}")
+    if not 1 <= min_n <= max_n:
+        raise ValueError(f"need 1 <= min_n <= max_n (prompt_lookup_min/max), got min_n={min_n}, max_n={max_n}")
+    # TODO: implement this (module specdec-sampling, see docs/beyond/specdec-sampling.md).
+    raise NotImplementedError(
+        "module specdec-sampling: ngram_lookup in g2c/specdec/drafters.py is not implemented yet. "
+        "Write it, or run with G2C_APPLY_SOLUTIONS=specdec-sampling to use the reference solution."
+    )
+
+
+class NGramDrafter(Drafter):
+    """Prompt-lookup drafting: no model, drafts copied from the context (``ngram_lookup``). Provided.
+
+    Deterministic: ``draft_probs`` is None (q is one-hot at each drafted token), so under
+    sampling a draft x is accepted with probability p(x) and a rejection resamples from p
+    with x removed (the residual of a one-hot q). Costs a scan of the context, no forward
+    pass: c is about 0 in the speed-up law, so it pays whenever the text repeats itself.
+
+    Args:
+        prompt_lookup_max: longest n-gram to match (default 3).
+        prompt_lookup_min: shortest n-gram to match (default 1).
+
+    Raises:
+        ValueError: as ``ngram_lookup`` for bad n-gram lengths.
+    """
+
+    def __init__(self, *, prompt_lookup_max: int = 3, prompt_lookup_min: int = 1) -> None:
+        if not 1 <= prompt_lookup_min <= prompt_lookup_max:
+            raise ValueError(f"need 1 <= prompt_lookup_min <= prompt_lookup_max, got "
+                             f"min={prompt_lookup_min}, max={prompt_lookup_max}")
+        self.max_n = prompt_lookup_max
+        self.min_n = prompt_lookup_min
+        self.vocab_size = None
+
+    def __repr__(self) -> str:
+        return f"NGramDrafter(prompt_lookup_max={self.max_n}, prompt_lookup_min={self.min_n})"
+
+    def propose(self, context_ids: torch.Tensor, k: int) -> tuple[torch.Tensor, None]:
+        return ngram_lookup(context_ids, k, min_n=self.min_n, max_n=self.max_n), None

@@ -1,0 +1,258 @@
+"""Beyond (specdec-sampling): one speculative loop for every drafter, greedy and sampled.
+
+``speculative_generate`` (module specdec) is greedy and hard-wires an LM drafter. This loop
+takes any drafter behind the protocol of ``g2c.specdec.drafters`` and any of module 11's
+sampling settings. Each round:
+
+1. the controller picks k; the drafter proposes k' <= k tokens (and their q rows, or None
+   for a deterministic draft);
+2. the target scores context + draft in ONE pass; its last k'+1 rows are warped by the
+   same ``Sampler`` as the drafter's q (temperature -> top-k -> top-p), giving p;
+3. ``verify_round`` accepts a prefix and adds one target token: at temperature 0 with
+   ``greedy_verify``; otherwise with ``speculative_verify`` (accept x with probability
+   min(1, p(x)/q(x)), resample a rejection from normalize(max(0, p − q)), sample the bonus
+   from row k' after a full match);
+4. the emitted tokens are cut by the budget and EOS, counted in ``SpecStats``, and
+   committed: the drafter rolls back what was rejected, the controller learns.
+
+Why the output is distributed exactly as ``g2c.sampling.generate`` with the same warpers:
+every emitted token is either an accepted draft or a residual/bonus sample, and
+Leviathan, Kalman, Matias (ICML 2023), §2.3 and Appendix A.1 (Chen et al. 2023, Theorem 1)
+show that the token that leaves one position of ``speculative_verify`` has distribution p
+at that position, given everything emitted before it. By induction over positions the
+whole sequence follows the target's warped chain. At temperature 0 every step is an argmax
+and the loop is ``speculative_generate`` token for token and counter for counter.
+
+Shape letters: T time, D width, V vocabulary, k draft length.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+
+import torch
+
+from g2c.nn import synchronize
+from g2c.sampling.generate import as_token_ids
+
+from .controllers import StaticK
+from .drafters import Sampler
+from .generate import SpecStats
+from .verify import greedy_verify, speculative_verify
+
+__all__ = ["speculative_sample", "verify_round"]
+
+
+def _check_draft(drafter, draft_ids, draft_probs, k: int, vocab_size: int) -> tuple[torch.Tensor, torch.Tensor | None]:
+    """Validate what ``drafter.propose`` returned; CPU int64 (k',) and float32 (k', V) or None. Provided."""
+    name = type(drafter).__name__
+    if not isinstance(draft_ids, torch.Tensor) or draft_ids.dim() != 1 or draft_ids.numel() > k \
+            or draft_ids.dtype.is_floating_point or draft_ids.dtype == torch.bool:
+        shape = tuple(draft_ids.shape) if isinstance(draft_ids, torch.Tensor) else type(draft_ids).__name__
+        raise ValueError(f"{name}.propose must return draft_ids as a 1-D integer tensor of at most k={k} "
+                         f"tokens, got {shape}")
+    draft_ids = draft_ids.long().cpu()
+    if draft_ids.numel() and not 0 <= int(draft_ids.min()) <= int(draft_ids.max()) < vocab_size:
+        raise ValueError(f"{name}.propose drafted ids {draft_ids.tolist()} outside the target's vocabulary "
+                         f"[0, {vocab_size})")
+    if draft_probs is not None:
+        if not isinstance(draft_probs, torch.Tensor) or tuple(draft_probs.shape) != (draft_ids.numel(), vocab_size):
+            shape = tuple(draft_probs.shape) if isinstance(draft_probs, torch.Tensor) else type(draft_probs).__name__
+            raise ValueError(f"{name}.propose must return draft_probs of shape (k', V) = "
+                             f"({draft_ids.numel()}, {vocab_size}) or None, got {shape}")
+        draft_probs = draft_probs.float().cpu()
+    return draft_ids, draft_probs
+
+
+@torch.no_grad()
+def _target_pass(target, block: torch.Tensor, num_rows: int, *, want_hidden: bool):
+    """One target pass over ``block`` (T,): its last ``num_rows`` logits rows (num_rows, V)
+    and, if asked, every final state (T, D) (for drafters inside the target). Provided."""
+    x = block.unsqueeze(0).to(target.device)                                  # (1, T)
+    if not want_hidden:
+        return target(x)[0, -num_rows:], None                                 # (k'+1, V)
+    hidden = target.hidden_states(x)[0]                                       # (T, D)
+    rows = hidden[-num_rows:]
+    if hasattr(target, "unembed"):
+        logits = target.unembed(rows)
+    else:
+        logits = rows @ target.token_embed.weight.t()                         # tied unembedding
+    return logits, hidden
+
+
+def verify_round(draft_ids: torch.Tensor, draft_probs: torch.Tensor | None, target_logits: torch.Tensor, *,
+                 sampler: Sampler, generator: torch.Generator | None = None) -> tuple[int, int]:
+    """Verify one round: the accepted prefix length and the target's own token after it.
+
+    Args:
+        draft_ids: (k',) int64 on the CPU, 0 <= k'. k' = 0 is a round with no draft.
+        draft_probs: (k', V) float32, the warped q rows the drafts were sampled from, or
+            None for a deterministic draft (q_i one-hot at draft_ids[i]). Ignored when
+            ``sampler.greedy``.
+        target_logits: (k'+1, V) float32 raw (unwarped) target logits, row i for draft
+            position i, row k' for the position after the draft.
+        sampler: the warpers, the same object the drafter warped q with.
+        generator: CPU ``torch.Generator`` for the uniforms and resampling.
+
+    Returns:
+        (num_accepted, token): 0 <= num_accepted <= k'; token is the correction token (at
+        the first rejection) or the bonus token (after a full match, from row k').
+
+    Raises:
+        ValueError: as ``greedy_verify`` / ``speculative_verify`` for mismatched shapes.
+
+    Steps:
+        1. k' = 0: no draft to verify; the token is the target's own choice from row 0
+           (argmax when greedy, else a sample from the warped p)
+           (``test_verify_round_empty_draft_samples_from_p``).
+        2. Greedy: ``greedy_verify`` on the raw logits
+           (``test_speculative_sample_greedy_matches_speculative_generate``).
+        3. Sampled: warp ALL k'+1 rows with ``sampler.probs`` (p, same warpers as q);
+           q = draft_probs, or one-hot rows at the drafts when None; then
+           ``speculative_verify`` does accept / residual resample / bonus
+           (``test_loop_distribution_matches_generate``, ``test_deterministic_drafter_is_lossless``).
+    """
+    # BEGIN SOLUTION
+    k = draft_ids.numel()
+    if k == 0:
+        token, _ = sampler.choose(target_logits[0], generator)
+        return 0, token
+    if sampler.greedy:
+        return greedy_verify(draft_ids, target_logits)
+    p = sampler.probs(target_logits).cpu()                                    # (k'+1, V)
+    if draft_probs is None:
+        q = torch.zeros(k, p.shape[1])                                        # (k', V) one-hot
+        q[torch.arange(k), draft_ids] = 1.0
+    else:
+        q = draft_probs
+    return speculative_verify(draft_ids, p, q, generator=generator)
+    # END SOLUTION
+
+
+@torch.no_grad()
+def speculative_sample(target, drafter, prompt_ids, max_new_tokens: int, *, k: int = 4, temperature: float = 1.0,
+                       top_k: int | None = None, top_p: float | None = None,
+                       generator: torch.Generator | None = None, eos_id: int | None = None,
+                       controller=None,
+                       on_pass: Callable[[list[int], int], None] | None = None) -> tuple[torch.Tensor, SpecStats]:
+    """Speculative decoding with any drafter: the target's sampling distribution, fewer target passes.
+
+    Args:
+        target: ids (1, T) -> logits (1, T, V), with ``max_seq_len``, ``device``,
+            ``vocab_size``, ``training``/``train``/``eval``; a ``TransformerLM`` when the
+            drafter ``wants_target_hidden`` (its ``hidden_states`` are shared).
+        drafter: any object following the drafter protocol (``g2c.specdec.drafters``):
+            ``LMDrafter``, ``MTPDrafter``, ``NGramDrafter``, or your own.
+        prompt_ids: 1-D int tensor or list, length >= 1.
+        max_new_tokens: budget, >= 0; never exceeded.
+        k: draft length per round when ``controller`` is None (``StaticK(k)``), >= 1.
+        temperature, top_k, top_p: module 11's warpers, applied identically to the target's
+            p and the drafter's q. temperature = 0 is greedy.
+        generator: CPU ``torch.Generator`` for every random draw (drafting, the uniforms,
+            resampling): the same seed gives the same output.
+        eos_id: stop right after emitting this id (included in the output).
+        controller: chooses k per round (``g2c.specdec.controllers``: ``StaticK``,
+            ``HeuristicK``, ``CostModelK``); None means ``StaticK(k)``. It never changes
+            the distribution of the output, only the number of passes.
+        on_pass: ``on_pass(emitted, num_accepted)`` after each target pass, as in
+            ``speculative_generate``.
+
+    Returns:
+        (ids, stats): LongTensor (N,) on the CPU, the prompt then the new tokens; a
+        ``SpecStats`` with one ``record`` per target pass. While prompt + output fit in the
+        target's window, ids is distributed as ``g2c.sampling.generate(target, prompt_ids,
+        max_new_tokens, temperature=..., top_k=..., top_p=..., eos_id=eos_id)``; at
+        temperature 0 with ``LMDrafter(drafter_model)`` it equals
+        ``speculative_generate(target, drafter_model, ...)`` exactly, stats included.
+
+    Raises:
+        ValueError: prompt_ids empty or not 1-D ("prompt_ids"); k or a controller's k
+            not an int >= 1 ("k must be"); max_new_tokens < 0 ("max_new_tokens");
+            bad warper values (as ``Sampler``); the drafter's vocab_size differs from the
+            target's ("vocab_size"); target ``max_seq_len`` < 2 ("max_seq_len"); a
+            drafter returns a malformed proposal (names the drafter and the contract).
+
+    Steps:
+        1. Validate (provided), build the ``Sampler``, put models in eval mode (restored in
+           ``finally``), ``drafter.start(...)``, a ``SpecStats``.
+        2. Each round: k_round = min(controller.next_k(), remaining budget,
+           target.max_seq_len - 1); time ``drafter.propose(ids, k_round)`` and check it
+           with ``_check_draft`` (provided).
+        3. Time one ``_target_pass`` over the context cropped to max_seq_len - k' tokens +
+           the draft, keeping k'+1 rows (and the states if ``drafter.wants_target_hidden``).
+        4. ``verify_round``; emitted = accepted drafts + the target's token, cut to the
+           budget and after the first ``eos_id`` (``test_speculative_sample_respects_budget_and_eos``).
+        5. ``stats.record(drafted=k', accepted=<drafts emitted>, generated=len(emitted))``,
+           ``on_pass``; ``controller.update(drafted=k', accepted=num_accepted, ...)``;
+           append; ``drafter.commit(ids, <drafts emitted>, target_hidden=...)`` with the
+           states of every committed block position but the newest
+           (``test_mtp_drafter_uses_target_states``); stop after EOS.
+    """
+    ids = as_token_ids(prompt_ids, "prompt_ids")
+    if isinstance(k, bool) or not isinstance(k, int) or k < 1:
+        raise ValueError(f"k must be >= 1 draft tokens per target pass (an int), got {k!r}")
+    if isinstance(max_new_tokens, bool) or not isinstance(max_new_tokens, int) or max_new_tokens < 0:
+        raise ValueError(f"max_new_tokens must be an int >= 0, got {max_new_tokens!r}")
+    sampler = Sampler(temperature, top_k, top_p)
+    vocab = getattr(drafter, "vocab_size", None)
+    if vocab is not None and vocab != target.vocab_size:
+        raise ValueError(f"drafter vocab_size {vocab} differs from target vocab_size {target.vocab_size}; "
+                         "both must use the same tokenizer")
+    if target.max_seq_len < 2:
+        raise ValueError(f"target max_seq_len={target.max_seq_len} leaves no room for a draft; need >= 2")
+    controller = StaticK(k) if controller is None else controller
+    want_hidden = bool(getattr(drafter, "wants_target_hidden", False))
+    models = [m for m in (target, getattr(drafter, "model", None), getattr(drafter, "head", None))
+              if m is not None and hasattr(m, "training")]
+    modes = [m.training for m in models]
+    for m in models:
+        m.eval()
+    try:
+        # BEGIN SOLUTION
+        drafter.start(ids, sampler=sampler, generator=generator)
+        stats = SpecStats()
+        window = target.max_seq_len
+        num_new = 0
+        while num_new < max_new_tokens:
+            remaining = max_new_tokens - num_new
+            k_next = controller.next_k()
+            if isinstance(k_next, bool) or not isinstance(k_next, int) or k_next < 1:
+                raise ValueError(f"k must be an int >= 1; controller {controller!r} returned {k_next!r}")
+            k_round = min(k_next, remaining, window - 1)
+            synchronize(target.device)
+            t0 = time.perf_counter()
+            draft, q = _check_draft(drafter, *drafter.propose(ids, k_round), k_round, target.vocab_size)
+            k_draft = draft.numel()
+            synchronize(target.device)
+            t1 = time.perf_counter()
+            block = torch.cat([ids[-(window - k_draft):], draft])                 # (T + k',)
+            logits, hidden = _target_pass(target, block, k_draft + 1, want_hidden=want_hidden)
+            synchronize(target.device)
+            t2 = time.perf_counter()
+            num_accepted, token = verify_round(draft, q, logits, sampler=sampler, generator=generator)
+            emitted = draft[:num_accepted].tolist() + [token]
+            emitted = emitted[:remaining]
+            hit_eos = eos_id is not None and eos_id in emitted
+            if hit_eos:
+                emitted = emitted[:emitted.index(eos_id) + 1]
+            num_emitted_drafts = min(num_accepted, len(emitted))
+            stats.record(drafted=k_draft, accepted=num_emitted_drafts, generated=len(emitted))
+            if on_pass is not None:
+                on_pass(emitted, num_emitted_drafts)
+            controller.update(drafted=k_draft, accepted=num_accepted, draft_seconds=t1 - t0,
+                              target_seconds=t2 - t1)
+            ids = torch.cat([ids, torch.tensor(emitted, dtype=torch.long)])
+            num_new += len(emitted)
+            committed_states = None
+            if hidden is not None:
+                # block positions whose history is committed, all but the newest token
+                committed_states = hidden[:block.numel() - k_draft + len(emitted) - 1]     # (L, D)
+            drafter.commit(ids, num_emitted_drafts, target_hidden=committed_states)
+            if hit_eos:
+                break
+        return ids, stats
+        # END SOLUTION
+    finally:
+        for m, mode in zip(models, modes):
+            m.train(mode)
