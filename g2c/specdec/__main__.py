@@ -52,6 +52,65 @@ def fail(message: str) -> int:
     return 1
 
 
+def _uses_sampling_loop(args) -> bool:
+    """specdec-sampling: anything but a greedy, static-k LM drafter runs ``speculative_sample``."""
+    return (args.temperature != 0.0 or args.controller != "static" or args.drafter.lower() in ("mtp", "ngram")
+            or args.top_k is not None or args.top_p is not None)
+
+
+def _sampled_run(args, target, drafter_model, prompt_ids, eos_id, *, on_pass):
+    """Wrap the named drafter, build the controller, run ``g2c.specdec.loop.speculative_sample``."""
+    import torch
+
+    from g2c.specdec.controllers import CostModelK, HeuristicK, StaticK
+    from g2c.specdec.drafters import LMDrafter, MTPDrafter, NGramDrafter
+    from g2c.specdec.loop import speculative_sample
+
+    name = args.drafter.lower()
+    if name == "ngram":
+        drafter = NGramDrafter()
+    elif name == "mtp":
+        drafter = MTPDrafter(_train_mtp_head(target, steps=args.mtp_steps, seed=args.seed),
+                             sample=args.temperature > 0)
+    else:
+        drafter = LMDrafter(drafter_model, sample=args.temperature > 0)
+    controller = {"static": StaticK, "heuristic": HeuristicK, "cost": CostModelK}[args.controller](args.k)
+    return speculative_sample(target, drafter, prompt_ids, args.max_new_tokens, temperature=args.temperature,
+                              top_k=args.top_k, top_p=args.top_p, generator=torch.Generator().manual_seed(args.seed),
+                              eos_id=eos_id, controller=controller, on_pass=on_pass)
+
+
+def _train_mtp_head(base, *, steps: int, seed: int):
+    """A fresh ``MTPHead`` on the frozen target, trained ``steps`` steps on the training split."""
+    import numpy as np
+    import torch
+
+    from g2c.assets.data import load_token_stream
+    from g2c.specdec import MTPHead, hidden_states, mtp_loss
+    from g2c.training import AdamW
+
+    try:
+        stream = load_token_stream("train")
+    except FileNotFoundError as err:
+        raise ValueError(f"--drafter mtp trains a head on the training split, which is missing ({err}); "
+                         "prepare it with ./datasets.sh") from err
+    print(f"training an MTPHead on the frozen target for {steps} steps ...", file=sys.stderr, flush=True)
+    rng = np.random.default_rng(seed)
+    head = MTPHead(base, generator=torch.Generator().manual_seed(seed))
+    opt = AdamW(head.parameters(), lr=1e-3, weight_decay=0.0)
+    head.train()
+    for _ in range(steps):
+        starts = rng.integers(0, len(stream) - 65, size=8)
+        ids = torch.from_numpy(np.stack([stream[s:s + 64].astype(np.int64) for s in starts])).to(base.device)
+        with torch.no_grad():
+            hidden = hidden_states(base, ids)                                  # (B, T, D)
+        loss = mtp_loss(head(hidden[:, :-1], ids[:, 1:]), ids)
+        opt.zero_grad()
+        loss.backward()
+        opt.step()
+    return head.eval()
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog="python -m g2c.specdec", description=__doc__,
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -62,6 +121,14 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--max-new-tokens", type=int, default=60)
     ap.add_argument("--device", default="auto")
     ap.add_argument("--color", choices=("auto", "always", "never"), default="auto")
+    # specdec-sampling: any drafter by name (a StoryLM, "mtp", "ngram"), sampling, dynamic k
+    ap.add_argument("--temperature", type=float, default=0.0, help="0 = greedy (default); > 0 samples")
+    ap.add_argument("--top-k", type=int, default=None)
+    ap.add_argument("--top-p", type=float, default=None)
+    ap.add_argument("--seed", type=int, default=0, help="torch.Generator seed for sampling")
+    ap.add_argument("--controller", choices=("static", "heuristic", "cost"), default="static",
+                    help="draft length per round: static k, transformers' heuristic, or the cost model")
+    ap.add_argument("--mtp-steps", type=int, default=60, help="--drafter mtp: steps to train a head on the target")
     args = ap.parse_args(argv)
     if args.k < 1:
         return fail(f"-k {args.k}: draft at least one token per target pass (-k 1 or more)")
@@ -81,6 +148,9 @@ def main(argv: list[str] | None = None) -> int:
             return fail(f"--device {args.device}: {err}")
         models = {}
         for flag, name in (("--target", args.target), ("--drafter", args.drafter)):
+            if flag == "--drafter" and name.lower() in ("mtp", "ngram"):     # specdec-sampling: no model
+                models[flag] = (None, None)
+                continue
             try:
                 models[flag] = load_model(name, device=device)
             except ValueError as err:                   # an unknown model name
@@ -89,14 +159,18 @@ def main(argv: list[str] | None = None) -> int:
         prompt_ids = tokenizer.encode(args.prompt)
         if not prompt_ids:
             return fail("the prompt is empty; give some text to continue, e.g. \"Once upon a time\"")
-        window = min(target.max_seq_len, drafter.max_seq_len)
+        window = min(target.max_seq_len, (drafter if drafter is not None else target).max_seq_len)
         if len(prompt_ids) > window:
             print(f"python -m g2c.specdec: note: the prompt is {len(prompt_ids)} tokens but the models read only "
                   f"the last {window} (their context window); the text before those is ignored", file=sys.stderr)
         passes: list[tuple[list[int], int]] = []
-        out, stats = speculative_generate(target, drafter, prompt_ids, args.max_new_tokens, k=args.k,
-                                          eos_id=tokenizer.eot_id,
-                                          on_pass=lambda emitted, n: passes.append((list(emitted), n)))
+        if _uses_sampling_loop(args):
+            out, stats = _sampled_run(args, target, drafter, prompt_ids, tokenizer.eot_id,
+                                      on_pass=lambda emitted, n: passes.append((list(emitted), n)))
+        else:
+            out, stats = speculative_generate(target, drafter, prompt_ids, args.max_new_tokens, k=args.k,
+                                              eos_id=tokenizer.eot_id,
+                                              on_pass=lambda emitted, n: passes.append((list(emitted), n)))
     except NotImplementedError as err:
         print(NEEDS_SOLUTIONS.format(err=err), file=sys.stderr)
         return 2
@@ -119,7 +193,8 @@ def main(argv: list[str] | None = None) -> int:
     print(tokenizer.decode(prompt_ids) + body)
     print()
     print(legend)
-    print(f"k={args.k}: {stats}")
+    print(f"k={args.k}: {stats}" if not _uses_sampling_loop(args) else
+          f"k={args.k} ({args.controller}), temperature={args.temperature}, seed={args.seed}: {stats}")
     return 0
 
 
