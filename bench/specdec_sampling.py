@@ -1,0 +1,185 @@
+#!/usr/bin/env python3
+"""The sampled speculative loop on the StoryLM ladder: drafters x prompt entropy x k control.
+
+    python bench/specdec_sampling.py            # the full run (about 10 minutes on one CPU thread)
+    python bench/specdec_sampling.py --quick    # a smoke run (a minute or two)
+
+Two prompt sets that differ in entropy, as in the lecture's lab: open-ended story openings
+(the first tokens of validation stories) and copy-heavy prompts that repeat names and
+phrases the continuation is likely to repeat again. For each set, greedy (temperature 0)
+and sampled (temperature 0.8, a fixed ``torch.Generator`` seed per prompt), it times plain
+decoding with the target (``g2c.sampling.generate``) and ``speculative_sample`` with:
+StoryLM-1M (static k = 4, and the cost-model controller), the MTP head on the target
+(k = 1, trained in this run for ``--mtp-steps`` steps) and the n-gram prompt-lookup drafter
+(static k = 4, and the cost-model controller). It prints one table: tok/s, speed-up over
+plain, tokens per target pass, acceptance rate, and for greedy rows how many outputs equal
+plain greedy (losslessness).
+
+Timing (CONVENTIONS §7): one warm-up call, then ``--repeats`` timed runs (median), the
+device synchronised before each clock read. Threads: ``--threads`` (default 1: the course
+machine's 2 cores are shared by several people, so one thread is the reproducible setting).
+Reference solutions are applied (G2C_APPLY_SOLUTIONS defaults to ``all`` here).
+"""
+
+from __future__ import annotations
+
+import os
+
+os.environ.setdefault("G2C_APPLY_SOLUTIONS", "all")
+os.environ.setdefault("G2C_QUIET", "1")
+
+import argparse  # noqa: E402
+import statistics  # noqa: E402
+import sys  # noqa: E402
+import time  # noqa: E402
+from pathlib import Path  # noqa: E402
+
+import torch  # noqa: E402
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from g2c.artifacts import ArtifactError, load_model  # noqa: E402
+from g2c.data import load_split_text  # noqa: E402
+from g2c.nn import synchronize  # noqa: E402
+from g2c.sampling import generate  # noqa: E402
+from g2c.specdec import SpecStats  # noqa: E402
+from g2c.specdec.controllers import CostModelK, StaticK  # noqa: E402
+from g2c.specdec.drafters import LMDrafter, MTPDrafter, NGramDrafter  # noqa: E402
+from g2c.specdec.loop import speculative_sample  # noqa: E402
+
+COPY_HEAVY = [   # repeated sentences, refrains, lists: the continuation tends to copy the context
+    'Lily said, "I love my mom. I love my dad. I love my dog." Then Lily said it again: "I love my mom.',
+    "The dog said woof. The dog said woof. The dog said woof. The dog said woof. The dog",
+    "Knock, knock. Who is there? It is Sam. Knock, knock. Who is there? It is Lily. Knock, knock. Who is there?",
+    'Mia said to Ben, "Can we go to the park and play on the big swing?" Ben said, "Yes, Mia, we can go to the '
+    'park and play on the big swing." The next day, Mia said to Ben, "',
+    "Tom counted his toys: one red car, one blue car, one green car. Then Tom counted them again: one red car,",
+    "Lily had a little red hat, a little red bag and a little red ball. Her friend Max had a little blue hat, "
+    "a little blue bag and",
+]
+
+
+def open_ended_prompts(tokenizer, n: int, num_tokens: int) -> list[list[int]]:
+    """The first ``num_tokens`` tokens of the first n validation stories."""
+    try:
+        stories = load_split_text("val")
+    except FileNotFoundError as err:
+        raise SystemExit(f"bench/specdec_sampling.py needs the validation split: {err}\n"
+                         "Prepare it with ./datasets.sh (see README).") from err
+    out = [ids[:num_tokens] for ids in (tokenizer.encode(s) for s in stories) if len(ids) >= num_tokens]
+    return out[:n]
+
+
+def timed(fn, device, repeats: int):
+    """Median seconds of ``repeats`` runs (the device synchronised around each) and the last result."""
+    times, result = [], None
+    for _ in range(repeats):
+        synchronize(device)
+        t0 = time.perf_counter()
+        result = fn()
+        synchronize(device)
+        times.append(time.perf_counter() - t0)
+    return statistics.median(times), result
+
+
+def train_mtp_head(base, *, steps: int, seed: int):
+    """The CLI's recipe (``python -m g2c.specdec --drafter mtp``): a fresh head, ``steps`` AdamW steps."""
+    from g2c.specdec.__main__ import _train_mtp_head
+    return _train_mtp_head(base, steps=steps, seed=seed)
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--target", default="StoryLM-30M")
+    ap.add_argument("--drafter", default="StoryLM-1M")
+    ap.add_argument("--prompts", type=int, default=4, help="prompts per set")
+    ap.add_argument("--prompt-tokens", type=int, default=12, help="open-ended prompt length")
+    ap.add_argument("--new-tokens", type=int, default=48)
+    ap.add_argument("--temperature", type=float, default=0.8)
+    ap.add_argument("--k", type=int, default=4)
+    ap.add_argument("--mtp-steps", type=int, default=100)
+    ap.add_argument("--repeats", type=int, default=1)
+    ap.add_argument("--device", default="cpu")
+    ap.add_argument("--threads", type=int, default=1)
+    ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--quick", action="store_true", help="smoke run: 2 prompts per set, 16 tokens, 10 MTP steps")
+    args = ap.parse_args(argv)
+    if args.quick:
+        args.prompts, args.new_tokens, args.mtp_steps = 2, 16, 10
+    torch.set_num_threads(args.threads)
+    torch.manual_seed(args.seed)
+    try:
+        target, tok = load_model(args.target, device=args.device)
+        small, _ = load_model(args.drafter, device=args.device)
+    except ArtifactError as err:
+        raise SystemExit(f"bench/specdec_sampling.py: {err}") from err
+    device, eos = target.device, tok.eot_id
+    sets = {"open-ended": open_ended_prompts(tok, args.prompts, args.prompt_tokens),
+            "copy-heavy": [tok.encode(p) for p in COPY_HEAVY[:args.prompts]]}
+    print(f"# bench/specdec_sampling.py: target {args.target}, {args.prompts} prompts per set x {args.new_tokens} "
+          f"new tokens, device {device}, {torch.get_num_threads()} thread(s), median of {args.repeats}", flush=True)
+    print(f"training the MTP head on {args.target} for {args.mtp_steps} steps ...", flush=True)
+    head = train_mtp_head(target, steps=args.mtp_steps, seed=args.seed)
+    generate(target, sets["open-ended"][0], 4, temperature=0.0)                 # warm-up
+
+    def drafters(sample: bool):
+        return [
+            (f"{args.drafter}", lambda: LMDrafter(small, sample=sample), lambda: StaticK(args.k)),
+            (f"{args.drafter} dynamic", lambda: LMDrafter(small, sample=sample), lambda: CostModelK(args.k, k_max=8)),
+            (f"MTP head ({args.mtp_steps} steps)", lambda: MTPDrafter(head, sample=sample), lambda: StaticK(1)),
+            ("n-gram", lambda: NGramDrafter(), lambda: StaticK(args.k)),
+            ("n-gram dynamic", lambda: NGramDrafter(), lambda: CostModelK(args.k, k_max=8)),
+        ]
+
+    rows = []
+    for set_name, prompts in sets.items():
+        for temp in (0.0, args.temperature):
+            mode = "greedy" if temp == 0 else f"T={temp}"
+
+            def plain():
+                return [generate(target, p, args.new_tokens, temperature=temp, eos_id=eos,
+                                 generator=torch.Generator().manual_seed(args.seed + i)) for i, p in enumerate(prompts)]
+
+            plain_s, plain_out = timed(plain, device, args.repeats)
+            plain_tokens = sum(len(o) - len(p) for o, p in zip(plain_out, prompts))
+            plain_tps = plain_tokens / plain_s
+            rows.append((set_name, mode, "plain (target only)", "-", f"{plain_tps:.1f}", "1.00x", "1.00", "-", "-"))
+            print("  " + " | ".join(rows[-1]), flush=True)
+            for name, make_drafter, make_ctl in drafters(sample=temp > 0):
+                def spec():
+                    runs, ks = [], []
+                    for i, p in enumerate(prompts):
+                        ctl = make_ctl()
+                        runs.append(speculative_sample(
+                            target, make_drafter(), p, args.new_tokens, temperature=temp, eos_id=eos, controller=ctl,
+                            generator=torch.Generator().manual_seed(args.seed + i)))
+                        ks.append(ctl.next_k())
+                    return runs, ks
+
+                spec_s, (runs, ks) = timed(spec, device, args.repeats)
+                total = SpecStats()
+                for _, s in runs:
+                    total.target_passes += s.target_passes
+                    total.drafted += s.drafted
+                    total.accepted += s.accepted
+                    total.generated += s.generated
+                tps = total.generated / spec_s
+                lossless = (f"{sum(o.tolist() == r.tolist() for (o, _), r in zip(runs, plain_out))}/{len(prompts)}"
+                            if temp == 0 else "-")
+                k_desc = "1" if name.startswith("MTP") else (
+                    f"{args.k}" if "dynamic" not in name else f"cost: end k {','.join(map(str, ks))}")
+                rows.append((set_name, mode, name, k_desc, f"{tps:.1f}", f"{tps / plain_tps:.2f}x",
+                             f"{total.tokens_per_pass:.2f}", f"{total.acceptance_rate:.3f}", lossless))
+                print("  " + " | ".join(rows[-1]), flush=True)
+
+    header = ("prompts", "decoding", "drafter", "k", "tok/s", "speed-up", "tokens/pass", "acceptance", "= greedy")
+    print()
+    print("| " + " | ".join(header) + " |")
+    print("|" + "---|" * len(header))
+    for row in rows:
+        print("| " + " | ".join(row) + " |")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
