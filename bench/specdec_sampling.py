@@ -38,8 +38,8 @@ import torch  # noqa: E402
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from g2c.artifacts import ArtifactError, load_model  # noqa: E402
-from g2c.data import load_split_text  # noqa: E402
+from g2c.assets.artifacts import ArtifactError, load_model  # noqa: E402
+from g2c.assets.data import load_split_text  # noqa: E402
 from g2c.nn import synchronize  # noqa: E402
 from g2c.sampling import generate  # noqa: E402
 from g2c.specdec import SpecStats  # noqa: E402
