@@ -597,3 +597,17 @@ def test_mtp_drafter_uses_target_states():
     for (length, _), guess in zip(rec.commits, rec.proposals[1:]):
         ctx = out[:length].tolist()
         assert guess == [mtp_propose(base, head, ctx[:-1])[1]]
+
+
+# -- the command line ------------------------------------------------------------------------
+@pytest.mark.ladder
+@pytest.mark.parametrize("drafter", ["ngram", "StoryLM-1M"])
+def test_cli_runs_every_drafter_sampled(drafter, capsys):
+    from g2c.specdec.__main__ import main
+    argv = ["Once upon a time", "--target", "StoryLM-5M", "--drafter", drafter, "--temperature", "0.8",
+            "--seed", "0", "--max-new-tokens", "8", "--device", "cpu", "--color", "never"]
+    assert main(argv) == 0
+    first = capsys.readouterr().out
+    assert main(argv) == 0
+    assert capsys.readouterr().out == first          # same seed, same text and counters
+    assert "temperature=0.8, seed=0" in first and "generated=" in first
