@@ -12,8 +12,9 @@ decoding with the target (``g2c.sampling.generate``) and ``speculative_sample`` 
 StoryLM-1M (static k = 4, and the cost-model controller), the MTP head on the target
 (k = 1, trained in this run for ``--mtp-steps`` steps) and the n-gram prompt-lookup drafter
 (static k = 4, and the cost-model controller). It prints one table: tok/s, speed-up over
-plain, tokens per target pass, acceptance rate, and for greedy rows how many outputs equal
-plain greedy (losslessness).
+plain, tokens per CPU-second of this process and its speed-up (robust when other processes share
+the cores), tokens per target pass, acceptance rate, and for greedy rows how many outputs
+equal plain greedy (losslessness).
 
 Timing (CONVENTIONS §7): one warm-up call, then ``--repeats`` timed runs (median), the
 device synchronised before each clock read. Threads: ``--threads`` (default 1: the course
@@ -71,15 +72,18 @@ def open_ended_prompts(tokenizer, n: int, num_tokens: int) -> list[list[int]]:
 
 
 def timed(fn, device, repeats: int):
-    """Median seconds of ``repeats`` runs (the device synchronised around each) and the last result."""
-    times, result = [], None
+    """Medians of ``repeats`` runs: wall seconds (device synchronised around each) and this
+    process's CPU seconds (``time.process_time``: robust to other processes sharing the cores,
+    meaningful on a CPU device only); and the last result."""
+    walls, cpus, result = [], [], None
     for _ in range(repeats):
         synchronize(device)
-        t0 = time.perf_counter()
+        t0, c0 = time.perf_counter(), time.process_time()
         result = fn()
         synchronize(device)
-        times.append(time.perf_counter() - t0)
-    return statistics.median(times), result
+        walls.append(time.perf_counter() - t0)
+        cpus.append(time.process_time() - c0)
+    return statistics.median(walls), statistics.median(cpus), result
 
 
 def train_mtp_head(base, *, steps: int, seed: int):
@@ -140,10 +144,11 @@ def main(argv: list[str] | None = None) -> int:
                 return [generate(target, p, args.new_tokens, temperature=temp, eos_id=eos,
                                  generator=torch.Generator().manual_seed(args.seed + i)) for i, p in enumerate(prompts)]
 
-            plain_s, plain_out = timed(plain, device, args.repeats)
+            plain_s, plain_cpu, plain_out = timed(plain, device, args.repeats)
             plain_tokens = sum(len(o) - len(p) for o, p in zip(plain_out, prompts))
-            plain_tps = plain_tokens / plain_s
-            rows.append((set_name, mode, "plain (target only)", "-", f"{plain_tps:.1f}", "1.00x", "1.00", "-", "-"))
+            plain_tps, plain_cps = plain_tokens / plain_s, plain_tokens / plain_cpu
+            rows.append((set_name, mode, "plain (target only)", "-", f"{plain_tps:.1f}", "1.00x", f"{plain_cps:.1f}",
+                         "1.00x", "1.00", "-", "-"))
             print("  " + " | ".join(rows[-1]), flush=True)
             for name, make_drafter, make_ctl in drafters(sample=temp > 0):
                 def spec():
@@ -156,23 +161,25 @@ def main(argv: list[str] | None = None) -> int:
                         ks.append(ctl.next_k())
                     return runs, ks
 
-                spec_s, (runs, ks) = timed(spec, device, args.repeats)
+                spec_s, spec_cpu, (runs, ks) = timed(spec, device, args.repeats)
                 total = SpecStats()
                 for _, s in runs:
                     total.target_passes += s.target_passes
                     total.drafted += s.drafted
                     total.accepted += s.accepted
                     total.generated += s.generated
-                tps = total.generated / spec_s
+                tps, cps = total.generated / spec_s, total.generated / spec_cpu
                 lossless = (f"{sum(o.tolist() == r.tolist() for (o, _), r in zip(runs, plain_out))}/{len(prompts)}"
                             if temp == 0 else "-")
                 k_desc = "1" if name.startswith("MTP") else (
                     f"{args.k}" if "dynamic" not in name else f"cost: end k {','.join(map(str, ks))}")
-                rows.append((set_name, mode, name, k_desc, f"{tps:.1f}", f"{tps / plain_tps:.2f}x",
-                             f"{total.tokens_per_pass:.2f}", f"{total.acceptance_rate:.3f}", lossless))
+                rows.append((set_name, mode, name, k_desc, f"{tps:.1f}", f"{tps / plain_tps:.2f}x", f"{cps:.1f}",
+                             f"{cps / plain_cps:.2f}x", f"{total.tokens_per_pass:.2f}", f"{total.acceptance_rate:.3f}",
+                             lossless))
                 print("  " + " | ".join(rows[-1]), flush=True)
 
-    header = ("prompts", "decoding", "drafter", "k", "tok/s", "speed-up", "tokens/pass", "acceptance", "= greedy")
+    header = ("prompts", "decoding", "drafter", "k", "tok/s", "speed-up", "tok/CPU-s", "speed-up (CPU)", "tokens/pass",
+              "acceptance", "= greedy")
     print()
     print("| " + " | ".join(header) + " |")
     print("|" + "---|" * len(header))
