@@ -87,6 +87,9 @@ MODULES: tuple[CourseModule, ...] = (
     _m("11", "Sampling: temperature, top-k, top-p, repetition penalty, generate",
        ["g2c/sampling/__init__.py", "g2c/sampling/model.py", "g2c/sampling/warpers.py",
         "g2c/sampling/generate.py"], "sampling"),
+    _m("16", "KV cache and incremental decoding",
+       ["g2c/kvcache/__init__.py", "g2c/kvcache/cache.py", "g2c/kvcache/forward.py", "g2c/kvcache/generate.py",
+        "g2c/kvcache/speculative.py"], "kv-cache"),
     CourseModule(
         id="specdec",
         title="Beyond: speculative decoding and multi-token prediction",

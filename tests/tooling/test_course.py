@@ -39,7 +39,8 @@ def test_parse_selection_range_01_11_includes_lettered_ids():
 
 def test_parse_selection_range_with_non_id_ends():
     assert parse_selection("3-9") == ["03", "03b", "04", "05", "06", "07", "08", "09", "09b"]
-    assert parse_selection("12-99") == []
+    assert parse_selection("12-15") == []
+    assert parse_selection("12-99") == ["16"]
 
 
 def test_parse_selection_range_with_whitespace():

@@ -1,0 +1,18 @@
+"""Module 16: the KV cache and incremental decoding.
+
+``KVCache`` keeps every layer's keys and values in preallocated buffers with a committed
+``length`` pointer; ``cached_forward`` runs a module 09 ``TransformerLM`` on new tokens
+only; ``cached_generate`` is module 11's loop with a cache. ``speculative_generate_cached``
+and ``mtp_generate_cached`` make speculative decoding commit state like a serving stack:
+verify k drafts in one cached pass, then roll both caches back to the committed boundary
+by moving a pointer.
+"""
+
+from .cache import KVCache
+from .forward import cached_attention, cached_block, cached_forward, cached_hidden_states, prefill, unembed
+from .generate import cached_generate
+from .speculative import RoundRecord, mtp_generate_cached, speculative_generate_cached, summarize_rounds
+
+__all__ = sorted(["KVCache", "RoundRecord", "cached_attention", "cached_block", "cached_forward",
+                  "cached_generate", "cached_hidden_states", "mtp_generate_cached", "prefill",
+                  "speculative_generate_cached", "summarize_rounds", "unembed"])

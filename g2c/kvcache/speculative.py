@@ -1,0 +1,350 @@
+"""Module 16 (provided): speculative decoding that commits state like a serving stack.
+
+The specdec module's ``speculative_generate`` re-scores the whole context on every pass.
+Here both models keep a ``KVCache`` and a round is a small state transaction:
+
+1. **Draft.** The drafter feeds its pending tokens (normally the last committed token; two
+   after a full match) and then each draft into ITS cache: k cheap one-row passes.
+2. **Verify.** The target feeds its pending token plus the k drafts in ONE cached pass: it
+   reserves k+1 rows of its cache, and its k+1 logit rows go to ``greedy_verify``.
+3. **Commit / roll back.** The emitted tokens (accepted drafts + correction/bonus token)
+   join the committed ids. Both caches are cropped to the committed boundary by moving
+   their pointer: the target drops k - accepted rows, nothing is copied. The rows of
+   rejected drafts stay in memory but can never be read again (every read slices
+   ``[:length]`` and the next append overwrites them).
+
+Invariant after every round: each cache holds the keys/values of every committed token
+except the last one, which is *pending* (it was produced by the last logit row, so its own
+keys/values have not been computed yet); the next pass feeds it first. So the committed
+rows equal what plain cached decoding of the same tokens builds, and one more step from the
+rolled-back cache gives the logits of a fresh prefill (tests/test_kvcache_speculative.py).
+
+Source: Leviathan, Kalman, Matias (ICML 2023) and Chen et al. (2023) for draft-then-verify;
+the cache rollback is what serving systems do (vLLM, Kwon et al., SOSP 2023; transformers'
+``DynamicCache.crop`` in assisted generation). MTP self-speculation: Gloeckle et al.
+(ICML 2024), section 3.2.
+
+Shape letters: T time, V vocabulary, k draft length.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+import torch
+
+from g2c.sampling.generate import as_token_ids
+from g2c.specdec.generate import SpecStats
+from g2c.specdec.verify import greedy_verify
+
+from .cache import KVCache
+from .forward import cached_block, cached_forward, cached_hidden_states, unembed
+
+__all__ = ["RoundRecord", "mtp_generate_cached", "speculative_generate_cached", "summarize_rounds"]
+
+
+@dataclass
+class RoundRecord:
+    """What one verification round did to the caches (the lecture's accounting).
+
+    Attributes:
+        draft: the drafted token ids (k_step of them; one for MTP, none for a prefill pass).
+        accepted: drafts emitted this round.
+        emitted: emitted token ids (accepted drafts + correction/bonus, after budget/EOS cuts).
+        kv_rows_reserved: rows the target's verification pass appended to its cache (k_step + 1,
+            more after a re-prefill).
+        kv_rows_rolled_back: target rows cropped after verification (k_step - accepted inside
+            the budget).
+        rollback_bytes_moved: bytes copied by the rollbacks (0: pointer moves).
+        committed_length: the target cache's ``length`` after the rollback.
+        ids: the committed ids after the round, CPU LongTensor (N,).
+        target_cache, drafter_cache: the live caches (valid during the callback only; the
+            drafter cache is the MTP head's cache in ``mtp_generate_cached``).
+        target_start: position in ``ids`` of the target cache's row 0 (> 0 after a re-prefill).
+    """
+
+    draft: list[int]
+    accepted: int
+    emitted: list[int]
+    kv_rows_reserved: int
+    kv_rows_rolled_back: int
+    rollback_bytes_moved: int
+    committed_length: int
+    ids: torch.Tensor = field(repr=False)
+    target_cache: KVCache = field(repr=False)
+    drafter_cache: KVCache | None = field(repr=False)
+    target_start: int = 0
+
+
+def summarize_rounds(records: list[RoundRecord]) -> dict[str, float]:
+    """Totals and means over rounds: rounds, kv_rows_reserved, kv_rows_rolled_back,
+    rollback_bytes_moved (totals), mean_rows_reserved, mean_rows_rolled_back."""
+    n = len(records)
+    reserved = sum(r.kv_rows_reserved for r in records)
+    rolled = sum(r.kv_rows_rolled_back for r in records)
+    return {"rounds": n, "kv_rows_reserved": reserved, "kv_rows_rolled_back": rolled,
+            "rollback_bytes_moved": sum(r.rollback_bytes_moved for r in records),
+            "mean_rows_reserved": reserved / n if n else 0.0, "mean_rows_rolled_back": rolled / n if n else 0.0}
+
+
+def _check_refill(refill_tokens: int | None, window: int, room: int, name: str) -> int:
+    refill = max(1, window // 2) if refill_tokens is None else refill_tokens
+    if isinstance(refill, bool) or not isinstance(refill, int) or not 1 <= refill <= window - room:
+        raise ValueError(f"refill_tokens must be an int in [1, {name}.max_seq_len - {room} = {window - room}], "
+                         f"got {refill_tokens!r}")
+    return refill
+
+
+def _row(ids: list[int], device) -> torch.Tensor:
+    return torch.tensor([ids], dtype=torch.long, device=device)                  # (1, T)
+
+
+class _CachedDrafter:
+    """A drafter model with its own cache over ``ctx[start:]`` (re-prefilled when full)."""
+
+    def __init__(self, model, refill: int) -> None:
+        self.model = model
+        self.cache = KVCache.for_model(model)
+        self.start = 0
+        self.refill = refill
+        self.device = model.token_embed.weight.device
+
+    def draft(self, ids: list[int], k: int) -> list[int]:
+        """k greedy drafts after ``ids``; afterwards the cache holds rows for ids + drafts[:-1]."""
+        ctx = list(ids)
+        for _ in range(k):
+            pending = ctx[self.start + self.cache.length:]
+            if self.cache.length + len(pending) > self.cache.max_seq_len:           # full: re-prefill
+                self.cache.reset()
+                self.start = max(0, len(ctx) - self.refill)
+                pending = ctx[self.start:]
+            logits = cached_forward(self.model, _row(pending, self.device), self.cache)[0, -1]   # (V,)
+            ctx.append(int(logits.argmax()))
+        return ctx[len(ids):]
+
+    def commit(self, ids: list[int]) -> int:
+        """Roll back to the committed ``ids`` (all but the last one cached); returns bytes moved."""
+        keep = len(ids) - 1 - self.start
+        if keep < 0:                                   # the cache only held rejected drafts
+            self.cache.reset()
+            self.start = max(0, len(ids) - self.refill)
+            return 0
+        return self.cache.crop(min(self.cache.length, keep))
+
+
+def _cut(emitted: list[int], remaining: int, eos_id: int | None) -> tuple[list[int], bool]:
+    emitted = emitted[:remaining]
+    hit_eos = eos_id is not None and eos_id in emitted
+    if hit_eos:
+        emitted = emitted[:emitted.index(eos_id) + 1]
+    return emitted, hit_eos
+
+
+@torch.no_grad()
+def speculative_generate_cached(target, drafter, prompt_ids, max_new_tokens: int, *, k: int = 4,
+                                eos_id: int | None = None,
+                                on_pass: Callable[[list[int], int], None] | None = None,
+                                on_round: Callable[[RoundRecord], None] | None = None,
+                                refill_tokens: int | None = None) -> tuple[torch.Tensor, SpecStats]:
+    """Greedy speculative decoding with a KV cache on both models and pointer rollback.
+
+    Args:
+        target, drafter: ``TransformerLM`` s with the same ``vocab_size`` (put in eval mode for
+            the call, modes restored).
+        prompt_ids: 1-D int tensor or list, length >= 1 (cropped to the target's window).
+        max_new_tokens: budget, >= 0; never exceeded.
+        k: drafts per target pass, >= 1 (fewer near the end of the budget or the window).
+        eos_id: stop right after emitting this id (included).
+        on_pass: ``on_pass(emitted, num_accepted)`` after each target pass, as in
+            ``g2c.specdec.speculative_generate``.
+        on_round: ``on_round(record)`` with a ``RoundRecord`` after each target pass, after
+            the rollback (the caches in it are live: read, do not keep).
+        refill_tokens: tokens re-prefilled into an empty cache when a model's window is full,
+            in [1, max_seq_len - k] (default ``max_seq_len // 2``), for each model.
+
+    Returns:
+        (ids, stats): LongTensor (N,) on the CPU, prompt + new tokens; a ``SpecStats`` with one
+        ``record`` per target pass. While prompt + output fit in the target's window, ids equals
+        ``g2c.specdec.speculative_generate(target, drafter, prompt_ids, max_new_tokens, k=k,
+        eos_id=eos_id)[0]`` and the target's greedy ``generate``. Past the window the target
+        re-prefills its last ``refill_tokens`` tokens (like ``cached_generate``).
+
+    Raises:
+        ValueError: prompt_ids empty or not 1-D ("prompt_ids"); k not an int >= 1 ("k must be
+            >= 1"); max_new_tokens < 0 ("max_new_tokens"); vocab sizes differ ("vocab_size");
+            target window < k + 2 ("max_seq_len"); refill_tokens out of range ("refill_tokens").
+    """
+    ids_t = as_token_ids(prompt_ids, "prompt_ids")
+    if isinstance(k, bool) or not isinstance(k, int) or k < 1:
+        raise ValueError(f"k must be >= 1 draft tokens per target pass (an int), got {k!r}")
+    if max_new_tokens < 0:
+        raise ValueError(f"max_new_tokens must be >= 0, got {max_new_tokens}")
+    if drafter.vocab_size != target.vocab_size:
+        raise ValueError(f"drafter vocab_size {drafter.vocab_size} differs from target vocab_size "
+                         f"{target.vocab_size}; both must use the same tokenizer")
+    window = target.max_seq_len
+    if window < k + 2:
+        raise ValueError(f"target max_seq_len={window} must be >= k + 2 = {k + 2} to verify k drafts after "
+                         "a pending token; lower k")
+    t_refill = _check_refill(refill_tokens, window, k, "target")
+    d_refill = _check_refill(refill_tokens, drafter.max_seq_len, 1, "drafter") if refill_tokens is not None \
+        else max(1, drafter.max_seq_len // 2)
+    modes = (target.training, drafter.training)
+    target.eval()
+    drafter.eval()
+    try:
+        ids = ids_t.tolist()[-window:] if len(ids_t) > window else ids_t.tolist()
+        prompt = ids_t.tolist()
+        cropped = len(prompt) - len(ids)
+        stats = SpecStats()
+        cache = KVCache.for_model(target)
+        start = 0
+        dr = _CachedDrafter(drafter, d_refill)
+        device = target.token_embed.weight.device
+        num_new = 0
+        while num_new < max_new_tokens:
+            remaining = max_new_tokens - num_new
+            pending = ids[start + cache.length:]                                   # normally 1 token
+            if cache.length + len(pending) + 1 > window:                           # no room for a draft
+                cache.reset()
+                start = len(ids) - t_refill
+                pending = ids[start:]
+            k_step = min(k, remaining, window - cache.length - len(pending))
+            draft = dr.draft(ids, k_step)                                          # k_step ids
+            before = cache.length
+            logits = cached_forward(target, _row(pending + draft, device), cache)[0, -(k_step + 1):]  # (k+1, V)
+            reserved = cache.length - before
+            num_accepted, token = greedy_verify(torch.tensor(draft), logits.float())
+            emitted, hit_eos = _cut(draft[:num_accepted] + [token], remaining, eos_id)
+            num_emitted_drafts = min(num_accepted, len(emitted))
+            ids = ids + emitted
+            length_before_crop = cache.length
+            moved = cache.crop(len(ids) - 1 - start)
+            moved += dr.commit(ids)
+            stats.record(drafted=k_step, accepted=num_emitted_drafts, generated=len(emitted))
+            if on_pass is not None:
+                on_pass(emitted, num_emitted_drafts)
+            if on_round is not None:
+                on_round(RoundRecord(draft=draft, accepted=num_emitted_drafts, emitted=emitted,
+                                     kv_rows_reserved=reserved, kv_rows_rolled_back=length_before_crop - cache.length,
+                                     rollback_bytes_moved=moved, committed_length=cache.length,
+                                     ids=torch.tensor(prompt[:cropped] + ids), target_cache=cache,
+                                     drafter_cache=dr.cache, target_start=start + cropped))
+            num_new += len(emitted)
+            if hit_eos:
+                break
+    finally:
+        target.train(modes[0])
+        drafter.train(modes[1])
+    return torch.tensor(prompt[:cropped] + ids, dtype=torch.long), stats
+
+
+def _head_logits(head, base, hidden: torch.Tensor, following: list[int], cache: KVCache) -> torch.Tensor:
+    """The ``MTPHead`` forward on T new positions with the head's own one-layer cache.
+
+    hidden (1, T, D), following: token t+1 for each new position t -> logits (1, T, V) for t+2.
+    Same maths as ``MTPHead.forward`` (a test checks it), with the block cached.
+    """
+    table = base.token_embed.weight                                                # (V, D)
+    emb = head.ln_embed(table[torch.tensor([following], device=table.device)])     # (1, T, D)
+    x = head.fuse(torch.cat([hidden, emb], dim=-1))                                # (1, T, D)
+    y = head.ln_final(cached_block(head.block, x, cache, 0))                       # (1, T, D)
+    cache.advance(x.shape[1])
+    return y @ table.t() + head.bias                                               # (1, T, V)
+
+
+@torch.no_grad()
+def mtp_generate_cached(base, head, prompt_ids, max_new_tokens: int, *, eos_id: int | None = None,
+                        on_pass: Callable[[list[int], int], None] | None = None,
+                        on_round: Callable[[RoundRecord], None] | None = None,
+                        refill_tokens: int | None = None) -> tuple[torch.Tensor, SpecStats]:
+    """MTP self-speculation (k = 1) with caches: one trunk pass per round.
+
+    A round feeds [pending token, the head's guess] (2 rows) through the base's cached trunk.
+    From that ONE pass: row 0's argmax verifies the guess (``greedy_verify``), the emitted
+    tokens are the accepted guess + the base's correction/bonus token, the head (with its own
+    one-layer cache over the same positions) guesses the token after the last emitted one,
+    and the rows of committed positions stay in both caches (the guess's row is cropped when
+    it was rejected). The first pass (and a re-prefill past the window) runs the context and
+    emits the base's next token with no draft.
+
+    Args:
+        base: the frozen ``TransformerLM``; head: an ``MTPHead`` on it (``g2c.specdec.mtp``).
+        prompt_ids, max_new_tokens, eos_id, on_pass, on_round, refill_tokens: as
+            ``speculative_generate_cached`` (the record's ``drafter_cache`` is the head's).
+
+    Returns:
+        (ids, stats): ids equals the base's greedy ``generate`` inside the window; stats has
+        one record per trunk pass (prefill passes record drafted=0).
+
+    Raises:
+        ValueError: as ``speculative_generate_cached`` (bad prompt, budget, refill_tokens,
+            window < 3).
+    """
+    ids_t = as_token_ids(prompt_ids, "prompt_ids")
+    if max_new_tokens < 0:
+        raise ValueError(f"max_new_tokens must be >= 0, got {max_new_tokens}")
+    window = base.max_seq_len
+    if window < 3:
+        raise ValueError(f"base max_seq_len={window} must be >= 3 for MTP self-speculation")
+    refill = _check_refill(refill_tokens, window, 1, "base")
+    modes = (base.training, head.training)
+    base.eval()
+    head.eval()
+    try:
+        prompt = ids_t.tolist()
+        ids = prompt[-window:]
+        cropped = len(prompt) - len(ids)
+        stats = SpecStats()
+        cache = KVCache.for_model(base)
+        hcache = KVCache(1, 1, base.num_heads, base.embedding_dim // base.num_heads, window,
+                         dtype=cache.dtype, device=cache.device)
+        device = base.token_embed.weight.device
+        start, guess, num_new = 0, None, 0
+        while num_new < max_new_tokens:
+            remaining = max_new_tokens - num_new
+            if guess is None or cache.length + 2 > window:                  # (re-)prefill pass
+                if guess is not None:
+                    start = len(ids) - refill
+                cache.reset()
+                hcache.reset()
+                before = 0
+                ctx = ids[start:]
+                hidden = cached_hidden_states(base, _row(ctx, device), cache)             # (1, T, D)
+                nxt = int(unembed(base, hidden[0, -1]).argmax())
+                guess = int(_head_logits(head, base, hidden, ctx[1:] + [nxt], hcache)[0, -1].argmax())
+                draft, num_accepted, emitted = [], 0, [nxt]
+            else:
+                draft = [guess]
+                before = cache.length
+                hidden = cached_hidden_states(base, _row([ids[-1], guess], device), cache)  # (1, 2, D)
+                logits = unembed(base, hidden[0]).float()                                   # (2, V)
+                num_accepted, token = greedy_verify(torch.tensor(draft), logits)
+                following = logits.argmax(dim=-1).tolist()                                  # [a0, a1]
+                head_rows = _head_logits(head, base, hidden, following, hcache)[0]           # (2, V)
+                guess = int(head_rows[num_accepted].argmax())
+                emitted = draft[:num_accepted] + [token]
+            reserved = cache.length - before
+            emitted, hit_eos = _cut(emitted, remaining, eos_id)
+            num_emitted_drafts = min(num_accepted, len(emitted))
+            ids = ids + emitted
+            length_before_crop = cache.length
+            moved = cache.crop(len(ids) - 1 - start)
+            moved += hcache.crop(min(hcache.length, len(ids) - 1 - start))
+            stats.record(drafted=len(draft), accepted=num_emitted_drafts, generated=len(emitted))
+            if on_pass is not None:
+                on_pass(emitted, num_emitted_drafts)
+            if on_round is not None:
+                on_round(RoundRecord(draft=draft, accepted=num_emitted_drafts, emitted=emitted,
+                                     kv_rows_reserved=reserved, kv_rows_rolled_back=length_before_crop - cache.length,
+                                     rollback_bytes_moved=moved, committed_length=cache.length,
+                                     ids=torch.tensor(prompt[:cropped] + ids), target_cache=cache,
+                                     drafter_cache=hcache, target_start=start + cropped))
+            num_new += len(emitted)
+            if hit_eos:
+                break
+    finally:
+        base.train(modes[0])
+        head.train(modes[1])
+    return torch.tensor(prompt[:cropped] + ids, dtype=torch.long), stats

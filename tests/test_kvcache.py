@@ -1,0 +1,279 @@
+"""Module 16: the KV cache, the cached forward pass, cached generation.
+
+Oracles: the module 09 ``TransformerLM`` run over the whole sequence (the cached pass must
+give the same logits, within 1e-4 in float32, for every split of a sequence into a cached
+prefix and a new chunk); module 11's ``generate`` for the cached loop (token for token,
+greedy and sampled with the same generator); hand-made tensors for the cache's bookkeeping.
+
+Tolerance: a one-row step and a block pass add the same terms in a different order, so
+float32 logits differ by a few ulps of their magnitude (|logits| < 50 here: ~1e-5); 1e-4
+leaves room and still catches any wrong position or mask (those move logits by O(0.1)).
+"""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from g2c.kvcache import KVCache, cached_attention, cached_forward, cached_generate, prefill
+from g2c.sampling import generate
+from g2c.transformer import TransformerLM
+
+
+def _tiny_lm(seed: int = 0, *, max_seq_len: int = 24, vocab: int = 32, dim: int = 16, layers: int = 2,
+             heads: int = 2, sharpen: float = 1.0) -> TransformerLM:
+    g = torch.Generator().manual_seed(seed)
+    model = TransformerLM(vocab, dim, layers, heads, max_seq_len, generator=g)
+    if sharpen != 1.0:
+        with torch.no_grad():
+            # Larger token and position embeddings: greedy chains that move from token to token
+            # (a random init otherwise repeats one token) with argmax gaps > 1e-3, far above the
+            # ~1e-6 float32 difference between a one-row step and a block pass.
+            model.token_embed.weight.mul_(sharpen)
+            model.pos_embed.weight.mul_(4 * sharpen)
+    return model.eval()
+
+
+def _ids(n: int, *, vocab: int = 32, seed: int = 1) -> torch.Tensor:
+    return torch.randint(0, vocab, (n,), generator=torch.Generator().manual_seed(seed))
+
+
+# ---- KVCache ----------------------------------------------------------------------------------
+
+def test_kvcache_shapes_and_nbytes():
+    cache = KVCache(3, 2, 4, 8, 16)
+    assert len(cache.keys_buffer) == 3 and cache.keys_buffer[0].shape == (2, 4, 16, 8)
+    assert cache.length == 0 and cache.keys(0).shape == (2, 4, 0, 8)
+    assert cache.nbytes == 2 * 3 * 2 * 4 * 16 * 8 * 4          # K and V, L, B, H, T_max, d, float32
+    assert KVCache(1, 1, 1, 1, 4, dtype=torch.bfloat16).nbytes == 2 * 4 * 2
+    assert cache.lengths.tolist() == [0, 0]
+
+
+def test_kvcache_rejects_bad_sizes():
+    with pytest.raises(ValueError, match="max_seq_len"):
+        KVCache(1, 1, 1, 1, 0)
+    with pytest.raises(ValueError, match="num_heads"):
+        KVCache(1, 1, 1.5, 1, 4)
+
+
+def test_kvcache_for_model_matches_model():
+    model = _tiny_lm()
+    cache = KVCache.for_model(model, batch_size=3)
+    assert (cache.num_layers, cache.batch_size, cache.num_heads, cache.head_dim, cache.max_seq_len) == (2, 3, 2, 8, 24)
+    with pytest.raises(ValueError, match="max_seq_len"):
+        KVCache.for_model(model, max_seq_len=25)
+
+
+def test_kvcache_append_writes_after_pointer():
+    cache = KVCache(2, 1, 2, 3, 8)
+    k1, v1 = torch.randn(1, 2, 3, 3), torch.randn(1, 2, 3, 3)
+    cache.append(0, k1, v1)
+    cache.append(1, k1 + 1, v1 + 1)
+    cache.advance(3)
+    k2, v2 = torch.randn(1, 2, 2, 3), torch.randn(1, 2, 2, 3)
+    cache.append(0, k2, v2)
+    assert torch.equal(cache.keys_buffer[0][:, :, :3], k1)
+    assert torch.equal(cache.keys_buffer[0][:, :, 3:5], k2)
+    assert torch.equal(cache.values_buffer[0][:, :, 3:5], v2)
+    assert torch.equal(cache.keys_buffer[1][:, :, :3], k1 + 1)
+    assert cache.length == 3                                   # append never moves the pointer
+
+
+def test_kvcache_append_returns_visible_rows():
+    cache = KVCache(1, 1, 1, 2, 8)
+    a = torch.arange(6.0).view(1, 1, 3, 2)
+    cache.append(0, a, -a)
+    cache.advance(3)
+    b = torch.full((1, 1, 1, 2), 9.0)
+    keys, values = cache.append(0, b, -b)
+    assert keys.shape == (1, 1, 4, 2) and values.shape == (1, 1, 4, 2)
+    assert torch.equal(keys, torch.cat([a, b], dim=2)) and torch.equal(values, -torch.cat([a, b], dim=2))
+    assert keys.data_ptr() == cache.keys_buffer[0].data_ptr()   # a view of the buffer, no copy
+
+
+def test_kvcache_append_capacity_error_names_max_seq_len():
+    cache = KVCache(1, 1, 1, 2, 4)
+    cache.append(0, torch.zeros(1, 1, 3, 2), torch.zeros(1, 1, 3, 2))
+    cache.advance(3)
+    with pytest.raises(ValueError, match=r"max_seq_len=4"):
+        cache.append(0, torch.zeros(1, 1, 2, 2), torch.zeros(1, 1, 2, 2))
+    with pytest.raises(ValueError, match=r"\(B, H, T, d\)"):
+        cache.append(0, torch.zeros(1, 2, 1, 2), torch.zeros(1, 2, 1, 2))
+
+
+def test_kvcache_crop_is_pointer_rollback():
+    cache = KVCache(1, 1, 1, 2, 8)
+    rows = torch.arange(10.0).view(1, 1, 5, 2)
+    cache.append(0, rows, rows)
+    cache.advance(5)
+    buffer_before = cache.keys_buffer[0].clone()
+    ptr = cache.keys_buffer[0].data_ptr()
+    assert cache.crop(2) == 0                                  # bytes moved
+    assert cache.length == 2 and torch.equal(cache.keys(0), rows[:, :, :2])
+    assert cache.keys_buffer[0].data_ptr() == ptr and torch.equal(cache.keys_buffer[0], buffer_before)
+    new = torch.full((1, 1, 1, 2), -1.0)
+    keys, _ = cache.append(0, new, new)                        # overwrites the stale row 2
+    assert torch.equal(keys, torch.cat([rows[:, :, :2], new], dim=2))
+
+
+def test_kvcache_crop_rejects_growth():
+    cache = KVCache(1, 1, 1, 2, 8)
+    with pytest.raises(ValueError, match="crop can only roll back"):
+        cache.crop(1)
+    with pytest.raises(ValueError, match="crop can only roll back"):
+        cache.crop(-1)
+
+
+# ---- cached attention and forward -------------------------------------------------------------
+
+def test_cached_attention_matches_full_attention():
+    model = _tiny_lm()
+    attn = model.blocks[0].attn
+    x = torch.randn(1, 7, 16, generator=torch.Generator().manual_seed(3))
+    full = attn(x)                                             # (1, 7, D)
+    cache = KVCache.for_model(model)
+    out = [cached_attention(attn, x[:, :4], cache, 0)]
+    cache.advance(4)
+    for t in range(4, 7):
+        out.append(cached_attention(attn, x[:, t:t + 1], cache, 0))
+        cache.advance(1)
+    torch.testing.assert_close(torch.cat(out, dim=1), full, atol=1e-5, rtol=0)
+
+
+def test_cached_attention_chunk_is_causal_with_offset():
+    # A 3-row chunk after 2 cached rows: query j must see keys 0..2+j only.
+    model = _tiny_lm()
+    attn = model.blocks[0].attn
+    x = torch.randn(1, 5, 16, generator=torch.Generator().manual_seed(4))
+    cache = KVCache.for_model(model)
+    cached_attention(attn, x[:, :2], cache, 0)
+    cache.advance(2)
+    chunk = cached_attention(attn, x[:, 2:], cache, 0)
+    torch.testing.assert_close(chunk, attn(x)[:, 2:], atol=1e-5, rtol=0)
+
+
+@pytest.mark.parametrize("chunk", [1, 2, 3, 4, 5])
+def test_cached_forward_matches_full_recompute_every_split(chunk):
+    model = _tiny_lm(sharpen=5.0)
+    ids = _ids(14).unsqueeze(0)
+    full = model(ids)                                          # (1, 14, V)
+    for split in range(1, 14 - chunk + 1):
+        cache = KVCache.for_model(model)
+        cached_forward(model, ids[:, :split], cache)
+        logits = cached_forward(model, ids[:, split:split + chunk], cache)
+        assert cache.length == split + chunk
+        torch.testing.assert_close(logits, full[:, split:split + chunk], atol=1e-4, rtol=0)
+
+
+def test_cached_forward_batch_rows_are_independent():
+    model = _tiny_lm()
+    ids = torch.stack([_ids(9, seed=5), _ids(9, seed=6)])      # (2, 9)
+    logits, cache = prefill(model, ids[:, :6])
+    step = cached_forward(model, ids[:, 6:], cache)
+    torch.testing.assert_close(step, model(ids)[:, 6:], atol=1e-4, rtol=0)
+
+
+def test_cached_forward_validates():
+    model = _tiny_lm(max_seq_len=8)
+    cache = KVCache.for_model(model)
+    cached_forward(model, _ids(6).unsqueeze(0), cache)
+    with pytest.raises(ValueError, match="max_seq_len=8"):
+        cached_forward(model, _ids(3).unsqueeze(0), cache)
+    with pytest.raises(ValueError, match=r"\(B, T\)"):
+        cached_forward(model, _ids(3), cache)
+    with pytest.raises(ValueError, match="batch size 2"):
+        cached_forward(model, torch.zeros(2, 1, dtype=torch.long), cache)
+    with pytest.raises(TypeError, match="KVCache"):
+        cached_forward(model, torch.zeros(1, 1, dtype=torch.long), None)
+
+
+# ---- cached generation ------------------------------------------------------------------------
+
+def test_cached_generate_greedy_matches_generate():
+    model = _tiny_lm(seed=2, max_seq_len=32, sharpen=5.0)
+    prompt = _ids(5, seed=7)
+    want = generate(model, prompt, 20, temperature=0.0)
+    got = cached_generate(model, prompt, 20, temperature=0.0)
+    assert got.tolist() == want.tolist()
+    assert len(set(got[5:].tolist())) > 5                      # a real chain, not a constant
+
+
+def test_cached_generate_sampled_matches_generate():
+    model = _tiny_lm(seed=3, max_seq_len=32)
+    prompt = _ids(4, seed=8)
+    kw = dict(temperature=0.9, top_k=10, top_p=0.9, repetition_penalty=1.3)
+    want = generate(model, prompt, 25, generator=torch.Generator().manual_seed(11), **kw)
+    got = cached_generate(model, prompt, 25, generator=torch.Generator().manual_seed(11), **kw)
+    assert got.tolist() == want.tolist()
+    other = cached_generate(model, prompt, 25, generator=torch.Generator().manual_seed(12), **kw)
+    assert other.tolist() != got.tolist()                      # the generator is really used
+
+
+def test_cached_generate_stops_at_eos_and_budget():
+    model = _tiny_lm(seed=2, max_seq_len=32, sharpen=5.0)
+    prompt = _ids(5, seed=7)
+    chain = generate(model, prompt, 12, temperature=0.0).tolist()
+    eos = chain[8]
+    got = cached_generate(model, prompt, 12, temperature=0.0, eos_id=eos).tolist()
+    assert got == chain[:chain.index(eos, 5) + 1]
+    assert cached_generate(model, prompt, 0).tolist() == prompt.tolist()
+
+
+def test_cached_generate_full_refill_matches_generate_past_window():
+    # refill_tokens = max_seq_len re-prefills the whole window each step past it: module 11 exactly.
+    model = _tiny_lm(seed=4, max_seq_len=10, sharpen=5.0)
+    prompt = _ids(4, seed=9)
+    want = generate(model, prompt, 20, temperature=0.0)
+    got = cached_generate(model, prompt, 20, temperature=0.0, refill_tokens=10)
+    assert got.tolist() == want.tolist()
+
+
+def test_cached_generate_refills_past_window():
+    # Default refill_tokens = max_seq_len // 2 = 5: when the cache is full the last 5 tokens are
+    # re-prefilled at positions 0..4, and decoding continues incrementally from there.
+    model = _tiny_lm(seed=4, max_seq_len=10, sharpen=5.0)
+    prompt = _ids(4, seed=9).tolist()
+    ids, ctx_start = list(prompt), 0
+    for _ in range(20):                                        # the rule, written out by hand
+        if len(ids) - ctx_start > 10:
+            ctx_start = len(ids) - 5
+        ctx = torch.tensor(ids[ctx_start:]).unsqueeze(0)
+        ids.append(int(model(ctx)[0, -1].argmax()))
+    got = cached_generate(model, prompt, 20, temperature=0.0)
+    assert got.tolist() == ids
+    cache = KVCache.for_model(model)
+    cached_generate(model, prompt, 20, temperature=0.0, cache=cache)
+    assert cache.length <= 10
+
+
+def test_cached_generate_long_prompt_is_cropped_like_generate():
+    model = _tiny_lm(seed=5, max_seq_len=8, sharpen=5.0)
+    prompt = _ids(12, seed=10)
+    want = generate(model, prompt, 1, temperature=0.0)
+    assert cached_generate(model, prompt, 1, temperature=0.0).tolist() == want.tolist()
+
+
+def test_cached_generate_validates():
+    model = _tiny_lm()
+    with pytest.raises(ValueError, match="refill_tokens"):
+        cached_generate(model, [1, 2], 3, refill_tokens=0)
+    with pytest.raises(ValueError, match="temperature"):
+        cached_generate(model, [1, 2], 3, temperature=-1.0)
+    with pytest.raises(ValueError, match="prompt_ids"):
+        cached_generate(model, [], 3)
+
+
+def test_cached_generate_restores_training_mode():
+    model = _tiny_lm().train()
+    cached_generate(model, [1, 2], 2, temperature=0.0)
+    assert model.training
+
+
+@pytest.mark.ladder
+def test_cached_generate_matches_generate_on_ladder():
+    from g2c.artifacts import load_model
+
+    model, tok = load_model("StoryLM-1M", device="cpu")
+    prompt = tok.encode("Once upon a time, there was a little")
+    want = generate(model, prompt, 24, temperature=0.0)
+    assert cached_generate(model, prompt, 24, temperature=0.0).tolist() == want.tolist()
