@@ -123,6 +123,13 @@ class _CachedDrafter:
             ctx.append(int(logits.argmax()))
         return ctx[len(ids):]
 
+    def prefill(self, ids: list[int]) -> None:
+        """Cache every token of ``ids`` but the last (the pending one), cropped to the window."""
+        self.cache.reset()
+        self.start = max(0, len(ids) - 1 - (self.cache.max_seq_len - 1))
+        if len(ids) - 1 > self.start:
+            cached_forward(self.model, _row(ids[self.start:-1], self.device), self.cache)
+
     def commit(self, ids: list[int]) -> int:
         """Roll back to the committed ``ids`` (all but the last one cached); returns bytes moved."""
         keep = len(ids) - 1 - self.start
@@ -202,6 +209,9 @@ def speculative_generate_cached(target, drafter, prompt_ids, max_new_tokens: int
         start = 0
         dr = _CachedDrafter(drafter, d_refill)
         device = target.token_embed.weight.device
+        if len(ids) > 1 and max_new_tokens > 0:       # prefill: every prompt token but the pending last one
+            cached_forward(target, _row(ids[:-1], device), cache)
+            dr.prefill(ids)
         num_new = 0
         while num_new < max_new_tokens:
             remaining = max_new_tokens - num_new
