@@ -271,9 +271,23 @@ def test_cached_generate_restores_training_mode():
 
 @pytest.mark.ladder
 def test_cached_generate_matches_generate_on_ladder():
-    from g2c.artifacts import load_model
+    from g2c.assets import load_model
 
     model, tok = load_model("StoryLM-1M", device="cpu")
     prompt = tok.encode("Once upon a time, there was a little")
     want = generate(model, prompt, 24, temperature=0.0)
     assert cached_generate(model, prompt, 24, temperature=0.0).tolist() == want.tolist()
+    # bfloat16 weights and cache: the cached loop still equals the uncached loop at that dtype
+    # (same roundings, both score the same rows); the cache takes half the bytes.
+    half, _ = load_model("StoryLM-1M", device="cpu", dtype="bfloat16")
+    assert half.token_embed.weight.dtype == torch.bfloat16
+    want_half = generate(half, prompt, 24, temperature=0.0)
+    assert cached_generate(half, prompt, 24, temperature=0.0).tolist() == want_half.tolist()
+    assert KVCache.for_model(half).nbytes * 2 == KVCache.for_model(model).nbytes
+
+
+def test_load_model_rejects_unsupported_dtype():
+    from g2c.assets import load_model
+
+    with pytest.raises(ValueError, match="bfloat16"):
+        load_model("StoryLM-1M", device="cpu", dtype=torch.float64)

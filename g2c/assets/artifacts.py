@@ -26,7 +26,7 @@ from g2c.course import REPO_ROOT
 ARTIFACTS_DIR = REPO_ROOT / "artifacts"
 TOKENIZER_NAMES = ("StoryTokenizer",)
 
-__all__ = ["ARTIFACTS_DIR", "TOKENIZER_NAMES", "ArtifactError", "ArtifactMissingError", "ChecksumError",
+__all__ = ["ARTIFACTS_DIR", "LOAD_DTYPES", "TOKENIZER_NAMES", "ArtifactError", "ArtifactMissingError", "ChecksumError",
            "artifact_dir", "canonical_name", "is_verified", "load_model", "load_story_tokenizer", "load_tokenizer",
            "model_names", "verify_artifact", "write_artifact"]
 
@@ -199,18 +199,29 @@ def _device(device: str | torch.device) -> torch.device:
     return torch.device("mps" if mps is not None and mps.is_available() else "cpu")
 
 
-def load_model(name: str, *, device: str | torch.device = "auto", root: Path | None = None):
-    """Load a verified StoryLM as a float32 ``TransformerLM`` in eval mode, with its tokenizer.
+LOAD_DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
+
+
+def load_model(name: str, *, device: str | torch.device = "auto", root: Path | None = None,
+               dtype: torch.dtype | str = torch.float32):
+    """Load a verified StoryLM as a ``TransformerLM`` in eval mode, with its tokenizer.
 
     Args:
         name: ``StoryLM-1M``, ``StoryLM-5M`` or ``StoryLM-30M`` (case-insensitive).
         device: ``"auto"`` (CUDA, MPS, CPU) or an explicit device.
+        dtype: parameter dtype, ``torch.float32`` (default: the exactness tests use it),
+            ``torch.bfloat16`` (CPU and CUDA: half the bytes per decode step) or
+            ``torch.float16`` (MPS, where bfloat16 support is partial; slow on CPU), or
+            their names as strings. The files hold float16, so float16 is lossless and
+            bfloat16 rounds each weight once (8 mantissa bits). Half-precision greedy
+            output can differ from float32 where two logits nearly tie.
 
     Returns:
         (model, tokenizer).
 
     Raises:
-        ValueError: unknown name (the message lists the names) or not a model.
+        ValueError: unknown name (the message lists the names) or not a model; a dtype
+            other than float32/bfloat16/float16 (the message lists them).
         ArtifactMissingError: missing files; run ``./checkpoints.sh``.
         ChecksumError: corrupted files; run ``./checkpoints.sh --force``.
     """
@@ -220,6 +231,9 @@ def load_model(name: str, *, device: str | torch.device = "auto", root: Path | N
     if str(name).strip().lower() not in known:
         raise ValueError(f"unknown model {name!r}; models: {', '.join(known.values())}")
     name = known[str(name).strip().lower()]
+    dtype = LOAD_DTYPES.get(dtype, dtype) if isinstance(dtype, str) else dtype
+    if dtype not in LOAD_DTYPES.values():
+        raise ValueError(f"load_model: dtype {dtype!r} is not supported; use one of {', '.join(LOAD_DTYPES)}")
     verify_artifact(name, root)
     folder = artifact_dir(name, root)
     cfg = json.loads((folder / "config.json").read_text())
@@ -227,7 +241,7 @@ def load_model(name: str, *, device: str | torch.device = "auto", root: Path | N
     state = load_file(str(folder / "model.safetensors"))
     model.load_state_dict({k: v.float() for k, v in state.items()})
     model.eval()
-    model.to(_device(device))
+    model.to(_device(device), dtype=dtype)
     tokenizer = load_tokenizer(cfg.get("tokenizer", "StoryTokenizer"), root=root)
     if tokenizer.vocab_size != model.vocab_size:
         raise ValueError(f"{name}: tokenizer has {tokenizer.vocab_size} ids but the model {model.vocab_size}")

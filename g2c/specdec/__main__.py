@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import argparse
 import sys
+import time
 from itertools import groupby
 
 GREEN, RESET = "\033[32m", "\033[0m"
@@ -129,11 +130,17 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--controller", choices=("static", "heuristic", "cost"), default="static",
                     help="draft length per round: static k, transformers' heuristic, or the cost model")
     ap.add_argument("--mtp-steps", type=int, default=60, help="--drafter mtp: steps to train a head on the target")
+    ap.add_argument("--no-cache", action="store_true",
+                    help="recompute the whole context every pass (the specdec loop) instead of the "
+                         "KV-cached loop of module 16 (g2c.kvcache.speculative_generate_cached; used only for "
+                         "greedy runs when both models are TransformerLMs)")
     args = ap.parse_args(argv)
     if args.k < 1:
         return fail(f"-k {args.k}: draft at least one token per target pass (-k 1 or more)")
     if args.max_new_tokens < 0:
         return fail(f"--max-new-tokens {args.max_new_tokens}: the number of tokens to add must be 0 or more")
+
+    import torch
 
     from g2c.assets.artifacts import ArtifactError, load_model
     from g2c.nn import resolve_device
@@ -164,13 +171,23 @@ def main(argv: list[str] | None = None) -> int:
             print(f"python -m g2c.specdec: note: the prompt is {len(prompt_ids)} tokens but the models read only "
                   f"the last {window} (their context window); the text before those is ignored", file=sys.stderr)
         passes: list[tuple[list[int], int]] = []
+        from g2c.nn import synchronize
+        from g2c.transformer import TransformerLM
+        synchronize(target.device)
+        started = time.perf_counter()
+        cached = False
         if _uses_sampling_loop(args):
             out, stats = _sampled_run(args, target, drafter, prompt_ids, tokenizer.eot_id,
                                       on_pass=lambda emitted, n: passes.append((list(emitted), n)))
         else:
-            out, stats = speculative_generate(target, drafter, prompt_ids, args.max_new_tokens, k=args.k,
-                                              eos_id=tokenizer.eot_id,
-                                              on_pass=lambda emitted, n: passes.append((list(emitted), n)))
+            loop = speculative_generate
+            cached = not args.no_cache and all(isinstance(m, TransformerLM) for m in (target, drafter))
+            if cached:  # module 16: both models keep a KV cache, rollback by pointer
+                from g2c.kvcache import speculative_generate_cached as loop
+            out, stats = loop(target, drafter, prompt_ids, args.max_new_tokens, k=args.k, eos_id=tokenizer.eot_id,
+                              on_pass=lambda emitted, n: passes.append((list(emitted), n)))
+        synchronize(target.device)
+        seconds = time.perf_counter() - started
     except NotImplementedError as err:
         print(NEEDS_SOLUTIONS.format(err=err), file=sys.stderr)
         return 2
@@ -195,6 +212,8 @@ def main(argv: list[str] | None = None) -> int:
     print(legend)
     print(f"k={args.k}: {stats}" if not _uses_sampling_loop(args) else
           f"k={args.k} ({args.controller}), temperature={args.temperature}, seed={args.seed}: {stats}")
+    print(f"{stats.generated / seconds:.1f} tok/s ({stats.generated} tokens in {seconds:.2f} s, "
+          f"{'KV cache' if cached else 'no cache'}, {torch.get_num_threads()} threads)")
     return 0
 
 
