@@ -50,7 +50,7 @@ import torch  # noqa: E402
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from g2c.artifacts import ArtifactError, load_model  # noqa: E402
+from g2c.assets import ArtifactError, load_model  # noqa: E402
 from g2c.kvcache import (  # noqa: E402
     KVCache,
     cached_forward,
@@ -61,11 +61,7 @@ from g2c.kvcache import (  # noqa: E402
 from g2c.nn import synchronize  # noqa: E402
 from g2c.sampling import generate  # noqa: E402
 from g2c.specdec import greedy_verify, speculative_generate  # noqa: E402
-
-try:
-    from g2c.transformer.export import to_hf_gpt2  # noqa: E402
-except ImportError:  # before the tooling move
-    from g2c.export import to_hf_gpt2  # noqa: E402
+from g2c.transformer.export import to_hf_gpt2  # noqa: E402
 
 PROMPTS = [
     "Once upon a time",

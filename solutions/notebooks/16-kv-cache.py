@@ -18,10 +18,7 @@ import time
 
 import torch
 
-try:
-    from g2c.assets import load_model
-except ImportError:  # before the tooling move
-    from g2c.artifacts import load_model
+from g2c.assets import load_model
 from g2c.kvcache import KVCache, cached_forward, cached_generate, speculative_generate_cached, summarize_rounds
 from g2c.nn import resolve_device, synchronize
 from g2c.sampling import generate
