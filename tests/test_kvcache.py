@@ -261,6 +261,8 @@ def test_cached_generate_validates():
         cached_generate(model, [1, 2], 3, temperature=-1.0)
     with pytest.raises(ValueError, match="prompt_ids"):
         cached_generate(model, [], 3)
+    with pytest.raises(ValueError, match="outside the vocabulary"):
+        cached_generate(model, [1, 99], 3)
 
 
 def test_cached_generate_restores_training_mode():

@@ -26,6 +26,7 @@ from __future__ import annotations
 import torch
 
 from g2c.sampling.generate import as_token_ids, sample_from_logits
+from g2c.sampling.model import check_language_model, eval_mode
 from g2c.sampling.warpers import apply_repetition_penalty
 
 from .cache import KVCache
@@ -42,7 +43,8 @@ def cached_generate(model, prompt_ids, max_new_tokens: int, *, temperature: floa
     """Continue a prompt one token at a time, reusing keys and values.
 
     Args:
-        model: a ``TransformerLM`` (module 09); put in eval mode for the call, mode restored.
+        model: a ``TransformerLM`` (module 09); in eval mode for the call (``eval_mode``), its
+            mode restored afterwards, also when the loop raises.
         prompt_ids: 1-D int tensor or list of ints, length >= 1 (a longer prompt than
             ``max_seq_len`` is cropped to its last ``max_seq_len`` tokens, like module 11).
         max_new_tokens, temperature, top_k, top_p, repetition_penalty, eos_id, generator:
@@ -58,7 +60,9 @@ def cached_generate(model, prompt_ids, max_new_tokens: int, *, temperature: floa
         same arguments (and a generator in the same state) token for token.
 
     Raises:
-        ValueError: as ``g2c.sampling.generate``; ``refill_tokens`` outside
+        TypeError: ``model`` lacks ``vocab_size``, ``max_seq_len`` or ``device``.
+        ValueError: as ``g2c.sampling.generate`` (including prompt ids outside [0, V));
+            ``refill_tokens`` outside
             [1, max_seq_len] (message names "refill_tokens").
 
     Steps:
@@ -72,9 +76,10 @@ def cached_generate(model, prompt_ids, max_new_tokens: int, *, temperature: floa
            the last ``refill_tokens`` tokens (``test_cached_generate_refills_past_window``);
            else ``cached_forward`` the one token. Keep the last row (V,) as float32.
     """
-    ids = as_token_ids(prompt_ids)
-    if not temperature >= 0:  # also refuses NaN
-        raise ValueError(f"temperature must be >= 0 (0 = greedy), got {temperature}")
+    check_language_model(model, "model")
+    ids = as_token_ids(prompt_ids, "prompt_ids", vocab_size=model.vocab_size)
+    if not 0 <= temperature < float("inf"):  # also refuses NaN
+        raise ValueError(f"temperature must be >= 0 and finite (0 = greedy), got {temperature}")
     if top_k is not None and top_k < 1:
         raise ValueError(f"top_k must be >= 1 or None, got {top_k}")
     if top_p is not None and not 0.0 < top_p <= 1.0:
@@ -89,9 +94,7 @@ def cached_generate(model, prompt_ids, max_new_tokens: int, *, temperature: floa
         raise ValueError(f"refill_tokens must be an int in [1, max_seq_len={window}], got {refill_tokens!r}")
     if max_new_tokens == 0:
         return ids
-    was_training = model.training
-    model.eval()
-    try:
+    with eval_mode(model):
         cache = KVCache.for_model(model) if cache is None else cache
         cache.reset()
         device = model.token_embed.weight.device
@@ -101,6 +104,4 @@ def cached_generate(model, prompt_ids, max_new_tokens: int, *, temperature: floa
             "module 16: cached_generate in g2c/kvcache/generate.py is not implemented yet. "
             "Write it, or run with G2C_APPLY_SOLUTIONS=16 to use the reference solution."
         )
-    finally:
-        model.train(was_training)
     return ids

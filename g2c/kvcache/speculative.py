@@ -35,6 +35,7 @@ from dataclasses import dataclass, field
 import torch
 
 from g2c.sampling.generate import as_token_ids
+from g2c.sampling.model import check_language_model, eval_mode
 from g2c.specdec.generate import SpecStats
 from g2c.specdec.verify import greedy_verify
 
@@ -182,7 +183,9 @@ def speculative_generate_cached(target, drafter, prompt_ids, max_new_tokens: int
             >= 1"); max_new_tokens < 0 ("max_new_tokens"); vocab sizes differ ("vocab_size");
             target window < k + 2 ("max_seq_len"); refill_tokens out of range ("refill_tokens").
     """
-    ids_t = as_token_ids(prompt_ids, "prompt_ids")
+    check_language_model(target, "target")
+    check_language_model(drafter, "drafter")
+    ids_t = as_token_ids(prompt_ids, "prompt_ids", vocab_size=target.vocab_size)
     if isinstance(k, bool) or not isinstance(k, int) or k < 1:
         raise ValueError(f"k must be >= 1 draft tokens per target pass (an int), got {k!r}")
     if max_new_tokens < 0:
@@ -197,10 +200,7 @@ def speculative_generate_cached(target, drafter, prompt_ids, max_new_tokens: int
     t_refill = _check_refill(refill_tokens, window, k, "target")
     d_refill = _check_refill(refill_tokens, drafter.max_seq_len, 1, "drafter") if refill_tokens is not None \
         else max(1, drafter.max_seq_len // 2)
-    modes = (target.training, drafter.training)
-    target.eval()
-    drafter.eval()
-    try:
+    with eval_mode(target, drafter):  # modes restored on exit, also when a model raises
         ids = ids_t.tolist()[-window:] if len(ids_t) > window else ids_t.tolist()
         prompt = ids_t.tolist()
         cropped = len(prompt) - len(ids)
@@ -244,9 +244,6 @@ def speculative_generate_cached(target, drafter, prompt_ids, max_new_tokens: int
             num_new += len(emitted)
             if hit_eos:
                 break
-    finally:
-        target.train(modes[0])
-        drafter.train(modes[1])
     return torch.tensor(prompt[:cropped] + ids, dtype=torch.long), stats
 
 
@@ -292,17 +289,15 @@ def mtp_generate_cached(base, head, prompt_ids, max_new_tokens: int, *, eos_id: 
         ValueError: as ``speculative_generate_cached`` (bad prompt, budget, refill_tokens,
             window < 3).
     """
-    ids_t = as_token_ids(prompt_ids, "prompt_ids")
+    check_language_model(base, "base")
+    ids_t = as_token_ids(prompt_ids, "prompt_ids", vocab_size=base.vocab_size)
     if max_new_tokens < 0:
         raise ValueError(f"max_new_tokens must be >= 0, got {max_new_tokens}")
     window = base.max_seq_len
     if window < 3:
         raise ValueError(f"base max_seq_len={window} must be >= 3 for MTP self-speculation")
     refill = _check_refill(refill_tokens, window, 1, "base")
-    modes = (base.training, head.training)
-    base.eval()
-    head.eval()
-    try:
+    with eval_mode(base, head):  # modes restored on exit, also when a model raises
         prompt = ids_t.tolist()
         ids = prompt[-window:]
         cropped = len(prompt) - len(ids)
@@ -354,7 +349,4 @@ def mtp_generate_cached(base, head, prompt_ids, max_new_tokens: int, *, eos_id: 
             num_new += len(emitted)
             if hit_eos:
                 break
-    finally:
-        base.train(modes[0])
-        head.train(modes[1])
     return torch.tensor(prompt[:cropped] + ids, dtype=torch.long), stats
