@@ -212,8 +212,10 @@ def main(argv: list[str] | None = None) -> int:
     print(legend)
     print(f"k={args.k}: {stats}" if not _uses_sampling_loop(args) else
           f"k={args.k} ({args.controller}), temperature={args.temperature}, seed={args.seed}: {stats}")
-    print(f"{stats.generated / seconds:.1f} tok/s ({stats.generated} tokens in {seconds:.2f} s, "
-          f"{'KV cache' if cached else 'no cache'}, {torch.get_num_threads()} threads)")
+    if stats.generated:
+        print(f"{stats.generated / seconds:.1f} tok/s ({stats.generated} tokens in {seconds:.2f} s, "
+              f"{'KV cache' if cached else 'no cache'}, {torch.get_num_threads()} threads)",
+              file=sys.stderr)  # timing varies run to run: stderr, so stdout stays reproducible
     return 0
 
 
