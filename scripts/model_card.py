@@ -71,8 +71,8 @@ safetensors, loaded into float32).
 
 ## Data and tokenizer
 
-- Corpus: {tok_manifest['data']['stories']:,} training stories of the TinyStories sample in
-  `../shared/data/tinystories/` (see its SOURCE.md; CDLA-Sharing-1.0), split by story hash:
+- Corpus: {tok_manifest['data']['stories']:,} training stories of the TinyStories sample shipped
+  in `artifacts/corpora/TinyStories-sample/` (see its LICENSE.md; CDLA-Sharing-1.0), split by story hash:
   `{tok_manifest['data']['split_rule']}`.
 - Tokens: {first['data']['train_tokens']:,} training, {first['data']['val_tokens']:,} validation
   (each story followed by `<|endoftext|>`).
@@ -110,7 +110,7 @@ Greedy (temperature 0), {NEW_TOKENS} new tokens at most, stopping at `<|endoftex
 
 ```bash
 ./setup.sh
-./datasets.sh --tiny --from ../shared/data/tinystories/tinystories-collected.txt.xz
+./datasets.sh                             # the shipped TinyStories sample, offline
 ./checkpoints.sh --train --force          # tokenizer, then StoryLM-1M, -5M, -30M
 python scripts/model_card.py              # rewrites this page
 ./checkpoints.sh                          # verifies every artifact (sha256)

@@ -1,7 +1,9 @@
-"""The shipped artifacts: the StoryTokenizer and the StoryLM ladder, verified by sha256.
+"""The shipped artifacts: the TinyStories sample, the StoryTokenizer and the StoryLM ladder,
+verified by sha256.
 
-Layout (CONVENTIONS §4)::
+Layout (CONVENTIONS §4-5)::
 
+    artifacts/corpora/TinyStories-sample/{tinystories-collected.txt.xz, LICENSE.md, manifest.json}
     artifacts/tokenizers/StoryTokenizer/{tokenizer.json, manifest.json}
     artifacts/models/StoryLM-{1M,5M,30M}/{model.safetensors, config.json, manifest.json}
 
@@ -25,10 +27,13 @@ from g2c.course import REPO_ROOT
 
 ARTIFACTS_DIR = REPO_ROOT / "artifacts"
 TOKENIZER_NAMES = ("StoryTokenizer",)
+CORPUS_NAMES = ("TinyStories-sample",)
+CORPUS_FILE = "tinystories-collected.txt.xz"  # the corpus inside artifacts/corpora/TinyStories-sample/
 
-__all__ = ["ARTIFACTS_DIR", "LOAD_DTYPES", "TOKENIZER_NAMES", "ArtifactError", "ArtifactMissingError", "ChecksumError",
-           "artifact_dir", "canonical_name", "is_verified", "load_model", "load_story_tokenizer", "load_tokenizer",
-           "model_names", "verify_artifact", "write_artifact"]
+__all__ = ["ARTIFACTS_DIR", "CORPUS_FILE", "CORPUS_NAMES", "LOAD_DTYPES", "TOKENIZER_NAMES", "ArtifactError",
+           "ArtifactMissingError", "ChecksumError", "artifact_dir", "artifact_kind", "canonical_name", "corpus_path",
+           "is_verified", "load_model", "load_story_tokenizer", "load_tokenizer", "model_names", "verify_artifact",
+           "write_artifact"]
 
 
 class ArtifactError(Exception):
@@ -69,17 +74,38 @@ def canonical_name(name: str) -> str:
     Raises:
         ValueError: unknown name; the message lists every artifact name.
     """
-    for known in model_names() + TOKENIZER_NAMES:
+    for known in model_names() + TOKENIZER_NAMES + CORPUS_NAMES:
         if known.lower() == str(name).strip().lower():
             return known
-    raise ValueError(f"unknown artifact {name!r}; known: {', '.join(model_names() + TOKENIZER_NAMES)}")
+    raise ValueError(f"unknown artifact {name!r}; known: {', '.join(model_names() + TOKENIZER_NAMES + CORPUS_NAMES)}")
+
+
+def artifact_kind(name: str) -> str:
+    """``"model"``, ``"tokenizer"`` or ``"corpus"``.
+
+    Raises:
+        ValueError: unknown name.
+    """
+    name = canonical_name(name)
+    return "model" if name in model_names() else "tokenizer" if name in TOKENIZER_NAMES else "corpus"
 
 
 def artifact_dir(name: str, root: Path | None = None) -> Path:
     """Folder of an artifact under ``root`` (default ``artifacts/``)."""
     name = canonical_name(name)
     root = Path(root) if root is not None else ARTIFACTS_DIR
-    return root / ("models" if name in model_names() else "tokenizers") / name
+    return root / {"model": "models", "tokenizer": "tokenizers", "corpus": "corpora"}[artifact_kind(name)] / name
+
+
+def corpus_path(name: str = "TinyStories-sample", *, root: Path | None = None) -> Path:
+    """Verify the shipped TinyStories sample and return the path of its ``.txt.xz`` file.
+
+    Raises:
+        ArtifactMissingError: not on disk; run ``./checkpoints.sh`` (it restores it from git).
+        ChecksumError: corrupted; run ``./checkpoints.sh`` (a corrupted copy is restored too).
+    """
+    verify_artifact(name, root)
+    return artifact_dir(name, root) / CORPUS_FILE
 
 
 def verify_artifact(name: str, root: Path | None = None) -> dict:

@@ -1,5 +1,8 @@
 """``./checkpoints.sh``: verify, install or retrain the shipped artifacts.
 
+The artifacts: the TinyStories sample (a corpus: data, never trained), the StoryTokenizer
+and the StoryLM ladder.
+
 Usage (``python -m g2c.assets.checkpoints`` is the same)::
 
     ./checkpoints.sh                      verify every artifact, one line each; exit 0 iff all OK
@@ -7,7 +10,7 @@ Usage (``python -m g2c.assets.checkpoints`` is the same)::
     G2C_ARTIFACTS_URL=https://host/path ./checkpoints.sh
                                           download missing or corrupted artifacts
     ./checkpoints.sh --from DIR --force   also replace verified artifacts
-    ./checkpoints.sh --train [NAME...]    retrain with the recipes in g2c/assets/ladder.py
+    ./checkpoints.sh --train [NAME...]    retrain with the recipes in g2c/assets/ladder.py (not the corpus)
 
 A missing or corrupted artifact is restored from the first source available: ``--from
 DIR``, then ``$G2C_ARTIFACTS_URL``, then the copy committed in git (``HEAD``). Every
@@ -34,11 +37,14 @@ from pathlib import Path
 import g2c
 from g2c.assets.artifacts import (
     ARTIFACTS_DIR,
+    CORPUS_FILE,
+    CORPUS_NAMES,
     TOKENIZER_NAMES,
     ArtifactError,
     ArtifactMissingError,
     ChecksumError,
     artifact_dir,
+    artifact_kind,
     canonical_name,
     is_verified,
     model_names,
@@ -49,7 +55,8 @@ from g2c.course import module_ids
 from g2c.course.hook import loaded_course_modules
 
 URL_ENV = "G2C_ARTIFACTS_URL"
-REQUIRED_FILES = {"model": ("model.safetensors", "config.json"), "tokenizer": ("tokenizer.json",)}
+REQUIRED_FILES = {"model": ("model.safetensors", "config.json"), "tokenizer": ("tokenizer.json",),
+                  "corpus": (CORPUS_FILE, "LICENSE.md")}
 
 __all__ = ["all_names", "artifact_state", "install_from_dir", "install_from_git", "install_from_url", "main",
            "resolve_names"]
@@ -60,12 +67,18 @@ def _solutions_applied() -> bool:
 
 
 def all_names() -> tuple[str, ...]:
-    """Every artifact name, the tokenizer first (the models depend on it)."""
+    """Every artifact name in dependency order: the corpus the tokenizer was trained on, the
+    tokenizer, then the models."""
+    return CORPUS_NAMES + trainable_names()
+
+
+def trainable_names() -> tuple[str, ...]:
+    """The artifacts ``--train`` rebuilds: the tokenizer, then the models (the corpus is data)."""
     return TOKENIZER_NAMES + model_names()
 
 
 def resolve_names(names: list[str] | None) -> list[str]:
-    """Canonical names in ladder order (tokenizer first); all of them when ``names`` is empty.
+    """Canonical names in dependency order (corpus, tokenizer, models); all of them when ``names`` is empty.
 
     Raises:
         ValueError: an unknown name (the message lists every name).
@@ -77,7 +90,7 @@ def resolve_names(names: list[str] | None) -> list[str]:
 
 
 def _kind(name: str) -> str:
-    return "model" if name in model_names() else "tokenizer"
+    return artifact_kind(name)
 
 
 def artifact_state(name: str, root: Path | None = None) -> tuple[str, dict | None, str]:
@@ -107,7 +120,9 @@ def _line(name: str, root: Path | None, state: str, manifest: dict | None, note:
             extra = f"val_loss {manifest['val_loss']:.4f}"
         elif _kind(name) == "tokenizer":
             extra = f"vocab {manifest.get('recipe', {}).get('vocab_size', '?')}"
-    text = f"{name:<15} {state:<8} {_human(size) if size else '-':>9}  {extra}".rstrip()
+        elif _kind(name) == "corpus":
+            extra = f"{manifest.get('stories', '?'):,} stories, {manifest.get('license', '?')}"
+    text = f"{name:<18} {state:<8} {_human(size) if size else '-':>9}  {extra}".rstrip()
     return f"{text}  ({note})" if note else text
 
 
@@ -262,8 +277,8 @@ def verify_or_install(names: list[str], *, root: Path | None, source: Path | Non
             bad += 1
             err(f"  {failure or message}")
             if not note:
-                err(f"  no source to restore it from: pass --from DIR, set ${URL_ENV}, "
-                    f"or rebuild it with ./checkpoints.sh --train {name}")
+                rebuild = f", or rebuild it with ./checkpoints.sh --train {name}" if name in trainable_names() else ""
+                err(f"  no source to restore it from: pass --from DIR or set ${URL_ENV}{rebuild}")
     summary = f"{len(names) - bad}/{len(names)} artifacts OK in {time.time() - t0:.1f}s"
     (out if not bad else err)(summary if not bad else f"{summary}; see above")
     return 0 if not bad else 1
@@ -274,7 +289,7 @@ def train(names: list[str], *, force: bool, root: Path | None, out=print) -> int
     todo = []
     for name in names:
         if not force and is_verified(name, root):
-            out(f"{name:<15} OK       already trained and verified; skipping (--force retrains it)")
+            out(f"{name:<18} OK       already trained and verified; skipping (--force retrains it)")
         else:
             todo.append(name)
     if not todo:
@@ -322,7 +337,8 @@ examples:
   {URL_ENV}=https://host/g2c ./checkpoints.sh
                                            download <URL>/models/<Name>/manifest.json and its files
   ./checkpoints.sh --train StoryLM-1M      retrain one model (resumes runs/<Name>/ if present)
-  ./checkpoints.sh --train --force         retrain all four from scratch, tokenizer first""")
+  ./checkpoints.sh --train --force         retrain all four from scratch, tokenizer first
+                                           (the TinyStories sample is data: verified and restored, never trained)""")
     ap.add_argument("names", nargs="*", metavar="NAME", help="artifacts to act on (default: all)")
     ap.add_argument("--train", nargs="*", metavar="NAME",
                     help="retrain these (default: all, tokenizer first) with the recipes in g2c/assets/ladder.py; "
@@ -347,6 +363,12 @@ def main(argv: list[str] | None = None) -> int:
         print(f"checkpoints: error: {exc}", file=sys.stderr)
         return 2
     if args.train is not None:
+        data_only = [n for n in names if n not in trainable_names()]
+        if (args.train or args.names) and data_only:
+            print(f"checkpoints: error: {', '.join(data_only)} is data, not trained: ./checkpoints.sh restores "
+                  "it from --from, $G2C_ARTIFACTS_URL or git", file=sys.stderr)
+            return 2
+        names = [n for n in names if n in trainable_names()]
         if args.source:
             print("checkpoints: error: --train and --from do not mix", file=sys.stderr)
             return 2

@@ -1,9 +1,14 @@
 """TinyStories for the course: read, split by story hash, and cache as token streams.
 
 ``./datasets.sh`` is the command-line entry (``python -m g2c.assets.data``). Sources, in order:
-``--from PATH`` or ``$G2C_TINYSTORIES`` (a ``.txt`` or ``.txt.xz`` file with stories
-separated by a line ``<|endoftext|>``), else the Hugging Face dataset
-``roneneldan/TinyStories`` through the ``datasets`` library.
+
+1. ``--from PATH`` or ``$G2C_TINYSTORIES``: a ``.txt`` or ``.txt.xz`` file with stories
+   separated by a line ``<|endoftext|>``;
+2. ``--hub``: the Hugging Face dataset ``roneneldan/TinyStories`` through the ``datasets``
+   library (needs network; ``--tiny`` takes its first 10,000 stories);
+3. otherwise the TinyStories sample shipped in the repository, the verified corpus artifact
+   ``artifacts/corpora/TinyStories-sample`` (8,051 stories, CDLA-Sharing-1.0; the corpus the
+   StoryTokenizer and the StoryLM ladder were trained on). This is the default and works offline.
 
 Layout under ``data/tinystories/`` (gitignored)::
 
@@ -29,12 +34,13 @@ from pathlib import Path
 import numpy as np
 from tqdm.auto import tqdm
 
-from g2c.assets.artifacts import sha256_file
+from g2c.assets.artifacts import ArtifactError, corpus_path, sha256_file
 from g2c.course import REPO_ROOT
 from g2c.tokenizer.bpe import EOT  # the end-of-text token, defined once by module 04
 
 DATA_DIR = REPO_ROOT / "data" / "tinystories"
 HF_DATASET = "roneneldan/TinyStories"
+CORPUS = "TinyStories-sample"  # the embedded default source (a verified artifact)
 VAL_PERCENT = 5
 TINY_STORIES = 10_000  # stories taken from the Hugging Face train split with --tiny
 
@@ -101,47 +107,91 @@ def load_hf_stories(*, tiny: bool, loader: Callable | None = None) -> list[str]:
         loader: stand-in for ``datasets.load_dataset`` (tests pass a local fake).
 
     Raises:
-        RuntimeError: the hub is unreachable; the message names ``--from`` and ``$G2C_TINYSTORIES``.
+        RuntimeError: the hub is unreachable; the message names ``--from``, ``$G2C_TINYSTORIES``
+            and the shipped sample (``./datasets.sh`` without ``--hub``).
     """
     if loader is None:
         if not _hub_reachable():
             raise RuntimeError(
-                "no TinyStories source: the Hugging Face hub is unreachable from this machine. "
-                "Pass a local file with `./datasets.sh --from PATH` or set $G2C_TINYSTORIES "
-                "(for example ../shared/data/tinystories/tinystories-collected.txt.xz).")
+                "--hub: the Hugging Face hub is unreachable from this machine. "
+                "Pass a local file with `./datasets.sh --from PATH` or set $G2C_TINYSTORIES, "
+                f"or drop --hub to use the TinyStories sample shipped in artifacts/corpora/{CORPUS}.")
         from datasets import load_dataset as loader
     split = f"train[:{TINY_STORIES}]" if tiny else "train"
     ds = loader(HF_DATASET, split=split)
     return [s.strip() for s in ds["text"] if s and s.strip()]
 
 
-def prepare(source: str | Path | None = None, *, tiny: bool = False, force: bool = False,
-            out_dir: Path = DATA_DIR, hf_loader: Callable | None = None, log=print) -> dict:
+def _describe(src: dict) -> str:
+    kind = src.get("kind")
+    if kind == "artifact":
+        return f"the shipped {src.get('name', CORPUS)} artifact"
+    if kind == "huggingface":
+        return f"the Hugging Face dataset {src.get('dataset', HF_DATASET)}" + (" (--tiny)" if src.get("tiny") else "")
+    return str(src.get("path", "a local file"))
+
+
+def prepare(source: str | Path | None = None, *, tiny: bool = False, hub: bool = False, force: bool = False,
+            out_dir: Path = DATA_DIR, hf_loader: Callable | None = None, corpus_root: Path | None = None,
+            log=print) -> dict:
     """Write the train/validation split and its manifest; a no-op when already done.
 
     Args:
-        source: a local file, else ``$G2C_TINYSTORIES``, else the Hugging Face dataset.
-        tiny: with the Hugging Face source, only its first ``TINY_STORIES`` stories.
-        force: redo even if the manifest says the same source was already prepared.
+        source: a local file, else ``$G2C_TINYSTORIES``; without either (and without ``hub``)
+            the TinyStories sample shipped as the artifact ``artifacts/corpora/TinyStories-sample``.
+        tiny: with the Hugging Face source, only its first ``TINY_STORIES`` stories (the shipped
+            sample has 8,051 stories either way).
+        hub: read the Hugging Face dataset ``roneneldan/TinyStories`` (needs network).
+        force: redo even if the data is already prepared.
         out_dir: where to write (default ``data/tinystories``).
+        corpus_root: artifacts root holding the shipped sample (tests; default ``artifacts/``).
+
+    Without a source or ``hub``, intact prepared data is kept whatever it was prepared from
+    (nothing to do); with one, it is redone when the source differs.
 
     Returns:
         the manifest dict (``"skipped": True`` when nothing was done).
+
+    Raises:
+        ValueError: both a file (``--from``/``$G2C_TINYSTORIES``) and ``hub``; pick one.
+        FileNotFoundError: the file source does not exist, or the shipped sample is missing or
+            corrupted (the message says to run ``./checkpoints.sh``, which restores it).
+        RuntimeError: ``hub`` and the hub is unreachable (see ``load_hf_stories``).
     """
     source = source or os.environ.get("G2C_TINYSTORIES") or None
+    explicit = source is not None or hub
+    if source and hub:
+        raise ValueError(f"two TinyStories sources: the file {source} (--from or $G2C_TINYSTORIES) and --hub; "
+                         "pick one (unset G2C_TINYSTORIES to use --hub)")
     out_dir = Path(out_dir)
     manifest_path = out_dir / "manifest.json"
     if source and not Path(source).is_file():
         raise FileNotFoundError(f"TinyStories source {source} does not exist")
-    src_id = {"kind": "file", "path": str(Path(source).resolve()), "sha256": sha256_file(Path(source))} \
-        if source else {"kind": "huggingface", "dataset": HF_DATASET, "tiny": tiny}
+    if source:
+        src_id = {"kind": "file", "path": str(Path(source).resolve()), "sha256": sha256_file(Path(source))}
+    elif hub:
+        src_id = {"kind": "huggingface", "dataset": HF_DATASET, "tiny": tiny}
+    else:
+        try:
+            source = corpus_path(CORPUS, root=corpus_root)
+        except ArtifactError as exc:
+            raise FileNotFoundError(f"the shipped TinyStories sample is unusable ({exc}). Run ./checkpoints.sh to "
+                                    "restore it, or pass a file with --from PATH") from exc
+        rel = source.relative_to(REPO_ROOT).as_posix() if source.is_relative_to(REPO_ROOT) else str(source)
+        src_id = {"kind": "artifact", "name": CORPUS, "path": rel, "sha256": sha256_file(source)}
     if manifest_path.exists() and not force:
-        old = json.loads(manifest_path.read_text())
-        same = old.get("source", {}).get("sha256") == src_id.get("sha256") if source else \
-            old.get("source", {}).get("kind") == "huggingface" and old["source"].get("tiny") == tiny
-        files_ok = all((out_dir / f).exists() and sha256_file(out_dir / f) == h for f, h in old["files"].items())
-        if same and files_ok:
-            log(f"datasets: {out_dir} already prepared from this source "
+        try:
+            old = json.loads(manifest_path.read_text())
+            old_src = old.get("source", {})
+            files_ok = all((out_dir / f).exists() and sha256_file(out_dir / f) == h for f, h in old["files"].items())
+        except (json.JSONDecodeError, KeyError, AttributeError, TypeError):
+            old, old_src, files_ok = {}, {}, False
+        if "sha256" in src_id:
+            same = old_src.get("sha256") == src_id["sha256"]
+        else:
+            same = old_src.get("kind") == "huggingface" and old_src.get("tiny") == tiny
+        if files_ok and (same or not explicit):
+            log(f"datasets: {out_dir} already prepared from {_describe(old_src)} "
                 f"({old['train_stories']} train / {old['val_stories']} val stories); nothing to do (--force redoes it)")
             return {**old, "skipped": True}
     t0 = time.time()
@@ -164,7 +214,8 @@ def prepare(source: str | Path | None = None, *, tiny: bool = False, force: bool
         "files": files,
     }
     manifest_path.write_text(json.dumps(manifest, indent=2) + "\n")
-    log(f"datasets: wrote {len(train)} train / {len(val)} val stories to {out_dir} in {time.time() - t0:.1f}s")
+    log(f"datasets: wrote {len(train)} train / {len(val)} val stories to {out_dir} in {time.time() - t0:.1f}s "
+        f"(from {_describe(src_id)})")
     return manifest
 
 
@@ -176,8 +227,8 @@ def load_split_text(split: str, *, data_dir: Path = DATA_DIR) -> list[str]:
     """
     path = Path(data_dir) / f"{split}.txt"
     if not path.exists():
-        raise FileNotFoundError(f"{path} is missing: run ./datasets.sh --tiny --from PATH first "
-                                "(on course machines PATH is ../shared/data/tinystories/tinystories-collected.txt.xz)")
+        raise FileNotFoundError(f"{path} is missing: run ./datasets.sh first (it prepares the TinyStories sample "
+                                "shipped in artifacts/, offline)")
     return read_stories(path)
 
 
@@ -232,13 +283,25 @@ def load_token_stream(split: str, *, data_dir: Path = DATA_DIR) -> np.memmap:
 
 
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(prog="./datasets.sh", description="Prepare TinyStories under data/tinystories.")
-    ap.add_argument("--tiny", action="store_true", help=f"Hugging Face source: only the first {TINY_STORIES} stories")
+    ap = argparse.ArgumentParser(
+        prog="./datasets.sh", formatter_class=argparse.RawDescriptionHelpFormatter,
+        description="Prepare TinyStories under data/tinystories: a train/validation split by story hash, "
+                    "then uint16 token streams once the StoryTokenizer exists.",
+        epilog=f"""sources, first match wins:
+  --from PATH or $G2C_TINYSTORIES   a local .txt or .txt.xz file (stories separated by a line <|endoftext|>)
+  --hub                             the Hugging Face dataset {HF_DATASET} (network; with --tiny its
+                                    first {TINY_STORIES:,} stories)
+  (default)                         the TinyStories sample shipped in artifacts/corpora/{CORPUS}
+                                    (8,051 stories, CDLA-Sharing-1.0; offline)
+Already prepared data is kept ("nothing to do"); --force redoes it.""")
+    ap.add_argument("--tiny", action="store_true",
+                    help=f"with --hub: only the first {TINY_STORIES:,} stories (the shipped sample is small already)")
     ap.add_argument("--from", dest="source", help="local .txt or .txt.xz file (default: $G2C_TINYSTORIES)")
+    ap.add_argument("--hub", action="store_true", help=f"download {HF_DATASET} from Hugging Face")
     ap.add_argument("--force", action="store_true", help="redo the split and the token cache")
     args = ap.parse_args(argv)
     try:
-        manifest = prepare(args.source, tiny=args.tiny, force=args.force)
+        manifest = prepare(args.source, tiny=args.tiny, hub=args.hub, force=args.force)
     except (FileNotFoundError, ValueError, RuntimeError) as exc:
         print(f"datasets: error: {exc}", file=sys.stderr)
         return 1

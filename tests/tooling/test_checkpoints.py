@@ -37,7 +37,8 @@ def flip_byte(path: Path, offset: int = -1) -> None:
 
 
 def fill(root: Path, tag: bytes = b"v1") -> Path:
-    """A complete artifacts tree: the real tokenizer and three stand-in models (bytes, not weights)."""
+    """A complete artifacts tree: the real corpus and tokenizer, three stand-in models (bytes, not weights)."""
+    shutil.copytree(artifact_dir("TinyStories-sample"), artifact_dir("TinyStories-sample", root))
     shutil.copytree(artifact_dir("StoryTokenizer"), artifact_dir("StoryTokenizer", root))
     for name in model_names():
         write_artifact(name, {"model.safetensors": tag + name.encode() * 50, "config.json": b"{}"},
@@ -76,12 +77,13 @@ def test_verify_all_ok_prints_one_line_each(capsys, mirror):
     rc, out, _ = run(capsys, "--root", mirror)
     assert rc == 0
     lines = out.splitlines()
-    assert [line.split()[0] for line in lines[:4]] == ["StoryTokenizer", *model_names()]
-    assert all(line.split()[1] == "OK" for line in lines[:4])
-    assert "vocab 4096" in lines[0]
-    assert "val_loss 3.5000" in lines[1] and "val_loss 2.0000" in lines[3]
-    assert "KB" in lines[0]
-    assert "4/4 artifacts OK" in out
+    assert [line.split()[0] for line in lines[:5]] == ["TinyStories-sample", "StoryTokenizer", *model_names()]
+    assert all(line.split()[1] == "OK" for line in lines[:5])
+    assert "8,051 stories, CDLA-Sharing-1.0" in lines[0] and "MB" in lines[0]
+    assert "vocab 4096" in lines[1]
+    assert "val_loss 3.5000" in lines[2] and "val_loss 2.0000" in lines[4]
+    assert "KB" in lines[1]
+    assert "5/5 artifacts OK" in out
 
 
 def test_verify_corrupt_reports_and_fails(capsys, mirror):
@@ -91,14 +93,14 @@ def test_verify_corrupt_reports_and_fails(capsys, mirror):
     line = next(line for line in out.splitlines() if line.startswith("StoryLM-5M"))
     assert line.split()[1] == "CORRUPT"
     assert "checksum mismatch" in err and "--from DIR" in err and "$G2C_ARTIFACTS_URL" in err
-    assert "3/4 artifacts OK" in err
+    assert "4/5 artifacts OK" in err
 
 
 def test_verify_missing_reports_and_fails(capsys, mirror):
     shutil.rmtree(artifact_dir("StoryLM-30M", mirror))
     rc, out, err = run(capsys, "--root", mirror)
     assert rc == 1
-    assert "StoryLM-30M     MISSING" in out
+    assert "StoryLM-30M        MISSING" in out
     assert "./checkpoints.sh --train StoryLM-30M" in err
 
 
@@ -109,9 +111,36 @@ def test_verify_selected_names_case_insensitive(capsys, mirror):
     assert [line.split()[0] for line in out.splitlines()[:2]] == ["StoryTokenizer", "StoryLM-1M"]
 
 
+def test_verify_shipped_corpus(capsys):
+    rc, out, _ = run(capsys, "tinystories-sample")
+    assert rc == 0 and out.startswith("TinyStories-sample OK")
+    manifest = verify_artifact("TinyStories-sample")
+    assert manifest["kind"] == "corpus" and manifest["license"] == "CDLA-Sharing-1.0"
+    assert set(manifest["files"]) == {"tinystories-collected.txt.xz", "LICENSE.md"}
+    licence = (artifact_dir("TinyStories-sample") / "LICENSE.md").read_text(encoding="utf-8")
+    for words in ("CDLA-Sharing-1.0", "Ronen Eldan", "Yuanzhi Li", "arXiv:2305.07759", "roneneldan/TinyStories"):
+        assert words in licence
+
+
+def test_verify_repairs_a_corrupted_corpus_from_a_mirror(capsys, mirror, tmp_path):
+    root = fill(tmp_path / "root")
+    flip_byte(artifact_dir("TinyStories-sample", root) / "tinystories-collected.txt.xz", 100)
+    rc, out, err = run(capsys, "--root", root)
+    assert rc == 1 and "TinyStories-sample CORRUPT" in out and "checksum mismatch" in err
+    assert "--train TinyStories-sample" not in err  # data is restored, never trained
+    rc, out, _ = run(capsys, "--root", root, "--from", mirror)
+    assert rc == 0 and "was CORRUPT: installed from" in out
+    verify_artifact("TinyStories-sample", root)
+
+
+def test_train_refuses_the_corpus(capsys):
+    rc, _, err = run(capsys, "--train", "TinyStories-sample")
+    assert rc == 2 and "is data, not trained" in err
+
+
 def test_verify_shipped_tokenizer(capsys):
     rc, out, _ = run(capsys, "StoryTokenizer")
-    assert rc == 0 and out.startswith("StoryTokenizer  OK")
+    assert rc == 0 and out.startswith("StoryTokenizer     OK")
 
 
 def test_unknown_name_lists_names(capsys, mirror):
@@ -127,7 +156,7 @@ def test_from_installs_everything(capsys, mirror, root):
     assert rc == 0, out
     for name in checkpoints.all_names():
         assert verify_artifact(name, root)["files"] == verify_artifact(name, mirror)["files"]
-    assert out.count(f"installed from {mirror}") == 4
+    assert out.count(f"installed from {mirror}") == 5
     assert not [p for p in (root / "models").iterdir() if p.name.startswith(".")]  # no temp folder left
 
 
@@ -147,7 +176,7 @@ def test_from_refuses_to_overwrite_verified_without_force(capsys, mirror, tmp_pa
     mine = weights(root)
     rc, out, _ = run(capsys, "--root", root, "--from", mirror)
     assert rc == 0
-    assert out.count("already installed and verified; --force replaces it") == 4
+    assert out.count("already installed and verified; --force replaces it") == 5
     assert weights(root) == mine
     rc, out, _ = run(capsys, "--root", root, "--from", mirror, "--force")
     assert rc == 0
@@ -159,7 +188,7 @@ def test_from_repairs_a_corrupted_install_without_force(capsys, mirror, tmp_path
     flip_byte(artifact_dir("StoryLM-1M", root) / "model.safetensors")
     rc, out, _ = run(capsys, "--root", root, "--from", mirror)
     assert rc == 0
-    assert "StoryLM-1M      OK" in out
+    assert "StoryLM-1M         OK" in out
     verify_artifact("StoryLM-1M", root)
 
 
@@ -205,7 +234,7 @@ def test_url_downloads_missing_artifacts_over_http(capsys, monkeypatch, server, 
     monkeypatch.setenv(checkpoints.URL_ENV, server + "/")
     rc, out, _ = run(capsys, "--root", root)
     assert rc == 0, out
-    assert out.count(f"downloaded from {server}/") == 4
+    assert out.count(f"downloaded from {server}/") == 5
     assert weights(root, "StoryLM-30M") == weights(mirror, "StoryLM-30M")
 
 
@@ -238,7 +267,7 @@ def test_url_missing_artifact_on_server(capsys, monkeypatch, server, mirror, roo
     monkeypatch.setenv(checkpoints.URL_ENV, server)
     rc, out, err = run(capsys, "--root", root)
     assert rc == 1
-    assert "StoryLM-5M      MISSING" in out and "404" in err
+    assert "StoryLM-5M         MISSING" in out and "404" in err
 
 
 def test_url_manifest_with_unsafe_file_name_is_rejected(tmp_path, root):

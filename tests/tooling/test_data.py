@@ -184,10 +184,10 @@ def test_prepare_from_hub_with_a_stand_in(tmp_path, monkeypatch):
     monkeypatch.delenv("G2C_TINYSTORIES", raising=False)
     out = tmp_path / "out"
     calls = []
-    manifest = prepare(tiny=True, out_dir=out, hf_loader=fake_loader(calls), log=quiet)
+    manifest = prepare(tiny=True, hub=True, out_dir=out, hf_loader=fake_loader(calls), log=quiet)
     assert manifest["source"] == {"kind": "huggingface", "dataset": "roneneldan/TinyStories", "tiny": True}
     assert manifest["train_stories"] + manifest["val_stories"] == data.TINY_STORIES
-    again = prepare(tiny=True, out_dir=out, hf_loader=fake_loader(calls), log=quiet)
+    again = prepare(tiny=True, hub=True, out_dir=out, hf_loader=fake_loader(calls), log=quiet)
     assert again["skipped"] is True and len(calls) == 1
 
 
@@ -195,8 +195,8 @@ def test_hub_unreachable_fails_fast_naming_the_fixes(tmp_path, monkeypatch):
     monkeypatch.delenv("G2C_TINYSTORIES", raising=False)
     monkeypatch.setattr(data, "_hub_reachable", lambda *a, **k: False)
     t0 = time.monotonic()
-    with pytest.raises(RuntimeError, match=r"--from PATH.*\$G2C_TINYSTORIES"):
-        prepare(tiny=True, out_dir=tmp_path / "out", log=quiet)
+    with pytest.raises(RuntimeError, match=r"--hub: .*unreachable.*--from PATH.*\$G2C_TINYSTORIES.*drop --hub"):
+        prepare(tiny=True, hub=True, out_dir=tmp_path / "out", log=quiet)
     assert time.monotonic() - t0 < 2.0
     assert not (tmp_path / "out" / "manifest.json").exists()
 
@@ -207,8 +207,63 @@ def test_main_reports_unreachable_hub(tmp_path, monkeypatch, capsys):
     # main() writes to prepare's default out_dir (the real data/); point it at tmp_path.
     orig = data.prepare
     monkeypatch.setattr(data, "prepare", lambda *a, **k: orig(*a, **{**k, "out_dir": tmp_path / "out"}))
-    assert data.main(["--tiny"]) == 1
+    assert data.main(["--hub", "--tiny"]) == 1
     assert "--from" in capsys.readouterr().err
+
+
+# -- the embedded default: the shipped TinyStories sample -------------------------------------
+
+SAMPLE_SPLIT = (7639, 412)  # train / validation stories of the 8,051-story sample under the hash rule
+
+
+def test_prepare_defaults_to_the_shipped_sample(tmp_path, monkeypatch):
+    monkeypatch.delenv("G2C_TINYSTORIES", raising=False)
+    monkeypatch.setattr(data, "load_hf_stories", lambda **k: pytest.fail("the default must not touch the hub"))
+    out = tmp_path / "out"
+    manifest = prepare(tiny=True, out_dir=out, log=quiet)
+    assert manifest["source"]["kind"] == "artifact" and manifest["source"]["name"] == "TinyStories-sample"
+    assert manifest["source"]["path"] == "artifacts/corpora/TinyStories-sample/tinystories-collected.txt.xz"
+    assert manifest["source"]["sha256"] == "23b05fe79927eae342760007432a059eb29c0a05ff3df34ea7f4f9eb710cb65e"
+    assert (manifest["train_stories"], manifest["val_stories"]) == SAMPLE_SPLIT
+
+
+def test_prepared_data_is_kept_without_an_explicit_source(corpus, tmp_path, monkeypatch):
+    monkeypatch.delenv("G2C_TINYSTORIES", raising=False)
+    out = tmp_path / "out"
+    prepare(corpus, out_dir=out, log=quiet)
+    lines = []
+    again = prepare(out_dir=out, log=lines.append)  # no source: keep what is there
+    assert again["skipped"] is True and again["source"]["path"] == str(corpus.resolve())
+    assert "nothing to do" in lines[0] and str(corpus.resolve()) in lines[0]
+
+
+def test_prepared_data_with_hub_is_kept_offline(corpus, tmp_path, monkeypatch):
+    monkeypatch.delenv("G2C_TINYSTORIES", raising=False)
+    monkeypatch.setattr(data, "_hub_reachable", lambda *a, **k: False)
+    out = tmp_path / "out"
+    prepare(tiny=True, hub=True, out_dir=out, hf_loader=fake_loader([]), log=quiet)
+    assert prepare(tiny=True, hub=True, out_dir=out, log=quiet)["skipped"] is True  # no network needed
+    assert prepare(tiny=True, out_dir=out, log=quiet)["skipped"] is True
+
+
+def test_prepare_file_and_hub_together_is_an_error(corpus, tmp_path):
+    with pytest.raises(ValueError, match="pick one"):
+        prepare(corpus, hub=True, out_dir=tmp_path / "out", log=quiet)
+
+
+def test_prepare_corrupted_sample_names_checkpoints_sh(tmp_path, monkeypatch):
+    import shutil
+
+    from g2c.assets.artifacts import artifact_dir
+
+    monkeypatch.delenv("G2C_TINYSTORIES", raising=False)
+    shutil.copytree(artifact_dir("TinyStories-sample"), artifact_dir("TinyStories-sample", tmp_path / "arts"))
+    xz = artifact_dir("TinyStories-sample", tmp_path / "arts") / "tinystories-collected.txt.xz"
+    raw = bytearray(xz.read_bytes())
+    raw[-100] ^= 0xFF
+    xz.write_bytes(bytes(raw))
+    with pytest.raises(FileNotFoundError, match=r"checksum mismatch.*Run \./checkpoints\.sh to restore it"):
+        prepare(out_dir=tmp_path / "out", corpus_root=tmp_path / "arts", log=quiet)
 
 
 # -- the token cache --------------------------------------------------------------------------

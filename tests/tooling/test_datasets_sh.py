@@ -11,7 +11,7 @@ REPO_ROOT = Path(__file__).resolve().parent.parent.parent
 
 
 @pytest.mark.parametrize("script, words", [
-    ("datasets.sh", ("--tiny", "--from", "--force", "G2C_TINYSTORIES")),
+    ("datasets.sh", ("--tiny", "--from", "--hub", "--force", "G2C_TINYSTORIES", "TinyStories-sample")),
     ("checkpoints.sh", ("--train", "--from", "--force", "G2C_ARTIFACTS_URL")),
 ])
 def test_script_help_exits_zero(script, words):
