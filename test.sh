@@ -1,10 +1,14 @@
 #!/usr/bin/env bash
-# The whole check, as CI runs it:
-#   ./test.sh                      ruff, scaffold freshness, scaffold contract,
+# Students (you edited exercise files under g2c/):
+#   ./test.sh                      grade YOUR code for the modules you worked on, per module
+#                                  (the author-only checks are skipped; nothing is modified)
+#   ./test.sh --progress           table of every module: tests passed / total on your code
+#   ./test.sh tests/test_nn.py     just `pytest tests/test_nn.py` on YOUR code (no solutions
+#                                  applied unless you export G2C_APPLY_SOLUTIONS yourself)
+# Authors and CI (the scaffolds are as generated, e.g. a clean clone):
+#   ./test.sh                      the whole check: ruff, scaffold freshness, scaffold contract,
 #                                  full suite with every solution applied, clean notebooks
-#   ./test.sh tests/test_nn.py     just `pytest tests/test_nn.py` on YOUR code
-#                                  (student mode: no solutions applied unless you
-#                                  export G2C_APPLY_SOLUTIONS yourself)
+#   ./test.sh --author             the whole check even with edited exercise files
 set -euo pipefail
 cd "$(dirname "$0")"
 
@@ -14,15 +18,32 @@ if [ ! -x "$PY" ]; then
     exit 1
 fi
 
-if [ "$#" -gt 0 ]; then
-    exec "$PY" -m pytest "$@"
-fi
-
 if [ -f artifacts/.require ]; then
     export G2C_REQUIRE_ARTIFACTS=1
 fi
 
+author=""
+case "${1:-}" in
+    --progress) exec env G2C_QUIET=1 "$PY" -m g2c.course progress ;;
+    --author) author=1; shift ;;
+esac
+
+if [ "$#" -gt 0 ]; then
+    exec "$PY" -m pytest "$@"
+fi
+
 step() { printf '\n==> %s\n' "$*"; }
+
+if [ -z "$author" ]; then
+    worked="$(G2C_QUIET=1 "$PY" -m g2c.course worked)"
+    if [ -n "$worked" ]; then
+        echo "student mode: you edited exercise files of module(s) ${worked// /, }; skipping the author-only" \
+             "checks (ruff, scaffold freshness, scaffold contract, suite with solutions, notebooks; ./test.sh --author runs them)"
+        step "your modules on your own code: python -m g2c.course grade ${worked}"
+        # shellcheck disable=SC2086
+        exec env G2C_QUIET=1 "$PY" -m g2c.course grade $worked
+    fi
+fi
 
 step "ruff check ."
 "$PY" -m ruff check .

@@ -46,8 +46,10 @@ def causal_mask(num_queries: int, num_keys: int | None = None, *, device=None) -
         raise ValueError(f"causal_mask needs 1 <= num_queries <= num_keys, got {num_queries}, {num_keys}")
     # TODO: implement this (module 07, see docs/modules/07-causal-attention.md).
     raise NotImplementedError(
-        "module 07: causal_mask in g2c/attention/causal.py is not implemented yet. "
-        "Write it, or run with G2C_APPLY_SOLUTIONS=07 to use the reference solution."
+        "module 07: causal_mask in g2c/attention/causal.py is not implemented yet. Write it (see "
+        "docs/modules/07-causal-attention.md); G2C_APPLY_SOLUTIONS=01-06 applies the reference solutions of the "
+        "modules before 07 and keeps your own code. Working on a later module? Apply only the modules before yours "
+        "(G2C_APPLY_SOLUTIONS=01-11 for specdec): python -m g2c.course prereqs ID prints the selector."
     )
 
 
@@ -77,8 +79,10 @@ def scaled_dot_product_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tens
         raise ValueError(f"attention shapes do not fit: q {tuple(q.shape)}, k {tuple(k.shape)}, v {tuple(v.shape)}")
     # TODO: implement this (module 07, see docs/modules/07-causal-attention.md).
     raise NotImplementedError(
-        "module 07: scaled_dot_product_attention in g2c/attention/causal.py is not implemented yet. "
-        "Write it, or run with G2C_APPLY_SOLUTIONS=07 to use the reference solution."
+        "module 07: scaled_dot_product_attention in g2c/attention/causal.py is not implemented yet. Write it (see "
+        "docs/modules/07-causal-attention.md); G2C_APPLY_SOLUTIONS=01-06 applies the reference solutions of the "
+        "modules before 07 and keeps your own code. Working on a later module? Apply only the modules before yours "
+        "(G2C_APPLY_SOLUTIONS=01-11 for specdec): python -m g2c.course prereqs ID prints the selector."
     )
 
 
@@ -115,6 +119,8 @@ class CausalSelfAttention(Module):
         """
         # TODO: implement this (module 07, see docs/modules/07-causal-attention.md).
         raise NotImplementedError(
-            "module 07: CausalSelfAttention.forward in g2c/attention/causal.py is not implemented yet. "
-            "Write it, or run with G2C_APPLY_SOLUTIONS=07 to use the reference solution."
+            "module 07: CausalSelfAttention.forward in g2c/attention/causal.py is not implemented yet. Write it (see "
+            "docs/modules/07-causal-attention.md); G2C_APPLY_SOLUTIONS=01-06 applies the reference solutions of the "
+            "modules before 07 and keeps your own code. Working on a later module? Apply only the modules before "
+            "yours (G2C_APPLY_SOLUTIONS=01-11 for specdec): python -m g2c.course prereqs ID prints the selector."
         )

@@ -34,8 +34,10 @@ def split_heads(x: torch.Tensor, num_heads: int) -> torch.Tensor:
         raise ValueError(f"split_heads needs (B, T, D) with D divisible by H={num_heads}; got {tuple(x.shape)}")
     # TODO: implement this (module 08, see docs/modules/08-multihead-attention.md).
     raise NotImplementedError(
-        "module 08: split_heads in g2c/attention/multihead.py is not implemented yet. "
-        "Write it, or run with G2C_APPLY_SOLUTIONS=08 to use the reference solution."
+        "module 08: split_heads in g2c/attention/multihead.py is not implemented yet. Write it (see "
+        "docs/modules/08-multihead-attention.md); G2C_APPLY_SOLUTIONS=01-07 applies the reference solutions of the "
+        "modules before 08 and keeps your own code. Working on a later module? Apply only the modules before yours "
+        "(G2C_APPLY_SOLUTIONS=01-11 for specdec): python -m g2c.course prereqs ID prints the selector."
     )
 
 
@@ -48,8 +50,10 @@ def merge_heads(x: torch.Tensor) -> torch.Tensor:
     """
     # TODO: implement this (module 08, see docs/modules/08-multihead-attention.md).
     raise NotImplementedError(
-        "module 08: merge_heads in g2c/attention/multihead.py is not implemented yet. "
-        "Write it, or run with G2C_APPLY_SOLUTIONS=08 to use the reference solution."
+        "module 08: merge_heads in g2c/attention/multihead.py is not implemented yet. Write it (see "
+        "docs/modules/08-multihead-attention.md); G2C_APPLY_SOLUTIONS=01-07 applies the reference solutions of the "
+        "modules before 08 and keeps your own code. Working on a later module? Apply only the modules before yours "
+        "(G2C_APPLY_SOLUTIONS=01-11 for specdec): python -m g2c.course prereqs ID prints the selector."
     )
 
 
@@ -102,6 +106,9 @@ class MultiHeadAttention(Module):
         """
         # TODO: implement this (module 08, see docs/modules/08-multihead-attention.md).
         raise NotImplementedError(
-            "module 08: MultiHeadAttention.forward in g2c/attention/multihead.py is not implemented yet. "
-            "Write it, or run with G2C_APPLY_SOLUTIONS=08 to use the reference solution."
+            "module 08: MultiHeadAttention.forward in g2c/attention/multihead.py is not implemented yet. Write it "
+            "(see docs/modules/08-multihead-attention.md); G2C_APPLY_SOLUTIONS=01-07 applies the reference solutions "
+            "of the modules before 08 and keeps your own code. Working on a later module? Apply only the modules "
+            "before yours (G2C_APPLY_SOLUTIONS=01-11 for specdec): python -m g2c.course prereqs ID prints the "
+            "selector."
         )

@@ -15,7 +15,10 @@ from .registry import (
     module_for_file,
     module_ids,
     parse_selection,
+    prerequisites,
+    prerequisites_selector,
 )
 
 __all__ = sorted(["MODULES", "REPO_ROOT", "SOLUTIONS_ENV", "SOLUTIONS_ROOT", "CourseModule", "get_module",
-                  "module_for_file", "module_ids", "parse_selection"])
+                  "module_for_file", "module_ids", "parse_selection", "prerequisites",
+                  "prerequisites_selector"])

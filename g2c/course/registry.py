@@ -29,6 +29,8 @@ class CourseModule:
         files: repo-relative paths of the ``g2c/`` files the module owns.
         lesson: repo-relative path of the lesson (markdown).
         notebook: repo-relative path of the clean notebook.
+        tests: repo-relative paths of the test files that own the module's contract
+            (``tests/test_<slug>.py`` for the numbered modules).
     """
 
     id: str
@@ -36,6 +38,7 @@ class CourseModule:
     files: tuple[str, ...]
     lesson: str
     notebook: str
+    tests: tuple[str, ...] = ()
 
     @property
     def number(self) -> int | None:
@@ -57,6 +60,7 @@ def _m(id: str, title: str, files: list[str], slug: str, lesson_dir: str = "modu
         lesson=(f"docs/{lesson_dir}/{id}-{slug}.md" if lesson_dir == "modules"
                 else f"docs/{lesson_dir}/{slug}.md"),
         notebook=f"notebooks/clean/{id}-{slug}.ipynb",
+        tests=(f"tests/test_{slug.replace('-', '_')}.py",),
     )
 
 
@@ -97,6 +101,7 @@ MODULES: tuple[CourseModule, ...] = (
                "g2c/specdec/mtp.py", "g2c/specdec/__main__.py"),
         lesson="docs/beyond/specdec.md",
         notebook="notebooks/clean/specdec-draft-and-verify.ipynb",
+        tests=("tests/test_specdec.py", "tests/test_specdec_properties.py"),
     ),
     CourseModule(
         id="specdec-sampling",
@@ -187,3 +192,38 @@ def parse_selection(spec: str | None) -> list[str]:
             "Use 'all', a comma list such as '09,11,specdec', or a range such as '01-11'."
         )
     return [i for i in module_ids() if i in chosen]
+
+
+def prerequisites(module_id: str) -> list[str]:
+    """The ids of every module before ``module_id`` in course order (what it builds on).
+
+    Raises:
+        ValueError: unknown id (the message lists the valid ids).
+    """
+    ids = module_ids()
+    return ids[:ids.index(get_module(module_id).id)]
+
+
+def prerequisites_selector(module_id: str) -> str:
+    """The shortest ``G2C_APPLY_SOLUTIONS`` value that selects exactly the modules before ``module_id``.
+
+    It applies the reference solutions of everything the module builds on and keeps the
+    student's own code for the module itself: ``"01-11"`` for specdec, ``"01-10"`` for 11,
+    ``"03"`` for 03b, ``"01-08,09"`` for 09b (a range would include 09b itself), ``""`` for 03.
+
+    Raises:
+        ValueError: unknown id.
+    """
+    wanted = prerequisites(module_id)
+    best = ",".join(wanted)
+    numbers = sorted({m.number for m in MODULES if m.number is not None})
+    for hi in numbers:
+        covered = parse_selection(f"01-{hi:02d}")
+        if not set(covered) <= set(wanted):
+            break
+        rest = [i for i in wanted if i not in covered]
+        candidate = ",".join([f"01-{hi:02d}", *rest])
+        if len(candidate) <= len(best):
+            best = candidate
+    assert parse_selection(best) == wanted, (module_id, best)
+    return best

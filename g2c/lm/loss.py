@@ -31,8 +31,10 @@ def log_softmax(logits: torch.Tensor) -> torch.Tensor:
     """
     # TODO: implement this (module 06, see docs/modules/06-lm.md).
     raise NotImplementedError(
-        "module 06: log_softmax in g2c/lm/loss.py is not implemented yet. "
-        "Write it, or run with G2C_APPLY_SOLUTIONS=06 to use the reference solution."
+        "module 06: log_softmax in g2c/lm/loss.py is not implemented yet. Write it (see docs/modules/06-lm.md); "
+        "G2C_APPLY_SOLUTIONS=01-05 applies the reference solutions of the modules before 06 and keeps your own code. "
+        "Working on a later module? Apply only the modules before yours (G2C_APPLY_SOLUTIONS=01-11 for specdec): "
+        "python -m g2c.course prereqs ID prints the selector."
     )
 
 
@@ -59,8 +61,10 @@ def cross_entropy(logits: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
                          f"and {tuple(targets.shape)}")
     # TODO: implement this (module 06, see docs/modules/06-lm.md).
     raise NotImplementedError(
-        "module 06: cross_entropy in g2c/lm/loss.py is not implemented yet. "
-        "Write it, or run with G2C_APPLY_SOLUTIONS=06 to use the reference solution."
+        "module 06: cross_entropy in g2c/lm/loss.py is not implemented yet. Write it (see docs/modules/06-lm.md); "
+        "G2C_APPLY_SOLUTIONS=01-05 applies the reference solutions of the modules before 06 and keeps your own code. "
+        "Working on a later module? Apply only the modules before yours (G2C_APPLY_SOLUTIONS=01-11 for specdec): "
+        "python -m g2c.course prereqs ID prints the selector."
     )
 
 
@@ -75,6 +79,8 @@ def perplexity(loss: float | torch.Tensor) -> float:
     """
     # TODO: implement this (module 06, see docs/modules/06-lm.md).
     raise NotImplementedError(
-        "module 06: perplexity in g2c/lm/loss.py is not implemented yet. "
-        "Write it, or run with G2C_APPLY_SOLUTIONS=06 to use the reference solution."
+        "module 06: perplexity in g2c/lm/loss.py is not implemented yet. Write it (see docs/modules/06-lm.md); "
+        "G2C_APPLY_SOLUTIONS=01-05 applies the reference solutions of the modules before 06 and keeps your own code. "
+        "Working on a later module? Apply only the modules before yours (G2C_APPLY_SOLUTIONS=01-11 for specdec): "
+        "python -m g2c.course prereqs ID prints the selector."
     )

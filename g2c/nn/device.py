@@ -38,8 +38,9 @@ def resolve_device(device: str | torch.device = "auto") -> torch.device:
     """
     # TODO: implement this (module 03, see docs/modules/03-nn.md).
     raise NotImplementedError(
-        "module 03: resolve_device in g2c/nn/device.py is not implemented yet. "
-        "Write it, or run with G2C_APPLY_SOLUTIONS=03 to use the reference solution."
+        "module 03: resolve_device in g2c/nn/device.py is not implemented yet. Write it (see docs/modules/03-nn.md); "
+        "this module builds on no other. Working on a later module? Apply only the modules before yours "
+        "(G2C_APPLY_SOLUTIONS=01-11 for specdec): python -m g2c.course prereqs ID prints the selector."
     )
 
 

@@ -61,8 +61,10 @@ class Linear(Module):
         """
         # TODO: implement this (module 03, see docs/modules/03-nn.md).
         raise NotImplementedError(
-            "module 03: Linear.forward in g2c/nn/layers.py is not implemented yet. "
-            "Write it, or run with G2C_APPLY_SOLUTIONS=03 to use the reference solution."
+            "module 03: Linear.forward in g2c/nn/layers.py is not implemented yet. Write it (see "
+            "docs/modules/03-nn.md); this module builds on no other. Working on a later module? Apply only the "
+            "modules before yours (G2C_APPLY_SOLUTIONS=01-11 for specdec): python -m g2c.course prereqs ID prints the"
+            " selector."
         )
 
 
@@ -108,8 +110,10 @@ class Embedding(Module):
         """
         # TODO: implement this (module 03, see docs/modules/03-nn.md).
         raise NotImplementedError(
-            "module 03: Embedding.forward in g2c/nn/layers.py is not implemented yet. "
-            "Write it, or run with G2C_APPLY_SOLUTIONS=03 to use the reference solution."
+            "module 03: Embedding.forward in g2c/nn/layers.py is not implemented yet. Write it (see "
+            "docs/modules/03-nn.md); this module builds on no other. Working on a later module? Apply only the "
+            "modules before yours (G2C_APPLY_SOLUTIONS=01-11 for specdec): python -m g2c.course prereqs ID prints the"
+            " selector."
         )
 
 
@@ -152,8 +156,10 @@ class LayerNorm(Module):
         """
         # TODO: implement this (module 03, see docs/modules/03-nn.md).
         raise NotImplementedError(
-            "module 03: LayerNorm.forward in g2c/nn/layers.py is not implemented yet. "
-            "Write it, or run with G2C_APPLY_SOLUTIONS=03 to use the reference solution."
+            "module 03: LayerNorm.forward in g2c/nn/layers.py is not implemented yet. Write it (see "
+            "docs/modules/03-nn.md); this module builds on no other. Working on a later module? Apply only the "
+            "modules before yours (G2C_APPLY_SOLUTIONS=01-11 for specdec): python -m g2c.course prereqs ID prints the"
+            " selector."
         )
 
 
@@ -179,8 +185,10 @@ class GELU(Module):
         """
         # TODO: implement this (module 03, see docs/modules/03-nn.md).
         raise NotImplementedError(
-            "module 03: GELU.forward in g2c/nn/layers.py is not implemented yet. "
-            "Write it, or run with G2C_APPLY_SOLUTIONS=03 to use the reference solution."
+            "module 03: GELU.forward in g2c/nn/layers.py is not implemented yet. Write it (see "
+            "docs/modules/03-nn.md); this module builds on no other. Working on a later module? Apply only the "
+            "modules before yours (G2C_APPLY_SOLUTIONS=01-11 for specdec): python -m g2c.course prereqs ID prints the"
+            " selector."
         )
 
 
@@ -226,6 +234,8 @@ class Dropout(Module):
         """
         # TODO: implement this (module 03, see docs/modules/03-nn.md).
         raise NotImplementedError(
-            "module 03: Dropout.forward in g2c/nn/layers.py is not implemented yet. "
-            "Write it, or run with G2C_APPLY_SOLUTIONS=03 to use the reference solution."
+            "module 03: Dropout.forward in g2c/nn/layers.py is not implemented yet. Write it (see "
+            "docs/modules/03-nn.md); this module builds on no other. Working on a later module? Apply only the "
+            "modules before yours (G2C_APPLY_SOLUTIONS=01-11 for specdec): python -m g2c.course prereqs ID prints the"
+            " selector."
         )

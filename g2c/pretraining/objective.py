@@ -77,8 +77,10 @@ def get_lm_batch(ids, batch_size: int, context: int, *,
         raise ValueError(f"stream of {n} ids is too short for windows of context={context} (needs {context + 1})")
     # TODO: implement this (module 09b, see docs/modules/09b-pretraining.md).
     raise NotImplementedError(
-        "module 09b: get_lm_batch in g2c/pretraining/objective.py is not implemented yet. "
-        "Write it, or run with G2C_APPLY_SOLUTIONS=09b to use the reference solution."
+        "module 09b: get_lm_batch in g2c/pretraining/objective.py is not implemented yet. Write it (see "
+        "docs/modules/09b-pretraining.md); G2C_APPLY_SOLUTIONS=01-08,09 applies the reference solutions of the "
+        "modules before 09b and keeps your own code. Working on a later module? Apply only the modules before yours "
+        "(G2C_APPLY_SOLUTIONS=01-11 for specdec): python -m g2c.course prereqs ID prints the selector."
     )
 
 
@@ -105,6 +107,8 @@ def lm_cross_entropy(logits: torch.Tensor, targets: torch.Tensor) -> torch.Tenso
                          f"got {tuple(logits.shape)} and {tuple(targets.shape)}")
     # TODO: implement this (module 09b, see docs/modules/09b-pretraining.md).
     raise NotImplementedError(
-        "module 09b: lm_cross_entropy in g2c/pretraining/objective.py is not implemented yet. "
-        "Write it, or run with G2C_APPLY_SOLUTIONS=09b to use the reference solution."
+        "module 09b: lm_cross_entropy in g2c/pretraining/objective.py is not implemented yet. Write it (see "
+        "docs/modules/09b-pretraining.md); G2C_APPLY_SOLUTIONS=01-08,09 applies the reference solutions of the "
+        "modules before 09b and keeps your own code. Working on a later module? Apply only the modules before yours "
+        "(G2C_APPLY_SOLUTIONS=01-11 for specdec): python -m g2c.course prereqs ID prints the selector."
     )

@@ -39,8 +39,10 @@ def apply_temperature(logits: torch.Tensor, temperature: float) -> torch.Tensor:
                          f"greedy), got {temperature}")
     # TODO: implement this (module 11, see docs/modules/11-sampling.md).
     raise NotImplementedError(
-        "module 11: apply_temperature in g2c/sampling/warpers.py is not implemented yet. "
-        "Write it, or run with G2C_APPLY_SOLUTIONS=11 to use the reference solution."
+        "module 11: apply_temperature in g2c/sampling/warpers.py is not implemented yet. Write it (see "
+        "docs/modules/11-sampling.md); G2C_APPLY_SOLUTIONS=01-10 applies the reference solutions of the modules "
+        "before 11 and keeps your own code. Working on a later module? Apply only the modules before yours "
+        "(G2C_APPLY_SOLUTIONS=01-11 for specdec): python -m g2c.course prereqs ID prints the selector."
     )
 
 
@@ -65,8 +67,10 @@ def top_k_filter(logits: torch.Tensor, k: int) -> torch.Tensor:
         raise ValueError(f"top_k must be >= 1, got {k}")
     # TODO: implement this (module 11, see docs/modules/11-sampling.md).
     raise NotImplementedError(
-        "module 11: top_k_filter in g2c/sampling/warpers.py is not implemented yet. "
-        "Write it, or run with G2C_APPLY_SOLUTIONS=11 to use the reference solution."
+        "module 11: top_k_filter in g2c/sampling/warpers.py is not implemented yet. Write it (see "
+        "docs/modules/11-sampling.md); G2C_APPLY_SOLUTIONS=01-10 applies the reference solutions of the modules "
+        "before 11 and keeps your own code. Working on a later module? Apply only the modules before yours "
+        "(G2C_APPLY_SOLUTIONS=01-11 for specdec): python -m g2c.course prereqs ID prints the selector."
     )
 
 
@@ -92,8 +96,10 @@ def top_p_filter(logits: torch.Tensor, p: float) -> torch.Tensor:
         raise ValueError(f"top_p must be in (0, 1], got {p}")
     # TODO: implement this (module 11, see docs/modules/11-sampling.md).
     raise NotImplementedError(
-        "module 11: top_p_filter in g2c/sampling/warpers.py is not implemented yet. "
-        "Write it, or run with G2C_APPLY_SOLUTIONS=11 to use the reference solution."
+        "module 11: top_p_filter in g2c/sampling/warpers.py is not implemented yet. Write it (see "
+        "docs/modules/11-sampling.md); G2C_APPLY_SOLUTIONS=01-10 applies the reference solutions of the modules "
+        "before 11 and keeps your own code. Working on a later module? Apply only the modules before yours "
+        "(G2C_APPLY_SOLUTIONS=01-11 for specdec): python -m g2c.course prereqs ID prints the selector."
     )
 
 
@@ -124,6 +130,8 @@ def apply_repetition_penalty(logits: torch.Tensor, previous_ids: torch.Tensor, p
         raise ValueError(f"repetition_penalty must be > 0, got {penalty}")
     # TODO: implement this (module 11, see docs/modules/11-sampling.md).
     raise NotImplementedError(
-        "module 11: apply_repetition_penalty in g2c/sampling/warpers.py is not implemented yet. "
-        "Write it, or run with G2C_APPLY_SOLUTIONS=11 to use the reference solution."
+        "module 11: apply_repetition_penalty in g2c/sampling/warpers.py is not implemented yet. Write it (see "
+        "docs/modules/11-sampling.md); G2C_APPLY_SOLUTIONS=01-10 applies the reference solutions of the modules "
+        "before 11 and keeps your own code. Working on a later module? Apply only the modules before yours "
+        "(G2C_APPLY_SOLUTIONS=01-11 for specdec): python -m g2c.course prereqs ID prints the selector."
     )

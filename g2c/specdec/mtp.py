@@ -107,8 +107,10 @@ class MTPHead(Module):
         """
         # TODO: implement this (module specdec, see docs/beyond/specdec.md).
         raise NotImplementedError(
-            "module specdec: MTPHead.forward in g2c/specdec/mtp.py is not implemented yet. "
-            "Write it, or run with G2C_APPLY_SOLUTIONS=specdec to use the reference solution."
+            "module specdec: MTPHead.forward in g2c/specdec/mtp.py is not implemented yet. Write it (see "
+            "docs/beyond/specdec.md); G2C_APPLY_SOLUTIONS=01-11 applies the reference solutions of the modules before"
+            " specdec and keeps your own code. Working on a later module? Apply only the modules before yours: python"
+            " -m g2c.course prereqs ID prints the selector."
         )
 
 
@@ -141,8 +143,10 @@ def mtp_loss(mtp_logits: torch.Tensor, token_ids: torch.Tensor) -> torch.Tensor:
         raise ValueError(f"mtp_loss needs T >= 3 tokens per row (a target two ahead), got T={token_ids.shape[1]}")
     # TODO: implement this (module specdec, see docs/beyond/specdec.md).
     raise NotImplementedError(
-        "module specdec: mtp_loss in g2c/specdec/mtp.py is not implemented yet. "
-        "Write it, or run with G2C_APPLY_SOLUTIONS=specdec to use the reference solution."
+        "module specdec: mtp_loss in g2c/specdec/mtp.py is not implemented yet. Write it (see "
+        "docs/beyond/specdec.md); G2C_APPLY_SOLUTIONS=01-11 applies the reference solutions of the modules before "
+        "specdec and keeps your own code. Working on a later module? Apply only the modules before yours: python -m "
+        "g2c.course prereqs ID prints the selector."
     )
 
 

@@ -202,8 +202,10 @@ class BPETokenizer:
             return cached
         # TODO: implement this (module 04, see docs/modules/04-tokenizer.md).
         raise NotImplementedError(
-            "module 04: BPETokenizer.bpe in g2c/tokenizer/bpe.py is not implemented yet. "
-            "Write it, or run with G2C_APPLY_SOLUTIONS=04 to use the reference solution."
+            "module 04: BPETokenizer.bpe in g2c/tokenizer/bpe.py is not implemented yet. Write it (see "
+            "docs/modules/04-tokenizer.md); G2C_APPLY_SOLUTIONS=01-03 applies the reference solutions of the modules "
+            "before 04 and keeps your own code. Working on a later module? Apply only the modules before yours "
+            "(G2C_APPLY_SOLUTIONS=01-11 for specdec): python -m g2c.course prereqs ID prints the selector."
         )
         self._cache[word] = parts
         return parts
@@ -232,8 +234,10 @@ class BPETokenizer:
             raise TypeError(f"encode expects str, got {type(text).__name__}")
         # TODO: implement this (module 04, see docs/modules/04-tokenizer.md).
         raise NotImplementedError(
-            "module 04: BPETokenizer.encode in g2c/tokenizer/bpe.py is not implemented yet. "
-            "Write it, or run with G2C_APPLY_SOLUTIONS=04 to use the reference solution."
+            "module 04: BPETokenizer.encode in g2c/tokenizer/bpe.py is not implemented yet. Write it (see "
+            "docs/modules/04-tokenizer.md); G2C_APPLY_SOLUTIONS=01-03 applies the reference solutions of the modules "
+            "before 04 and keeps your own code. Working on a later module? Apply only the modules before yours "
+            "(G2C_APPLY_SOLUTIONS=01-11 for specdec): python -m g2c.course prereqs ID prints the selector."
         )
 
     def encode_batch_fast(self, texts: list[str]) -> list[list[int]]:
@@ -267,6 +271,8 @@ class BPETokenizer:
                 raise ValueError(f"ids holds token id {i}, outside the vocabulary [0, {self.vocab_size})")
         # TODO: implement this (module 04, see docs/modules/04-tokenizer.md).
         raise NotImplementedError(
-            "module 04: BPETokenizer.decode in g2c/tokenizer/bpe.py is not implemented yet. "
-            "Write it, or run with G2C_APPLY_SOLUTIONS=04 to use the reference solution."
+            "module 04: BPETokenizer.decode in g2c/tokenizer/bpe.py is not implemented yet. Write it (see "
+            "docs/modules/04-tokenizer.md); G2C_APPLY_SOLUTIONS=01-03 applies the reference solutions of the modules "
+            "before 04 and keeps your own code. Working on a later module? Apply only the modules before yours "
+            "(G2C_APPLY_SOLUTIONS=01-11 for specdec): python -m g2c.course prereqs ID prints the selector."
         )

@@ -78,8 +78,10 @@ class AdamW:
         for p, st in zip(self.params, self.state):
             # TODO: implement this (module 03b, see docs/modules/03b-training.md).
             raise NotImplementedError(
-                "module 03b: AdamW.step in g2c/training/adamw.py is not implemented yet. "
-                "Write it, or run with G2C_APPLY_SOLUTIONS=03b to use the reference solution."
+                "module 03b: AdamW.step in g2c/training/adamw.py is not implemented yet. Write it (see "
+                "docs/modules/03b-training.md); G2C_APPLY_SOLUTIONS=03 applies the reference solutions of the modules"
+                " before 03b and keeps your own code. Working on a later module? Apply only the modules before yours "
+                "(G2C_APPLY_SOLUTIONS=01-11 for specdec): python -m g2c.course prereqs ID prints the selector."
             )
 
     def state_dict(self) -> dict:

@@ -40,6 +40,8 @@ def clip_grad_norm_(params, max_norm: float, *, eps: float = 1e-6) -> float:
         raise ValueError(f"clip_grad_norm_: max_norm must be > 0, got {max_norm}")
     # TODO: implement this (module 03b, see docs/modules/03b-training.md).
     raise NotImplementedError(
-        "module 03b: clip_grad_norm_ in g2c/training/clip.py is not implemented yet. "
-        "Write it, or run with G2C_APPLY_SOLUTIONS=03b to use the reference solution."
+        "module 03b: clip_grad_norm_ in g2c/training/clip.py is not implemented yet. Write it (see "
+        "docs/modules/03b-training.md); G2C_APPLY_SOLUTIONS=03 applies the reference solutions of the modules before "
+        "03b and keeps your own code. Working on a later module? Apply only the modules before yours "
+        "(G2C_APPLY_SOLUTIONS=01-11 for specdec): python -m g2c.course prereqs ID prints the selector."
     )

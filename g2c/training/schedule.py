@@ -46,6 +46,8 @@ def cosine_with_warmup(step: int, *, warmup_steps: int, max_steps: int, max_lr: 
                          f"max_steps={max_steps}, min_lr={min_lr}, max_lr={max_lr}")
     # TODO: implement this (module 03b, see docs/modules/03b-training.md).
     raise NotImplementedError(
-        "module 03b: cosine_with_warmup in g2c/training/schedule.py is not implemented yet. "
-        "Write it, or run with G2C_APPLY_SOLUTIONS=03b to use the reference solution."
+        "module 03b: cosine_with_warmup in g2c/training/schedule.py is not implemented yet. Write it (see "
+        "docs/modules/03b-training.md); G2C_APPLY_SOLUTIONS=03 applies the reference solutions of the modules before "
+        "03b and keeps your own code. Working on a later module? Apply only the modules before yours "
+        "(G2C_APPLY_SOLUTIONS=01-11 for specdec): python -m g2c.course prereqs ID prints the selector."
     )

@@ -74,6 +74,8 @@ class Block(Module):
         """
         # TODO: implement this (module 09, see docs/modules/09-transformer.md).
         raise NotImplementedError(
-            "module 09: Block.forward in g2c/transformer/block.py is not implemented yet. "
-            "Write it, or run with G2C_APPLY_SOLUTIONS=09 to use the reference solution."
+            "module 09: Block.forward in g2c/transformer/block.py is not implemented yet. Write it (see "
+            "docs/modules/09-transformer.md); G2C_APPLY_SOLUTIONS=01-08 applies the reference solutions of the "
+            "modules before 09 and keeps your own code. Working on a later module? Apply only the modules before "
+            "yours (G2C_APPLY_SOLUTIONS=01-11 for specdec): python -m g2c.course prereqs ID prints the selector."
         )

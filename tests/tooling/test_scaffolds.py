@@ -58,19 +58,56 @@ def test_scaffold_text_replaces_marked_blocks_keeping_indent():
     assert "math.sqrt" not in out and "x * 2" not in out
 
 
+def _message(rel: str) -> str:
+    namespace: dict = {}
+    exec(compile(scaffolds.scaffold_text("def f():\n    # BEGIN SOLUTION\n    return 1\n    # END SOLUTION\n", rel),
+                 rel, "exec"), namespace)
+    with pytest.raises(NotImplementedError) as exc:
+        namespace["f"]()
+    return str(exc.value)
+
+
 def test_scaffold_text_message_names_module_and_qualname():
-    out = scaffolds.scaffold_text(SOLUTION, REL)
-    assert "module 03: Thing.forward in g2c/nn/layers.py is not implemented yet." in out
-    assert "module 03: top in g2c/nn/layers.py" in out
-    assert "G2C_APPLY_SOLUTIONS=03" in out
-
-
-def test_scaffold_text_raises_not_implemented_when_run():
     namespace: dict = {}
     exec(compile(scaffolds.scaffold_text(SOLUTION, REL), REL, "exec"), namespace)
-    with pytest.raises(NotImplementedError, match=r"module 03: Thing\.forward .*G2C_APPLY_SOLUTIONS=03"):
+    with pytest.raises(NotImplementedError, match=r"^module 03: Thing\.forward in g2c/nn/layers\.py is not implemented "
+                                                  r"yet\. Write it \(see docs/modules/03-nn\.md\)"):
         namespace["Thing"]().forward(1)
+    with pytest.raises(NotImplementedError, match=r"^module 03: top in g2c/nn/layers\.py"):
+        namespace["top"](1)
     assert namespace["helper"](1) == 2
+
+
+@pytest.mark.parametrize("rel, selector", [
+    ("g2c/sampling/generate.py", "01-10"),       # module 11
+    ("g2c/transformer/model.py", "01-08"),       # module 09
+    ("g2c/pretraining/objective.py", "01-08,09"),  # module 09b: a range to 09 would select 09b itself
+    ("g2c/training/adamw.py", "03"),             # module 03b
+    ("g2c/specdec/verify.py", "01-11"),          # specdec
+])
+def test_scaffold_message_names_the_prerequisites_selector_and_keeps_own_code(rel, selector):
+    msg = _message(rel)
+    assert f"G2C_APPLY_SOLUTIONS={selector} applies the reference solutions of the modules before" in msg
+    assert "keeps your own code" in msg
+    module = msg.split(":")[0].split()[1]
+    assert f"G2C_APPLY_SOLUTIONS={module} " not in msg and f"G2C_APPLY_SOLUTIONS={module}." not in msg
+
+
+def test_scaffold_message_of_a_stack_module_names_the_specdec_selector():
+    # a student at specdec who has not written module 09 sees this message: it names 01-11
+    msg = _message("g2c/transformer/model.py")
+    assert "G2C_APPLY_SOLUTIONS=01-11 for specdec" in msg
+    assert "python -m g2c.course prereqs ID" in msg
+    assert "builds on no other" in _message("g2c/nn/layers.py")
+    for bad in ("=all", "=specdec", ",specdec"):
+        assert bad not in msg
+
+
+def test_scaffold_lines_fit_ruff_line_length():
+    for sol in sorted((REPO_ROOT / "solutions" / "g2c").rglob("*.py")):
+        rel = sol.relative_to(REPO_ROOT / "solutions").as_posix()
+        for line in scaffolds.scaffold_text(sol.read_text(encoding="utf-8"), rel).splitlines():
+            assert len(line) <= 120, (rel, line)
 
 
 def test_scaffold_text_keeps_everything_outside_markers():
@@ -134,6 +171,51 @@ def test_scaffolds_check_names_stale_file_and_regenerate_command(tmp_repo):
     assert "python scripts/scaffolds.py" in proc.stderr
     # --check writes nothing: the scaffold still matches the old solution
     assert (tmp_repo / REL).read_text() != scaffolds.scaffold_text(sol.read_text(), REL)
+
+
+def test_scaffolds_regenerates_a_previous_generation_without_force(tmp_repo):
+    assert _run(tmp_repo).returncode == 0
+    sol = tmp_repo / "solutions" / REL
+    sol.write_text(sol.read_text().replace("return x + 1", "return x + 2"))  # the answer key moves on
+    proc = _run(tmp_repo)
+    assert proc.returncode == 0, proc.stderr
+    assert (tmp_repo / REL).read_text() == scaffolds.scaffold_text(sol.read_text(), REL)
+    assert not (tmp_repo / ".g2c-backup").exists()
+
+
+def test_scaffolds_never_overwrites_an_edited_file_without_force(tmp_repo):
+    assert _run(tmp_repo).returncode == 0
+    mine = (tmp_repo / REL).read_text().replace("raise NotImplementedError(", "return x * 2  # mine\n        (", 1)
+    (tmp_repo / REL).write_text(mine)
+    proc = _run(tmp_repo)
+    assert proc.returncode == 1
+    assert "not overwritten" in proc.stderr and "g2c/nn/layers.py  (module 03)" in proc.stderr
+    assert "--force" in proc.stderr
+    assert (tmp_repo / REL).read_text() == mine
+    check = _run(tmp_repo, "--check")
+    assert check.returncode == 1 and "edited by hand" in check.stderr
+    assert (tmp_repo / REL).read_text() == mine
+
+    forced = _run(tmp_repo, "--force")
+    assert forced.returncode == 0, forced.stderr
+    backups = list((tmp_repo / ".g2c-backup").rglob("layers.py"))
+    assert len(backups) == 1 and backups[0].read_text() == mine
+    assert backups[0].relative_to(tmp_repo).as_posix() in forced.stdout  # says where
+    assert (tmp_repo / REL).read_text() == scaffolds.scaffold_text(SOLUTION, REL)
+
+
+def test_scaffolds_record_of_the_generation_is_checked(tmp_repo):
+    assert _run(tmp_repo).returncode == 0
+    (tmp_repo / "solutions" / "generated.json").write_text("{}\n")
+    proc = _run(tmp_repo, "--check")
+    assert proc.returncode == 1 and "solutions/generated.json" in proc.stderr
+
+
+def test_shipped_record_matches_the_scaffolds():
+    from g2c.course.scaffolds import read_record, status
+
+    assert read_record(), "solutions/generated.json is missing: run python scripts/scaffolds.py"
+    assert {s.state for s in status()} <= {"fresh", "edited"}
 
 
 def test_scaffolds_check_reports_missing_scaffold(tmp_repo):
