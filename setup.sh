@@ -38,4 +38,4 @@ fi
 echo "==> installing g2c (editable) with dev extras"
 "${PIP[@]}" install -q -e ".[dev]"
 
-echo "setup done. Now run ./test.sh"
+echo "setup done. Check your module: ./test.sh tests/test_nn.py (one module, your code) or ./test.sh --progress (all modules); README: Check your module"

@@ -20,6 +20,7 @@ import time
 from pathlib import Path
 
 from .registry import REPO_ROOT, SOLUTIONS_ENV, get_module, parse_selection
+from .scaffolds import stack_hints
 
 ENV_VAR = SOLUTIONS_ENV
 
@@ -99,6 +100,8 @@ def main(argv: list[str] | None = None) -> int:
     rel = path.relative_to(REPO_ROOT).as_posix() if path.is_relative_to(REPO_ROOT) else str(path)
     print(f"working copy: {rel}")
     print(f"solutions applied: {', '.join(selected) if selected else 'none'}")
+    for line in stack_hints(args.module_id, selected):
+        print(line)
     if args.no_launch:
         print("would run: " + (f"{ENV_VAR}={env[ENV_VAR]} " if selected else "") + " ".join(cmd))
         return 0

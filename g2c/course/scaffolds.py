@@ -187,3 +187,39 @@ def backup(path: Path, root: Path = REPO_ROOT, stamp: str | None = None) -> Path
     target.parent.mkdir(parents=True, exist_ok=True)
     shutil.copy2(path, target)
     return target
+
+
+def unfinished(module_id: str, root: Path = REPO_ROOT) -> bool:
+    """Whether a module's files still hold a generated exercise stub (an unwritten exercise)."""
+    from .registry import get_module
+
+    module = get_module(module_id)
+    stub = f'"module {module.id}: '
+    for rel in module.files:
+        path = root / rel
+        if path.is_file() and stub in path.read_text(encoding="utf-8", errors="replace"):
+            return True
+    return False
+
+
+def stack_hints(module_id: str, selected: list[str], root: Path = REPO_ROOT) -> list[str]:
+    """Advice for running ``module_id``'s notebook or tools with solutions ``selected``.
+
+    One line when a module before it still has unwritten exercises that ``selected`` does not
+    cover (naming the prerequisites selector, which keeps the student's own code), and one
+    when ``selected`` replaces the module's own code.
+    """
+    from .registry import get_module, prerequisites
+
+    module = get_module(module_id)
+    sel = prerequisites_selector(module.id)
+    lines = []
+    todo = [i for i in prerequisites(module.id) if i not in selected and unfinished(i, root)]
+    if todo:
+        lines.append(f"the modules before {module.id} are unfinished (unwritten exercises in {', '.join(todo)}): "
+                     f"use {SOLUTIONS_ENV}={sel} (./notebook.sh {module.id} --solutions={sel}), which applies "
+                     f"their reference solutions and keeps your own code for {module.id}")
+    if module.id in selected:
+        lines.append(f"note: this selection includes module {module.id} itself, so its reference solution "
+                     f"replaces your own code" + (f"; --solutions={sel} keeps yours" if sel else ""))
+    return lines
