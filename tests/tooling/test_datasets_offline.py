@@ -7,35 +7,27 @@ must fall back to the verified corpus artifact ``artifacts/corpora/TinyStories-s
 from __future__ import annotations
 
 import json
-import os
 import re
-import shutil
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
+from repo_copy import REPO_ROOT, copy_repo, env_for
 
-REPO_ROOT = Path(__file__).resolve().parent.parent.parent
 SHARED = "../" + "shared"  # spelled in two parts so this file does not match its own scan
-IGNORED = (".git", ".venv", "data", "runs", "__pycache__", ".pytest_cache", ".ruff_cache", ".hypothesis",
-           "*.egg-info", ".ipynb_checkpoints", ".g2c-backup", "work")
 
 
 @pytest.fixture(scope="module")
 def fresh_copy(tmp_path_factory) -> Path:
     parent = tmp_path_factory.mktemp("clone")
-    repo = parent / "g2c"
-    shutil.copytree(REPO_ROOT, repo, ignore=shutil.ignore_patterns(*IGNORED), symlinks=True)
-    (repo / ".venv").symlink_to(Path(sys.prefix), target_is_directory=True)
+    repo = copy_repo(parent)
     assert not (parent / "shared").exists() and not (repo / "data").exists()
     return repo
 
 
 def datasets_sh(repo: Path, *args: str) -> subprocess.CompletedProcess:
-    env = {k: v for k, v in os.environ.items() if k not in ("G2C_TINYSTORIES", "G2C_APPLY_SOLUTIONS")}
-    env.update(PYTHONPATH=str(repo), HF_HUB_OFFLINE="1", HF_DATASETS_OFFLINE="1")
-    return subprocess.run(["./datasets.sh", *args], cwd=repo, env=env, capture_output=True, text=True, timeout=600)
+    return subprocess.run(["./datasets.sh", *args], cwd=repo, env=env_for(repo), capture_output=True, text=True,
+                          timeout=600)
 
 
 def test_datasets_sh_in_a_fresh_copy_uses_the_shipped_sample(fresh_copy):

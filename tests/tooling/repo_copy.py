@@ -1,0 +1,32 @@
+"""A copy of the repository in a temporary folder, as a fresh clone would have it (tests only).
+
+No ``.git``, ``.venv``, ``data/``, working notebooks or backups; ``.venv`` is a link to the
+interpreter running the tests, so ``./setup.sh``-made entry points (``./test.sh``,
+``./datasets.sh``) work there. Nothing beside the copy: no sibling ``shared/``.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import sys
+from pathlib import Path
+
+REPO_ROOT = Path(__file__).resolve().parent.parent.parent
+IGNORED = (".git", ".venv", "data", "runs", "__pycache__", ".pytest_cache", ".ruff_cache", ".hypothesis",
+           "*.egg-info", ".ipynb_checkpoints", ".g2c-backup", "work")
+
+
+def copy_repo(parent: Path) -> Path:
+    repo = Path(parent) / "g2c"
+    shutil.copytree(REPO_ROOT, repo, ignore=shutil.ignore_patterns(*IGNORED), symlinks=True)
+    (repo / ".venv").symlink_to(Path(sys.prefix), target_is_directory=True)
+    return repo
+
+
+def env_for(repo: Path, **extra: str) -> dict[str, str]:
+    """The environment of a command in the copy: its own ``g2c``, no solutions, no local corpus."""
+    env = {k: v for k, v in os.environ.items()
+           if k not in ("G2C_TINYSTORIES", "G2C_APPLY_SOLUTIONS", "G2C_REQUIRE_ARTIFACTS")}
+    env.update(PYTHONPATH=str(repo), HF_HUB_OFFLINE="1", HF_DATASETS_OFFLINE="1", **extra)
+    return env
