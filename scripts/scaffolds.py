@@ -27,6 +27,7 @@ sys.path.insert(0, str(ROOT))
 
 from g2c.course.scaffolds import (  # noqa: E402
     BACKUP_DIR,
+    HEADER,
     RECORD,
     REGENERATE,
     backup,
@@ -36,7 +37,7 @@ from g2c.course.scaffolds import (  # noqa: E402
     status,
 )
 
-__all__ = ["expected", "main", "scaffold_text"]
+__all__ = ["HEADER", "expected", "main", "scaffold_text"]
 
 
 def main(argv: list[str] | None = None) -> int:
