@@ -51,7 +51,8 @@ def registry_entry(module_id: str, title: str, paths: dict[str, str], *, new_ini
     files = ([paths["init"]] if new_init else []) + [paths["scaffold"]]
     return (f"    CourseModule(\n        id={module_id!r},\n        title={title!r},\n"
             f"        files=({', '.join(repr(f) for f in files)},),\n"
-            f"        lesson={paths['lesson']!r},\n        notebook={paths['notebook']!r},\n    ),")
+            f"        lesson={paths['lesson']!r},\n        notebook={paths['notebook']!r},\n"
+            f"        tests=({paths['test']!r},),\n    ),")
 
 
 def templates(module_id: str, title: str, package: str, file: str, paths: dict[str, str]) -> dict[str, str]:
