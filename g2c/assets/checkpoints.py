@@ -352,6 +352,12 @@ examples:
 def main(argv: list[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     args = build_parser().parse_args(argv)
+    corpora = {c.lower(): c for c in CORPUS_NAMES}
+    data_only = [corpora[n.strip().lower()] for n in (args.train or []) + args.names if n.strip().lower() in corpora]
+    if args.train is not None and data_only:
+        print(f"checkpoints: error: {', '.join(data_only)} is data, not trained: ./checkpoints.sh restores "
+              "it from --from, $G2C_ARTIFACTS_URL or git", file=sys.stderr)
+        return 2
     if args.train is not None and not _solutions_applied() and not loaded_course_modules():
         # The recipes run the course's own code with the reference solutions applied. Select
         # them before anything imports a course module (the ladder's names come from module 09).
@@ -363,11 +369,6 @@ def main(argv: list[str] | None = None) -> int:
         print(f"checkpoints: error: {exc}", file=sys.stderr)
         return 2
     if args.train is not None:
-        data_only = [n for n in names if n not in trainable_names()]
-        if (args.train or args.names) and data_only:
-            print(f"checkpoints: error: {', '.join(data_only)} is data, not trained: ./checkpoints.sh restores "
-                  "it from --from, $G2C_ARTIFACTS_URL or git", file=sys.stderr)
-            return 2
         names = [n for n in names if n in trainable_names()]
         if args.source:
             print("checkpoints: error: --train and --from do not mix", file=sys.stderr)
