@@ -68,7 +68,22 @@ def install() -> list[str]:
         if os.environ.get("G2C_QUIET", "") not in ("1", "true", "yes"):
             print(f"g2c: using reference solutions for modules {', '.join(selected)} "
                   f"({ENV_VAR}={os.environ.get(ENV_VAR)!r}; G2C_QUIET=1 hides this)", file=sys.stderr)
+            replaced = _replaced_own_work(selected)
+            if replaced:
+                print(f"g2c: this replaces your own code for module(s) {', '.join(replaced)}; to run yours, select "
+                      f"only the modules before it (python -m g2c.course prereqs {replaced[-1]} prints the selector)",
+                      file=sys.stderr)
     return selected
+
+
+def _replaced_own_work(selected: list[str]) -> list[str]:
+    """Selected modules whose exercise files the student edited (advice only; never raises)."""
+    try:
+        from .scaffolds import worked_modules
+
+        return [i for i in worked_modules() if i in selected]
+    except Exception:  # an advisory line must never break `import g2c`
+        return []
 
 
 def loaded_course_modules() -> list[str]:

@@ -204,3 +204,16 @@ def test_registry_tests_field_covers_every_course_test_file():
                                                  ("specdec", "01-11")])
 def test_prerequisites_selector(module_id, selector):
     assert prerequisites_selector(module_id) == selector
+
+
+def test_import_g2c_warns_when_the_selector_replaces_the_students_own_code(student_repo):
+    code = "import g2c"
+    for selector, warned in (("01-06", True), ("01-05", False)):
+        env = env_for(student_repo, G2C_APPLY_SOLUTIONS=selector)
+        env.pop("G2C_QUIET", None)
+        res = subprocess.run([".venv/bin/python", "-c", code], cwd=student_repo, env=env, capture_output=True,
+                             text=True, timeout=120)
+        assert res.returncode == 0, res.stderr
+        assert ("replaces your own code for module(s) 06" in res.stderr) is warned, res.stderr
+        if warned:
+            assert "python -m g2c.course prereqs 06" in res.stderr
