@@ -116,6 +116,7 @@ MODULES: tuple[CourseModule, ...] = (
         files=("g2c/specdec/trees.py", "g2c/specdec/tree_attention.py", "g2c/specdec/tree_verify.py"),
         lesson="docs/beyond/specdec-trees.md",
         notebook="notebooks/clean/specdec-trees-draft-trees.ipynb",
+        tests=("tests/test_specdec_trees.py",),
     ),
     CourseModule(
         id="specdec-lab",

@@ -19,6 +19,7 @@ import hashlib
 import json
 import re
 import shutil
+import subprocess
 import textwrap
 import time
 from dataclasses import dataclass
@@ -152,8 +153,21 @@ class FileStatus:
     state: str
 
 
+def _committed(root: Path, rel: str) -> bytes | None:
+    """The file as committed at git ``HEAD`` (None without git or without that file)."""
+    try:
+        proc = subprocess.run(["git", "-C", str(root), "show", f"HEAD:./{rel}"], capture_output=True, timeout=30)
+    except (OSError, subprocess.SubprocessError):
+        return None
+    return proc.stdout if proc.returncode == 0 else None
+
+
 def status(root: Path = REPO_ROOT, fresh: dict[Path, str] | None = None) -> list[FileStatus]:
-    """The state of every scaffold file, in answer-key order."""
+    """The state of every scaffold file, in answer-key order.
+
+    A file the record does not list yet (a module merged from a branch that predates the
+    record) counts as a previous generation when it equals its committed version at git HEAD.
+    """
     fresh = expected(root) if fresh is None else fresh
     record = read_record(root)
     out = []
@@ -166,7 +180,7 @@ def status(root: Path = REPO_ROOT, fresh: dict[Path, str] | None = None) -> list
             raw = path.read_bytes()
             if raw == text.encode("utf-8"):
                 state = "fresh"
-            elif record.get(rel) == _sha(raw):
+            elif record.get(rel) == _sha(raw) or (rel not in record and _committed(root, rel) == raw):
                 state = "stale"
             else:
                 state = "edited"

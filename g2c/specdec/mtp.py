@@ -109,8 +109,9 @@ class MTPHead(Module):
         raise NotImplementedError(
             "module specdec: MTPHead.forward in g2c/specdec/mtp.py is not implemented yet. Write it (see "
             "docs/beyond/specdec.md); G2C_APPLY_SOLUTIONS=01-11 applies the reference solutions of the modules before"
-            " specdec and keeps your own code. Working on a later module? Apply only the modules before yours: python"
-            " -m g2c.course prereqs ID prints the selector."
+            " specdec and keeps your own code. Working on a later module? Apply only the modules before yours "
+            "(G2C_APPLY_SOLUTIONS=01-11,specdec for specdec-trees): python -m g2c.course prereqs ID prints the "
+            "selector."
         )
 
 
@@ -145,8 +146,8 @@ def mtp_loss(mtp_logits: torch.Tensor, token_ids: torch.Tensor) -> torch.Tensor:
     raise NotImplementedError(
         "module specdec: mtp_loss in g2c/specdec/mtp.py is not implemented yet. Write it (see "
         "docs/beyond/specdec.md); G2C_APPLY_SOLUTIONS=01-11 applies the reference solutions of the modules before "
-        "specdec and keeps your own code. Working on a later module? Apply only the modules before yours: python -m "
-        "g2c.course prereqs ID prints the selector."
+        "specdec and keeps your own code. Working on a later module? Apply only the modules before yours "
+        "(G2C_APPLY_SOLUTIONS=01-11,specdec for specdec-trees): python -m g2c.course prereqs ID prints the selector."
     )
 
 

@@ -91,8 +91,10 @@ def greedy_tree_verify(tree: DraftTree, target_logits: torch.Tensor) -> tuple[li
     _check_rows(tree, target_logits, "target_logits")
     # TODO: implement this (module specdec-trees, see docs/beyond/specdec-trees.md).
     raise NotImplementedError(
-        "module specdec-trees: greedy_tree_verify in g2c/specdec/tree_verify.py is not implemented yet. "
-        "Write it, or run with G2C_APPLY_SOLUTIONS=specdec-trees to use the reference solution."
+        "module specdec-trees: greedy_tree_verify in g2c/specdec/tree_verify.py is not implemented yet. Write it (see"
+        " docs/beyond/specdec-trees.md); G2C_APPLY_SOLUTIONS=01-11,specdec applies the reference solutions of the "
+        "modules before specdec-trees and keeps your own code. Working on a later module? Apply only the modules "
+        "before yours: python -m g2c.course prereqs ID prints the selector."
     )
 
 
@@ -146,8 +148,10 @@ def tree_speculative_verify(tree: DraftTree, target_probs: torch.Tensor, *,
                          f"V={target_probs.shape[1]}; drafter and target must share one vocabulary")
     # TODO: implement this (module specdec-trees, see docs/beyond/specdec-trees.md).
     raise NotImplementedError(
-        "module specdec-trees: tree_speculative_verify in g2c/specdec/tree_verify.py is not implemented yet. "
-        "Write it, or run with G2C_APPLY_SOLUTIONS=specdec-trees to use the reference solution."
+        "module specdec-trees: tree_speculative_verify in g2c/specdec/tree_verify.py is not implemented yet. Write it"
+        " (see docs/beyond/specdec-trees.md); G2C_APPLY_SOLUTIONS=01-11,specdec applies the reference solutions of "
+        "the modules before specdec-trees and keeps your own code. Working on a later module? Apply only the modules "
+        "before yours: python -m g2c.course prereqs ID prints the selector."
     )
 
 

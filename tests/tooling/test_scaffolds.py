@@ -99,7 +99,7 @@ def test_scaffold_message_of_a_stack_module_names_the_specdec_selector():
     assert "G2C_APPLY_SOLUTIONS=01-11 for specdec" in msg
     assert "python -m g2c.course prereqs ID" in msg
     assert "builds on no other" in _message("g2c/nn/layers.py")
-    for bad in ("=all", "=specdec", ",specdec"):
+    for bad in ("=all", "=specdec", "01-11,specdec for specdec "):  # specdec's own code is never selected
         assert bad not in msg
 
 
@@ -202,6 +202,25 @@ def test_scaffolds_never_overwrites_an_edited_file_without_force(tmp_repo):
     assert len(backups) == 1 and backups[0].read_text() == mine
     assert backups[0].relative_to(tmp_repo).as_posix() in forced.stdout  # says where
     assert (tmp_repo / REL).read_text() == scaffolds.scaffold_text(SOLUTION, REL)
+
+
+@pytest.mark.skipif(shutil.which("git") is None, reason="git is not installed")
+def test_scaffolds_unrecorded_file_equal_to_git_head_is_a_previous_generation(tmp_repo):
+    # a module merged from a branch that predates the record: its committed scaffold is replaceable
+    assert _run(tmp_repo).returncode == 0
+    (tmp_repo / "solutions" / "generated.json").write_text("{}\n")
+    old = (tmp_repo / REL).read_text() + "# an older generation\n"
+    (tmp_repo / REL).write_text(old)
+    git = ["git", "-C", str(tmp_repo), "-c", "user.name=t", "-c", "user.email=t@example.com"]
+    subprocess.run(git + ["init", "-q"], check=True)
+    subprocess.run(git + ["add", "-A"], check=True)
+    subprocess.run(git + ["commit", "-q", "-m", "old"], check=True)
+    proc = _run(tmp_repo)
+    assert proc.returncode == 0, proc.stderr
+    assert (tmp_repo / REL).read_text() == scaffolds.scaffold_text(SOLUTION, REL)
+    # ... while a recorded file edited after the commit stays protected
+    (tmp_repo / REL).write_text("mine\n")
+    assert _run(tmp_repo).returncode == 1 and (tmp_repo / REL).read_text() == "mine\n"
 
 
 def test_scaffolds_record_of_the_generation_is_checked(tmp_repo):
