@@ -9,32 +9,41 @@ from __future__ import annotations
 
 import torch
 
+from .model import check_language_model, check_token_ids, eval_mode
 from .warpers import apply_repetition_penalty, apply_temperature, top_k_filter, top_p_filter
 
 __all__ = ["as_token_ids", "generate", "next_token_logits", "sample_from_logits"]
 
 
-def as_token_ids(ids, name: str = "prompt_ids") -> torch.Tensor:
+def as_token_ids(ids, name: str = "prompt_ids", *, vocab_size: int | None = None) -> torch.Tensor:
     """Check a prompt and return it as a CPU LongTensor (N,). Provided.
 
-    Accepts a list of ints or an integer tensor. Floats and bools are refused rather than
-    silently cast (``[1.7, 2.0]`` is not a prompt).
+    Accepts a list of ints or an integer tensor (on any device). Floats and bools are refused
+    rather than silently cast (``[1.7, 2.0]`` is not a prompt). With ``vocab_size`` = V, every
+    id must lie in [0, V): a negative id would otherwise index from the end of a table.
 
     Raises:
-        ValueError: not 1-D, empty, or not integer token ids; the message names ``name``.
+        ValueError: not 1-D, empty, not integer token ids, or (with ``vocab_size``) an id
+            outside ``[0, V)``; the message names ``name`` (and the range).
     """
     t = torch.as_tensor(ids)
     if t.dim() != 1 or t.numel() == 0:
         raise ValueError(f"{name} must be a non-empty 1-D sequence of token ids, got shape {tuple(t.shape)}")
     if t.dtype.is_floating_point or t.dtype.is_complex or t.dtype == torch.bool:
         raise ValueError(f"{name} must hold integer token ids, got dtype {t.dtype}")
-    return t.long().cpu()
+    t = t.cpu().long()
+    if vocab_size is not None:
+        check_token_ids(t, vocab_size, name)
+    return t
 
 
 @torch.no_grad()
 def next_token_logits(model, ids: torch.Tensor) -> torch.Tensor:
-    """Logits (V,) float32 for the token after ``ids`` (1-D), with the context cropped to
-    the model's last ``max_seq_len`` tokens. Provided."""
+    """Logits (V,) float32 for the token after ``ids`` (1-D, CPU), with the context cropped
+    to the model's last ``max_seq_len`` tokens. Provided.
+
+    ``model`` is a ``g2c.sampling.LanguageModel``; the ids go to ``model.device`` and the
+    logits stay there (float32)."""
     ctx = ids[-model.max_seq_len:].unsqueeze(0).to(model.device)            # (1, T)
     return model(ctx)[0, -1].float()
 
@@ -43,12 +52,32 @@ def sample_from_logits(logits: torch.Tensor, *, temperature: float = 1.0, top_k:
                        top_p: float | None = None, generator: torch.Generator | None = None) -> int:
     """Pick one token id from logits (V,): argmax when temperature == 0, else warp and sample.
 
-    Warpers run in the order temperature -> top-k -> top-p; sampling uses
-    ``torch.multinomial`` with ``generator`` on the CPU (reproducible across devices).
+    Warpers run in the order temperature -> top-k -> top-p on float32 logits; sampling uses
+    ``torch.multinomial`` on the CPU with ``generator`` (a CPU ``torch.Generator``), so a
+    seed gives the same tokens whatever device produced the logits.
+
+    Extreme temperatures (decided once for the course): the temperature divides float32
+    logits (``apply_temperature`` upcasts float16/bfloat16 first, so float16 logits
+    ``[10, 9, -100]`` at T = 1e-4 are fine). When the scaled logits still hold +inf or NaN,
+    because T is so small that logit / T overflows float32 (T = 1e-40), the result is the
+    argmax of the logits: the T -> 0 limit, the same token ``temperature=0.0`` gives, instead
+    of a softmax of infinities. -inf entries (masked tokens) are normal and stay.
+
+    Args:
+        logits: (V,) float, any dtype and device.
+        temperature: >= 0 (validated by ``generate``); 0 means greedy.
+        top_k, top_p: optional filters (``g2c.sampling.warpers``).
+        generator: CPU ``torch.Generator`` for the draw.
+
+    Returns:
+        int, a token id in [0, V).
 
     Steps:
         1. temperature == 0: return the argmax (``test_generate_greedy_is_argmax_chain``).
-        2. Otherwise apply the warpers, softmax, sample (``test_generate_seeded_is_reproducible``).
+        2. Scale with ``apply_temperature``; if any scaled logit is +inf or NaN, return the
+           argmax of the unscaled logits (``test_sample_from_logits_tiny_temperature_is_the_argmax_limit``).
+        3. Otherwise top-k, top-p, softmax on the CPU and sample
+           (``test_generate_seeded_is_reproducible``).
     """
     # TODO: implement this (module 11, see docs/modules/11-sampling.md).
     raise NotImplementedError(
@@ -67,10 +96,14 @@ def generate(model, prompt_ids, max_new_tokens: int, *, temperature: float = 1.0
     """Continue a prompt one token at a time.
 
     Args:
-        model: ids (1, T) -> logits (1, T, V), with ``max_seq_len`` and ``device``.
-        prompt_ids: 1-D int tensor or list of ints, length >= 1.
+        model: a ``g2c.sampling.LanguageModel`` (``vocab_size``, ``max_seq_len``, ``device``,
+            ids (1, T) -> logits (1, T, V); ``training``/``train`` optional). It runs in eval
+            mode inside the loop and gets its own mode back afterwards, also when the loop
+            raises (``eval_mode``).
+        prompt_ids: 1-D int tensor or list of ints, length >= 1, each id in [0, V).
         max_new_tokens: >= 0 tokens to add at most.
-        temperature: 0.0 = greedy argmax; > 0 samples.
+        temperature: 0.0 = greedy argmax; > 0 (finite) samples. A temperature so small that
+            the scaled logits overflow gives the argmax (see ``sample_from_logits``).
         top_k, top_p: optional filters (see ``g2c.sampling.warpers``).
         repetition_penalty: CTRL penalty over every token so far (1.0 = off).
         eos_id: stop right after emitting this id (it is included in the output).
@@ -81,8 +114,11 @@ def generate(model, prompt_ids, max_new_tokens: int, *, temperature: float = 1.0
         N <= len(prompt) + max_new_tokens.
 
     Raises:
-        ValueError: empty, non-1-D or non-integer prompt, temperature < 0 or NaN, top_k < 1, top_p
-            outside (0, 1], max_new_tokens < 0, repetition_penalty <= 0.
+        TypeError: ``model`` lacks ``vocab_size``, ``max_seq_len`` or ``device`` (the message
+            names what is missing).
+        ValueError: empty, non-1-D or non-integer prompt, a prompt id outside [0, V)
+            ("prompt_ids ... outside the vocabulary [0, V)"), temperature < 0, NaN or infinite,
+            top_k < 1, top_p outside (0, 1], max_new_tokens < 0, repetition_penalty <= 0.
 
     Steps:
         1. Each step scores the last ``max_seq_len`` tokens (``next_token_logits``,
@@ -91,9 +127,10 @@ def generate(model, prompt_ids, max_new_tokens: int, *, temperature: float = 1.0
         3. Append; stop at ``eos_id`` (``test_generate_stops_at_eos``) or after
            ``max_new_tokens``.
     """
-    ids = as_token_ids(prompt_ids)
-    if not temperature >= 0:  # also refuses NaN
-        raise ValueError(f"temperature must be >= 0 (0 = greedy), got {temperature}")
+    check_language_model(model, "model")
+    ids = as_token_ids(prompt_ids, "prompt_ids", vocab_size=model.vocab_size)
+    if not 0 <= temperature < float("inf"):  # also refuses NaN
+        raise ValueError(f"temperature must be >= 0 and finite (0 = greedy), got {temperature}")
     if top_k is not None and top_k < 1:
         raise ValueError(f"top_k must be >= 1 or None, got {top_k}")
     if top_p is not None and not 0.0 < top_p <= 1.0:
@@ -102,15 +139,13 @@ def generate(model, prompt_ids, max_new_tokens: int, *, temperature: float = 1.0
         raise ValueError(f"max_new_tokens must be >= 0, got {max_new_tokens}")
     if repetition_penalty <= 0:
         raise ValueError(f"repetition_penalty must be > 0, got {repetition_penalty}")
-    was_training = model.training
-    model.eval()
-    # TODO: implement this (module 11, see docs/modules/11-sampling.md).
-    raise NotImplementedError(
-        "module 11: generate in g2c/sampling/generate.py is not implemented yet. Write it (see "
-        "docs/modules/11-sampling.md); G2C_APPLY_SOLUTIONS=01-10 applies the reference solutions of the modules "
-        "before 11 and keeps your own code. Working on a later module? Apply only the modules before yours "
-        "(G2C_APPLY_SOLUTIONS=01-11 for specdec, G2C_APPLY_SOLUTIONS=01-11,specdec for specdec-trees): python -m "
-        "g2c.course prereqs ID prints the selector."
-    )
-    model.train(was_training)
+    with eval_mode(model):
+        # TODO: implement this (module 11, see docs/modules/11-sampling.md).
+        raise NotImplementedError(
+            "module 11: generate in g2c/sampling/generate.py is not implemented yet. Write it (see "
+            "docs/modules/11-sampling.md); G2C_APPLY_SOLUTIONS=01-10 applies the reference solutions of the modules "
+            "before 11 and keeps your own code. Working on a later module? Apply only the modules before yours "
+            "(G2C_APPLY_SOLUTIONS=01-11 for specdec, G2C_APPLY_SOLUTIONS=01-11,specdec for specdec-trees): python -m "
+            "g2c.course prereqs ID prints the selector."
+        )
     return ids
