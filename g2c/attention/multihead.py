@@ -37,8 +37,10 @@ def split_heads(x: torch.Tensor, num_heads: int) -> torch.Tensor:
         "module 08: split_heads in g2c/attention/multihead.py is not implemented yet. Write it (see "
         "docs/modules/08-multihead-attention.md); G2C_APPLY_SOLUTIONS=01-07 applies the reference solutions of the "
         "modules before 08 and keeps your own code. Working on a later module? Apply only the modules before yours "
-        "(G2C_APPLY_SOLUTIONS=01-11 for specdec, G2C_APPLY_SOLUTIONS=01-11,specdec for specdec-trees): python -m "
-        "g2c.course prereqs ID prints the selector."
+        "(G2C_APPLY_SOLUTIONS=01-11 for specdec, G2C_APPLY_SOLUTIONS=01-11,specdec for specdec-sampling, "
+        "G2C_APPLY_SOLUTIONS=01-11,specdec,specdec-sampling for specdec-trees, "
+        "G2C_APPLY_SOLUTIONS=01-11,specdec,specdec-sampling,specdec-trees for specdec-lab): python -m g2c.course "
+        "prereqs ID prints the selector."
     )
 
 
@@ -54,8 +56,10 @@ def merge_heads(x: torch.Tensor) -> torch.Tensor:
         "module 08: merge_heads in g2c/attention/multihead.py is not implemented yet. Write it (see "
         "docs/modules/08-multihead-attention.md); G2C_APPLY_SOLUTIONS=01-07 applies the reference solutions of the "
         "modules before 08 and keeps your own code. Working on a later module? Apply only the modules before yours "
-        "(G2C_APPLY_SOLUTIONS=01-11 for specdec, G2C_APPLY_SOLUTIONS=01-11,specdec for specdec-trees): python -m "
-        "g2c.course prereqs ID prints the selector."
+        "(G2C_APPLY_SOLUTIONS=01-11 for specdec, G2C_APPLY_SOLUTIONS=01-11,specdec for specdec-sampling, "
+        "G2C_APPLY_SOLUTIONS=01-11,specdec,specdec-sampling for specdec-trees, "
+        "G2C_APPLY_SOLUTIONS=01-11,specdec,specdec-sampling,specdec-trees for specdec-lab): python -m g2c.course "
+        "prereqs ID prints the selector."
     )
 
 
@@ -112,5 +116,7 @@ class MultiHeadAttention(Module):
             "(see docs/modules/08-multihead-attention.md); G2C_APPLY_SOLUTIONS=01-07 applies the reference solutions "
             "of the modules before 08 and keeps your own code. Working on a later module? Apply only the modules "
             "before yours (G2C_APPLY_SOLUTIONS=01-11 for specdec, G2C_APPLY_SOLUTIONS=01-11,specdec for specdec-"
-            "trees): python -m g2c.course prereqs ID prints the selector."
+            "sampling, G2C_APPLY_SOLUTIONS=01-11,specdec,specdec-sampling for specdec-trees, "
+            "G2C_APPLY_SOLUTIONS=01-11,specdec,specdec-sampling,specdec-trees for specdec-lab): python -m g2c.course "
+            "prereqs ID prints the selector."
         )

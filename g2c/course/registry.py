@@ -109,6 +109,7 @@ MODULES: tuple[CourseModule, ...] = (
         files=("g2c/specdec/drafters.py", "g2c/specdec/loop.py", "g2c/specdec/controllers.py"),
         lesson="docs/beyond/specdec-sampling.md",
         notebook="notebooks/clean/specdec-sampling-loop.ipynb",
+        tests=("tests/test_specdec_sampling.py",),
     ),
     CourseModule(
         id="specdec-trees",
@@ -124,6 +125,7 @@ MODULES: tuple[CourseModule, ...] = (
         files=("g2c/specdec/theory.py", "g2c/specdec/simulate.py", "g2c/specdec/batched.py"),
         lesson="docs/beyond/specdec-lab.md",
         notebook="notebooks/clean/specdec-lab-verifier.ipynb",
+        tests=("tests/test_specdec_lab.py", "tests/test_bench_serving_lab.py"),
     ),
 )
 

@@ -34,7 +34,9 @@ def log_softmax(logits: torch.Tensor) -> torch.Tensor:
         "module 06: log_softmax in g2c/lm/loss.py is not implemented yet. Write it (see docs/modules/06-lm.md); "
         "G2C_APPLY_SOLUTIONS=01-05 applies the reference solutions of the modules before 06 and keeps your own code. "
         "Working on a later module? Apply only the modules before yours (G2C_APPLY_SOLUTIONS=01-11 for specdec, "
-        "G2C_APPLY_SOLUTIONS=01-11,specdec for specdec-trees): python -m g2c.course prereqs ID prints the selector."
+        "G2C_APPLY_SOLUTIONS=01-11,specdec for specdec-sampling, G2C_APPLY_SOLUTIONS=01-11,specdec,specdec-sampling "
+        "for specdec-trees, G2C_APPLY_SOLUTIONS=01-11,specdec,specdec-sampling,specdec-trees for specdec-lab): python"
+        " -m g2c.course prereqs ID prints the selector."
     )
 
 
@@ -64,7 +66,9 @@ def cross_entropy(logits: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
         "module 06: cross_entropy in g2c/lm/loss.py is not implemented yet. Write it (see docs/modules/06-lm.md); "
         "G2C_APPLY_SOLUTIONS=01-05 applies the reference solutions of the modules before 06 and keeps your own code. "
         "Working on a later module? Apply only the modules before yours (G2C_APPLY_SOLUTIONS=01-11 for specdec, "
-        "G2C_APPLY_SOLUTIONS=01-11,specdec for specdec-trees): python -m g2c.course prereqs ID prints the selector."
+        "G2C_APPLY_SOLUTIONS=01-11,specdec for specdec-sampling, G2C_APPLY_SOLUTIONS=01-11,specdec,specdec-sampling "
+        "for specdec-trees, G2C_APPLY_SOLUTIONS=01-11,specdec,specdec-sampling,specdec-trees for specdec-lab): python"
+        " -m g2c.course prereqs ID prints the selector."
     )
 
 
@@ -82,5 +86,7 @@ def perplexity(loss: float | torch.Tensor) -> float:
         "module 06: perplexity in g2c/lm/loss.py is not implemented yet. Write it (see docs/modules/06-lm.md); "
         "G2C_APPLY_SOLUTIONS=01-05 applies the reference solutions of the modules before 06 and keeps your own code. "
         "Working on a later module? Apply only the modules before yours (G2C_APPLY_SOLUTIONS=01-11 for specdec, "
-        "G2C_APPLY_SOLUTIONS=01-11,specdec for specdec-trees): python -m g2c.course prereqs ID prints the selector."
+        "G2C_APPLY_SOLUTIONS=01-11,specdec for specdec-sampling, G2C_APPLY_SOLUTIONS=01-11,specdec,specdec-sampling "
+        "for specdec-trees, G2C_APPLY_SOLUTIONS=01-11,specdec,specdec-sampling,specdec-trees for specdec-lab): python"
+        " -m g2c.course prereqs ID prints the selector."
     )

@@ -64,7 +64,9 @@ class Linear(Module):
             "module 03: Linear.forward in g2c/nn/layers.py is not implemented yet. Write it (see "
             "docs/modules/03-nn.md); this module builds on no other. Working on a later module? Apply only the "
             "modules before yours (G2C_APPLY_SOLUTIONS=01-11 for specdec, G2C_APPLY_SOLUTIONS=01-11,specdec for "
-            "specdec-trees): python -m g2c.course prereqs ID prints the selector."
+            "specdec-sampling, G2C_APPLY_SOLUTIONS=01-11,specdec,specdec-sampling for specdec-trees, "
+            "G2C_APPLY_SOLUTIONS=01-11,specdec,specdec-sampling,specdec-trees for specdec-lab): python -m g2c.course "
+            "prereqs ID prints the selector."
         )
 
 
@@ -113,7 +115,9 @@ class Embedding(Module):
             "module 03: Embedding.forward in g2c/nn/layers.py is not implemented yet. Write it (see "
             "docs/modules/03-nn.md); this module builds on no other. Working on a later module? Apply only the "
             "modules before yours (G2C_APPLY_SOLUTIONS=01-11 for specdec, G2C_APPLY_SOLUTIONS=01-11,specdec for "
-            "specdec-trees): python -m g2c.course prereqs ID prints the selector."
+            "specdec-sampling, G2C_APPLY_SOLUTIONS=01-11,specdec,specdec-sampling for specdec-trees, "
+            "G2C_APPLY_SOLUTIONS=01-11,specdec,specdec-sampling,specdec-trees for specdec-lab): python -m g2c.course "
+            "prereqs ID prints the selector."
         )
 
 
@@ -159,7 +163,9 @@ class LayerNorm(Module):
             "module 03: LayerNorm.forward in g2c/nn/layers.py is not implemented yet. Write it (see "
             "docs/modules/03-nn.md); this module builds on no other. Working on a later module? Apply only the "
             "modules before yours (G2C_APPLY_SOLUTIONS=01-11 for specdec, G2C_APPLY_SOLUTIONS=01-11,specdec for "
-            "specdec-trees): python -m g2c.course prereqs ID prints the selector."
+            "specdec-sampling, G2C_APPLY_SOLUTIONS=01-11,specdec,specdec-sampling for specdec-trees, "
+            "G2C_APPLY_SOLUTIONS=01-11,specdec,specdec-sampling,specdec-trees for specdec-lab): python -m g2c.course "
+            "prereqs ID prints the selector."
         )
 
 
@@ -188,7 +194,9 @@ class GELU(Module):
             "module 03: GELU.forward in g2c/nn/layers.py is not implemented yet. Write it (see "
             "docs/modules/03-nn.md); this module builds on no other. Working on a later module? Apply only the "
             "modules before yours (G2C_APPLY_SOLUTIONS=01-11 for specdec, G2C_APPLY_SOLUTIONS=01-11,specdec for "
-            "specdec-trees): python -m g2c.course prereqs ID prints the selector."
+            "specdec-sampling, G2C_APPLY_SOLUTIONS=01-11,specdec,specdec-sampling for specdec-trees, "
+            "G2C_APPLY_SOLUTIONS=01-11,specdec,specdec-sampling,specdec-trees for specdec-lab): python -m g2c.course "
+            "prereqs ID prints the selector."
         )
 
 
@@ -237,5 +245,7 @@ class Dropout(Module):
             "module 03: Dropout.forward in g2c/nn/layers.py is not implemented yet. Write it (see "
             "docs/modules/03-nn.md); this module builds on no other. Working on a later module? Apply only the "
             "modules before yours (G2C_APPLY_SOLUTIONS=01-11 for specdec, G2C_APPLY_SOLUTIONS=01-11,specdec for "
-            "specdec-trees): python -m g2c.course prereqs ID prints the selector."
+            "specdec-sampling, G2C_APPLY_SOLUTIONS=01-11,specdec,specdec-sampling for specdec-trees, "
+            "G2C_APPLY_SOLUTIONS=01-11,specdec,specdec-sampling,specdec-trees for specdec-lab): python -m g2c.course "
+            "prereqs ID prints the selector."
         )

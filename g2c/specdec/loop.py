@@ -116,8 +116,12 @@ def verify_round(draft_ids: torch.Tensor, draft_probs: torch.Tensor | None, targ
     """
     # TODO: implement this (module specdec-sampling, see docs/beyond/specdec-sampling.md).
     raise NotImplementedError(
-        "module specdec-sampling: verify_round in g2c/specdec/loop.py is not implemented yet. "
-        "Write it, or run with G2C_APPLY_SOLUTIONS=specdec-sampling to use the reference solution."
+        "module specdec-sampling: verify_round in g2c/specdec/loop.py is not implemented yet. Write it (see "
+        "docs/beyond/specdec-sampling.md); G2C_APPLY_SOLUTIONS=01-11,specdec applies the reference solutions of the "
+        "modules before specdec-sampling and keeps your own code. Working on a later module? Apply only the modules "
+        "before yours (G2C_APPLY_SOLUTIONS=01-11,specdec,specdec-sampling for specdec-trees, "
+        "G2C_APPLY_SOLUTIONS=01-11,specdec,specdec-sampling,specdec-trees for specdec-lab): python -m g2c.course "
+        "prereqs ID prints the selector."
     )
 
 
@@ -202,8 +206,12 @@ def speculative_sample(target, drafter, prompt_ids, max_new_tokens: int, *, k: i
     try:
         # TODO: implement this (module specdec-sampling, see docs/beyond/specdec-sampling.md).
         raise NotImplementedError(
-            "module specdec-sampling: speculative_sample in g2c/specdec/loop.py is not implemented yet. "
-            "Write it, or run with G2C_APPLY_SOLUTIONS=specdec-sampling to use the reference solution."
+            "module specdec-sampling: speculative_sample in g2c/specdec/loop.py is not implemented yet. Write it (see"
+            " docs/beyond/specdec-sampling.md); G2C_APPLY_SOLUTIONS=01-11,specdec applies the reference solutions of "
+            "the modules before specdec-sampling and keeps your own code. Working on a later module? Apply only the "
+            "modules before yours (G2C_APPLY_SOLUTIONS=01-11,specdec,specdec-sampling for specdec-trees, "
+            "G2C_APPLY_SOLUTIONS=01-11,specdec,specdec-sampling,specdec-trees for specdec-lab): python -m g2c.course "
+            "prereqs ID prints the selector."
         )
     finally:
         for m, mode in zip(models, modes):

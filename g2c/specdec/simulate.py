@@ -110,8 +110,10 @@ def simulate_rounds(alpha: float, k: int, c: float, num_rounds: int, *, generato
                         f"got {type(generator).__name__}")
     # TODO: implement this (module specdec-lab, see docs/beyond/specdec-lab.md).
     raise NotImplementedError(
-        "module specdec-lab: simulate_rounds in g2c/specdec/simulate.py is not implemented yet. "
-        "Write it, or run with G2C_APPLY_SOLUTIONS=specdec-lab to use the reference solution."
+        "module specdec-lab: simulate_rounds in g2c/specdec/simulate.py is not implemented yet. Write it (see "
+        "docs/beyond/specdec-lab.md); G2C_APPLY_SOLUTIONS=01-11,specdec,specdec-sampling,specdec-trees applies the "
+        "reference solutions of the modules before specdec-lab and keeps your own code. Working on a later module? "
+        "Apply only the modules before yours: python -m g2c.course prereqs ID prints the selector."
     )
     return Rounds(accepted=accepted, emitted=emitted, k=k, c=float(c), source=f"simulated alpha={alpha:g}")
 

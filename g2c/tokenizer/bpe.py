@@ -205,8 +205,10 @@ class BPETokenizer:
             "module 04: BPETokenizer.bpe in g2c/tokenizer/bpe.py is not implemented yet. Write it (see "
             "docs/modules/04-tokenizer.md); G2C_APPLY_SOLUTIONS=01-03 applies the reference solutions of the modules "
             "before 04 and keeps your own code. Working on a later module? Apply only the modules before yours "
-            "(G2C_APPLY_SOLUTIONS=01-11 for specdec, G2C_APPLY_SOLUTIONS=01-11,specdec for specdec-trees): python -m "
-            "g2c.course prereqs ID prints the selector."
+            "(G2C_APPLY_SOLUTIONS=01-11 for specdec, G2C_APPLY_SOLUTIONS=01-11,specdec for specdec-sampling, "
+            "G2C_APPLY_SOLUTIONS=01-11,specdec,specdec-sampling for specdec-trees, "
+            "G2C_APPLY_SOLUTIONS=01-11,specdec,specdec-sampling,specdec-trees for specdec-lab): python -m g2c.course "
+            "prereqs ID prints the selector."
         )
         self._cache[word] = parts
         return parts
@@ -238,8 +240,10 @@ class BPETokenizer:
             "module 04: BPETokenizer.encode in g2c/tokenizer/bpe.py is not implemented yet. Write it (see "
             "docs/modules/04-tokenizer.md); G2C_APPLY_SOLUTIONS=01-03 applies the reference solutions of the modules "
             "before 04 and keeps your own code. Working on a later module? Apply only the modules before yours "
-            "(G2C_APPLY_SOLUTIONS=01-11 for specdec, G2C_APPLY_SOLUTIONS=01-11,specdec for specdec-trees): python -m "
-            "g2c.course prereqs ID prints the selector."
+            "(G2C_APPLY_SOLUTIONS=01-11 for specdec, G2C_APPLY_SOLUTIONS=01-11,specdec for specdec-sampling, "
+            "G2C_APPLY_SOLUTIONS=01-11,specdec,specdec-sampling for specdec-trees, "
+            "G2C_APPLY_SOLUTIONS=01-11,specdec,specdec-sampling,specdec-trees for specdec-lab): python -m g2c.course "
+            "prereqs ID prints the selector."
         )
 
     def encode_batch_fast(self, texts: list[str]) -> list[list[int]]:
@@ -276,6 +280,8 @@ class BPETokenizer:
             "module 04: BPETokenizer.decode in g2c/tokenizer/bpe.py is not implemented yet. Write it (see "
             "docs/modules/04-tokenizer.md); G2C_APPLY_SOLUTIONS=01-03 applies the reference solutions of the modules "
             "before 04 and keeps your own code. Working on a later module? Apply only the modules before yours "
-            "(G2C_APPLY_SOLUTIONS=01-11 for specdec, G2C_APPLY_SOLUTIONS=01-11,specdec for specdec-trees): python -m "
-            "g2c.course prereqs ID prints the selector."
+            "(G2C_APPLY_SOLUTIONS=01-11 for specdec, G2C_APPLY_SOLUTIONS=01-11,specdec for specdec-sampling, "
+            "G2C_APPLY_SOLUTIONS=01-11,specdec,specdec-sampling for specdec-trees, "
+            "G2C_APPLY_SOLUTIONS=01-11,specdec,specdec-sampling,specdec-trees for specdec-lab): python -m g2c.course "
+            "prereqs ID prints the selector."
         )

@@ -194,8 +194,10 @@ def test_registry_tests_field_covers_every_course_test_file():
     assert len(claimed) == len(set(claimed)), "a test file is claimed by two modules"
     for t in claimed:
         assert (REPO_ROOT / t).is_file(), t
-    course_tests = sorted(p.relative_to(REPO_ROOT).as_posix() for p in (REPO_ROOT / "tests").glob("test_*.py"))
-    assert sorted(claimed) == course_tests, "every tests/test_*.py belongs to one module's `tests`"
+    assert all(m.tests for m in MODULES), "every module names its test files"
+    course_tests = {p.relative_to(REPO_ROOT).as_posix() for p in (REPO_ROOT / "tests").glob("test_*.py")}
+    not_a_module = {"tests/test_hf_export.py"}  # tests provided tooling (g2c.assets.export), not an exercise
+    assert course_tests - set(claimed) <= not_a_module, "a tests/test_*.py belongs to no module's `tests`"
     assert get_module("specdec").tests[:2] == ("tests/test_specdec.py", "tests/test_specdec_properties.py")
 
 
