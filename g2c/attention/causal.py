@@ -48,11 +48,8 @@ def causal_mask(num_queries: int, num_keys: int | None = None, *, device=None) -
     raise NotImplementedError(
         "module 07: causal_mask in g2c/attention/causal.py is not implemented yet. Write it (see "
         "docs/modules/07-causal-attention.md); G2C_APPLY_SOLUTIONS=01-06 applies the reference solutions of the "
-        "modules before 07 and keeps your own code. Working on a later module? Apply only the modules before yours "
-        "(G2C_APPLY_SOLUTIONS=01-11 for specdec, G2C_APPLY_SOLUTIONS=01-11,specdec for specdec-sampling, "
-        "G2C_APPLY_SOLUTIONS=01-11,specdec,specdec-sampling for specdec-trees, "
-        "G2C_APPLY_SOLUTIONS=01-11,specdec,specdec-sampling,specdec-trees for specdec-lab): python -m g2c.course "
-        "prereqs ID prints the selector."
+        "modules before 07 and keeps your own code. Working on a later module? Apply only the modules before yours, "
+        "e.g. G2C_APPLY_SOLUTIONS=01-11 for specdec (python -m g2c.course prereqs ID prints the selector)."
     )
 
 
@@ -84,11 +81,8 @@ def scaled_dot_product_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tens
     raise NotImplementedError(
         "module 07: scaled_dot_product_attention in g2c/attention/causal.py is not implemented yet. Write it (see "
         "docs/modules/07-causal-attention.md); G2C_APPLY_SOLUTIONS=01-06 applies the reference solutions of the "
-        "modules before 07 and keeps your own code. Working on a later module? Apply only the modules before yours "
-        "(G2C_APPLY_SOLUTIONS=01-11 for specdec, G2C_APPLY_SOLUTIONS=01-11,specdec for specdec-sampling, "
-        "G2C_APPLY_SOLUTIONS=01-11,specdec,specdec-sampling for specdec-trees, "
-        "G2C_APPLY_SOLUTIONS=01-11,specdec,specdec-sampling,specdec-trees for specdec-lab): python -m g2c.course "
-        "prereqs ID prints the selector."
+        "modules before 07 and keeps your own code. Working on a later module? Apply only the modules before yours, "
+        "e.g. G2C_APPLY_SOLUTIONS=01-11 for specdec (python -m g2c.course prereqs ID prints the selector)."
     )
 
 
@@ -128,8 +122,5 @@ class CausalSelfAttention(Module):
             "module 07: CausalSelfAttention.forward in g2c/attention/causal.py is not implemented yet. Write it (see "
             "docs/modules/07-causal-attention.md); G2C_APPLY_SOLUTIONS=01-06 applies the reference solutions of the "
             "modules before 07 and keeps your own code. Working on a later module? Apply only the modules before "
-            "yours (G2C_APPLY_SOLUTIONS=01-11 for specdec, G2C_APPLY_SOLUTIONS=01-11,specdec for specdec-sampling, "
-            "G2C_APPLY_SOLUTIONS=01-11,specdec,specdec-sampling for specdec-trees, "
-            "G2C_APPLY_SOLUTIONS=01-11,specdec,specdec-sampling,specdec-trees for specdec-lab): python -m g2c.course "
-            "prereqs ID prints the selector."
+            "yours, e.g. G2C_APPLY_SOLUTIONS=01-11 for specdec (python -m g2c.course prereqs ID prints the selector)."
         )

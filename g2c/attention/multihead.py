@@ -36,11 +36,8 @@ def split_heads(x: torch.Tensor, num_heads: int) -> torch.Tensor:
     raise NotImplementedError(
         "module 08: split_heads in g2c/attention/multihead.py is not implemented yet. Write it (see "
         "docs/modules/08-multihead-attention.md); G2C_APPLY_SOLUTIONS=01-07 applies the reference solutions of the "
-        "modules before 08 and keeps your own code. Working on a later module? Apply only the modules before yours "
-        "(G2C_APPLY_SOLUTIONS=01-11 for specdec, G2C_APPLY_SOLUTIONS=01-11,specdec for specdec-sampling, "
-        "G2C_APPLY_SOLUTIONS=01-11,specdec,specdec-sampling for specdec-trees, "
-        "G2C_APPLY_SOLUTIONS=01-11,specdec,specdec-sampling,specdec-trees for specdec-lab): python -m g2c.course "
-        "prereqs ID prints the selector."
+        "modules before 08 and keeps your own code. Working on a later module? Apply only the modules before yours, "
+        "e.g. G2C_APPLY_SOLUTIONS=01-11 for specdec (python -m g2c.course prereqs ID prints the selector)."
     )
 
 
@@ -55,11 +52,8 @@ def merge_heads(x: torch.Tensor) -> torch.Tensor:
     raise NotImplementedError(
         "module 08: merge_heads in g2c/attention/multihead.py is not implemented yet. Write it (see "
         "docs/modules/08-multihead-attention.md); G2C_APPLY_SOLUTIONS=01-07 applies the reference solutions of the "
-        "modules before 08 and keeps your own code. Working on a later module? Apply only the modules before yours "
-        "(G2C_APPLY_SOLUTIONS=01-11 for specdec, G2C_APPLY_SOLUTIONS=01-11,specdec for specdec-sampling, "
-        "G2C_APPLY_SOLUTIONS=01-11,specdec,specdec-sampling for specdec-trees, "
-        "G2C_APPLY_SOLUTIONS=01-11,specdec,specdec-sampling,specdec-trees for specdec-lab): python -m g2c.course "
-        "prereqs ID prints the selector."
+        "modules before 08 and keeps your own code. Working on a later module? Apply only the modules before yours, "
+        "e.g. G2C_APPLY_SOLUTIONS=01-11 for specdec (python -m g2c.course prereqs ID prints the selector)."
     )
 
 
@@ -115,8 +109,6 @@ class MultiHeadAttention(Module):
             "module 08: MultiHeadAttention.forward in g2c/attention/multihead.py is not implemented yet. Write it "
             "(see docs/modules/08-multihead-attention.md); G2C_APPLY_SOLUTIONS=01-07 applies the reference solutions "
             "of the modules before 08 and keeps your own code. Working on a later module? Apply only the modules "
-            "before yours (G2C_APPLY_SOLUTIONS=01-11 for specdec, G2C_APPLY_SOLUTIONS=01-11,specdec for specdec-"
-            "sampling, G2C_APPLY_SOLUTIONS=01-11,specdec,specdec-sampling for specdec-trees, "
-            "G2C_APPLY_SOLUTIONS=01-11,specdec,specdec-sampling,specdec-trees for specdec-lab): python -m g2c.course "
-            "prereqs ID prints the selector."
+            "before yours, e.g. G2C_APPLY_SOLUTIONS=01-11 for specdec (python -m g2c.course prereqs ID prints the "
+            "selector)."
         )

@@ -68,10 +68,9 @@ def hint(module: CourseModule) -> str:
     text += (f"; {SOLUTIONS_ENV}={sel} applies the reference solutions of the modules before {module.id} "
              "and keeps your own code." if sel else "; this module builds on no other.")
     later = [m for m in MODULES[MODULES.index(module) + 1:] if m.number is None]
-    examples = ", ".join(f"{SOLUTIONS_ENV}={prerequisites_selector(m.id)} for {m.id}" for m in later)
-    text += (" Working on a later module? Apply only the modules before yours"
-             + (f" ({examples})" if examples else "")
-             + ": python -m g2c.course prereqs ID prints the selector.")
+    example = f", e.g. {SOLUTIONS_ENV}={prerequisites_selector(later[0].id)} for {later[0].id}" if later else ""
+    text += (f" Working on a later module? Apply only the modules before yours{example} "
+             "(python -m g2c.course prereqs ID prints the selector).")
     return text
 
 

@@ -39,11 +39,8 @@ def resolve_device(device: str | torch.device = "auto") -> torch.device:
     # TODO: implement this (module 03, see docs/modules/03-nn.md).
     raise NotImplementedError(
         "module 03: resolve_device in g2c/nn/device.py is not implemented yet. Write it (see docs/modules/03-nn.md); "
-        "this module builds on no other. Working on a later module? Apply only the modules before yours "
-        "(G2C_APPLY_SOLUTIONS=01-11 for specdec, G2C_APPLY_SOLUTIONS=01-11,specdec for specdec-sampling, "
-        "G2C_APPLY_SOLUTIONS=01-11,specdec,specdec-sampling for specdec-trees, "
-        "G2C_APPLY_SOLUTIONS=01-11,specdec,specdec-sampling,specdec-trees for specdec-lab): python -m g2c.course "
-        "prereqs ID prints the selector."
+        "this module builds on no other. Working on a later module? Apply only the modules before yours, e.g. "
+        "G2C_APPLY_SOLUTIONS=01-11 for specdec (python -m g2c.course prereqs ID prints the selector)."
     )
 
 

@@ -63,10 +63,8 @@ class Linear(Module):
         raise NotImplementedError(
             "module 03: Linear.forward in g2c/nn/layers.py is not implemented yet. Write it (see "
             "docs/modules/03-nn.md); this module builds on no other. Working on a later module? Apply only the "
-            "modules before yours (G2C_APPLY_SOLUTIONS=01-11 for specdec, G2C_APPLY_SOLUTIONS=01-11,specdec for "
-            "specdec-sampling, G2C_APPLY_SOLUTIONS=01-11,specdec,specdec-sampling for specdec-trees, "
-            "G2C_APPLY_SOLUTIONS=01-11,specdec,specdec-sampling,specdec-trees for specdec-lab): python -m g2c.course "
-            "prereqs ID prints the selector."
+            "modules before yours, e.g. G2C_APPLY_SOLUTIONS=01-11 for specdec (python -m g2c.course prereqs ID prints"
+            " the selector)."
         )
 
 
@@ -114,10 +112,8 @@ class Embedding(Module):
         raise NotImplementedError(
             "module 03: Embedding.forward in g2c/nn/layers.py is not implemented yet. Write it (see "
             "docs/modules/03-nn.md); this module builds on no other. Working on a later module? Apply only the "
-            "modules before yours (G2C_APPLY_SOLUTIONS=01-11 for specdec, G2C_APPLY_SOLUTIONS=01-11,specdec for "
-            "specdec-sampling, G2C_APPLY_SOLUTIONS=01-11,specdec,specdec-sampling for specdec-trees, "
-            "G2C_APPLY_SOLUTIONS=01-11,specdec,specdec-sampling,specdec-trees for specdec-lab): python -m g2c.course "
-            "prereqs ID prints the selector."
+            "modules before yours, e.g. G2C_APPLY_SOLUTIONS=01-11 for specdec (python -m g2c.course prereqs ID prints"
+            " the selector)."
         )
 
 
@@ -162,10 +158,8 @@ class LayerNorm(Module):
         raise NotImplementedError(
             "module 03: LayerNorm.forward in g2c/nn/layers.py is not implemented yet. Write it (see "
             "docs/modules/03-nn.md); this module builds on no other. Working on a later module? Apply only the "
-            "modules before yours (G2C_APPLY_SOLUTIONS=01-11 for specdec, G2C_APPLY_SOLUTIONS=01-11,specdec for "
-            "specdec-sampling, G2C_APPLY_SOLUTIONS=01-11,specdec,specdec-sampling for specdec-trees, "
-            "G2C_APPLY_SOLUTIONS=01-11,specdec,specdec-sampling,specdec-trees for specdec-lab): python -m g2c.course "
-            "prereqs ID prints the selector."
+            "modules before yours, e.g. G2C_APPLY_SOLUTIONS=01-11 for specdec (python -m g2c.course prereqs ID prints"
+            " the selector)."
         )
 
 
@@ -193,10 +187,8 @@ class GELU(Module):
         raise NotImplementedError(
             "module 03: GELU.forward in g2c/nn/layers.py is not implemented yet. Write it (see "
             "docs/modules/03-nn.md); this module builds on no other. Working on a later module? Apply only the "
-            "modules before yours (G2C_APPLY_SOLUTIONS=01-11 for specdec, G2C_APPLY_SOLUTIONS=01-11,specdec for "
-            "specdec-sampling, G2C_APPLY_SOLUTIONS=01-11,specdec,specdec-sampling for specdec-trees, "
-            "G2C_APPLY_SOLUTIONS=01-11,specdec,specdec-sampling,specdec-trees for specdec-lab): python -m g2c.course "
-            "prereqs ID prints the selector."
+            "modules before yours, e.g. G2C_APPLY_SOLUTIONS=01-11 for specdec (python -m g2c.course prereqs ID prints"
+            " the selector)."
         )
 
 
@@ -244,8 +236,6 @@ class Dropout(Module):
         raise NotImplementedError(
             "module 03: Dropout.forward in g2c/nn/layers.py is not implemented yet. Write it (see "
             "docs/modules/03-nn.md); this module builds on no other. Working on a later module? Apply only the "
-            "modules before yours (G2C_APPLY_SOLUTIONS=01-11 for specdec, G2C_APPLY_SOLUTIONS=01-11,specdec for "
-            "specdec-sampling, G2C_APPLY_SOLUTIONS=01-11,specdec,specdec-sampling for specdec-trees, "
-            "G2C_APPLY_SOLUTIONS=01-11,specdec,specdec-sampling,specdec-trees for specdec-lab): python -m g2c.course "
-            "prereqs ID prints the selector."
+            "modules before yours, e.g. G2C_APPLY_SOLUTIONS=01-11 for specdec (python -m g2c.course prereqs ID prints"
+            " the selector)."
         )

@@ -83,11 +83,8 @@ def sample_from_logits(logits: torch.Tensor, *, temperature: float = 1.0, top_k:
     raise NotImplementedError(
         "module 11: sample_from_logits in g2c/sampling/generate.py is not implemented yet. Write it (see "
         "docs/modules/11-sampling.md); G2C_APPLY_SOLUTIONS=01-10 applies the reference solutions of the modules "
-        "before 11 and keeps your own code. Working on a later module? Apply only the modules before yours "
-        "(G2C_APPLY_SOLUTIONS=01-11 for specdec, G2C_APPLY_SOLUTIONS=01-11,specdec for specdec-sampling, "
-        "G2C_APPLY_SOLUTIONS=01-11,specdec,specdec-sampling for specdec-trees, "
-        "G2C_APPLY_SOLUTIONS=01-11,specdec,specdec-sampling,specdec-trees for specdec-lab): python -m g2c.course "
-        "prereqs ID prints the selector."
+        "before 11 and keeps your own code. Working on a later module? Apply only the modules before yours, e.g. "
+        "G2C_APPLY_SOLUTIONS=01-11 for specdec (python -m g2c.course prereqs ID prints the selector)."
     )
 
 
@@ -146,10 +143,7 @@ def generate(model, prompt_ids, max_new_tokens: int, *, temperature: float = 1.0
         raise NotImplementedError(
             "module 11: generate in g2c/sampling/generate.py is not implemented yet. Write it (see "
             "docs/modules/11-sampling.md); G2C_APPLY_SOLUTIONS=01-10 applies the reference solutions of the modules "
-            "before 11 and keeps your own code. Working on a later module? Apply only the modules before yours "
-            "(G2C_APPLY_SOLUTIONS=01-11 for specdec, G2C_APPLY_SOLUTIONS=01-11,specdec for specdec-sampling, "
-            "G2C_APPLY_SOLUTIONS=01-11,specdec,specdec-sampling for specdec-trees, "
-            "G2C_APPLY_SOLUTIONS=01-11,specdec,specdec-sampling,specdec-trees for specdec-lab): python -m g2c.course "
-            "prereqs ID prints the selector."
+            "before 11 and keeps your own code. Working on a later module? Apply only the modules before yours, e.g. "
+            "G2C_APPLY_SOLUTIONS=01-11 for specdec (python -m g2c.course prereqs ID prints the selector)."
         )
     return ids

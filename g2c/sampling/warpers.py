@@ -41,11 +41,8 @@ def apply_temperature(logits: torch.Tensor, temperature: float) -> torch.Tensor:
     raise NotImplementedError(
         "module 11: apply_temperature in g2c/sampling/warpers.py is not implemented yet. Write it (see "
         "docs/modules/11-sampling.md); G2C_APPLY_SOLUTIONS=01-10 applies the reference solutions of the modules "
-        "before 11 and keeps your own code. Working on a later module? Apply only the modules before yours "
-        "(G2C_APPLY_SOLUTIONS=01-11 for specdec, G2C_APPLY_SOLUTIONS=01-11,specdec for specdec-sampling, "
-        "G2C_APPLY_SOLUTIONS=01-11,specdec,specdec-sampling for specdec-trees, "
-        "G2C_APPLY_SOLUTIONS=01-11,specdec,specdec-sampling,specdec-trees for specdec-lab): python -m g2c.course "
-        "prereqs ID prints the selector."
+        "before 11 and keeps your own code. Working on a later module? Apply only the modules before yours, e.g. "
+        "G2C_APPLY_SOLUTIONS=01-11 for specdec (python -m g2c.course prereqs ID prints the selector)."
     )
 
 
@@ -72,11 +69,8 @@ def top_k_filter(logits: torch.Tensor, k: int) -> torch.Tensor:
     raise NotImplementedError(
         "module 11: top_k_filter in g2c/sampling/warpers.py is not implemented yet. Write it (see "
         "docs/modules/11-sampling.md); G2C_APPLY_SOLUTIONS=01-10 applies the reference solutions of the modules "
-        "before 11 and keeps your own code. Working on a later module? Apply only the modules before yours "
-        "(G2C_APPLY_SOLUTIONS=01-11 for specdec, G2C_APPLY_SOLUTIONS=01-11,specdec for specdec-sampling, "
-        "G2C_APPLY_SOLUTIONS=01-11,specdec,specdec-sampling for specdec-trees, "
-        "G2C_APPLY_SOLUTIONS=01-11,specdec,specdec-sampling,specdec-trees for specdec-lab): python -m g2c.course "
-        "prereqs ID prints the selector."
+        "before 11 and keeps your own code. Working on a later module? Apply only the modules before yours, e.g. "
+        "G2C_APPLY_SOLUTIONS=01-11 for specdec (python -m g2c.course prereqs ID prints the selector)."
     )
 
 
@@ -104,11 +98,8 @@ def top_p_filter(logits: torch.Tensor, p: float) -> torch.Tensor:
     raise NotImplementedError(
         "module 11: top_p_filter in g2c/sampling/warpers.py is not implemented yet. Write it (see "
         "docs/modules/11-sampling.md); G2C_APPLY_SOLUTIONS=01-10 applies the reference solutions of the modules "
-        "before 11 and keeps your own code. Working on a later module? Apply only the modules before yours "
-        "(G2C_APPLY_SOLUTIONS=01-11 for specdec, G2C_APPLY_SOLUTIONS=01-11,specdec for specdec-sampling, "
-        "G2C_APPLY_SOLUTIONS=01-11,specdec,specdec-sampling for specdec-trees, "
-        "G2C_APPLY_SOLUTIONS=01-11,specdec,specdec-sampling,specdec-trees for specdec-lab): python -m g2c.course "
-        "prereqs ID prints the selector."
+        "before 11 and keeps your own code. Working on a later module? Apply only the modules before yours, e.g. "
+        "G2C_APPLY_SOLUTIONS=01-11 for specdec (python -m g2c.course prereqs ID prints the selector)."
     )
 
 
@@ -141,9 +132,6 @@ def apply_repetition_penalty(logits: torch.Tensor, previous_ids: torch.Tensor, p
     raise NotImplementedError(
         "module 11: apply_repetition_penalty in g2c/sampling/warpers.py is not implemented yet. Write it (see "
         "docs/modules/11-sampling.md); G2C_APPLY_SOLUTIONS=01-10 applies the reference solutions of the modules "
-        "before 11 and keeps your own code. Working on a later module? Apply only the modules before yours "
-        "(G2C_APPLY_SOLUTIONS=01-11 for specdec, G2C_APPLY_SOLUTIONS=01-11,specdec for specdec-sampling, "
-        "G2C_APPLY_SOLUTIONS=01-11,specdec,specdec-sampling for specdec-trees, "
-        "G2C_APPLY_SOLUTIONS=01-11,specdec,specdec-sampling,specdec-trees for specdec-lab): python -m g2c.course "
-        "prereqs ID prints the selector."
+        "before 11 and keeps your own code. Working on a later module? Apply only the modules before yours, e.g. "
+        "G2C_APPLY_SOLUTIONS=01-11 for specdec (python -m g2c.course prereqs ID prints the selector)."
     )

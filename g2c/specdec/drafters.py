@@ -297,9 +297,8 @@ def ngram_lookup(context_ids, k: int, *, min_n: int = 1, max_n: int = 3) -> torc
         "module specdec-sampling: ngram_lookup in g2c/specdec/drafters.py is not implemented yet. Write it (see "
         "docs/beyond/specdec-sampling.md); G2C_APPLY_SOLUTIONS=01-11,specdec applies the reference solutions of the "
         "modules before specdec-sampling and keeps your own code. Working on a later module? Apply only the modules "
-        "before yours (G2C_APPLY_SOLUTIONS=01-11,specdec,specdec-sampling for specdec-trees, "
-        "G2C_APPLY_SOLUTIONS=01-11,specdec,specdec-sampling,specdec-trees for specdec-lab): python -m g2c.course "
-        "prereqs ID prints the selector."
+        "before yours, e.g. G2C_APPLY_SOLUTIONS=01-11,specdec,specdec-sampling for specdec-trees (python -m "
+        "g2c.course prereqs ID prints the selector)."
     )
 
 

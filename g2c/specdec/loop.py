@@ -119,9 +119,8 @@ def verify_round(draft_ids: torch.Tensor, draft_probs: torch.Tensor | None, targ
         "module specdec-sampling: verify_round in g2c/specdec/loop.py is not implemented yet. Write it (see "
         "docs/beyond/specdec-sampling.md); G2C_APPLY_SOLUTIONS=01-11,specdec applies the reference solutions of the "
         "modules before specdec-sampling and keeps your own code. Working on a later module? Apply only the modules "
-        "before yours (G2C_APPLY_SOLUTIONS=01-11,specdec,specdec-sampling for specdec-trees, "
-        "G2C_APPLY_SOLUTIONS=01-11,specdec,specdec-sampling,specdec-trees for specdec-lab): python -m g2c.course "
-        "prereqs ID prints the selector."
+        "before yours, e.g. G2C_APPLY_SOLUTIONS=01-11,specdec,specdec-sampling for specdec-trees (python -m "
+        "g2c.course prereqs ID prints the selector)."
     )
 
 
@@ -209,9 +208,8 @@ def speculative_sample(target, drafter, prompt_ids, max_new_tokens: int, *, k: i
             "module specdec-sampling: speculative_sample in g2c/specdec/loop.py is not implemented yet. Write it (see"
             " docs/beyond/specdec-sampling.md); G2C_APPLY_SOLUTIONS=01-11,specdec applies the reference solutions of "
             "the modules before specdec-sampling and keeps your own code. Working on a later module? Apply only the "
-            "modules before yours (G2C_APPLY_SOLUTIONS=01-11,specdec,specdec-sampling for specdec-trees, "
-            "G2C_APPLY_SOLUTIONS=01-11,specdec,specdec-sampling,specdec-trees for specdec-lab): python -m g2c.course "
-            "prereqs ID prints the selector."
+            "modules before yours, e.g. G2C_APPLY_SOLUTIONS=01-11,specdec,specdec-sampling for specdec-trees (python "
+            "-m g2c.course prereqs ID prints the selector)."
         )
     finally:
         for m, mode in zip(models, modes):

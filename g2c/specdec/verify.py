@@ -95,10 +95,9 @@ def greedy_verify(draft_ids: torch.Tensor, target_logits: torch.Tensor) -> tuple
     raise NotImplementedError(
         "module specdec: greedy_verify in g2c/specdec/verify.py is not implemented yet. Write it (see "
         "docs/beyond/specdec.md); G2C_APPLY_SOLUTIONS=01-11 applies the reference solutions of the modules before "
-        "specdec and keeps your own code. Working on a later module? Apply only the modules before yours "
-        "(G2C_APPLY_SOLUTIONS=01-11,specdec for specdec-sampling, G2C_APPLY_SOLUTIONS=01-11,specdec,specdec-sampling "
-        "for specdec-trees, G2C_APPLY_SOLUTIONS=01-11,specdec,specdec-sampling,specdec-trees for specdec-lab): python"
-        " -m g2c.course prereqs ID prints the selector."
+        "specdec and keeps your own code. Working on a later module? Apply only the modules before yours, e.g. "
+        "G2C_APPLY_SOLUTIONS=01-11,specdec for specdec-sampling (python -m g2c.course prereqs ID prints the "
+        "selector)."
     )
 
 
@@ -163,8 +162,7 @@ def speculative_verify(draft_ids: torch.Tensor, target_probs: torch.Tensor, draf
     raise NotImplementedError(
         "module specdec: speculative_verify in g2c/specdec/verify.py is not implemented yet. Write it (see "
         "docs/beyond/specdec.md); G2C_APPLY_SOLUTIONS=01-11 applies the reference solutions of the modules before "
-        "specdec and keeps your own code. Working on a later module? Apply only the modules before yours "
-        "(G2C_APPLY_SOLUTIONS=01-11,specdec for specdec-sampling, G2C_APPLY_SOLUTIONS=01-11,specdec,specdec-sampling "
-        "for specdec-trees, G2C_APPLY_SOLUTIONS=01-11,specdec,specdec-sampling,specdec-trees for specdec-lab): python"
-        " -m g2c.course prereqs ID prints the selector."
+        "specdec and keeps your own code. Working on a later module? Apply only the modules before yours, e.g. "
+        "G2C_APPLY_SOLUTIONS=01-11,specdec for specdec-sampling (python -m g2c.course prereqs ID prints the "
+        "selector)."
     )

@@ -204,11 +204,8 @@ class BPETokenizer:
         raise NotImplementedError(
             "module 04: BPETokenizer.bpe in g2c/tokenizer/bpe.py is not implemented yet. Write it (see "
             "docs/modules/04-tokenizer.md); G2C_APPLY_SOLUTIONS=01-03 applies the reference solutions of the modules "
-            "before 04 and keeps your own code. Working on a later module? Apply only the modules before yours "
-            "(G2C_APPLY_SOLUTIONS=01-11 for specdec, G2C_APPLY_SOLUTIONS=01-11,specdec for specdec-sampling, "
-            "G2C_APPLY_SOLUTIONS=01-11,specdec,specdec-sampling for specdec-trees, "
-            "G2C_APPLY_SOLUTIONS=01-11,specdec,specdec-sampling,specdec-trees for specdec-lab): python -m g2c.course "
-            "prereqs ID prints the selector."
+            "before 04 and keeps your own code. Working on a later module? Apply only the modules before yours, e.g. "
+            "G2C_APPLY_SOLUTIONS=01-11 for specdec (python -m g2c.course prereqs ID prints the selector)."
         )
         self._cache[word] = parts
         return parts
@@ -239,11 +236,8 @@ class BPETokenizer:
         raise NotImplementedError(
             "module 04: BPETokenizer.encode in g2c/tokenizer/bpe.py is not implemented yet. Write it (see "
             "docs/modules/04-tokenizer.md); G2C_APPLY_SOLUTIONS=01-03 applies the reference solutions of the modules "
-            "before 04 and keeps your own code. Working on a later module? Apply only the modules before yours "
-            "(G2C_APPLY_SOLUTIONS=01-11 for specdec, G2C_APPLY_SOLUTIONS=01-11,specdec for specdec-sampling, "
-            "G2C_APPLY_SOLUTIONS=01-11,specdec,specdec-sampling for specdec-trees, "
-            "G2C_APPLY_SOLUTIONS=01-11,specdec,specdec-sampling,specdec-trees for specdec-lab): python -m g2c.course "
-            "prereqs ID prints the selector."
+            "before 04 and keeps your own code. Working on a later module? Apply only the modules before yours, e.g. "
+            "G2C_APPLY_SOLUTIONS=01-11 for specdec (python -m g2c.course prereqs ID prints the selector)."
         )
 
     def encode_batch_fast(self, texts: list[str]) -> list[list[int]]:
@@ -279,9 +273,6 @@ class BPETokenizer:
         raise NotImplementedError(
             "module 04: BPETokenizer.decode in g2c/tokenizer/bpe.py is not implemented yet. Write it (see "
             "docs/modules/04-tokenizer.md); G2C_APPLY_SOLUTIONS=01-03 applies the reference solutions of the modules "
-            "before 04 and keeps your own code. Working on a later module? Apply only the modules before yours "
-            "(G2C_APPLY_SOLUTIONS=01-11 for specdec, G2C_APPLY_SOLUTIONS=01-11,specdec for specdec-sampling, "
-            "G2C_APPLY_SOLUTIONS=01-11,specdec,specdec-sampling for specdec-trees, "
-            "G2C_APPLY_SOLUTIONS=01-11,specdec,specdec-sampling,specdec-trees for specdec-lab): python -m g2c.course "
-            "prereqs ID prints the selector."
+            "before 04 and keeps your own code. Working on a later module? Apply only the modules before yours, e.g. "
+            "G2C_APPLY_SOLUTIONS=01-11 for specdec (python -m g2c.course prereqs ID prints the selector)."
         )

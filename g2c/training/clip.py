@@ -42,9 +42,6 @@ def clip_grad_norm_(params, max_norm: float, *, eps: float = 1e-6) -> float:
     raise NotImplementedError(
         "module 03b: clip_grad_norm_ in g2c/training/clip.py is not implemented yet. Write it (see "
         "docs/modules/03b-training.md); G2C_APPLY_SOLUTIONS=03 applies the reference solutions of the modules before "
-        "03b and keeps your own code. Working on a later module? Apply only the modules before yours "
-        "(G2C_APPLY_SOLUTIONS=01-11 for specdec, G2C_APPLY_SOLUTIONS=01-11,specdec for specdec-sampling, "
-        "G2C_APPLY_SOLUTIONS=01-11,specdec,specdec-sampling for specdec-trees, "
-        "G2C_APPLY_SOLUTIONS=01-11,specdec,specdec-sampling,specdec-trees for specdec-lab): python -m g2c.course "
-        "prereqs ID prints the selector."
+        "03b and keeps your own code. Working on a later module? Apply only the modules before yours, e.g. "
+        "G2C_APPLY_SOLUTIONS=01-11 for specdec (python -m g2c.course prereqs ID prints the selector)."
     )
