@@ -49,7 +49,7 @@ def causal_mask(num_queries: int, num_keys: int | None = None, *, device=None) -
         "module 07: causal_mask in g2c/attention/causal.py is not implemented yet. Write it (see "
         "docs/modules/07-causal-attention.md); G2C_APPLY_SOLUTIONS=01-06 applies the reference solutions of the "
         "modules before 07 and keeps your own code. Working on a later module? Apply only the modules before yours, "
-        "e.g. G2C_APPLY_SOLUTIONS=01-11 for specdec (python -m g2c.course prereqs ID prints the selector)."
+        "e.g. G2C_APPLY_SOLUTIONS=01-16 for specdec (python -m g2c.course prereqs ID prints the selector)."
     )
 
 
@@ -82,7 +82,7 @@ def scaled_dot_product_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tens
         "module 07: scaled_dot_product_attention in g2c/attention/causal.py is not implemented yet. Write it (see "
         "docs/modules/07-causal-attention.md); G2C_APPLY_SOLUTIONS=01-06 applies the reference solutions of the "
         "modules before 07 and keeps your own code. Working on a later module? Apply only the modules before yours, "
-        "e.g. G2C_APPLY_SOLUTIONS=01-11 for specdec (python -m g2c.course prereqs ID prints the selector)."
+        "e.g. G2C_APPLY_SOLUTIONS=01-16 for specdec (python -m g2c.course prereqs ID prints the selector)."
     )
 
 
@@ -122,5 +122,5 @@ class CausalSelfAttention(Module):
             "module 07: CausalSelfAttention.forward in g2c/attention/causal.py is not implemented yet. Write it (see "
             "docs/modules/07-causal-attention.md); G2C_APPLY_SOLUTIONS=01-06 applies the reference solutions of the "
             "modules before 07 and keeps your own code. Working on a later module? Apply only the modules before "
-            "yours, e.g. G2C_APPLY_SOLUTIONS=01-11 for specdec (python -m g2c.course prereqs ID prints the selector)."
+            "yours, e.g. G2C_APPLY_SOLUTIONS=01-16 for specdec (python -m g2c.course prereqs ID prints the selector)."
         )

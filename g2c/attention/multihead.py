@@ -37,7 +37,7 @@ def split_heads(x: torch.Tensor, num_heads: int) -> torch.Tensor:
         "module 08: split_heads in g2c/attention/multihead.py is not implemented yet. Write it (see "
         "docs/modules/08-multihead-attention.md); G2C_APPLY_SOLUTIONS=01-07 applies the reference solutions of the "
         "modules before 08 and keeps your own code. Working on a later module? Apply only the modules before yours, "
-        "e.g. G2C_APPLY_SOLUTIONS=01-11 for specdec (python -m g2c.course prereqs ID prints the selector)."
+        "e.g. G2C_APPLY_SOLUTIONS=01-16 for specdec (python -m g2c.course prereqs ID prints the selector)."
     )
 
 
@@ -53,7 +53,7 @@ def merge_heads(x: torch.Tensor) -> torch.Tensor:
         "module 08: merge_heads in g2c/attention/multihead.py is not implemented yet. Write it (see "
         "docs/modules/08-multihead-attention.md); G2C_APPLY_SOLUTIONS=01-07 applies the reference solutions of the "
         "modules before 08 and keeps your own code. Working on a later module? Apply only the modules before yours, "
-        "e.g. G2C_APPLY_SOLUTIONS=01-11 for specdec (python -m g2c.course prereqs ID prints the selector)."
+        "e.g. G2C_APPLY_SOLUTIONS=01-16 for specdec (python -m g2c.course prereqs ID prints the selector)."
     )
 
 
@@ -109,6 +109,6 @@ class MultiHeadAttention(Module):
             "module 08: MultiHeadAttention.forward in g2c/attention/multihead.py is not implemented yet. Write it "
             "(see docs/modules/08-multihead-attention.md); G2C_APPLY_SOLUTIONS=01-07 applies the reference solutions "
             "of the modules before 08 and keeps your own code. Working on a later module? Apply only the modules "
-            "before yours, e.g. G2C_APPLY_SOLUTIONS=01-11 for specdec (python -m g2c.course prereqs ID prints the "
+            "before yours, e.g. G2C_APPLY_SOLUTIONS=01-16 for specdec (python -m g2c.course prereqs ID prints the "
             "selector)."
         )

@@ -52,7 +52,8 @@ class CourseModule:
         return Path(self.notebook).stem.split("-", 1)[1]
 
 
-def _m(id: str, title: str, files: list[str], slug: str, lesson_dir: str = "modules") -> CourseModule:
+def _m(id: str, title: str, files: list[str], slug: str, lesson_dir: str = "modules",
+       tests: list[str] | None = None) -> CourseModule:
     return CourseModule(
         id=id,
         title=title,
@@ -60,7 +61,7 @@ def _m(id: str, title: str, files: list[str], slug: str, lesson_dir: str = "modu
         lesson=(f"docs/{lesson_dir}/{id}-{slug}.md" if lesson_dir == "modules"
                 else f"docs/{lesson_dir}/{slug}.md"),
         notebook=f"notebooks/clean/{id}-{slug}.ipynb",
-        tests=(f"tests/test_{slug.replace('-', '_')}.py",),
+        tests=tuple(tests) if tests else (f"tests/test_{slug.replace('-', '_')}.py",),
     )
 
 
@@ -93,7 +94,8 @@ MODULES: tuple[CourseModule, ...] = (
         "g2c/sampling/generate.py"], "sampling"),
     _m("16", "KV cache and incremental decoding",
        ["g2c/kvcache/__init__.py", "g2c/kvcache/cache.py", "g2c/kvcache/forward.py", "g2c/kvcache/generate.py",
-        "g2c/kvcache/speculative.py"], "kv-cache"),
+        "g2c/kvcache/speculative.py"], "kv-cache",
+       tests=["tests/test_kvcache.py", "tests/test_kvcache_speculative.py"]),
     CourseModule(
         id="specdec",
         title="Beyond: speculative decoding and multi-token prediction",

@@ -44,5 +44,5 @@ def embed_tokens_and_positions(ids: torch.Tensor, token_embed: Embedding, pos_em
         "module 05: embed_tokens_and_positions in g2c/embeddings/embeddings.py is not implemented yet. Write it (see "
         "docs/modules/05-embeddings.md); G2C_APPLY_SOLUTIONS=01-04 applies the reference solutions of the modules "
         "before 05 and keeps your own code. Working on a later module? Apply only the modules before yours, e.g. "
-        "G2C_APPLY_SOLUTIONS=01-11 for specdec (python -m g2c.course prereqs ID prints the selector)."
+        "G2C_APPLY_SOLUTIONS=01-16 for specdec (python -m g2c.course prereqs ID prints the selector)."
     )

@@ -162,8 +162,10 @@ class KVCache:
                              "Crop the cache or re-prefill the last part of the window into an empty cache")
         # TODO: implement this (module 16, see docs/modules/16-kv-cache.md).
         raise NotImplementedError(
-            "module 16: KVCache.append in g2c/kvcache/cache.py is not implemented yet. "
-            "Write it, or run with G2C_APPLY_SOLUTIONS=16 to use the reference solution."
+            "module 16: KVCache.append in g2c/kvcache/cache.py is not implemented yet. Write it (see "
+            "docs/modules/16-kv-cache.md); G2C_APPLY_SOLUTIONS=01-11 applies the reference solutions of the modules "
+            "before 16 and keeps your own code. Working on a later module? Apply only the modules before yours, e.g. "
+            "G2C_APPLY_SOLUTIONS=01-16 for specdec (python -m g2c.course prereqs ID prints the selector)."
         )
 
     def advance(self, num_new: int) -> None:
@@ -203,8 +205,10 @@ class KVCache:
                              f"(crop can only roll back), got {n!r}")
         # TODO: implement this (module 16, see docs/modules/16-kv-cache.md).
         raise NotImplementedError(
-            "module 16: KVCache.crop in g2c/kvcache/cache.py is not implemented yet. "
-            "Write it, or run with G2C_APPLY_SOLUTIONS=16 to use the reference solution."
+            "module 16: KVCache.crop in g2c/kvcache/cache.py is not implemented yet. Write it (see "
+            "docs/modules/16-kv-cache.md); G2C_APPLY_SOLUTIONS=01-11 applies the reference solutions of the modules "
+            "before 16 and keeps your own code. Working on a later module? Apply only the modules before yours, e.g. "
+            "G2C_APPLY_SOLUTIONS=01-16 for specdec (python -m g2c.course prereqs ID prints the selector)."
         )
 
     def reset(self) -> None:

@@ -62,8 +62,10 @@ def cached_attention(attn, x: torch.Tensor, cache: KVCache, layer: int) -> torch
     """
     # TODO: implement this (module 16, see docs/modules/16-kv-cache.md).
     raise NotImplementedError(
-        "module 16: cached_attention in g2c/kvcache/forward.py is not implemented yet. "
-        "Write it, or run with G2C_APPLY_SOLUTIONS=16 to use the reference solution."
+        "module 16: cached_attention in g2c/kvcache/forward.py is not implemented yet. Write it (see "
+        "docs/modules/16-kv-cache.md); G2C_APPLY_SOLUTIONS=01-11 applies the reference solutions of the modules "
+        "before 16 and keeps your own code. Working on a later module? Apply only the modules before yours, e.g. "
+        "G2C_APPLY_SOLUTIONS=01-16 for specdec (python -m g2c.course prereqs ID prints the selector)."
     )
 
 

@@ -33,7 +33,7 @@ def log_softmax(logits: torch.Tensor) -> torch.Tensor:
     raise NotImplementedError(
         "module 06: log_softmax in g2c/lm/loss.py is not implemented yet. Write it (see docs/modules/06-lm.md); "
         "G2C_APPLY_SOLUTIONS=01-05 applies the reference solutions of the modules before 06 and keeps your own code. "
-        "Working on a later module? Apply only the modules before yours, e.g. G2C_APPLY_SOLUTIONS=01-11 for specdec "
+        "Working on a later module? Apply only the modules before yours, e.g. G2C_APPLY_SOLUTIONS=01-16 for specdec "
         "(python -m g2c.course prereqs ID prints the selector)."
     )
 
@@ -63,7 +63,7 @@ def cross_entropy(logits: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
     raise NotImplementedError(
         "module 06: cross_entropy in g2c/lm/loss.py is not implemented yet. Write it (see docs/modules/06-lm.md); "
         "G2C_APPLY_SOLUTIONS=01-05 applies the reference solutions of the modules before 06 and keeps your own code. "
-        "Working on a later module? Apply only the modules before yours, e.g. G2C_APPLY_SOLUTIONS=01-11 for specdec "
+        "Working on a later module? Apply only the modules before yours, e.g. G2C_APPLY_SOLUTIONS=01-16 for specdec "
         "(python -m g2c.course prereqs ID prints the selector)."
     )
 
@@ -81,6 +81,6 @@ def perplexity(loss: float | torch.Tensor) -> float:
     raise NotImplementedError(
         "module 06: perplexity in g2c/lm/loss.py is not implemented yet. Write it (see docs/modules/06-lm.md); "
         "G2C_APPLY_SOLUTIONS=01-05 applies the reference solutions of the modules before 06 and keeps your own code. "
-        "Working on a later module? Apply only the modules before yours, e.g. G2C_APPLY_SOLUTIONS=01-11 for specdec "
+        "Working on a later module? Apply only the modules before yours, e.g. G2C_APPLY_SOLUTIONS=01-16 for specdec "
         "(python -m g2c.course prereqs ID prints the selector)."
     )

@@ -40,7 +40,7 @@ def resolve_device(device: str | torch.device = "auto") -> torch.device:
     raise NotImplementedError(
         "module 03: resolve_device in g2c/nn/device.py is not implemented yet. Write it (see docs/modules/03-nn.md); "
         "this module builds on no other. Working on a later module? Apply only the modules before yours, e.g. "
-        "G2C_APPLY_SOLUTIONS=01-11 for specdec (python -m g2c.course prereqs ID prints the selector)."
+        "G2C_APPLY_SOLUTIONS=01-16 for specdec (python -m g2c.course prereqs ID prints the selector)."
     )
 
 

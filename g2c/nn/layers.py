@@ -63,7 +63,7 @@ class Linear(Module):
         raise NotImplementedError(
             "module 03: Linear.forward in g2c/nn/layers.py is not implemented yet. Write it (see "
             "docs/modules/03-nn.md); this module builds on no other. Working on a later module? Apply only the "
-            "modules before yours, e.g. G2C_APPLY_SOLUTIONS=01-11 for specdec (python -m g2c.course prereqs ID prints"
+            "modules before yours, e.g. G2C_APPLY_SOLUTIONS=01-16 for specdec (python -m g2c.course prereqs ID prints"
             " the selector)."
         )
 
@@ -112,7 +112,7 @@ class Embedding(Module):
         raise NotImplementedError(
             "module 03: Embedding.forward in g2c/nn/layers.py is not implemented yet. Write it (see "
             "docs/modules/03-nn.md); this module builds on no other. Working on a later module? Apply only the "
-            "modules before yours, e.g. G2C_APPLY_SOLUTIONS=01-11 for specdec (python -m g2c.course prereqs ID prints"
+            "modules before yours, e.g. G2C_APPLY_SOLUTIONS=01-16 for specdec (python -m g2c.course prereqs ID prints"
             " the selector)."
         )
 
@@ -158,7 +158,7 @@ class LayerNorm(Module):
         raise NotImplementedError(
             "module 03: LayerNorm.forward in g2c/nn/layers.py is not implemented yet. Write it (see "
             "docs/modules/03-nn.md); this module builds on no other. Working on a later module? Apply only the "
-            "modules before yours, e.g. G2C_APPLY_SOLUTIONS=01-11 for specdec (python -m g2c.course prereqs ID prints"
+            "modules before yours, e.g. G2C_APPLY_SOLUTIONS=01-16 for specdec (python -m g2c.course prereqs ID prints"
             " the selector)."
         )
 
@@ -187,7 +187,7 @@ class GELU(Module):
         raise NotImplementedError(
             "module 03: GELU.forward in g2c/nn/layers.py is not implemented yet. Write it (see "
             "docs/modules/03-nn.md); this module builds on no other. Working on a later module? Apply only the "
-            "modules before yours, e.g. G2C_APPLY_SOLUTIONS=01-11 for specdec (python -m g2c.course prereqs ID prints"
+            "modules before yours, e.g. G2C_APPLY_SOLUTIONS=01-16 for specdec (python -m g2c.course prereqs ID prints"
             " the selector)."
         )
 
@@ -236,6 +236,6 @@ class Dropout(Module):
         raise NotImplementedError(
             "module 03: Dropout.forward in g2c/nn/layers.py is not implemented yet. Write it (see "
             "docs/modules/03-nn.md); this module builds on no other. Working on a later module? Apply only the "
-            "modules before yours, e.g. G2C_APPLY_SOLUTIONS=01-11 for specdec (python -m g2c.course prereqs ID prints"
+            "modules before yours, e.g. G2C_APPLY_SOLUTIONS=01-16 for specdec (python -m g2c.course prereqs ID prints"
             " the selector)."
         )

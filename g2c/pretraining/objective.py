@@ -80,7 +80,7 @@ def get_lm_batch(ids, batch_size: int, context: int, *,
         "module 09b: get_lm_batch in g2c/pretraining/objective.py is not implemented yet. Write it (see "
         "docs/modules/09b-pretraining.md); G2C_APPLY_SOLUTIONS=01-08,09 applies the reference solutions of the "
         "modules before 09b and keeps your own code. Working on a later module? Apply only the modules before yours, "
-        "e.g. G2C_APPLY_SOLUTIONS=01-11 for specdec (python -m g2c.course prereqs ID prints the selector)."
+        "e.g. G2C_APPLY_SOLUTIONS=01-16 for specdec (python -m g2c.course prereqs ID prints the selector)."
     )
 
 
@@ -110,5 +110,5 @@ def lm_cross_entropy(logits: torch.Tensor, targets: torch.Tensor) -> torch.Tenso
         "module 09b: lm_cross_entropy in g2c/pretraining/objective.py is not implemented yet. Write it (see "
         "docs/modules/09b-pretraining.md); G2C_APPLY_SOLUTIONS=01-08,09 applies the reference solutions of the "
         "modules before 09b and keeps your own code. Working on a later module? Apply only the modules before yours, "
-        "e.g. G2C_APPLY_SOLUTIONS=01-11 for specdec (python -m g2c.course prereqs ID prints the selector)."
+        "e.g. G2C_APPLY_SOLUTIONS=01-16 for specdec (python -m g2c.course prereqs ID prints the selector)."
     )

@@ -142,7 +142,7 @@ class Trainer:
             "module 10: Trainer.train_step in g2c/pretraining/trainer.py is not implemented yet. Write it (see "
             "docs/modules/10-trainer.md); G2C_APPLY_SOLUTIONS=01-09 applies the reference solutions of the modules "
             "before 10 and keeps your own code. Working on a later module? Apply only the modules before yours, e.g. "
-            "G2C_APPLY_SOLUTIONS=01-11 for specdec (python -m g2c.course prereqs ID prints the selector)."
+            "G2C_APPLY_SOLUTIONS=01-16 for specdec (python -m g2c.course prereqs ID prints the selector)."
         )
         self.history.append(record)
         return record

@@ -84,7 +84,7 @@ def sample_from_logits(logits: torch.Tensor, *, temperature: float = 1.0, top_k:
         "module 11: sample_from_logits in g2c/sampling/generate.py is not implemented yet. Write it (see "
         "docs/modules/11-sampling.md); G2C_APPLY_SOLUTIONS=01-10 applies the reference solutions of the modules "
         "before 11 and keeps your own code. Working on a later module? Apply only the modules before yours, e.g. "
-        "G2C_APPLY_SOLUTIONS=01-11 for specdec (python -m g2c.course prereqs ID prints the selector)."
+        "G2C_APPLY_SOLUTIONS=01-16 for specdec (python -m g2c.course prereqs ID prints the selector)."
     )
 
 
@@ -144,6 +144,6 @@ def generate(model, prompt_ids, max_new_tokens: int, *, temperature: float = 1.0
             "module 11: generate in g2c/sampling/generate.py is not implemented yet. Write it (see "
             "docs/modules/11-sampling.md); G2C_APPLY_SOLUTIONS=01-10 applies the reference solutions of the modules "
             "before 11 and keeps your own code. Working on a later module? Apply only the modules before yours, e.g. "
-            "G2C_APPLY_SOLUTIONS=01-11 for specdec (python -m g2c.course prereqs ID prints the selector)."
+            "G2C_APPLY_SOLUTIONS=01-16 for specdec (python -m g2c.course prereqs ID prints the selector)."
         )
     return ids

@@ -42,7 +42,7 @@ def apply_temperature(logits: torch.Tensor, temperature: float) -> torch.Tensor:
         "module 11: apply_temperature in g2c/sampling/warpers.py is not implemented yet. Write it (see "
         "docs/modules/11-sampling.md); G2C_APPLY_SOLUTIONS=01-10 applies the reference solutions of the modules "
         "before 11 and keeps your own code. Working on a later module? Apply only the modules before yours, e.g. "
-        "G2C_APPLY_SOLUTIONS=01-11 for specdec (python -m g2c.course prereqs ID prints the selector)."
+        "G2C_APPLY_SOLUTIONS=01-16 for specdec (python -m g2c.course prereqs ID prints the selector)."
     )
 
 
@@ -70,7 +70,7 @@ def top_k_filter(logits: torch.Tensor, k: int) -> torch.Tensor:
         "module 11: top_k_filter in g2c/sampling/warpers.py is not implemented yet. Write it (see "
         "docs/modules/11-sampling.md); G2C_APPLY_SOLUTIONS=01-10 applies the reference solutions of the modules "
         "before 11 and keeps your own code. Working on a later module? Apply only the modules before yours, e.g. "
-        "G2C_APPLY_SOLUTIONS=01-11 for specdec (python -m g2c.course prereqs ID prints the selector)."
+        "G2C_APPLY_SOLUTIONS=01-16 for specdec (python -m g2c.course prereqs ID prints the selector)."
     )
 
 
@@ -99,7 +99,7 @@ def top_p_filter(logits: torch.Tensor, p: float) -> torch.Tensor:
         "module 11: top_p_filter in g2c/sampling/warpers.py is not implemented yet. Write it (see "
         "docs/modules/11-sampling.md); G2C_APPLY_SOLUTIONS=01-10 applies the reference solutions of the modules "
         "before 11 and keeps your own code. Working on a later module? Apply only the modules before yours, e.g. "
-        "G2C_APPLY_SOLUTIONS=01-11 for specdec (python -m g2c.course prereqs ID prints the selector)."
+        "G2C_APPLY_SOLUTIONS=01-16 for specdec (python -m g2c.course prereqs ID prints the selector)."
     )
 
 
@@ -133,5 +133,5 @@ def apply_repetition_penalty(logits: torch.Tensor, previous_ids: torch.Tensor, p
         "module 11: apply_repetition_penalty in g2c/sampling/warpers.py is not implemented yet. Write it (see "
         "docs/modules/11-sampling.md); G2C_APPLY_SOLUTIONS=01-10 applies the reference solutions of the modules "
         "before 11 and keeps your own code. Working on a later module? Apply only the modules before yours, e.g. "
-        "G2C_APPLY_SOLUTIONS=01-11 for specdec (python -m g2c.course prereqs ID prints the selector)."
+        "G2C_APPLY_SOLUTIONS=01-16 for specdec (python -m g2c.course prereqs ID prints the selector)."
     )

@@ -24,12 +24,12 @@ from itertools import groupby
 GREEN, RESET = "\033[32m", "\033[0m"
 # The modules before specdec (the registry's prerequisites selector; a tooling test keeps them equal).
 # Course packages never import the registry, so it is spelled out here.
-PREREQUISITES = "01-11"
+PREREQUISITES = "01-16"
 NEEDS_SOLUTIONS = (
     "python -m g2c.specdec runs your own code, and part of it is not written yet:\n  {err}\n"
     "If that is your g2c/specdec, finish it (tests/test_specdec.py checks it). If it is a module before "
     f"specdec, run with G2C_APPLY_SOLUTIONS={PREREQUISITES}: it applies the reference solutions of modules "
-    "03-11 and keeps your own g2c/specdec."
+    "03-11 and 16 (the KV cache this command uses) and keeps your own g2c/specdec."
 )
 
 

@@ -295,9 +295,9 @@ def ngram_lookup(context_ids, k: int, *, min_n: int = 1, max_n: int = 3) -> torc
     # TODO: implement this (module specdec-sampling, see docs/beyond/specdec-sampling.md).
     raise NotImplementedError(
         "module specdec-sampling: ngram_lookup in g2c/specdec/drafters.py is not implemented yet. Write it (see "
-        "docs/beyond/specdec-sampling.md); G2C_APPLY_SOLUTIONS=01-11,specdec applies the reference solutions of the "
+        "docs/beyond/specdec-sampling.md); G2C_APPLY_SOLUTIONS=01-16,specdec applies the reference solutions of the "
         "modules before specdec-sampling and keeps your own code. Working on a later module? Apply only the modules "
-        "before yours, e.g. G2C_APPLY_SOLUTIONS=01-11,specdec,specdec-sampling for specdec-trees (python -m "
+        "before yours, e.g. G2C_APPLY_SOLUTIONS=01-16,specdec,specdec-sampling for specdec-trees (python -m "
         "g2c.course prereqs ID prints the selector)."
     )
 

@@ -195,8 +195,8 @@ def speculative_generate(target, drafter, prompt_ids, max_new_tokens: int, *, k:
     # TODO: implement this (module specdec, see docs/beyond/specdec.md).
     raise NotImplementedError(
         "module specdec: speculative_generate in g2c/specdec/generate.py is not implemented yet. Write it (see "
-        "docs/beyond/specdec.md); G2C_APPLY_SOLUTIONS=01-11 applies the reference solutions of the modules before "
+        "docs/beyond/specdec.md); G2C_APPLY_SOLUTIONS=01-16 applies the reference solutions of the modules before "
         "specdec and keeps your own code. Working on a later module? Apply only the modules before yours, e.g. "
-        "G2C_APPLY_SOLUTIONS=01-11,specdec for specdec-sampling (python -m g2c.course prereqs ID prints the "
+        "G2C_APPLY_SOLUTIONS=01-16,specdec for specdec-sampling (python -m g2c.course prereqs ID prints the "
         "selector)."
     )

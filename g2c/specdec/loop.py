@@ -117,9 +117,9 @@ def verify_round(draft_ids: torch.Tensor, draft_probs: torch.Tensor | None, targ
     # TODO: implement this (module specdec-sampling, see docs/beyond/specdec-sampling.md).
     raise NotImplementedError(
         "module specdec-sampling: verify_round in g2c/specdec/loop.py is not implemented yet. Write it (see "
-        "docs/beyond/specdec-sampling.md); G2C_APPLY_SOLUTIONS=01-11,specdec applies the reference solutions of the "
+        "docs/beyond/specdec-sampling.md); G2C_APPLY_SOLUTIONS=01-16,specdec applies the reference solutions of the "
         "modules before specdec-sampling and keeps your own code. Working on a later module? Apply only the modules "
-        "before yours, e.g. G2C_APPLY_SOLUTIONS=01-11,specdec,specdec-sampling for specdec-trees (python -m "
+        "before yours, e.g. G2C_APPLY_SOLUTIONS=01-16,specdec,specdec-sampling for specdec-trees (python -m "
         "g2c.course prereqs ID prints the selector)."
     )
 
@@ -206,9 +206,9 @@ def speculative_sample(target, drafter, prompt_ids, max_new_tokens: int, *, k: i
         # TODO: implement this (module specdec-sampling, see docs/beyond/specdec-sampling.md).
         raise NotImplementedError(
             "module specdec-sampling: speculative_sample in g2c/specdec/loop.py is not implemented yet. Write it (see"
-            " docs/beyond/specdec-sampling.md); G2C_APPLY_SOLUTIONS=01-11,specdec applies the reference solutions of "
+            " docs/beyond/specdec-sampling.md); G2C_APPLY_SOLUTIONS=01-16,specdec applies the reference solutions of "
             "the modules before specdec-sampling and keeps your own code. Working on a later module? Apply only the "
-            "modules before yours, e.g. G2C_APPLY_SOLUTIONS=01-11,specdec,specdec-sampling for specdec-trees (python "
+            "modules before yours, e.g. G2C_APPLY_SOLUTIONS=01-16,specdec,specdec-sampling for specdec-trees (python "
             "-m g2c.course prereqs ID prints the selector)."
         )
     finally:

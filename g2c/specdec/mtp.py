@@ -108,9 +108,9 @@ class MTPHead(Module):
         # TODO: implement this (module specdec, see docs/beyond/specdec.md).
         raise NotImplementedError(
             "module specdec: MTPHead.forward in g2c/specdec/mtp.py is not implemented yet. Write it (see "
-            "docs/beyond/specdec.md); G2C_APPLY_SOLUTIONS=01-11 applies the reference solutions of the modules before"
+            "docs/beyond/specdec.md); G2C_APPLY_SOLUTIONS=01-16 applies the reference solutions of the modules before"
             " specdec and keeps your own code. Working on a later module? Apply only the modules before yours, e.g. "
-            "G2C_APPLY_SOLUTIONS=01-11,specdec for specdec-sampling (python -m g2c.course prereqs ID prints the "
+            "G2C_APPLY_SOLUTIONS=01-16,specdec for specdec-sampling (python -m g2c.course prereqs ID prints the "
             "selector)."
         )
 
@@ -145,9 +145,9 @@ def mtp_loss(mtp_logits: torch.Tensor, token_ids: torch.Tensor) -> torch.Tensor:
     # TODO: implement this (module specdec, see docs/beyond/specdec.md).
     raise NotImplementedError(
         "module specdec: mtp_loss in g2c/specdec/mtp.py is not implemented yet. Write it (see "
-        "docs/beyond/specdec.md); G2C_APPLY_SOLUTIONS=01-11 applies the reference solutions of the modules before "
+        "docs/beyond/specdec.md); G2C_APPLY_SOLUTIONS=01-16 applies the reference solutions of the modules before "
         "specdec and keeps your own code. Working on a later module? Apply only the modules before yours, e.g. "
-        "G2C_APPLY_SOLUTIONS=01-11,specdec for specdec-sampling (python -m g2c.course prereqs ID prints the "
+        "G2C_APPLY_SOLUTIONS=01-16,specdec for specdec-sampling (python -m g2c.course prereqs ID prints the "
         "selector)."
     )
 

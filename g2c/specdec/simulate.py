@@ -111,7 +111,7 @@ def simulate_rounds(alpha: float, k: int, c: float, num_rounds: int, *, generato
     # TODO: implement this (module specdec-lab, see docs/beyond/specdec-lab.md).
     raise NotImplementedError(
         "module specdec-lab: simulate_rounds in g2c/specdec/simulate.py is not implemented yet. Write it (see "
-        "docs/beyond/specdec-lab.md); G2C_APPLY_SOLUTIONS=01-11,specdec,specdec-sampling,specdec-trees applies the "
+        "docs/beyond/specdec-lab.md); G2C_APPLY_SOLUTIONS=01-16,specdec,specdec-sampling,specdec-trees applies the "
         "reference solutions of the modules before specdec-lab and keeps your own code. Working on a later module? "
         "Apply only the modules before yours (python -m g2c.course prereqs ID prints the selector)."
     )

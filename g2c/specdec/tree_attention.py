@@ -86,9 +86,9 @@ def tree_attention_mask(ctx_len: int, parents: torch.Tensor, *, device: str | to
     # TODO: implement this (module specdec-trees, see docs/beyond/specdec-trees.md).
     raise NotImplementedError(
         "module specdec-trees: tree_attention_mask in g2c/specdec/tree_attention.py is not implemented yet. Write it "
-        "(see docs/beyond/specdec-trees.md); G2C_APPLY_SOLUTIONS=01-11,specdec,specdec-sampling applies the reference"
+        "(see docs/beyond/specdec-trees.md); G2C_APPLY_SOLUTIONS=01-16,specdec,specdec-sampling applies the reference"
         " solutions of the modules before specdec-trees and keeps your own code. Working on a later module? Apply "
-        "only the modules before yours, e.g. G2C_APPLY_SOLUTIONS=01-11,specdec,specdec-sampling,specdec-trees for "
+        "only the modules before yours, e.g. G2C_APPLY_SOLUTIONS=01-16,specdec,specdec-sampling,specdec-trees for "
         "specdec-lab (python -m g2c.course prereqs ID prints the selector)."
     )
 

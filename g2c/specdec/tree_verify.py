@@ -92,9 +92,9 @@ def greedy_tree_verify(tree: DraftTree, target_logits: torch.Tensor) -> tuple[li
     # TODO: implement this (module specdec-trees, see docs/beyond/specdec-trees.md).
     raise NotImplementedError(
         "module specdec-trees: greedy_tree_verify in g2c/specdec/tree_verify.py is not implemented yet. Write it (see"
-        " docs/beyond/specdec-trees.md); G2C_APPLY_SOLUTIONS=01-11,specdec,specdec-sampling applies the reference "
+        " docs/beyond/specdec-trees.md); G2C_APPLY_SOLUTIONS=01-16,specdec,specdec-sampling applies the reference "
         "solutions of the modules before specdec-trees and keeps your own code. Working on a later module? Apply only"
-        " the modules before yours, e.g. G2C_APPLY_SOLUTIONS=01-11,specdec,specdec-sampling,specdec-trees for "
+        " the modules before yours, e.g. G2C_APPLY_SOLUTIONS=01-16,specdec,specdec-sampling,specdec-trees for "
         "specdec-lab (python -m g2c.course prereqs ID prints the selector)."
     )
 
@@ -150,9 +150,9 @@ def tree_speculative_verify(tree: DraftTree, target_probs: torch.Tensor, *,
     # TODO: implement this (module specdec-trees, see docs/beyond/specdec-trees.md).
     raise NotImplementedError(
         "module specdec-trees: tree_speculative_verify in g2c/specdec/tree_verify.py is not implemented yet. Write it"
-        " (see docs/beyond/specdec-trees.md); G2C_APPLY_SOLUTIONS=01-11,specdec,specdec-sampling applies the "
+        " (see docs/beyond/specdec-trees.md); G2C_APPLY_SOLUTIONS=01-16,specdec,specdec-sampling applies the "
         "reference solutions of the modules before specdec-trees and keeps your own code. Working on a later module? "
-        "Apply only the modules before yours, e.g. G2C_APPLY_SOLUTIONS=01-11,specdec,specdec-sampling,specdec-trees "
+        "Apply only the modules before yours, e.g. G2C_APPLY_SOLUTIONS=01-16,specdec,specdec-sampling,specdec-trees "
         "for specdec-lab (python -m g2c.course prereqs ID prints the selector)."
     )
 

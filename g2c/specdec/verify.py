@@ -94,9 +94,9 @@ def greedy_verify(draft_ids: torch.Tensor, target_logits: torch.Tensor) -> tuple
     # TODO: implement this (module specdec, see docs/beyond/specdec.md).
     raise NotImplementedError(
         "module specdec: greedy_verify in g2c/specdec/verify.py is not implemented yet. Write it (see "
-        "docs/beyond/specdec.md); G2C_APPLY_SOLUTIONS=01-11 applies the reference solutions of the modules before "
+        "docs/beyond/specdec.md); G2C_APPLY_SOLUTIONS=01-16 applies the reference solutions of the modules before "
         "specdec and keeps your own code. Working on a later module? Apply only the modules before yours, e.g. "
-        "G2C_APPLY_SOLUTIONS=01-11,specdec for specdec-sampling (python -m g2c.course prereqs ID prints the "
+        "G2C_APPLY_SOLUTIONS=01-16,specdec for specdec-sampling (python -m g2c.course prereqs ID prints the "
         "selector)."
     )
 
@@ -161,8 +161,8 @@ def speculative_verify(draft_ids: torch.Tensor, target_probs: torch.Tensor, draf
     # TODO: implement this (module specdec, see docs/beyond/specdec.md).
     raise NotImplementedError(
         "module specdec: speculative_verify in g2c/specdec/verify.py is not implemented yet. Write it (see "
-        "docs/beyond/specdec.md); G2C_APPLY_SOLUTIONS=01-11 applies the reference solutions of the modules before "
+        "docs/beyond/specdec.md); G2C_APPLY_SOLUTIONS=01-16 applies the reference solutions of the modules before "
         "specdec and keeps your own code. Working on a later module? Apply only the modules before yours, e.g. "
-        "G2C_APPLY_SOLUTIONS=01-11,specdec for specdec-sampling (python -m g2c.course prereqs ID prints the "
+        "G2C_APPLY_SOLUTIONS=01-16,specdec for specdec-sampling (python -m g2c.course prereqs ID prints the "
         "selector)."
     )

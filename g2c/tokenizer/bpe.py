@@ -205,7 +205,7 @@ class BPETokenizer:
             "module 04: BPETokenizer.bpe in g2c/tokenizer/bpe.py is not implemented yet. Write it (see "
             "docs/modules/04-tokenizer.md); G2C_APPLY_SOLUTIONS=01-03 applies the reference solutions of the modules "
             "before 04 and keeps your own code. Working on a later module? Apply only the modules before yours, e.g. "
-            "G2C_APPLY_SOLUTIONS=01-11 for specdec (python -m g2c.course prereqs ID prints the selector)."
+            "G2C_APPLY_SOLUTIONS=01-16 for specdec (python -m g2c.course prereqs ID prints the selector)."
         )
         self._cache[word] = parts
         return parts
@@ -237,7 +237,7 @@ class BPETokenizer:
             "module 04: BPETokenizer.encode in g2c/tokenizer/bpe.py is not implemented yet. Write it (see "
             "docs/modules/04-tokenizer.md); G2C_APPLY_SOLUTIONS=01-03 applies the reference solutions of the modules "
             "before 04 and keeps your own code. Working on a later module? Apply only the modules before yours, e.g. "
-            "G2C_APPLY_SOLUTIONS=01-11 for specdec (python -m g2c.course prereqs ID prints the selector)."
+            "G2C_APPLY_SOLUTIONS=01-16 for specdec (python -m g2c.course prereqs ID prints the selector)."
         )
 
     def encode_batch_fast(self, texts: list[str]) -> list[list[int]]:
@@ -274,5 +274,5 @@ class BPETokenizer:
             "module 04: BPETokenizer.decode in g2c/tokenizer/bpe.py is not implemented yet. Write it (see "
             "docs/modules/04-tokenizer.md); G2C_APPLY_SOLUTIONS=01-03 applies the reference solutions of the modules "
             "before 04 and keeps your own code. Working on a later module? Apply only the modules before yours, e.g. "
-            "G2C_APPLY_SOLUTIONS=01-11 for specdec (python -m g2c.course prereqs ID prints the selector)."
+            "G2C_APPLY_SOLUTIONS=01-16 for specdec (python -m g2c.course prereqs ID prints the selector)."
         )

@@ -81,7 +81,7 @@ class AdamW:
                 "module 03b: AdamW.step in g2c/training/adamw.py is not implemented yet. Write it (see "
                 "docs/modules/03b-training.md); G2C_APPLY_SOLUTIONS=03 applies the reference solutions of the modules"
                 " before 03b and keeps your own code. Working on a later module? Apply only the modules before yours,"
-                " e.g. G2C_APPLY_SOLUTIONS=01-11 for specdec (python -m g2c.course prereqs ID prints the selector)."
+                " e.g. G2C_APPLY_SOLUTIONS=01-16 for specdec (python -m g2c.course prereqs ID prints the selector)."
             )
 
     def state_dict(self) -> dict:

@@ -43,5 +43,5 @@ def clip_grad_norm_(params, max_norm: float, *, eps: float = 1e-6) -> float:
         "module 03b: clip_grad_norm_ in g2c/training/clip.py is not implemented yet. Write it (see "
         "docs/modules/03b-training.md); G2C_APPLY_SOLUTIONS=03 applies the reference solutions of the modules before "
         "03b and keeps your own code. Working on a later module? Apply only the modules before yours, e.g. "
-        "G2C_APPLY_SOLUTIONS=01-11 for specdec (python -m g2c.course prereqs ID prints the selector)."
+        "G2C_APPLY_SOLUTIONS=01-16 for specdec (python -m g2c.course prereqs ID prints the selector)."
     )

@@ -49,5 +49,5 @@ def cosine_with_warmup(step: int, *, warmup_steps: int, max_steps: int, max_lr: 
         "module 03b: cosine_with_warmup in g2c/training/schedule.py is not implemented yet. Write it (see "
         "docs/modules/03b-training.md); G2C_APPLY_SOLUTIONS=03 applies the reference solutions of the modules before "
         "03b and keeps your own code. Working on a later module? Apply only the modules before yours, e.g. "
-        "G2C_APPLY_SOLUTIONS=01-11 for specdec (python -m g2c.course prereqs ID prints the selector)."
+        "G2C_APPLY_SOLUTIONS=01-16 for specdec (python -m g2c.course prereqs ID prints the selector)."
     )

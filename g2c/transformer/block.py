@@ -77,5 +77,5 @@ class Block(Module):
             "module 09: Block.forward in g2c/transformer/block.py is not implemented yet. Write it (see "
             "docs/modules/09-transformer.md); G2C_APPLY_SOLUTIONS=01-08 applies the reference solutions of the "
             "modules before 09 and keeps your own code. Working on a later module? Apply only the modules before "
-            "yours, e.g. G2C_APPLY_SOLUTIONS=01-11 for specdec (python -m g2c.course prereqs ID prints the selector)."
+            "yours, e.g. G2C_APPLY_SOLUTIONS=01-16 for specdec (python -m g2c.course prereqs ID prints the selector)."
         )

@@ -145,16 +145,16 @@ def test_parse_junit_counts_per_file():
 def test_prereqs_cli_prints_the_selector():
     res = subprocess.run([sys.executable, "-m", "g2c.course", "prereqs", "specdec"], cwd=REPO_ROOT,
                          capture_output=True, text=True, timeout=120, env=env_for(REPO_ROOT))
-    assert res.returncode == 0 and res.stdout.strip() == "01-11"
+    assert res.returncode == 0 and res.stdout.strip() == "01-16"
     assert "keeps your own code" in res.stderr
 
 
 def test_specdec_cli_hint_names_the_prerequisites_selector():
     from g2c.specdec.__main__ import NEEDS_SOLUTIONS, PREREQUISITES
 
-    assert PREREQUISITES == prerequisites_selector("specdec") == "01-11"
+    assert PREREQUISITES == prerequisites_selector("specdec") == "01-16"
     text = NEEDS_SOLUTIONS.format(err="module 09: TransformerLM.forward ...")
-    assert "G2C_APPLY_SOLUTIONS=01-11" in text and "keeps your own g2c/specdec" in text
+    assert "G2C_APPLY_SOLUTIONS=01-16" in text and "keeps your own g2c/specdec" in text
     for bad in ("=all", "=specdec", ",specdec"):
         assert bad not in text
 
@@ -165,10 +165,10 @@ def test_stack_hints_name_the_selector_while_prerequisites_are_unfinished(tmp_pa
         path.parent.mkdir(parents=True, exist_ok=True)
         path.write_text(f'raise NotImplementedError(\n    "module {m.id}: f in x is not implemented yet."\n)\n')
     hints = stack_hints("specdec", [], root=tmp_path)
-    assert len(hints) == 1 and "--solutions=01-11" in hints[0] and "keeps your own code for specdec" in hints[0]
+    assert len(hints) == 1 and "--solutions=01-16" in hints[0] and "keeps your own code for specdec" in hints[0]
     assert stack_hints("specdec", prerequisites_list("specdec"), root=tmp_path) == []
     replaced = stack_hints("specdec", prerequisites_list("specdec") + ["specdec"], root=tmp_path)
-    assert len(replaced) == 1 and "replaces your own code" in replaced[0] and "--solutions=01-11" in replaced[0]
+    assert len(replaced) == 1 and "replaces your own code" in replaced[0] and "--solutions=01-16" in replaced[0]
     for m in MODULES[:-1]:  # a finished stack: no hint
         (tmp_path / m.files[-1]).write_text("x = 1\n")
     assert not unfinished("09", root=tmp_path)
@@ -186,7 +186,7 @@ def test_notebook_sh_specdec_prints_the_selector_when_the_stack_is_unfinished():
                          capture_output=True, text=True, timeout=120, env=env_for(REPO_ROOT))
     assert res.returncode == 0, res.stderr
     if unfinished("09"):  # an author checkout: every exercise is still a stub
-        assert "--solutions=01-11" in res.stdout and "keeps your own code for specdec" in res.stdout
+        assert "--solutions=01-16" in res.stdout and "keeps your own code for specdec" in res.stdout
 
 
 def test_registry_tests_field_covers_every_course_test_file():
@@ -203,7 +203,7 @@ def test_registry_tests_field_covers_every_course_test_file():
 
 @pytest.mark.parametrize("module_id, selector", [("03", ""), ("03b", "03"), ("04", "01-03"), ("09", "01-08"),
                                                  ("09b", "01-08,09"), ("10", "01-09"), ("11", "01-10"),
-                                                 ("specdec", "01-11")])
+                                                 ("specdec", "01-16"), ("16", "01-11")])
 def test_prerequisites_selector(module_id, selector):
     assert prerequisites_selector(module_id) == selector
 
