@@ -344,7 +344,9 @@ def test_time_call_warms_up_synchronises_and_reports_the_median_and_threads(monk
 
     events = []
     clock = iter([0.0, 3.0, 10.0, 11.0, 20.0, 25.0])             # measured calls take 3, 1 and 5 s
+    cpu_clock = iter([0.0, 0.5, 1.0, 1.25, 2.0, 4.0])            # and 0.5, 0.25 and 2 s of CPU
     monkeypatch.setattr(timing.time, "perf_counter", lambda: next(clock))
+    monkeypatch.setattr(timing.time, "process_time", lambda: next(cpu_clock))
     monkeypatch.setattr(timing, "synchronize", lambda device: events.append(("sync", str(device))))
 
     def fn():
@@ -353,6 +355,7 @@ def test_time_call_warms_up_synchronises_and_reports_the_median_and_threads(monk
 
     result = time_call(fn, device="cpu", warmup=2, repeats=3)
     assert result.median_s == 3.0 and result.times_s == (3.0, 1.0, 5.0)
+    assert result.cpu_times_s == (0.5, 0.25, 2.0) and result.median_cpu_s == 0.5
     assert result.warmup == 2 and result.repeats == 3
     assert result.num_threads == torch.get_num_threads() and result.device == "cpu"
     assert events[:2] == ["call", "call"]                        # warm-up, not timed

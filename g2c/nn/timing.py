@@ -34,6 +34,9 @@ class TimingResult:
         num_threads: ``torch.get_num_threads()`` during the measurement (CPU intra-op threads).
         device: the device that was synchronised.
         result: the value the last call returned.
+        cpu_times_s: this process's CPU seconds (``time.process_time``) of every measured call.
+            On a CPU device with one thread this counts the work done and not the time spent
+            waiting for a core, so it is the robust number when other jobs share the machine.
     """
 
     median_s: float
@@ -42,6 +45,12 @@ class TimingResult:
     num_threads: int
     device: str
     result: Any = None
+    cpu_times_s: tuple[float, ...] = ()
+
+    @property
+    def median_cpu_s(self) -> float:
+        """Median CPU seconds of one call (0.0 when not measured)."""
+        return statistics.median(self.cpu_times_s) if self.cpu_times_s else 0.0
 
     @property
     def repeats(self) -> int:
@@ -66,8 +75,8 @@ def time_call(fn: Callable[[], Any], *, device: str | torch.device = "cpu", warm
         repeats: measured calls, >= 1.
 
     Returns:
-        ``TimingResult`` with the median seconds, every measured time, the thread count
-        and the last call's return value.
+        ``TimingResult`` with the median seconds, every measured wall and CPU time, the
+        thread count and the last call's return value.
 
     Raises:
         ValueError: warmup < 0 or repeats < 1.
@@ -83,12 +92,14 @@ def time_call(fn: Callable[[], Any], *, device: str | torch.device = "cpu", warm
     for _ in range(warmup):
         result = fn()
     synchronize(device)
-    times = []
+    times, cpu_times = [], []
     for _ in range(repeats):
         synchronize(device)
-        t0 = time.perf_counter()
+        t0, c0 = time.perf_counter(), time.process_time()
         result = fn()
         synchronize(device)
         times.append(time.perf_counter() - t0)
+        cpu_times.append(time.process_time() - c0)
     return TimingResult(median_s=statistics.median(times), times_s=tuple(times), warmup=warmup,
-                        num_threads=torch.get_num_threads(), device=str(torch.device(device)), result=result)
+                        num_threads=torch.get_num_threads(), device=str(torch.device(device)), result=result,
+                        cpu_times_s=tuple(cpu_times))
