@@ -129,6 +129,14 @@ MODULES: tuple[CourseModule, ...] = (
         notebook="notebooks/clean/specdec-lab-verifier.ipynb",
         tests=("tests/test_specdec_lab.py", "tests/test_bench_serving_lab.py"),
     ),
+    CourseModule(
+        id="specdec-state",
+        title="Beyond: recurrent state under speculation",
+        files=("g2c/recurrent/__init__.py", "g2c/recurrent/scan.py", "g2c/recurrent/model.py",
+               "g2c/recurrent/transaction.py", "g2c/recurrent/generate.py"),
+        lesson="docs/beyond/specdec-state.md",
+        notebook="notebooks/clean/specdec-state-transactions.ipynb",
+    ),
 )
 
 

@@ -1,0 +1,20 @@
+"""Beyond (specdec-state): recurrent state under speculation.
+
+A small gated linear-attention LM (pure recurrent or hybrid with the course's attention
+blocks), and three ways to commit its state after a speculative round: snapshot,
+checkpoint + input replay, recompute. Lesson: docs/beyond/specdec-state.md.
+"""
+
+from .generate import greedy_drafter, plain_greedy, speculative_generate_stateful
+from .model import (DecodeState, GatedLinearAttention, KVRows, RecurrenceInputs, RecurrentBlock, RecurrentLM,
+                    attend_rows, fan_in_init_, perturbed_twin)
+from .scan import gla_chunk, gla_fold, gla_recurrent, readout_flops, update_flops
+from .transaction import (RecomputeTransaction, ReplayTransaction, SnapshotTransaction, StateCosts,
+                          StateTransaction, make_transaction)
+
+__all__ = sorted([
+    "DecodeState", "GatedLinearAttention", "KVRows", "RecomputeTransaction", "RecurrenceInputs", "RecurrentBlock",
+    "RecurrentLM", "ReplayTransaction", "SnapshotTransaction", "StateCosts", "StateTransaction", "attend_rows",
+    "fan_in_init_", "gla_chunk", "gla_fold", "gla_recurrent", "greedy_drafter", "make_transaction",
+    "perturbed_twin", "plain_greedy", "readout_flops", "speculative_generate_stateful", "update_flops",
+])

@@ -1,0 +1,154 @@
+"""Beyond (specdec-state): speculative decoding over a stateful target, and its reference.
+
+``speculative_generate_stateful`` is the specdec module's greedy loop with one change: the
+target is never rerun over the whole prefix. Its state lives in a ``StateTransaction``;
+each round opens the transaction, advances it over [last emitted token, k drafts], lets
+``g2c.specdec.greedy_verify`` pick the accepted prefix, and commits exactly the accepted
+boundary. ``plain_greedy`` is ordinary decoding, one token per pass: the reference the
+speculative loop must match in tokens and in state.
+
+Shape letters: T time, V vocabulary, k draft length. No exercise in this file.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import torch
+
+from g2c.sampling.generate import as_token_ids
+from g2c.specdec import SpecStats, draft_greedy, greedy_verify
+
+from .model import DecodeState, RecurrentLM
+from .transaction import StateCosts, StateTransaction, make_transaction
+
+__all__ = ["greedy_drafter", "plain_greedy", "speculative_generate_stateful"]
+
+Drafter = Callable[[torch.Tensor, int], torch.Tensor]
+
+
+def greedy_drafter(model) -> Drafter:
+    """A drafter callable ``(context (N,) int64, k) -> (k,) int64`` from any model that
+    ``g2c.specdec.draft_greedy`` accepts (ids (1, T) -> logits, ``max_seq_len``, ``device``)."""
+    return lambda ctx, k: draft_greedy(model, ctx, k)
+
+
+def _check_budget(model: RecurrentLM, num_prompt: int, max_new_tokens: int) -> None:
+    if isinstance(max_new_tokens, bool) or not isinstance(max_new_tokens, int) or max_new_tokens < 0:
+        raise ValueError(f"max_new_tokens must be an int >= 0, got {max_new_tokens!r}")
+    if model.attention_layers and num_prompt + max_new_tokens > model.max_seq_len:
+        raise ValueError(f"prompt ({num_prompt}) + max_new_tokens ({max_new_tokens}) exceeds the attention "
+                         f"layers' max_seq_len={model.max_seq_len}; generate fewer tokens")
+
+
+@torch.no_grad()
+def plain_greedy(model: RecurrentLM, prompt_ids, max_new_tokens: int, *,
+                 on_token: Callable[[DecodeState, torch.Tensor], None] | None = None) -> torch.Tensor:
+    """Greedy decoding one token per pass (the recurrent form), the reference.
+
+    Args:
+        model: a ``RecurrentLM``.
+        prompt_ids: 1-D int tensor or list, length >= 1.
+        max_new_tokens: >= 0.
+        on_token: optional ``on_token(state, ids)`` after each new token, with the
+            ``DecodeState`` holding every token but the newest (not yet fed) and ids so far.
+
+    Returns:
+        LongTensor (N,) on the CPU: the prompt and the new tokens.
+
+    Raises:
+        ValueError: an empty prompt, max_new_tokens < 0, or prompt + budget beyond the
+            attention layers' ``max_seq_len``.
+    """
+    ids = as_token_ids(prompt_ids, "prompt_ids")
+    _check_budget(model, ids.numel(), max_new_tokens)
+    mode = model.training
+    model.eval()
+    try:
+        state = DecodeState(model)
+        logits = state.feed(ids)[-1]
+        for _ in range(max_new_tokens):
+            ids = torch.cat([ids, logits.argmax().cpu().view(1)])
+            if on_token is not None:
+                on_token(state, ids)
+            logits = state.feed(ids[-1:])[-1]
+    finally:
+        model.train(mode)
+    return ids
+
+
+@torch.no_grad()
+def speculative_generate_stateful(target: RecurrentLM, draft: Drafter, prompt_ids, max_new_tokens: int, *,
+                                  k: int = 4, strategy: str | StateTransaction = "replay",
+                                  eos_id: int | None = None,
+                                  on_round: Callable[[StateTransaction, torch.Tensor], None] | None = None,
+                                  **strategy_kwargs) -> tuple[torch.Tensor, SpecStats, StateTransaction]:
+    """Greedy speculative decoding with the target's state committed by a transaction.
+
+    Each round: draft k_step = min(k, remaining budget) tokens; ``txn.begin()``;
+    ``txn.advance([last emitted] + draft)`` gives the k_step + 1 verification rows;
+    ``greedy_verify``; cut the emitted tokens to the budget and after ``eos_id``; commit
+    the positions that precede the last emitted token (``commit(len(emitted) - 1)``). The
+    last emitted token is fed at the start of the next round.
+
+    Args:
+        target: a ``RecurrentLM`` (recurrent or hybrid layout).
+        draft: ``(context (N,) int64 CPU, k) -> (k,) int64`` proposals (``greedy_drafter(model)``,
+            or any function: only the work changes, never the output).
+        prompt_ids: 1-D int tensor or list, length >= 1.
+        max_new_tokens: budget >= 0, never exceeded.
+        k: draft length per round, an int >= 1.
+        strategy: "snapshot", "replay", "recompute", or a fresh ``StateTransaction`` on ``target``.
+        eos_id: stop right after emitting this id.
+        on_round: optional ``on_round(txn, ids)`` after each committed round; then
+            ``txn.committed_state()`` is the state after ``ids[:-1]``.
+        **strategy_kwargs: passed to the transaction (e.g. ``capacity=`` for replay).
+
+    Returns:
+        (ids, stats, txn): ids (N,) int64 on the CPU, equal to ``plain_greedy(target,
+        prompt_ids, max_new_tokens)`` (cut after eos_id); ``SpecStats`` with one record per
+        round; the transaction, whose ``costs`` hold the state accounting of the speculative
+        rounds (the prompt's prefill is in ``txn.prefill_costs``).
+
+    Raises:
+        ValueError: bad prompt, k or budget (messages name "prompt_ids", "k",
+            "max_new_tokens" or "max_seq_len"); a draft that is not k token ids ("draft");
+            an unknown strategy name.
+    """
+    ids = as_token_ids(prompt_ids, "prompt_ids")
+    if isinstance(k, bool) or not isinstance(k, int) or k < 1:
+        raise ValueError(f"k must be >= 1 draft tokens per round (an int), got {k!r}")
+    _check_budget(target, ids.numel(), max_new_tokens)
+    txn = strategy if isinstance(strategy, StateTransaction) else make_transaction(target, strategy, **strategy_kwargs)
+    mode = target.training
+    target.eval()
+    stats = SpecStats()
+    try:
+        if ids.numel() > 1:
+            txn.prefill(ids[:-1])
+        txn.prefill_costs, txn.costs = txn.costs, StateCosts()              # count the rounds only
+        num_new = 0
+        while num_new < max_new_tokens:
+            remaining = max_new_tokens - num_new
+            k_step = min(k, remaining)
+            proposal = torch.as_tensor(draft(ids, k_step)).long().cpu().view(-1)
+            if proposal.numel() != k_step:
+                raise ValueError(f"draft returned {proposal.numel()} tokens for k={k_step}; it must return exactly k ids")
+            txn.begin()
+            logits = txn.advance(torch.cat([ids[-1:], proposal]))            # (k+1, V)
+            num_accepted, token = greedy_verify(proposal, logits)
+            emitted = (proposal[:num_accepted].tolist() + [token])[:remaining]
+            hit_eos = eos_id is not None and eos_id in emitted
+            if hit_eos:
+                emitted = emitted[:emitted.index(eos_id) + 1]
+            txn.commit(len(emitted) - 1)
+            stats.record(drafted=k_step, accepted=min(num_accepted, len(emitted)), generated=len(emitted))
+            ids = torch.cat([ids, torch.tensor(emitted, dtype=torch.long)])
+            num_new += len(emitted)
+            if on_round is not None:
+                on_round(txn, ids)
+            if hit_eos:
+                break
+    finally:
+        target.train(mode)
+    return ids, stats, txn
