@@ -346,7 +346,9 @@ class ReplayTransaction(StateTransaction):
         if num_positions > self.capacity:
             raise ValueError(f"replay: a block of {num_positions} tokens does not fit a buffer of capacity="
                              f"{self.capacity}; build the transaction with capacity >= k + 1")
-        if self.num_logged + num_positions > self.capacity:
+        if not self.checkpoint:                  # no recurrent layer: nothing is ever logged
+            self.num_logged = 0
+        elif self.num_logged + num_positions > self.capacity:
             self.fold()
 
     def recurrent(self, layer: int, inp: RecurrenceInputs) -> torch.Tensor:
