@@ -36,8 +36,14 @@ import torch  # noqa: E402
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from g2c.recurrent import (RecurrentLM, fan_in_init_, greedy_drafter, perturbed_twin, plain_greedy,  # noqa: E402
-                           speculative_generate_stateful)
+from g2c.recurrent import (  # noqa: E402
+    RecurrentLM,
+    fan_in_init_,
+    greedy_drafter,
+    perturbed_twin,
+    plain_greedy,
+    speculative_generate_stateful,
+)
 
 STRATEGIES = ("snapshot", "replay", "recompute")
 
@@ -89,7 +95,7 @@ def main(argv: list[str] | None = None) -> None:
     g = torch.Generator().manual_seed(0)
     prompts = [torch.randint(0, vocab, (8,), generator=g).tolist() for _ in range(num_prompts)]
 
-    print(f"# bench/specdec_state.py{' --quick' if args.quick else ''}: V={vocab} D={dim} L={layers}, "
+    print(f"bench/specdec_state.py{' --quick' if args.quick else ''}: V={vocab} D={dim} L={layers}, "
           f"k={args.k}, replay capacity {args.capacity}, {num_prompts} prompts x {num_new} new tokens, "
           f"torch threads {torch.get_num_threads()}; costs per speculative round\n")
     print("| target | heads (state/layer) | drafter sigma | strategy | lossless | accepted | emitted "

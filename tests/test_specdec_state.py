@@ -23,10 +23,25 @@ import torch
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from g2c.recurrent import (DecodeState, KVRows, RecomputeTransaction, RecurrentLM, ReplayTransaction,
-                           SnapshotTransaction, fan_in_init_, gla_chunk, gla_fold, gla_recurrent, greedy_drafter,
-                           make_transaction, perturbed_twin, plain_greedy, readout_flops,
-                           speculative_generate_stateful, update_flops)
+from g2c.recurrent import (
+    DecodeState,
+    KVRows,
+    RecomputeTransaction,
+    RecurrentLM,
+    ReplayTransaction,
+    SnapshotTransaction,
+    fan_in_init_,
+    gla_chunk,
+    gla_fold,
+    gla_recurrent,
+    greedy_drafter,
+    make_transaction,
+    perturbed_twin,
+    plain_greedy,
+    readout_flops,
+    speculative_generate_stateful,
+    update_flops,
+)
 
 STRATEGIES = ["snapshot", "replay", "recompute"]
 LAYOUTS = ["RRR", "RAR"]          # the recurrent LM and a hybrid (attention in the middle)
@@ -82,7 +97,7 @@ def check_against_reference(layout: str, seed: int, snaps):
             assert_state_close(committed[i], states[i])
         for i, (k_ref, v_ref) in kv.items():
             k_rows, v_rows = txn.committed_kv()[i]
-            assert k_rows.shape == k_ref.shape, f"layer {i}: K/V pointer at {k_rows.shape[2]}, expected {k_ref.shape[2]}"
+            assert k_rows.shape == k_ref.shape, f"layer {i}: K/V pointer {k_rows.shape[2]}, expected {k_ref.shape[2]}"
             assert_state_close(k_rows, k_ref)
             assert_state_close(v_rows, v_ref)
     return on_round

@@ -6,11 +6,26 @@ checkpoint + input replay, recompute. Lesson: docs/beyond/specdec-state.md.
 """
 
 from .generate import greedy_drafter, plain_greedy, speculative_generate_stateful
-from .model import (DecodeState, GatedLinearAttention, KVRows, RecurrenceInputs, RecurrentBlock, RecurrentLM,
-                    attend_rows, fan_in_init_, perturbed_twin)
+from .model import (
+                    DecodeState,
+                    GatedLinearAttention,
+                    KVRows,
+                    RecurrenceInputs,
+                    RecurrentBlock,
+                    RecurrentLM,
+                    attend_rows,
+                    fan_in_init_,
+                    perturbed_twin,
+)
 from .scan import gla_chunk, gla_fold, gla_recurrent, readout_flops, update_flops
-from .transaction import (RecomputeTransaction, ReplayTransaction, SnapshotTransaction, StateCosts,
-                          StateTransaction, make_transaction)
+from .transaction import (
+                    RecomputeTransaction,
+                    ReplayTransaction,
+                    SnapshotTransaction,
+                    StateCosts,
+                    StateTransaction,
+                    make_transaction,
+)
 
 __all__ = sorted([
     "DecodeState", "GatedLinearAttention", "KVRows", "RecomputeTransaction", "RecurrenceInputs", "RecurrentBlock",

@@ -133,7 +133,8 @@ def speculative_generate_stateful(target: RecurrentLM, draft: Drafter, prompt_id
             k_step = min(k, remaining)
             proposal = torch.as_tensor(draft(ids, k_step)).long().cpu().view(-1)
             if proposal.numel() != k_step:
-                raise ValueError(f"draft returned {proposal.numel()} tokens for k={k_step}; it must return exactly k ids")
+                raise ValueError(f"draft returned {proposal.numel()} tokens for k={k_step}; "
+                                 "it must return exactly k ids")
             txn.begin()
             logits = txn.advance(torch.cat([ids[-1:], proposal]))            # (k+1, V)
             num_accepted, token = greedy_verify(proposal, logits)

@@ -247,7 +247,7 @@ class RecurrentLM(Module):
         layout = "R" * num_layers if layout is None else layout
         if not isinstance(layout, str) or len(layout) != num_layers or set(layout) - set("RA"):
             raise ValueError(f"RecurrentLM: layout must be {num_layers} letters from 'RA' (R recurrent, "
-                             f"A attention), e.g. {'RA' * (num_layers // 2) + 'R' * (num_layers % 2)!r}; got {layout!r}")
+                             f"A attention), e.g. {('RA' * num_layers)[:num_layers]!r}; got {layout!r}")
         self.vocab_size, self.embedding_dim, self.num_layers = vocab_size, embedding_dim, num_layers
         self.num_heads, self.head_dim, self.max_seq_len = num_heads, embedding_dim // num_heads, max_seq_len
         self.layout = layout
