@@ -5,27 +5,23 @@ blocks), and three ways to commit its state after a speculative round: snapshot,
 checkpoint + input replay, recompute. Lesson: docs/beyond/specdec-state.md.
 """
 
-from .generate import greedy_drafter, plain_greedy, speculative_generate_stateful
+from .generate import greedy_drafter, make_transaction, plain_greedy, speculative_generate_stateful
 from .model import (
-                    DecodeState,
-                    GatedLinearAttention,
-                    KVRows,
-                    RecurrenceInputs,
-                    RecurrentBlock,
-                    RecurrentLM,
-                    attend_rows,
-                    fan_in_init_,
-                    perturbed_twin,
+    DecodeState,
+    GatedLinearAttention,
+    KVRows,
+    RecurrenceInputs,
+    RecurrentBlock,
+    RecurrentLM,
+    attend_rows,
+    fan_in_init_,
+    perturbed_twin,
 )
+from .recompute import RecomputeTransaction
+from .replay import ReplayTransaction
 from .scan import gla_chunk, gla_fold, gla_recurrent, readout_flops, update_flops
-from .transaction import (
-                    RecomputeTransaction,
-                    ReplayTransaction,
-                    SnapshotTransaction,
-                    StateCosts,
-                    StateTransaction,
-                    make_transaction,
-)
+from .snapshot import SnapshotTransaction
+from .transaction import StateCosts, StateTransaction
 
 __all__ = sorted([
     "DecodeState", "GatedLinearAttention", "KVRows", "RecomputeTransaction", "RecurrenceInputs", "RecurrentBlock",

@@ -20,9 +20,25 @@ from g2c.sampling.generate import as_token_ids
 from g2c.specdec import SpecStats, draft_greedy, greedy_verify
 
 from .model import DecodeState, RecurrentLM
-from .transaction import StateCosts, StateTransaction, make_transaction
+from .recompute import RecomputeTransaction
+from .replay import ReplayTransaction
+from .snapshot import SnapshotTransaction
+from .transaction import StateCosts, StateTransaction
 
-__all__ = ["greedy_drafter", "plain_greedy", "speculative_generate_stateful"]
+__all__ = ["greedy_drafter", "make_transaction", "plain_greedy", "speculative_generate_stateful"]
+
+_STRATEGIES = {"snapshot": SnapshotTransaction, "replay": ReplayTransaction, "recompute": RecomputeTransaction}
+
+
+def make_transaction(model: RecurrentLM, strategy: str, **kwargs) -> StateTransaction:
+    """Build the transaction named ``strategy`` ("snapshot", "replay" or "recompute") on ``model``.
+
+    Raises:
+        ValueError: an unknown strategy name (the message lists the valid names).
+    """
+    if strategy not in _STRATEGIES:
+        raise ValueError(f"unknown state strategy {strategy!r}; choose one of {', '.join(_STRATEGIES)}")
+    return _STRATEGIES[strategy](model, **kwargs)
 
 Drafter = Callable[[torch.Tensor, int], torch.Tensor]
 
