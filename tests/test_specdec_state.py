@@ -188,11 +188,21 @@ def test_kv_rows_roll_back_by_pointer():
         rows.truncate(5)
 
 
-def test_recurrent_lm_rejects_bad_layout():
+def test_recurrent_lm_rejects_bad_arguments():
     with pytest.raises(ValueError, match="layout must be 3 letters"):
         RecurrentLM(V, D, 3, H, layout="RX R")
     with pytest.raises(ValueError, match="not divisible"):
         RecurrentLM(V, 30, 2, H)
+    with pytest.raises(ValueError, match="num_layers must be an int >= 1"):
+        RecurrentLM(V, D, 0, H)
+    m = RecurrentLM(V, D, 2, H, layout="RA", max_seq_len=4)
+    with pytest.raises(ValueError, match=r"integer ids of shape \(B, T\)"):
+        m(torch.zeros(1, 3))
+    with pytest.raises(ValueError, match="exceeds max_seq_len=4"):
+        m(torch.zeros(1, 5, dtype=torch.long))
+    with pytest.raises(ValueError, match="one query per position"):
+        q, k, v, log_a, state = _random_inputs()
+        gla_recurrent(q[:, :, 1:], k, v, log_a, state)
 
 
 def test_perturbed_twin_with_zero_sigma_is_a_copy():
@@ -385,6 +395,8 @@ def test_transaction_protocol_errors():
         txn.committed_state()
     with pytest.raises(ValueError, match="capacity"):
         ReplayTransaction(model("RRR"), capacity=2).prefill([1, 2, 3])
+    with pytest.raises(ValueError, match="capacity must be an int >= 1"):
+        ReplayTransaction(model("RRR"), capacity=0)
     with pytest.raises(ValueError, match="unknown state strategy 'log'"):
         make_transaction(model("RRR"), "log")
     with pytest.raises(TypeError, match="needs a RecurrentLM"):

@@ -318,6 +318,10 @@ class RecurrentLM(Module):
 
         Returns:
             logits (B, T, V) float32.
+
+        Raises:
+            ValueError: ids not 2-D integers with T >= 1; K/V rows beyond ``max_seq_len``
+                (raised by the access object's storage).
         """
         self._check_ids(ids)
         x = self.token_embed(ids)                                           # (B, T, D)

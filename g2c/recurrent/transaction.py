@@ -151,6 +151,11 @@ class StateTransaction:
         Returns:
             logits (T, V): row i scores the position after block token i, so rows 0..k are
             the k+1 verification rows of ``g2c.specdec.greedy_verify``.
+
+        Raises:
+            RuntimeError: no open round, or the round already advanced.
+            ValueError: an empty or non-integer block; a block that overflows the attention
+                layers' ``max_seq_len`` or (replay) the buffer ``capacity``.
         """
         if not self._open:
             raise RuntimeError(f"{self.name}: advance() needs begin() first")
