@@ -315,6 +315,16 @@ def test_replay_folds_when_the_buffer_fills():
     assert 0 < txn.num_logged <= 6
 
 
+def test_replay_prefills_a_prompt_longer_than_its_buffer():
+    prompt = list(range(3, 18))                                      # 15 tokens, capacity 6
+    txn = ReplayTransaction(model("RAR"), capacity=6)
+    logits = txn.prefill(prompt)
+    ref = _plain_after("RAR", prompt)
+    assert logits.shape == (15, V) and txn.length == 15
+    for i, s in txn.committed_state().items():
+        assert_state_close(s, ref.states[i])
+
+
 # -- the accounting ------------------------------------------------------------------------------
 
 
@@ -393,8 +403,10 @@ def test_transaction_protocol_errors():
         txn.commit(3)
     with pytest.raises(RuntimeError, match="inside an open round"):
         txn.committed_state()
-    with pytest.raises(ValueError, match="capacity"):
-        ReplayTransaction(model("RRR"), capacity=2).prefill([1, 2, 3])
+    small = ReplayTransaction(model("RRR"), capacity=2)
+    small.begin()
+    with pytest.raises(ValueError, match="does not fit a buffer of capacity=2"):
+        small.advance([1, 2, 3])
     with pytest.raises(ValueError, match="capacity must be an int >= 1"):
         ReplayTransaction(model("RRR"), capacity=0)
     with pytest.raises(ValueError, match="unknown state strategy 'log'"):

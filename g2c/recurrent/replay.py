@@ -46,6 +46,7 @@ class ReplayTransaction(StateTransaction):
         if isinstance(capacity, bool) or not isinstance(capacity, int) or capacity < 1:
             raise ValueError(f"replay: capacity must be an int >= 1 buffer positions, got {capacity!r}")
         self.capacity = capacity
+        self.max_prefill_block = capacity
         H, d = model.num_heads, model.head_dim
         self.checkpoint = {i: self._zero_state() for i in model.recurrent_layers}
         self.buf_k = {i: torch.zeros(batch, H, capacity, d, device=self.device) for i in model.recurrent_layers}

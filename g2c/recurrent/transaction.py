@@ -228,9 +228,20 @@ class StateTransaction:
         """{layer: (K, V)} the visible K/V rows (B, H, length, d) of every attention layer."""
         return {i: rows.rows() for i, rows in self.kv.items()}
 
+    #: longest block ``prefill`` feeds in one round (replay: its buffer capacity)
+    max_prefill_block: int | None = None
+
     def prefill(self, ids) -> torch.Tensor:
-        """Commit a prompt as one round that keeps everything; return its logits (T, V)."""
-        self.begin()
-        logits = self.advance(ids)
-        self.commit(logits.shape[0] - 1)
-        return logits
+        """Commit a prompt in rounds that keep everything; return its logits (T, V).
+
+        The prompt goes in one round, or in rounds of at most ``max_prefill_block`` tokens.
+        """
+        ids = torch.as_tensor(ids).view(-1)
+        step = self.max_prefill_block or max(ids.numel(), 1)
+        rows = []
+        for start in range(0, ids.numel(), step):
+            self.begin()
+            logits = self.advance(ids[start:start + step])
+            self.commit(logits.shape[0] - 1)
+            rows.append(logits)
+        return torch.cat(rows)
