@@ -25,7 +25,6 @@ from hypothesis import strategies as st
 
 from g2c.recurrent import (
     DecodeState,
-    KVRows,
     RecomputeTransaction,
     RecurrentLM,
     ReplayTransaction,
@@ -67,7 +66,7 @@ def reference(layout: str, seed: int = 0, prompt: tuple[int, ...] = tuple(PROMPT
 
     def on_token(state, ids):
         snaps[len(ids)] = ({i: s.clone() for i, s in state.states.items()},
-                           {i: tuple(t.clone() for t in r.rows()) for i, r in state.kv.items()})
+                           {i: tuple(t.clone() for t in rows) for i, rows in state.kv_rows().items()})
 
     ids = plain_greedy(model(layout, seed), list(prompt), num_new, on_token=on_token)
     return ids, snaps
@@ -174,20 +173,6 @@ def test_flop_counts_by_hand():
     assert readout_flops(1, 4, 2, 3) == 2 * 16 * 2 + 4 * 4 * 5
 
 
-def test_kv_rows_roll_back_by_pointer():
-    rows = KVRows(1, 2, 6, 3)
-    k = torch.arange(24.0).view(1, 2, 4, 3)
-    rows.append(k, -k)
-    rows.truncate(1)
-    assert rows.rows()[0].shape == (1, 2, 1, 3)
-    rows.append(k[:, :, :2] + 100, k[:, :, :2])
-    assert torch.equal(rows.rows()[0][:, :, 1:], k[:, :, :2] + 100)
-    with pytest.raises(ValueError, match="max_seq_len=6"):
-        rows.append(k, k)
-    with pytest.raises(ValueError, match="outside"):
-        rows.truncate(5)
-
-
 def test_recurrent_lm_rejects_bad_arguments():
     with pytest.raises(ValueError, match="layout must be 3 letters"):
         RecurrentLM(V, D, 3, H, layout="RX R")
@@ -258,7 +243,7 @@ def test_commit_lands_on_the_boundary(strategy, layout):
             assert_state_close(s, ref.states[i])
         for i, (k_rows, _) in txn.committed_kv().items():
             assert k_rows.shape[2] == txn.length
-            assert_state_close(k_rows, ref.kv[i].rows()[0])
+            assert_state_close(k_rows, ref.kv_rows()[i][0])
 
 
 @pytest.mark.parametrize("layout", LAYOUTS)
@@ -289,7 +274,7 @@ def test_hybrid_commits_kv_and_state_at_one_boundary(strategy):
     ids, _, _ = speculative_generate_stateful(model("RAR"), noisy_oracle(ref, 0.4, 0), PROMPT, NUM_NEW, k=3,
                                               strategy=txn, on_round=check_against_reference("RAR", 0, snaps))
     assert ids.tolist() == ref.tolist()
-    assert all(rows.length == txn.length for rows in txn.kv.values())
+    assert txn.kv.length == txn.length
 
 
 def test_advanced_state_is_not_the_boundary():

@@ -9,12 +9,11 @@ from .generate import greedy_drafter, make_transaction, plain_greedy, speculativ
 from .model import (
     DecodeState,
     GatedLinearAttention,
-    KVRows,
     RecurrenceInputs,
     RecurrentBlock,
     RecurrentLM,
-    attend_rows,
     fan_in_init_,
+    new_kv_cache,
     perturbed_twin,
 )
 from .recompute import RecomputeTransaction
@@ -24,8 +23,8 @@ from .snapshot import SnapshotTransaction
 from .transaction import StateCosts, StateTransaction
 
 __all__ = sorted([
-    "DecodeState", "GatedLinearAttention", "KVRows", "RecomputeTransaction", "RecurrenceInputs", "RecurrentBlock",
-    "RecurrentLM", "ReplayTransaction", "SnapshotTransaction", "StateCosts", "StateTransaction", "attend_rows",
+    "DecodeState", "GatedLinearAttention", "RecomputeTransaction", "RecurrenceInputs", "RecurrentBlock",
+    "RecurrentLM", "ReplayTransaction", "SnapshotTransaction", "StateCosts", "StateTransaction", "new_kv_cache",
     "fan_in_init_", "gla_chunk", "gla_fold", "gla_recurrent", "greedy_drafter", "make_transaction",
     "perturbed_twin", "plain_greedy", "readout_flops", "speculative_generate_stateful", "update_flops",
 ])

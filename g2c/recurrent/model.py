@@ -16,14 +16,17 @@ Stateful passes go through ``RecurrentLM.run(ids, access)``: the model does the 
 asks ``access`` for the two things that depend on the stored state:
 
     access.recurrent(layer, inputs) -> o (B, H, T, d)   outputs of a recurrent layer
-    access.attention(layer, q, k, v) -> o (B, H, T, d)  outputs of an attention layer
+    access.attention(layer, attn, h) -> (B, T, D)       an attention sub-layer on the new positions
 
-``DecodeState`` (plain decoding: state updated in place, K/V rows appended) is one such
-access object; the speculative ``StateTransaction`` strategies are the others.
+Attention layers keep their keys and values in module 16's ``KVCache`` (one cache layer per
+attention layer, ``new_kv_cache``), through module 16's ``cached_attention``: the cache
+rolls back by moving its ``length`` pointer. ``DecodeState`` (plain decoding: state updated
+in place, K/V rows appended) is one access object; the speculative ``StateTransaction``
+strategies are the others.
 
 Shape letters: B batch, T time, D width, H heads, d = D / H, V vocabulary. Everything is
-float32. No exercise in this file; it needs modules 03 (layers) and, for hybrid layouts'
-``forward``, 07-09 (the course's attention ``Block``).
+float32. No exercise in this file; it needs modules 03 (layers) and, for hybrid layouts,
+07-09 (the course's attention ``Block``) and 16 (``KVCache``, ``cached_attention``).
 """
 
 from __future__ import annotations
@@ -34,13 +37,14 @@ from dataclasses import dataclass
 import torch
 import torch.nn.functional as F
 
+from g2c.kvcache import KVCache, cached_attention
 from g2c.nn import Embedding, LayerNorm, Linear, Module
 from g2c.transformer.block import MLP, Block
 
 from .scan import gla_chunk, gla_recurrent
 
-__all__ = ["DecodeState", "GatedLinearAttention", "KVRows", "RecurrenceInputs", "RecurrentBlock",
-           "RecurrentLM", "attend_rows", "fan_in_init_", "perturbed_twin"]
+__all__ = ["DecodeState", "GatedLinearAttention", "RecurrenceInputs", "RecurrentBlock", "RecurrentLM",
+           "fan_in_init_", "new_kv_cache", "perturbed_twin"]
 
 
 @dataclass
@@ -145,65 +149,6 @@ class RecurrentBlock(Module):
         y, state = self.mixer(self.ln_1(x), state)
         x = x + y
         return x + self.mlp(self.ln_2(x)), state
-
-
-class KVRows:
-    """Per-layer key/value rows with a length pointer: module 16's rollback, in miniature.
-
-    Rows live in preallocated (B, H, capacity, d) tensors; ``append`` writes at the
-    pointer, ``truncate`` moves the pointer back. Truncated rows stay in memory and are
-    overwritten by the next append: rollback copies nothing.
-
-    Raises:
-        ValueError: an append would pass ``capacity`` (the model's ``max_seq_len``), or a
-            truncate target lies outside [0, length].
-    """
-
-    def __init__(self, batch: int, num_heads: int, capacity: int, head_dim: int,
-                 device: torch.device | str | None = None) -> None:
-        self.k = torch.zeros(batch, num_heads, capacity, head_dim, device=device)
-        self.v = torch.zeros_like(self.k)
-        self.capacity = capacity
-        self.length = 0
-
-    def append(self, k: torch.Tensor, v: torch.Tensor) -> None:
-        """Write (B, H, T, d) rows at the pointer and advance it by T."""
-        T = k.shape[2]
-        if self.length + T > self.capacity:
-            raise ValueError(f"KVRows: {self.length} + {T} rows exceed max_seq_len={self.capacity}; "
-                             "build the model with a larger max_seq_len or generate fewer tokens")
-        self.k[:, :, self.length:self.length + T] = k
-        self.v[:, :, self.length:self.length + T] = v
-        self.length += T
-
-    def rows(self) -> tuple[torch.Tensor, torch.Tensor]:
-        """The visible rows (B, H, length, d) for keys and values (views, no copy)."""
-        return self.k[:, :, :self.length], self.v[:, :, :self.length]
-
-    def truncate(self, length: int) -> None:
-        """Move the pointer back to ``length`` (pointer rollback)."""
-        if not 0 <= length <= self.length:
-            raise ValueError(f"KVRows.truncate: length {length} outside [0, {self.length}]")
-        self.length = length
-
-    def nbytes_per_row(self) -> int:
-        """Bytes of one position's K and V rows (all heads, batch)."""
-        B, H, _, d = self.k.shape
-        return 2 * B * H * d * self.k.element_size()
-
-
-def attend_rows(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
-    """Causal attention of T new queries over all L rows (the queries are the last T rows).
-
-    q (B, H, T, d), k and v (B, H, L, d) -> (B, H, T, d); query i sits at position L - T + i
-    and sees keys 0 .. L - T + i. Scaled by 1/sqrt(d) (Vaswani et al. 2017, section 3.2.1).
-    """
-    T, L = q.shape[2], k.shape[2]
-    scores = q @ k.transpose(-1, -2) / math.sqrt(q.shape[-1])                # (B, H, T, L)
-    pos_k = torch.arange(L, device=q.device)
-    visible = pos_k[None, :] <= (pos_k[L - T:])[:, None]                     # (T, L)
-    scores = scores.masked_fill(~visible, float("-inf"))
-    return scores.softmax(dim=-1) @ v
 
 
 class RecurrentLM(Module):
@@ -314,7 +259,8 @@ class RecurrentLM(Module):
         Args:
             ids: (B, T) int64, the block (continuing whatever ``access`` has stored).
             access: an object with ``recurrent(layer, RecurrenceInputs) -> o (B, H, T, d)``
-                and ``attention(layer, q, k, v) -> o (B, H, T, d)`` (q, k, v (B, H, T, d)).
+                and ``attention(layer, attn, h) -> (B, T, D)`` (``attn`` the block's module 08
+                ``MultiHeadAttention``, ``h`` (B, T, D) the normalised stream of the block).
 
         Returns:
             logits (B, T, V) float32.
@@ -330,9 +276,7 @@ class RecurrentLM(Module):
             if isinstance(blk, RecurrentBlock):
                 x = x + blk.mixer.output(access.recurrent(i, blk.mixer.inputs(h)))
             else:
-                q, k, v = blk.attn.qkv(h).split(self.embedding_dim, dim=-1)
-                o = access.attention(i, *(_split(t, self.num_heads) for t in (q, k, v)))
-                x = x + blk.attn.proj(_merge(o))
+                x = x + access.attention(i, blk.attn, h)
             x = x + blk.mlp(blk.ln_2(x))
         return self._logits(x)
 
@@ -387,6 +331,20 @@ def perturbed_twin(model: RecurrentLM, *, sigma: float, generator: torch.Generat
     return twin.to(model.device)
 
 
+def new_kv_cache(model: RecurrentLM, batch: int = 1) -> tuple[KVCache | None, dict[int, int]]:
+    """Module 16's ``KVCache`` with one cache layer per attention layer of ``model``.
+
+    Returns:
+        (cache, slots): the cache (None for a model without attention layers) on the model's
+        device, capacity ``model.max_seq_len``, and {model layer index: cache layer index}.
+    """
+    slots = {layer: j for j, layer in enumerate(model.attention_layers)}
+    if not slots:
+        return None, slots
+    return KVCache(len(slots), batch, model.num_heads, model.head_dim, model.max_seq_len,
+                   device=model.device), slots
+
+
 class DecodeState:
     """Plain decoding: the reference every speculative strategy must match.
 
@@ -399,7 +357,8 @@ class DecodeState:
 
     Attributes:
         states: {layer: (B, H, d, d)} for recurrent layers.
-        kv: {layer: KVRows} for attention layers.
+        kv: module 16 ``KVCache`` of the attention layers (None without any); kv_slots maps
+            a model layer to its cache layer.
         length: tokens fed so far.
     """
 
@@ -407,17 +366,19 @@ class DecodeState:
         device = model.device
         self.model = model
         self.states = {i: model.blocks[i].mixer.zero_state(batch, device) for i in model.recurrent_layers}
-        self.kv = {i: KVRows(batch, model.num_heads, model.max_seq_len, model.head_dim, device)
-                   for i in model.attention_layers}
+        self.kv, self.kv_slots = new_kv_cache(model, batch)
         self.length = 0
 
     def recurrent(self, layer: int, inp: RecurrenceInputs) -> torch.Tensor:
         o, self.states[layer] = gla_recurrent(inp.q, inp.k, inp.v, inp.log_a, self.states[layer])
         return o
 
-    def attention(self, layer: int, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
-        self.kv[layer].append(k, v)
-        return attend_rows(q, *self.kv[layer].rows())
+    def attention(self, layer: int, attn, h: torch.Tensor) -> torch.Tensor:
+        return cached_attention(attn, h, self.kv, self.kv_slots[layer])
+
+    def kv_rows(self) -> dict[int, tuple[torch.Tensor, torch.Tensor]]:
+        """{layer: (K, V)} the committed rows (B, H, length, d) of every attention layer (views)."""
+        return {i: (self.kv.keys(j), self.kv.values(j)) for i, j in self.kv_slots.items()}
 
     @torch.no_grad()
     def feed(self, ids) -> torch.Tensor:
@@ -431,5 +392,7 @@ class DecodeState:
         for t in ids.tolist():
             tok = torch.tensor([[t]], device=self.model.device)
             rows.append(self.model.run(tok, self)[0, -1])
+            if self.kv is not None:
+                self.kv.advance(1)
             self.length += 1
         return torch.stack(rows)

@@ -46,9 +46,8 @@ class RecomputeTransaction(StateTransaction):
     @torch.no_grad()
     def _rerun(self, ids: torch.Tensor) -> None:
         """One model pass over ``ids`` (B, n) from the checkpoint; the new states land in the scratch slots
-        and attention layers append their rows at the current pointer. Provided."""
-        self.costs.model_passes += 1
-        self.model.run(ids, self)
+        and attention layers append their rows at the current K/V pointer (and move it). Provided."""
+        self._run(ids)
 
     def commit(self, num_accepted: int) -> None:
         """Keep num_accepted + 1 positions.

@@ -37,7 +37,9 @@ from dataclasses import dataclass, fields
 
 import torch
 
-from .model import KVRows, RecurrenceInputs, RecurrentLM, attend_rows
+from g2c.kvcache import cached_attention
+
+from .model import RecurrenceInputs, RecurrentLM, new_kv_cache
 from .scan import readout_flops, update_flops
 
 __all__ = ["StateCosts", "StateTransaction"]
@@ -87,7 +89,8 @@ class StateTransaction:
     Attributes:
         length: tokens in the committed state.
         costs: ``StateCosts``.
-        kv: {layer: KVRows} for the attention layers.
+        kv: module 16's ``KVCache`` for the attention layers (None without any), one
+            pointer ``kv.length`` for all of them; ``kv_slots`` maps model layer -> cache layer.
 
     Raises (the round protocol, by every method):
         RuntimeError: ``begin`` while a round is open; ``advance`` without ``begin`` or twice
@@ -105,8 +108,7 @@ class StateTransaction:
         self.model = model
         self.batch = batch
         self.device = model.device
-        self.kv = {i: KVRows(batch, model.num_heads, model.max_seq_len, model.head_dim, self.device)
-                   for i in model.attention_layers}
+        self.kv, self.kv_slots = new_kv_cache(model, batch)
         self.length = 0
         self.costs = StateCosts()
         self._open = False
@@ -168,18 +170,25 @@ class StateTransaction:
         ids = ids.long().view(self.batch, -1).to(self.device)                # (B, T)
         self._before_advance(ids.shape[1])
         self._block = ids
+        return self._run(ids)[0]
+
+    def _run(self, ids: torch.Tensor) -> torch.Tensor:
+        """One counted target pass over ids (B, T); the K/V pointer then moves past the T rows."""
         self.costs.model_passes += 1
-        return self.model.run(ids, self)[0]
+        logits = self.model.run(ids, self)
+        if self.kv is not None:
+            self.kv.advance(ids.shape[1])
+        return logits
 
     def _before_advance(self, num_positions: int) -> None:
         """Strategy hook: make room for a block of ``num_positions`` (nothing by default)."""
 
-    def attention(self, layer: int, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
-        """Attention layers, shared by every strategy: append rows at the pointer, attend."""
-        rows = self.kv[layer]
-        rows.append(k, v)
-        self.costs.kv_bytes_written += k.shape[2] * rows.nbytes_per_row()
-        return attend_rows(q, *rows.rows())
+    def attention(self, layer: int, attn, h: torch.Tensor) -> torch.Tensor:
+        """Attention layers, shared by every strategy: module 16's ``cached_attention`` writes
+        the new K/V rows after the pointer and attends over every visible row."""
+        B, T, D = h.shape
+        self.costs.kv_bytes_written += 2 * B * T * D * self.kv.keys_buffer[0].element_size()
+        return cached_attention(attn, h, self.kv, self.kv_slots[layer])
 
     def recurrent(self, layer: int, inp: RecurrenceInputs) -> torch.Tensor:
         """Outputs (B, H, T, d) of recurrent layer ``layer`` for the block. Strategy-specific."""
@@ -201,9 +210,9 @@ class StateTransaction:
             raise RuntimeError(f"{self.name}: rollback() with no open round")
 
     def _truncate_kv(self, length: int) -> None:
-        """Move every attention layer's K/V pointer to ``length`` (no bytes move)."""
-        for rows in self.kv.values():
-            rows.truncate(length)
+        """Move the attention layers' K/V pointer back to ``length`` (``KVCache.crop``: no bytes move)."""
+        if self.kv is not None:
+            self.kv.crop(length)
 
     def _close(self, num_kept: int) -> None:
         """End the round with ``num_kept`` block positions added to the committed length."""
@@ -226,7 +235,7 @@ class StateTransaction:
 
     def committed_kv(self) -> dict[int, tuple[torch.Tensor, torch.Tensor]]:
         """{layer: (K, V)} the visible K/V rows (B, H, length, d) of every attention layer."""
-        return {i: rows.rows() for i, rows in self.kv.items()}
+        return {i: (self.kv.keys(j), self.kv.values(j)) for i, j in self.kv_slots.items()}
 
     #: longest block ``prefill`` feeds in one round (replay: its buffer capacity)
     max_prefill_block: int | None = None
