@@ -137,6 +137,7 @@ MODULES: tuple[CourseModule, ...] = (
                "g2c/recurrent/recompute.py", "g2c/recurrent/generate.py"),
         lesson="docs/beyond/specdec-state.md",
         notebook="notebooks/clean/specdec-state-transactions.ipynb",
+        tests=("tests/test_specdec_state.py",),
     ),
 )
 

@@ -64,7 +64,10 @@ class RecomputeTransaction(StateTransaction):
         # TODO: implement this (module specdec-state, see docs/beyond/specdec-state.md).
         raise NotImplementedError(
             "module specdec-state: RecomputeTransaction.commit in g2c/recurrent/recompute.py is not implemented yet. "
-            "Write it, or run with G2C_APPLY_SOLUTIONS=specdec-state to use the reference solution."
+            "Write it (see docs/beyond/specdec-state.md); G2C_APPLY_SOLUTIONS=01-16,specdec,specdec-sampling,specdec-"
+            "trees,specdec-lab applies the reference solutions of the modules before specdec-state and keeps your own"
+            " code. Working on a later module? Apply only the modules before yours (python -m g2c.course prereqs ID "
+            "prints the selector)."
         )
 
     def rollback(self) -> None:
@@ -72,8 +75,11 @@ class RecomputeTransaction(StateTransaction):
         self._check_rollback()
         # TODO: implement this (module specdec-state, see docs/beyond/specdec-state.md).
         raise NotImplementedError(
-            "module specdec-state: RecomputeTransaction.rollback in g2c/recurrent/recompute.py is not implemented yet. "
-            "Write it, or run with G2C_APPLY_SOLUTIONS=specdec-state to use the reference solution."
+            "module specdec-state: RecomputeTransaction.rollback in g2c/recurrent/recompute.py is not implemented "
+            "yet. Write it (see docs/beyond/specdec-state.md); G2C_APPLY_SOLUTIONS=01-16,specdec,specdec-"
+            "sampling,specdec-trees,specdec-lab applies the reference solutions of the modules before specdec-state "
+            "and keeps your own code. Working on a later module? Apply only the modules before yours (python -m "
+            "g2c.course prereqs ID prints the selector)."
         )
 
     def committed_state(self) -> dict[int, torch.Tensor]:

@@ -86,8 +86,11 @@ class ReplayTransaction(StateTransaction):
             raise RuntimeError("replay: fold() inside an advanced round would fold uncommitted inputs")
         # TODO: implement this (module specdec-state, see docs/beyond/specdec-state.md).
         raise NotImplementedError(
-            "module specdec-state: ReplayTransaction.fold in g2c/recurrent/replay.py is not implemented yet. "
-            "Write it, or run with G2C_APPLY_SOLUTIONS=specdec-state to use the reference solution."
+            "module specdec-state: ReplayTransaction.fold in g2c/recurrent/replay.py is not implemented yet. Write it"
+            " (see docs/beyond/specdec-state.md); G2C_APPLY_SOLUTIONS=01-16,specdec,specdec-sampling,specdec-"
+            "trees,specdec-lab applies the reference solutions of the modules before specdec-state and keeps your own"
+            " code. Working on a later module? Apply only the modules before yours (python -m g2c.course prereqs ID "
+            "prints the selector)."
         )
 
     def commit(self, num_accepted: int) -> None:
@@ -102,8 +105,11 @@ class ReplayTransaction(StateTransaction):
         n = self._check_commit(num_accepted)
         # TODO: implement this (module specdec-state, see docs/beyond/specdec-state.md).
         raise NotImplementedError(
-            "module specdec-state: ReplayTransaction.commit in g2c/recurrent/replay.py is not implemented yet. "
-            "Write it, or run with G2C_APPLY_SOLUTIONS=specdec-state to use the reference solution."
+            "module specdec-state: ReplayTransaction.commit in g2c/recurrent/replay.py is not implemented yet. Write "
+            "it (see docs/beyond/specdec-state.md); G2C_APPLY_SOLUTIONS=01-16,specdec,specdec-sampling,specdec-"
+            "trees,specdec-lab applies the reference solutions of the modules before specdec-state and keeps your own"
+            " code. Working on a later module? Apply only the modules before yours (python -m g2c.course prereqs ID "
+            "prints the selector)."
         )
 
     def rollback(self) -> None:
@@ -117,7 +123,10 @@ class ReplayTransaction(StateTransaction):
         # TODO: implement this (module specdec-state, see docs/beyond/specdec-state.md).
         raise NotImplementedError(
             "module specdec-state: ReplayTransaction.rollback in g2c/recurrent/replay.py is not implemented yet. "
-            "Write it, or run with G2C_APPLY_SOLUTIONS=specdec-state to use the reference solution."
+            "Write it (see docs/beyond/specdec-state.md); G2C_APPLY_SOLUTIONS=01-16,specdec,specdec-sampling,specdec-"
+            "trees,specdec-lab applies the reference solutions of the modules before specdec-state and keeps your own"
+            " code. Working on a later module? Apply only the modules before yours (python -m g2c.course prereqs ID "
+            "prints the selector)."
         )
 
     def committed_state(self) -> dict[int, torch.Tensor]:

@@ -113,7 +113,8 @@ def simulate_rounds(alpha: float, k: int, c: float, num_rounds: int, *, generato
         "module specdec-lab: simulate_rounds in g2c/specdec/simulate.py is not implemented yet. Write it (see "
         "docs/beyond/specdec-lab.md); G2C_APPLY_SOLUTIONS=01-16,specdec,specdec-sampling,specdec-trees applies the "
         "reference solutions of the modules before specdec-lab and keeps your own code. Working on a later module? "
-        "Apply only the modules before yours (python -m g2c.course prereqs ID prints the selector)."
+        "Apply only the modules before yours, e.g. G2C_APPLY_SOLUTIONS=01-16,specdec,specdec-sampling,specdec-"
+        "trees,specdec-lab for specdec-state (python -m g2c.course prereqs ID prints the selector)."
     )
     return Rounds(accepted=accepted, emitted=emitted, k=k, c=float(c), source=f"simulated alpha={alpha:g}")
 
