@@ -5,27 +5,25 @@ all B x (k+1) positions in ONE forward, and each row keeps its own accepted pref
 may commit 5 tokens while row 1 commits 1. The rows' committed lengths drift apart, so the
 KV cache is ragged: row b's keys and values sit in rows 0 .. lengths[b] - 1 of its buffer.
 
-Layout and masks (what this file does instead of one shared length pointer):
+The cache is module 16's, extended per row: ``g2c.kvcache.RaggedKVCache`` (the same
+per-layer K/V buffers (B, H, T_max, d) as ``KVCache``, with a (B,) ``lengths`` tensor in place
+of the one ``length`` pointer), and ``g2c.kvcache.ragged_forward`` (module 16's cached
+forward with per-row positions and a key-padding mask). What this loop does with it:
 
-- ``RaggedKV`` holds per layer K and V buffers (B, H, T_max, d) and ``lengths`` (B,) int64:
-  the committed rows of each batch row. A forward over T new tokens per row writes them at
-  rows lengths[b] .. lengths[b] + T - 1 of row b (positions are per row, so the learned
-  position of new token t in row b is lengths[b] + t).
 - New tokens are right-padded: a row with fewer real tokens than T (ragged prompts in the
-  prefill, a drafter that lags one token behind) carries pad ids after its real ones. Pads
-  are written into the cache too, but past what the caller commits, so they are never
-  attended to: query t of row b sees exactly keys 0 .. lengths[b] + t (a key-padding mask
-  ``j <= lengths[b] + t`` that is causal within the new block), and the next write overwrites them.
-- Rollback is per row: after verification, row b commits ``1 + accepted[b]`` of the k + 1
-  rows it wrote (the pending token and its accepted drafts); the rejected rows are simply
-  left past ``lengths[b]`` (the ragged form of module 16's pointer crop).
-- Finished rows (budget used up, or end-of-sequence) leave the batch: every buffer is
-  index-selected down to the active rows.
+  prefill, a drafter that lags one token behind) carries pad ids after its real ones. Row b's
+  token t sits at position ``lengths[b] + t`` and reads keys ``0 .. lengths[b] + t`` only
+  (``key_padding_mask``: causal within the new block, blind to other rows' extra length).
+  ``ragged_forward`` advances every row by T; ``cache.crop(lengths)`` then rolls each row
+  back to what it really holds, so pads sit past the pointer, unread, and are overwritten.
+- Rollback is per row: after verification, row b keeps ``1 + accepted[b]`` of the k + 1
+  rows it wrote (the pending token and its accepted drafts): ``crop`` with a (B,) tensor,
+  the ragged form of module 16's pointer rollback (no bytes move).
+- Finished rows (budget used up, or end-of-sequence) leave the batch: ``cache.keep(rows)``
+  index-selects every buffer down to the active rows.
 
-The loop runs on a course ``TransformerLM`` and calls its own sub-modules (LayerNorm, the
-attention's ``qkv``/``proj`` Linears, the MLP); only the masked attention over the ragged
-cache is written here. No sliding window: prompt + max_new_tokens + k + 1 must fit in the
-target's and drafter's ``max_seq_len``.
+No sliding window: prompt + max_new_tokens + k + 1 must fit in the target's and drafter's
+``max_seq_len``.
 
 Output per row is exactly the target's greedy continuation (greedy verification; Leviathan,
 Kalman, Matias, ICML 2023, section 2.3), up to float32 round-off in the masked batched
@@ -37,95 +35,21 @@ k draft length, L layers.
 
 from __future__ import annotations
 
-import math
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
 import torch
 
-from g2c.attention import merge_heads, split_heads
+from g2c.kvcache.ragged import RaggedKVCache, ragged_forward
 
 __all__ = ["BatchedResult", "RaggedKV", "batched_greedy", "batched_speculative_generate", "ragged_forward"]
 
 
-class RaggedKV:
-    """Per-layer K/V buffers (B, H, T_max, d) with a committed length per batch row.
-
-    Attributes:
-        keys, values: lists of L float tensors (B, H, T_max, d) on the model's device.
-        lengths: (B,) int64 on the CPU, committed rows per batch row.
-    """
-
-    def __init__(self, model, batch_size: int) -> None:
-        d = model.embedding_dim // model.num_heads
-        w = model.token_embed.weight
-        shape = (batch_size, model.num_heads, model.max_seq_len, d)
-        self.keys = [torch.zeros(shape, dtype=w.dtype, device=w.device) for _ in model.blocks]
-        self.values = [torch.zeros(shape, dtype=w.dtype, device=w.device) for _ in model.blocks]
-        self.lengths = torch.zeros(batch_size, dtype=torch.long)
-        self.max_seq_len = model.max_seq_len
-
-    def keep(self, rows: torch.Tensor) -> None:
-        """Keep only the batch rows ``rows`` (LongTensor of indices), in that order."""
-        dev = self.keys[0].device
-        idx = rows.to(dev)
-        self.keys = [t.index_select(0, idx) for t in self.keys]
-        self.values = [t.index_select(0, idx) for t in self.values]
-        self.lengths = self.lengths.index_select(0, rows.cpu())
-
-
-def _attend_ragged(q: torch.Tensor, keys: torch.Tensor, values: torch.Tensor, starts: torch.Tensor) -> torch.Tensor:
-    """q (B, H, T, d) over keys/values (B, H, S, d); query t of row b sees keys j <= starts[b] + t."""
-    B, _, T, d = q.shape
-    S = keys.shape[2]
-    limit = starts.to(q.device).view(B, 1) + torch.arange(T, device=q.device).view(1, T)      # (B, T)
-    visible = torch.arange(S, device=q.device).view(1, 1, S) <= limit.unsqueeze(-1)          # (B, T, S)
-    scores = (q @ keys.transpose(-2, -1)) / math.sqrt(d)                                     # (B, H, T, S)
-    scores = scores.masked_fill(~visible.unsqueeze(1), float("-inf"))
-    return scores.softmax(dim=-1) @ values                                                   # (B, H, T, d)
-
-
-@torch.no_grad()
-def ragged_forward(model, ids: torch.Tensor, cache: RaggedKV) -> torch.Tensor:
-    """Score T new tokens per row after each row's committed cache rows; write their K/V.
-
-    Args:
-        model: a ``g2c.transformer.TransformerLM`` in eval mode.
-        ids: (B, T) int64 on any device, row b's new tokens (right-padded where ragged).
-        cache: the rows' ``RaggedKV``; ``lengths`` is NOT advanced (the caller commits).
-
-    Returns:
-        logits (B, T, V) float32 on the model's device: row t scores the token after new token t.
-
-    Raises:
-        ValueError: B differs from the cache's, or lengths[b] + T passes ``max_seq_len``
-            (no sliding window here: shorten the prompt or the budget).
-    """
-    B, T = ids.shape
-    if B != cache.lengths.numel():
-        raise ValueError(f"ragged_forward: ids has {B} rows but the cache {cache.lengths.numel()}")
-    starts = cache.lengths
-    if int(starts.max()) + T > cache.max_seq_len:
-        raise ValueError(f"ragged_forward: {int(starts.max())} cached + {T} new positions exceed "
-                         f"max_seq_len={cache.max_seq_len}; shorten the prompt or max_new_tokens")
-    dev = model.token_embed.weight.device
-    ids = ids.to(dev)
-    pos = starts.to(dev).view(B, 1) + torch.arange(T, device=dev).view(1, T)                # (B, T)
-    x = model.token_embed.weight[ids] + model.pos_embed.weight[pos]                          # (B, T, D)
-    S = int(starts.max()) + T
-    rows = torch.arange(B, device=dev).view(B, 1)                                            # (B, 1)
-    for layer, blk in enumerate(model.blocks):
-        h = blk.ln_1(x)
-        q, k, v = blk.attn.qkv(h).split(model.embedding_dim, dim=-1)                         # (B, T, D) each
-        q, k, v = (split_heads(t, model.num_heads) for t in (q, k, v))                       # (B, H, T, d)
-        kb, vb = cache.keys[layer], cache.values[layer]
-        kb[rows, :, pos] = k.transpose(1, 2)                                                 # (B, T, H, d) rows
-        vb[rows, :, pos] = v.transpose(1, 2)
-        y = _attend_ragged(q, kb[:, :, :S], vb[:, :, :S], starts)                           # (B, H, T, d)
-        x = x + blk.attn.proj(merge_heads(y))
-        x = x + blk.mlp(blk.ln_2(x))
-    return model.unembed(model.ln_final(x))                                                  # (B, T, V)
+def RaggedKV(model, batch_size: int) -> RaggedKVCache:  # noqa: N802 -- kept public name
+    """Kept name of this loop's cache, now module 16's: an empty ``RaggedKVCache`` (the
+    ``KVCache`` buffers with per-row lengths) for ``model`` with ``batch_size`` rows."""
+    return RaggedKVCache.for_model(model, batch_size)
 
 
 @dataclass
@@ -181,12 +105,12 @@ def _sync(model) -> None:
         torch.mps.synchronize()
 
 
-def _prefill(model, cache: RaggedKV, prompts: list[torch.Tensor]) -> None:
+def _prefill(model, cache: RaggedKVCache, prompts: list[torch.Tensor]) -> None:
     """Cache every prompt token but the last (the last is the first round's input)."""
     body = [p[:-1].tolist() for p in prompts]
     if max(len(b) for b in body) > 0:
-        ragged_forward(model, _pad([b or [0] for b in body]), cache)
-    cache.lengths = torch.tensor([len(b) for b in body], dtype=torch.long)
+        ragged_forward(model, _pad([b or [0] for b in body]), cache)     # every row advances by the width
+    cache.crop(torch.tensor([len(b) for b in body], dtype=torch.long))   # per row: drop the pads
 
 
 @torch.no_grad()
@@ -226,7 +150,6 @@ def batched_greedy(model, prompts, max_new_tokens: int, *, eos_id: int | None = 
             _sync(model)
             now = time.perf_counter()
             res.target_passes += 1
-            cache.lengths += 1
             keep = []
             for i, b in enumerate(active):
                 tok = int(nxt[i])
@@ -303,14 +226,14 @@ def batched_speculative_generate(target, drafter, prompts, max_new_tokens: int, 
             # 1. Draft: the drafter's cache may lag one token behind (after a full match its
             #    last draft was never fed back); feed every uncached token, right-padded.
             behind = [seqs[b][int(dcache.lengths[i]):] for i, b in enumerate(active)]     # 1 or 2 ids each
+            fed = torch.tensor([len(x) for x in behind])
             logits = ragged_forward(drafter, _pad(behind), dcache)                           # (n, T, V)
-            last_col = torch.tensor([len(x) - 1 for x in behind])
-            dcache.lengths += torch.tensor([len(x) for x in behind])
+            dcache.crop(dcache.lengths - logits.shape[1] + fed)                              # drop the pads
+            last_col = fed - 1
             draft = torch.empty(n, k, dtype=torch.long)                                      # (n, k)
             draft[:, 0] = logits[torch.arange(n), last_col.to(logits.device)].argmax(-1).cpu()
             for j in range(1, k):
                 step = ragged_forward(drafter, draft[:, j - 1:j], dcache)                    # (n, 1, V)
-                dcache.lengths += 1
                 draft[:, j] = step[:, -1].argmax(-1).cpu()
             # 2. Verify: pending token + k drafts per row, one target pass.
             block = torch.cat([torch.tensor([[seqs[b][-1]] for b in active]), draft], dim=1)  # (n, k+1)
@@ -337,11 +260,11 @@ def batched_speculative_generate(target, drafter, prompts, max_new_tokens: int, 
                 acc_all.append(a_emitted)
                 if new[b] < max_new_tokens and not (eos_id is not None and emitted[-1] == eos_id):
                     keep.append(i)
-            # 4. Ragged commit (rollback of the rejected rows is just not committing them):
-            #    the target cached pending + k drafts, keeps pending + accepted; the drafter
-            #    cached pending + k-1 drafts, keeps what of that is accepted.
-            tcache.lengths += 1 + accepted
-            dcache.lengths -= (k - 1) - torch.clamp(accepted, max=k - 1)
+            # 4. Ragged commit = per-row pointer rollback (module 16's crop, one length per
+            #    row): the target cached pending + k drafts and keeps pending + accepted; the
+            #    drafter cached pending + k-1 drafts and keeps what of that is accepted.
+            tcache.crop(tcache.lengths - k + accepted)
+            dcache.crop(dcache.lengths - (k - 1) + torch.clamp(accepted, max=k - 1))
             if on_round is not None:
                 on_round(list(active), emitted_all, acc_all)
             if len(keep) < n:
