@@ -18,7 +18,7 @@ import pytest
 import torch
 from specdec_mocks import TableLM, chain_table, follow_chain, random_next_of
 
-from g2c.specdec.tree_attention import commit_tree_kv, tree_attention_mask, tree_forward
+from g2c.specdec.tree_attention import cached_tree_forward, commit_tree_kv, tree_attention_mask, tree_forward
 from g2c.specdec.tree_verify import greedy_tree_verify, tree_speculative_generate, tree_speculative_verify
 from g2c.specdec.trees import (
     DraftTree,
@@ -197,6 +197,80 @@ def test_commit_tree_kv_matches_plain_cache():
     assert commit_tree_kv(kv, C, [0, 1]) == (C + 2, 0)
     with pytest.raises(ValueError, match="strictly increasing"):
         commit_tree_kv(kv, C, [1, 0])
+
+
+def test_cached_tree_forward_and_commit_on_kvcache():
+    # The tree pass on module 16's KVCache reads the committed rows + the tree's own rows; the
+    # commit gathers the accepted path into contiguous rows (a copy) and moves the pointer.
+    from g2c.kvcache import KVCache, cached_forward
+
+    model = _tiny_lm(2)
+    ctx = torch.tensor([3, 14, 15, 9, 2])
+    C, tree = ctx.numel(), _tree()
+    cache = KVCache.for_model(model)
+    cached_forward(model, ctx[:-1].unsqueeze(0), cache)                    # everything but the root
+    logits = cached_tree_forward(model, cache, int(ctx[-1]), tree)          # (n+1, V)
+    assert cache.length == C - 1                                            # written, not committed
+    torch.testing.assert_close(logits, tree_forward(model, ctx, tree)[C - 1:], atol=1e-4, rtol=0)
+    path = [1, 5]                                                           # root -> n1 -> n5
+    committed, moved = commit_tree_kv(cache, C, path)
+    assert committed == cache.length == C + 2
+    assert moved == model.num_layers * 2 * 2 * 2 * 8 * 4                    # L x (K, V) x 2 rows x H*d fp32
+    plain = KVCache.for_model(model)
+    cached_forward(model, torch.cat([ctx, torch.tensor(tree.path_tokens(5))]).unsqueeze(0), plain)
+    for layer in range(model.num_layers):
+        torch.testing.assert_close(cache.keys(layer), plain.keys(layer), atol=1e-5, rtol=0)
+        torch.testing.assert_close(cache.values(layer), plain.values(layer), atol=1e-5, rtol=0)
+    # A pointer move alone (the chain's commit) would keep n0's and n1's rows: wrong state.
+    cache.crop(C - 1)
+    cached_tree_forward(model, cache, int(ctx[-1]), tree)
+    cache.advance(1 + len(path))
+    assert not torch.allclose(cache.keys(0), plain.keys(0), atol=1e-3)
+    with pytest.raises(ValueError, match="past ctx_len"):
+        commit_tree_kv(cache, C - 2, [0])
+
+
+@pytest.mark.parametrize("kind", ["chain", "static", "dynamic"])
+def test_cached_tree_loop_is_a_state_transaction(kind):
+    # After every pass the target's committed cache rows equal plain cached decoding of the
+    # emitted tokens (1e-5), and the output is the uncached loop's (the target's greedy text).
+    import copy
+
+    from g2c.kvcache import KVCache, cached_forward
+
+    target = _tiny_lm(0, max_seq_len=40)
+    drafter = copy.deepcopy(target)                                         # agrees often, not always
+    g = torch.Generator().manual_seed(5)
+    with torch.no_grad():
+        for blk in drafter.blocks:
+            blk.mlp.fc.weight.add_(0.3 * torch.randn(blk.mlp.fc.weight.shape, generator=g))
+    prompt = [3, 14, 15, 9]
+    seq = list(prompt)
+    cache = KVCache.for_model(target)
+    checked = []
+
+    def check(emitted, num_accepted):
+        seq.extend(emitted)
+        plain = KVCache.for_model(target)
+        cached_forward(target, torch.tensor([seq[:-1]]), plain)
+        assert cache.length == len(seq) - 1
+        for layer in range(target.num_layers):
+            torch.testing.assert_close(cache.keys(layer), plain.keys(layer), atol=1e-5, rtol=0)
+            torch.testing.assert_close(cache.values(layer), plain.values(layer), atol=1e-5, rtol=0)
+        checked.append(num_accepted)
+
+    out, stats = tree_speculative_generate(target, drafter, prompt, 24, tree=kind, num_nodes=6,
+                                           target_cache=cache, on_pass=check)
+    ref, ref_stats = tree_speculative_generate(target, drafter, prompt, 24, tree=kind, num_nodes=6)
+    assert out.tolist() == ref.tolist() == seq
+    assert len(checked) == stats.target_passes == ref_stats.target_passes and stats.accepted > 0
+    assert stats.kv_rows_dropped == stats.drafted - stats.accepted
+    if kind == "chain":
+        assert stats.kv_bytes_moved == 0                                    # accepted drafts already in place
+    else:
+        assert stats.kv_bytes_moved > 0                                     # off-first-branch paths were gathered
+    with pytest.raises(ValueError, match="max_seq_len"):
+        tree_speculative_generate(target, drafter, prompt, 40, tree=kind, use_cache=True)
 
 
 # -- greedy walk ----------------------------------------------------------------------------

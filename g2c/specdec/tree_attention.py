@@ -17,8 +17,13 @@ at its last row (tested to 1e-4 in float32).
 
 ``TransformerLM.forward`` has no mask argument, and the earlier modules stay as they are, so
 ``tree_forward`` re-runs the model from its own weights (the same blocks, with the mask
-added to the attention scores). It recomputes the whole context every pass (no cache);
-``commit_tree_kv`` shows what a KV cache does after verification.
+added to the attention scores). It recomputes the whole context every pass.
+
+With module 16's ``KVCache`` the context is not recomputed: ``cached_tree_forward`` runs the
+root and the n nodes only, reading the committed cache rows plus the tree's own rows under
+the tree mask (module 16's masked cached forward, ``g2c.kvcache.masked_hidden_states``), and
+``commit_tree_kv`` then gathers the accepted path's rows into contiguous committed rows of
+the cache's buffers (a copy; the bytes are returned) and drops the rest.
 
 Shape letters: C context length, n nodes, T = C + n, D width, H heads, d = D / H,
 L layers, V vocabulary.
@@ -34,7 +39,7 @@ from .trees import DraftTree
 
 KV = tuple[torch.Tensor, torch.Tensor]                                      # one layer's (K, V)
 
-__all__ = ["commit_tree_kv", "tree_attention_mask", "tree_forward", "tree_logits"]
+__all__ = ["cached_tree_forward", "commit_tree_kv", "tree_attention_mask", "tree_forward", "tree_logits"]
 
 
 def _check_parents(ctx_len: int, parents: torch.Tensor) -> torch.Tensor:
@@ -179,26 +184,27 @@ def tree_logits(model, ctx_ids, tree: DraftTree) -> torch.Tensor:
     return torch.stack(rows).float()
 
 
-def commit_tree_kv(kv: list[KV], ctx_len: int, path: list[int]) -> tuple[int, int]:
+def commit_tree_kv(kv, ctx_len: int, path: list[int]) -> tuple[int, int]:
     """After verification, move the accepted path's K/V rows into contiguous committed rows. Provided.
 
     A chain's accepted drafts already sit right after the context, so committing is a
     pointer move. In a tree the accepted path (node indices ``path``, root side first) is
     scattered over the flattened rows: row C + path[j] must move to row C + j. We copy in
     place, in order j = 0, 1, ... (safe: path[j] >= j, so a source row is never overwritten
-    before it is read); every row at or beyond C + len(path) is dropped (the caller's
-    committed length becomes C + len(path), and later appends overwrite the rest).
+    before it is read); every row at or beyond C + len(path) is dropped (the committed
+    length becomes C + len(path), and later appends overwrite the rest).
 
-    With module 16's ``KVCache`` (per layer buffers (B, H, T_max, d) and a ``length``
-    pointer) the same function runs on the cache's buffers: the verify pass appends the
-    tree's n rows at C..C+n-1 (``append`` without ``advance``), then
-    ``commit_tree_kv(list(zip(cache.keys_buffer, cache.values_buffer)), C, path)`` compacts
-    the accepted ones and ``cache.length`` (``advance(len(path))``) moves to C + len(path).
+    On module 16's ``KVCache`` (pass the cache itself) the gather runs on its buffers
+    (B, H, T_max, d) and the pointer moves to C + len(path): after ``cached_tree_forward``
+    (which writes the root at row ``length`` and node i at ``length + 1 + i`` without
+    advancing), ``commit_tree_kv(cache, cache.length + 1, path)`` commits the root and the
+    accepted path.
 
     Args:
-        kv: L pairs (K, V), each (..., T, d) with T >= C + n: the (H, T, d) rows of
-            ``tree_forward(..., return_kv=True)`` or a cache's (B, H, T_max, d) buffers.
-        ctx_len: C, rows before the tree (never touched).
+        kv: a ``KVCache``, or L pairs (K, V), each (..., T, d) with T >= C + n: the (H, T, d)
+            rows of ``tree_forward(..., return_kv=True)`` or cache-shaped (B, H, T_max, d) buffers.
+        ctx_len: C, rows before the tree (never touched); for a ``KVCache``,
+            ``cache.length <= C``.
         path: accepted node indices, strictly increasing (a root-to-node path in flattened order).
 
     Returns:
@@ -206,11 +212,19 @@ def commit_tree_kv(kv: list[KV], ctx_len: int, path: list[int]) -> tuple[int, in
         accepted node already sits in its slot, e.g. a chain).
 
     Raises:
-        ValueError: path not strictly increasing, or a row index beyond the tensors.
+        ValueError: path not strictly increasing, a row index beyond the tensors, or a
+            ``KVCache`` whose length is past C (nothing to commit after it).
     """
+    from g2c.kvcache.cache import KVCache
+
     path = [int(i) for i in path]
     if any(b <= a for a, b in zip(path, path[1:])) or (path and path[0] < 0):
         raise ValueError(f"commit_tree_kv: path must be strictly increasing node indices, got {path}")
+    cache = kv if isinstance(kv, KVCache) else None
+    if cache is not None:
+        if not cache.length <= ctx_len:
+            raise ValueError(f"commit_tree_kv: the cache already holds {cache.length} rows, past ctx_len={ctx_len}")
+        kv = list(zip(cache.keys_buffer, cache.values_buffer))
     moved = 0
     for k, v in kv:
         if path and ctx_len + path[-1] >= k.shape[-2]:
@@ -221,4 +235,51 @@ def commit_tree_kv(kv: list[KV], ctx_len: int, path: list[int]) -> tuple[int, in
                 k[..., dst, :] = k[..., src, :]
                 v[..., dst, :] = v[..., src, :]
                 moved += (k[..., src, :].numel() * k.element_size() + v[..., src, :].numel() * v.element_size())
+    if cache is not None:
+        cache.advance(ctx_len + len(path) - cache.length)
     return ctx_len + len(path), moved
+
+
+@torch.no_grad()
+def cached_tree_forward(model, cache, root_id: int, tree: DraftTree) -> torch.Tensor:
+    """The tree pass on module 16's ``KVCache``: root + n nodes over the committed rows. Provided.
+
+    The cache holds the context without its last token (``length`` = C - 1 rows); the
+    root (that last token) and the n nodes are the 1 + n new rows: the root at position
+    ``length``, node i at ``length + depth(i)``. The root reads every committed row and
+    itself; node i every committed row, the root, and its ancestors and itself
+    (``tree_attention_mask(1, parents)`` for the new block). Their keys/values are written
+    at rows ``length .. length + n`` (``append``) but NOT committed: verify, then
+    ``commit_tree_kv(cache, cache.length + 1, path)``.
+
+    Args:
+        model: a ``TransformerLM`` in eval mode.
+        cache: a ``KVCache`` for this model with B = 1.
+        root_id: the last context token.
+        tree: the draft tree (may be empty).
+
+    Returns:
+        (n+1, V) float32 on the model's device: row 0 after the root, row i + 1 after node i
+        (equal to ``tree_logits`` within float round-off).
+
+    Raises:
+        ValueError: B != 1, or ``length + 1 + n`` rows pass ``max_seq_len`` (the tree's rows
+            do not fit the window: crop the context or shrink the tree).
+    """
+    from g2c.kvcache.forward import unembed
+    from g2c.kvcache.ragged import masked_hidden_states
+
+    if cache.batch_size != 1:
+        raise ValueError(f"cached_tree_forward: one sequence per tree, the cache has B={cache.batch_size}")
+    L, n = cache.length, tree.num_nodes
+    window = min(cache.max_seq_len, model.max_seq_len)
+    if L + 1 + n > window:
+        raise ValueError(f"cached_tree_forward: {L} cached rows + root + {n} tree rows exceed max_seq_len={window}; "
+                         "crop the context or shrink the tree")
+    device = cache.device
+    ids = torch.cat([torch.tensor([int(root_id)]), tree.tokens]).view(1, 1 + n)             # (1, 1+n)
+    positions = L + torch.cat([torch.zeros(1, dtype=torch.long), tree.depths])              # (1+n,)
+    block = tree_attention_mask(1, tree.parents, device=device) == 0                        # (1+n, 1+n)
+    allowed = torch.cat([torch.ones(1 + n, L, dtype=torch.bool, device=device), block], dim=1)  # (1+n, L+1+n)
+    h = masked_hidden_states(model, ids, cache, positions, allowed)                        # (1, 1+n, D)
+    return unembed(model, h)[0].float()                                                     # (n+1, V)

@@ -35,7 +35,7 @@ import torch
 from g2c.sampling.generate import as_token_ids
 
 from .generate import SpecStats
-from .tree_attention import tree_logits
+from .tree_attention import cached_tree_forward, commit_tree_kv, tree_logits
 from .trees import (
     DraftTree,
     build_dynamic_tree,
@@ -165,11 +165,16 @@ class TreeStats(SpecStats):
     trees; ``drafted`` counts the verified nodes), ``expected_accepted`` (sum
     over passes of the tree formula's expected accepted drafts, sum_v prod a(u), computed
     from the target's own probabilities: ``expected_tokens_per_pass`` minus 1; comparable
-    with ``accepted`` in expectation when no budget or EOS cut applies).
+    with ``accepted`` in expectation when no budget or EOS cut applies), and with the
+    target's KV cache (``use_cache``): ``kv_bytes_moved`` (bytes the accepted-path gather
+    copied, summed over passes; 0 for a chain) and ``kv_rows_dropped`` (tree rows written
+    but not committed).
     """
 
     drafter_passes: int = 0
     expected_accepted: float = 0.0
+    kv_bytes_moved: int = 0
+    kv_rows_dropped: int = 0
 
 
 @torch.no_grad()
@@ -178,6 +183,7 @@ def tree_speculative_generate(target, drafter, prompt_ids, max_new_tokens: int, 
                               temperature: float = 0.0, generator: torch.Generator | None = None,
                               eos_id: int | None = None,
                               on_pass: Callable[[list[int], int], None] | None = None,
+                              use_cache: bool = False, target_cache=None,
                               ) -> tuple[torch.Tensor, TreeStats]:
     """Speculative decoding with draft trees: build, verify in one target pass, commit. Provided.
 
@@ -195,14 +201,23 @@ def tree_speculative_generate(target, drafter, prompt_ids, max_new_tokens: int, 
             ranks (deterministic proposals) in both cases.
         generator: CPU ``torch.Generator`` for sampled verification.
         eos_id: stop after emitting it.
-        on_pass: ``on_pass(emitted, num_accepted)`` after each target pass.
+        on_pass: ``on_pass(emitted, num_accepted)`` after each target pass (after the
+            cache commit when cached).
+        use_cache: keep the target's state in module 16's ``KVCache`` across passes: each
+            pass runs the root and the tree only (``cached_tree_forward``), then
+            ``commit_tree_kv`` gathers the accepted path into contiguous committed rows and
+            drops the rest. Needs a ``TransformerLM`` target and prompt + max_new_tokens
+            <= its ``max_seq_len`` (no sliding window). The drafter still recomputes.
+        target_cache: a ``KVCache.for_model(target)`` to use (implies ``use_cache``; it is
+            reset, and after each pass holds every emitted token but the last).
 
     Returns:
         (ids, stats): prompt + new tokens (CPU LongTensor), and a ``TreeStats``.
 
     Raises:
         ValueError: bad prompt, budget, temperature, node budget, tree kind, or different
-            vocab sizes.
+            vocab sizes; with the cache, prompt + max_new_tokens > ``max_seq_len``.
+        TypeError: ``use_cache`` with a target that is not a ``TransformerLM``.
     """
     ids = as_token_ids(prompt_ids, "prompt_ids")
     if max_new_tokens < 0:
@@ -219,12 +234,26 @@ def tree_speculative_generate(target, drafter, prompt_ids, max_new_tokens: int, 
         shape = chain_choices(num_nodes)
     elif tree == "static":
         shape = choices if choices is not None else static_choices(num_nodes)
+    use_cache = use_cache or target_cache is not None
+    if use_cache:
+        if not (hasattr(target, "blocks") and hasattr(target, "token_embed")):
+            raise TypeError(f"use_cache needs a TransformerLM target, got {type(target).__name__}")
+        if ids.numel() + max_new_tokens > target.max_seq_len:
+            raise ValueError(f"use_cache: prompt {ids.numel()} + max_new_tokens {max_new_tokens} exceed the target's "
+                             f"max_seq_len={target.max_seq_len} (the cached tree loop has no sliding window)")
     modes = (target.training, drafter.training)
     target.eval()
     drafter.eval()
     stats = TreeStats()
     num_new = 0
     try:
+        if use_cache:
+            from g2c.kvcache import KVCache, cached_forward
+
+            cache = target_cache if target_cache is not None else KVCache.for_model(target)
+            cache.reset()
+            if ids.numel() > 1:
+                cached_forward(target, ids[:-1].unsqueeze(0), cache)         # every prompt token but the root
         while num_new < max_new_tokens:
             remaining = max_new_tokens - num_new
             max_depth = min(remaining - 1, target.max_seq_len - 1, drafter.max_seq_len - 1)
@@ -235,7 +264,10 @@ def tree_speculative_generate(target, drafter, prompt_ids, max_new_tokens: int, 
             else:
                 draft, passes = build_static_tree(drafter, ids, [c for c in shape if len(c) <= max_depth])
             draft = draft.truncate(max_depth)
-            logits = tree_logits(target, ids, draft).cpu()                   # (n+1, V)
+            if use_cache:
+                logits = cached_tree_forward(target, cache, int(ids[-1]), draft).cpu()   # (n+1, V)
+            else:
+                logits = tree_logits(target, ids, draft).cpu()                   # (n+1, V)
             if temperature == 0.0:
                 path, token = greedy_tree_verify(draft, logits)
                 probs = torch.nn.functional.one_hot(logits.argmax(-1), logits.shape[-1]).float()
@@ -251,6 +283,11 @@ def tree_speculative_generate(target, drafter, prompt_ids, max_new_tokens: int, 
             num_accepted = min(len(path), len(emitted))
             stats.record(drafted=draft.num_nodes, accepted=num_accepted, generated=len(emitted))
             stats.drafter_passes += passes
+            if use_cache:   # commit the root + the accepted nodes of what was emitted but its last token
+                kept = path[:len(emitted) - 1]
+                _, moved = commit_tree_kv(cache, cache.length + 1, kept)
+                stats.kv_bytes_moved += moved
+                stats.kv_rows_dropped += draft.num_nodes - len(kept)
             if on_pass is not None:
                 on_pass(emitted, num_accepted)
             ids = torch.cat([ids, torch.tensor(emitted, dtype=torch.long)])
