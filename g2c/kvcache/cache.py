@@ -150,16 +150,7 @@ class KVCache:
                buffers (``test_kvcache_append_writes_after_pointer``).
             2. Return the views of rows ``0 : length + T`` (``test_kvcache_append_returns_visible_rows``).
         """
-        expected = (self.batch_size, self.num_heads, self.head_dim)
-        if (k_new.dim() != 4 or k_new.shape != v_new.shape
-                or (k_new.shape[0], k_new.shape[1], k_new.shape[3]) != expected):
-            raise ValueError(f"KVCache.append: keys/values must be (B, H, T, d) = ({expected[0]}, {expected[1]}, "
-                             f"T, {expected[2]}); got {tuple(k_new.shape)} and {tuple(v_new.shape)}")
-        T = k_new.shape[2]
-        if self.length + T > self.max_seq_len:
-            raise ValueError(f"KVCache is full: {self.length} committed + {T} new positions exceed "
-                             f"max_seq_len={self.max_seq_len}; learned positions cannot go further. "
-                             "Crop the cache or re-prefill the last part of the window into an empty cache")
+        T = self._check_append(k_new, v_new)
         # TODO: implement this (module 16, see docs/modules/16-kv-cache.md).
         raise NotImplementedError(
             "module 16: KVCache.append in g2c/kvcache/cache.py is not implemented yet. Write it (see "
@@ -167,6 +158,21 @@ class KVCache:
             "before 16 and keeps your own code. Working on a later module? Apply only the modules before yours, e.g. "
             "G2C_APPLY_SOLUTIONS=01-16 for specdec (python -m g2c.course prereqs ID prints the selector)."
         )
+
+    def _check_append(self, k_new: torch.Tensor, v_new: torch.Tensor) -> int:
+        """``append``'s validation (shapes, capacity); returns T. Provided."""
+        name = type(self).__name__
+        expected = (self.batch_size, self.num_heads, self.head_dim)
+        if (k_new.dim() != 4 or k_new.shape != v_new.shape
+                or (k_new.shape[0], k_new.shape[1], k_new.shape[3]) != expected):
+            raise ValueError(f"{name}.append: keys/values must be (B, H, T, d) = ({expected[0]}, {expected[1]}, "
+                             f"T, {expected[2]}); got {tuple(k_new.shape)} and {tuple(v_new.shape)}")
+        T = k_new.shape[2]
+        if self.length + T > self.max_seq_len:
+            raise ValueError(f"{name} is full: {self.length} committed + {T} new positions exceed "
+                             f"max_seq_len={self.max_seq_len}; learned positions cannot go further. "
+                             "Crop the cache or re-prefill the last part of the window into an empty cache")
+        return T
 
     def advance(self, num_new: int) -> None:
         """Commit ``num_new`` rows that ``append`` wrote to every layer. Provided.

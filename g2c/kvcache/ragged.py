@@ -125,17 +125,9 @@ class RaggedKVCache(KVCache):
 
         Raises:
             ValueError: shapes not (B, H, T, d) of this cache, or ``length + T`` exceeds
-                ``max_seq_len`` (crop the context or shorten the budget).
+                ``max_seq_len`` (``KVCache.append``'s checks and messages).
         """
-        expected = (self.batch_size, self.num_heads, self.head_dim)
-        if (k_new.dim() != 4 or k_new.shape != v_new.shape
-                or (k_new.shape[0], k_new.shape[1], k_new.shape[3]) != expected):
-            raise ValueError(f"RaggedKVCache.append: keys/values must be (B, H, T, d) = ({expected[0]}, "
-                             f"{expected[1]}, T, {expected[2]}); got {tuple(k_new.shape)} and {tuple(v_new.shape)}")
-        T = k_new.shape[2]
-        if self.length + T > self.max_seq_len:
-            raise ValueError(f"RaggedKVCache is full: {self.length} committed + {T} new positions exceed "
-                             f"max_seq_len={self.max_seq_len}; shorten the prompt or the budget")
+        T = self._check_append(k_new, v_new)
         pos = self.positions(T).to(self.device)                                           # (B, T)
         rows = torch.arange(self.batch_size, device=self.device).view(-1, 1)              # (B, 1)
         kb, vb = self.keys_buffer[layer], self.values_buffer[layer]
