@@ -22,7 +22,8 @@ Ragged rows (the extension point): every row of the batch shares one ``length`` 
 lengths; a batched-speculation cache stores that tensor instead of the int, writes row b's
 new keys at ``lengths[b]`` (``index_copy_`` / ``scatter_`` along T), and hands attention a
 key-padding mask ``arange(T_max) < lengths[:, None] + T`` in place of the ``[:length]``
-slice. ``crop`` then takes a (B,) tensor of per-row committed lengths.
+slice. ``crop`` then takes a (B,) tensor of per-row committed lengths. That cache is
+provided beside this one: ``RaggedKVCache`` in ``ragged.py``.
 """
 
 from __future__ import annotations
