@@ -487,6 +487,8 @@ def test_tree_greedy_equals_plain_greedy_on_ladder():
         out, stats = tree_speculative_generate(target, drafter, prompt, 12, tree=kind, num_nodes=8)
         assert out.tolist() == expected, kind
         assert stats.tokens_per_pass > 1.0                                  # the 1M drafter helps the 30M
+        cached, _ = tree_speculative_generate(target, drafter, prompt, 12, tree=kind, num_nodes=8, use_cache=True)
+        assert cached.tolist() == expected, kind                            # the target's KVCache path
     tree, _ = build_dynamic_tree(drafter, torch.tensor(prompt), 8)
     assert tree.num_nodes == 8
     static, passes = build_static_tree(drafter, torch.tensor(prompt), static_choices(8))
