@@ -18,7 +18,11 @@ printed. Besides wall-clock tok/s the table gives the speed-up in CPU time (this
 ``time.process_time``): on a machine shared with other jobs and one torch thread it measures
 the work, not the waiting, and is the number to compare. Reference solutions are
 applied (G2C_APPLY_SOLUTIONS defaults to ``all``), so the numbers measure the answer key.
-Every pass recomputes the whole context (no KV cache), for the plain baseline too.
+Every pass recomputes the whole context (no KV cache), for the plain baseline too, unless
+``--use-cache``: then the target keeps module 16's ``KVCache`` across tree passes
+(``tree_speculative_generate(..., use_cache=True)``: the tree pass reads the committed rows, the
+accepted path is gathered into contiguous rows) and the table adds the bytes that gather copied
+per pass; the plain baseline and the drafter still recompute.
 """
 
 from __future__ import annotations
@@ -104,6 +108,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--device", default="auto")
     ap.add_argument("--threads", type=int, default=None)
     ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--use-cache", action="store_true", help="the target keeps a KVCache across tree passes")
     ap.add_argument("--quick", action="store_true", help="smoke run: 2 prompts, 24 tokens, n in {4, 16}, 1 repeat")
     args = ap.parse_args(argv)
     if args.quick:
@@ -126,12 +131,13 @@ def main(argv: list[str] | None = None) -> int:
 
     # Warm-up (CONVENTIONS §7): every code path once, on a short budget, before any clock runs.
     for kind in kinds:
-        tree_speculative_generate(target, drafter, prompts[0], 8, tree=kind, num_nodes=4, temperature=0.0)
+        tree_speculative_generate(target, drafter, prompts[0], 8, tree=kind, num_nodes=4, temperature=0.0,
+                                  use_cache=args.use_cache)
     generate(target, prompts[0], 8, temperature=0.0)
 
     modes = [("greedy", 0.0)] + ([("sampled", args.temperature)] if args.temperature > 0 else [])
     header = ("mode", "tree", "n", "lossless", "tok/pass", "formula", "drafter passes/pass", "plain tok/s",
-              "tree tok/s", "speed-up (wall)", "speed-up (CPU time)")
+              "tree tok/s", "speed-up (wall)", "speed-up (CPU time)", "KV bytes gathered/pass")
     rows = []
     for mode, temp in modes:
         def plain(temp=temp):
@@ -147,14 +153,15 @@ def main(argv: list[str] | None = None) -> int:
                 def spec(kind=kind, n=n, temp=temp):
                     g = torch.Generator().manual_seed(args.seed)
                     return [tree_speculative_generate(target, drafter, p, args.new_tokens, tree=kind, num_nodes=n,
-                                                      width=args.width, temperature=temp, generator=g, eos_id=eos)
+                                                      width=args.width, temperature=temp, generator=g, eos_id=eos,
+                                                      use_cache=args.use_cache)
                             for p in prompts]
 
                 spec_s, spec_cpu, runs = timed(spec, device, args.repeats)
                 total = TreeStats()
                 for _, s in runs:
                     for f in ("target_passes", "drafted", "accepted", "generated", "drafter_passes",
-                              "expected_accepted"):
+                              "expected_accepted", "kv_bytes_moved"):
                         setattr(total, f, getattr(total, f) + getattr(s, f))
                 lossless = (f"{sum(o.tolist() == r.tolist() for (o, _), r in zip(runs, reference))}/{len(runs)}"
                             if temp == 0.0 else "-")
@@ -163,7 +170,8 @@ def main(argv: list[str] | None = None) -> int:
                 cpu_speedup = (total.generated / spec_cpu) / (plain_tokens / plain_cpu)
                 rows.append((mode, kind, str(n), lossless, f"{total.tokens_per_pass:.2f}", formula,
                              f"{total.drafter_passes / total.target_passes:.1f}", f"{plain_tps:.1f}",
-                             f"{spec_tps:.1f}", f"{spec_tps / plain_tps:.2f}x", f"{cpu_speedup:.2f}x"))
+                             f"{spec_tps:.1f}", f"{spec_tps / plain_tps:.2f}x", f"{cpu_speedup:.2f}x",
+                             f"{total.kv_bytes_moved / total.target_passes:.0f}" if args.use_cache else "-"))
                 print("  " + " | ".join(rows[-1]), flush=True)
     print()
     print("| " + " | ".join(header) + " |")
