@@ -15,8 +15,9 @@ Then row C + i of the pass is exactly what a plain causal pass over context + pa
 at its last row (tested to 1e-4 in float32).
 
 ``TransformerLM.forward`` has no mask argument, and the earlier modules stay as they are, so
-``tree_forward`` re-runs the model from its own weights (the same blocks, with the mask
-added to the attention scores). It recomputes the whole context every pass.
+``tree_forward`` re-runs the model from its own weights (the same blocks, attending with
+module 16's provided ``masked_attention``: the mask's -inf entries get zero weight). It
+recomputes the whole context every pass.
 
 With module 16's ``KVCache`` the context is not recomputed: ``cached_tree_forward`` runs the
 root and the n nodes only, reading the committed cache rows plus the tree's own rows under
@@ -29,8 +30,6 @@ L layers, V vocabulary.
 """
 
 from __future__ import annotations
-
-import math
 
 import torch
 
@@ -134,6 +133,7 @@ def tree_forward(model, ctx_ids, tree: DraftTree | None = None, *,
         ValueError: empty or non-1-D context, a bad tree (see ``tree_attention_mask``), or
             C + max depth > ``model.max_seq_len`` (crop the context).
     """
+    from g2c.kvcache.ragged import masked_attention
     from g2c.sampling.generate import as_token_ids
 
     ctx = as_token_ids(ctx_ids, "ctx_ids")
@@ -146,7 +146,7 @@ def tree_forward(model, ctx_ids, tree: DraftTree | None = None, *,
     device = model.device
     ids = torch.cat([ctx, tree.tokens]).to(device)                          # (T,)
     pos = torch.cat([torch.arange(C), C - 1 + tree.depths]).to(device)     # (T,)
-    mask = tree_attention_mask(C, tree.parents, device=device)             # (T, T)
+    allowed = tree_attention_mask(C, tree.parents, device=device) == 0     # (T, T) bool
     x = model.token_embed.weight[ids] + model.pos_embed.weight[pos]        # (T, D)
     x = x.unsqueeze(0)                                                      # (1, T, D)
     kv = []
@@ -155,8 +155,7 @@ def tree_forward(model, ctx_ids, tree: DraftTree | None = None, *,
         D, H = attn.dim, attn.num_heads
         q, k, v = attn.qkv(blk.ln_1(x)).split(D, dim=-1)                    # (1, T, D) each
         q, k, v = (t.view(1, C + n, H, D // H).transpose(1, 2) for t in (q, k, v))  # (1, H, T, d)
-        scores = q @ k.transpose(-2, -1) / math.sqrt(D // H) + mask        # (1, H, T, T)
-        y = torch.softmax(scores, dim=-1) @ v                               # (1, H, T, d)
+        y = masked_attention(q, k, v, allowed)                              # (1, H, T, d)
         x = x + attn.proj(y.transpose(1, 2).reshape(1, C + n, D))          # (1, T, D)
         x = x + blk.mlp(blk.ln_2(x))
         if return_kv:
