@@ -34,35 +34,29 @@ clock read; ``--threads`` (default 1) threads. Needs the ``bench`` extra (transf
 
 from __future__ import annotations
 
-import os
+import argparse
+import statistics
+import sys
+import time
+from pathlib import Path
 
-os.environ.setdefault("G2C_APPLY_SOLUTIONS", "all")
-os.environ.setdefault("G2C_QUIET", "1")
+import torch
 
-import argparse  # noqa: E402
-import statistics  # noqa: E402
-import sys  # noqa: E402
-import time  # noqa: E402
-from pathlib import Path  # noqa: E402
-
-import torch  # noqa: E402
-
-ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))
-
-from g2c.assets import ArtifactError, load_model  # noqa: E402
-from g2c.kvcache import (  # noqa: E402
+import g2c.course.solved  # noqa: F401  (first: applies the answer key before course modules load)
+from g2c.assets import ArtifactError, load_model
+from g2c.kvcache import (
     KVCache,
     cached_forward,
     cached_generate,
     mtp_generate_cached,
     speculative_generate_cached,
 )
-from g2c.nn import synchronize  # noqa: E402
-from g2c.sampling import generate  # noqa: E402
-from g2c.specdec import greedy_verify, speculative_generate  # noqa: E402
-from g2c.transformer.export import to_hf_gpt2  # noqa: E402
+from g2c.nn import time_call
+from g2c.sampling import generate
+from g2c.specdec import greedy_verify, speculative_generate
+from g2c.transformer.export import to_hf_gpt2
 
+ROOT = Path(__file__).resolve().parent.parent
 PROMPTS = [
     "Once upon a time",
     "One day, a little girl named Lily went to the park.",
@@ -76,16 +70,9 @@ PROMPTS = [
 
 
 def timed(fn, repeats: int, device) -> tuple[float, object]:
-    """Warm up once, then the median seconds of ``repeats`` runs; returns (seconds, last result)."""
-    result = fn()
-    times = []
-    for _ in range(repeats):
-        synchronize(device)
-        t0 = time.perf_counter()
-        result = fn()
-        synchronize(device)
-        times.append(time.perf_counter() - t0)
-    return statistics.median(times), result
+    """Warm up once, then the median seconds of ``repeats`` runs (``g2c.nn.time_call``)."""
+    t = time_call(fn, device=device, warmup=1, repeats=repeats)
+    return t.median_s, t.result
 
 
 def read_bandwidth(repeats: int = 5) -> float:

@@ -38,24 +38,18 @@ Reference solutions are applied (G2C_APPLY_SOLUTIONS defaults to ``all`` here).
 
 from __future__ import annotations
 
-import os
+import argparse
+import csv
+import statistics
+import sys
+import time
+from pathlib import Path
 
-os.environ.setdefault("G2C_APPLY_SOLUTIONS", "all")
-os.environ.setdefault("G2C_QUIET", "1")
+import torch
 
-import argparse  # noqa: E402
-import csv  # noqa: E402
-import statistics  # noqa: E402
-import sys  # noqa: E402
-import time  # noqa: E402
-from pathlib import Path  # noqa: E402
-
-import torch  # noqa: E402
-
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-
-from g2c.assets import load_model  # noqa: E402
-from g2c.specdec.batched import batched_greedy, batched_speculative_generate  # noqa: E402
+import g2c.course.solved  # noqa: F401  (first: applies the answer key before course modules load)
+from g2c.assets import load_model
+from g2c.specdec.batched import batched_greedy, batched_speculative_generate
 
 PROMPT_SETS = {
     # Story endings: the ladder continues with <|endoftext|> and its stock opening

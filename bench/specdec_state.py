@@ -23,20 +23,12 @@ on the machine. Threads: 1 (``torch.set_num_threads``).
 
 from __future__ import annotations
 
-import os
+import argparse
 
-os.environ.setdefault("G2C_APPLY_SOLUTIONS", "all")
-os.environ.setdefault("G2C_QUIET", "1")
+import torch
 
-import argparse  # noqa: E402
-import sys  # noqa: E402
-from pathlib import Path  # noqa: E402
-
-import torch  # noqa: E402
-
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-
-from g2c.recurrent import (  # noqa: E402
+import g2c.course.solved  # noqa: F401  (first: applies the answer key before course modules load)
+from g2c.recurrent import (
     RecurrentLM,
     fan_in_init_,
     greedy_drafter,

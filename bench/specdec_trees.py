@@ -27,26 +27,16 @@ per pass; the plain baseline and the drafter still recompute.
 
 from __future__ import annotations
 
-import os
+import argparse
 
-os.environ.setdefault("G2C_APPLY_SOLUTIONS", "all")
-os.environ.setdefault("G2C_QUIET", "1")
+import torch
 
-import argparse  # noqa: E402
-import statistics  # noqa: E402
-import sys  # noqa: E402
-import time  # noqa: E402
-from pathlib import Path  # noqa: E402
-
-import torch  # noqa: E402
-
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-
-from g2c.assets import ArtifactError, load_model  # noqa: E402
-from g2c.assets.data import load_split_text  # noqa: E402
-from g2c.nn import synchronize  # noqa: E402
-from g2c.sampling import generate  # noqa: E402
-from g2c.specdec.tree_verify import TreeStats, tree_speculative_generate  # noqa: E402
+import g2c.course.solved  # noqa: F401  (first: applies the answer key before course modules load)
+from g2c.assets import ArtifactError, load_model
+from g2c.assets.data import validation_prompts
+from g2c.nn import time_call
+from g2c.sampling import generate
+from g2c.specdec.tree_verify import TreeStats, tree_speculative_generate
 
 FALLBACK_PROMPTS = [
     "Once upon a time, there was a little girl named Lily. She loved to play",
@@ -59,38 +49,19 @@ FALLBACK_PROMPTS = [
 
 
 def load_prompts(tokenizer, n: int, num_tokens: int) -> list[list[int]]:
-    """The first ``num_tokens`` tokens of the first n validation stories, or fixed openings
-    when the validation split is not prepared (``./datasets.sh --tiny``)."""
+    """Validation-story openings, or fixed openings when the split is not prepared (``./datasets.sh``)."""
     try:
-        stories = load_split_text("val")
+        return validation_prompts(tokenizer, n, num_tokens)
     except FileNotFoundError:
         print("# validation split missing: using fixed story openings", flush=True)
         return [tokenizer.encode(s) for s in FALLBACK_PROMPTS[:n]]
-    out = []
-    for story in stories:
-        ids = tokenizer.encode(story)
-        if len(ids) >= num_tokens:
-            out.append(ids[:num_tokens])
-        if len(out) == n:
-            break
-    return out
 
 
 def timed(fn, device, repeats: int):
-    """The median wall-clock and CPU seconds of ``repeats`` runs; returns (wall, cpu, last result).
-
-    CPU seconds (``time.process_time``, this process only) are the robust number on a shared
-    machine: with one thread they count the work done, not the time spent waiting for a core.
-    """
-    walls, cpus, result = [], [], None
-    for _ in range(repeats):
-        synchronize(device)
-        t0, c0 = time.perf_counter(), time.process_time()
-        result = fn()
-        synchronize(device)
-        walls.append(time.perf_counter() - t0)
-        cpus.append(time.process_time() - c0)
-    return statistics.median(walls), statistics.median(cpus), result
+    """(median wall s, median CPU s, last result) of ``repeats`` synchronised runs (``g2c.nn.time_call``,
+    no warm-up). CPU seconds count this process's work only: the robust number on a shared machine."""
+    t = time_call(fn, device=device, warmup=0, repeats=repeats)
+    return t.median_s, t.median_cpu_s, t.result
 
 
 def main(argv: list[str] | None = None) -> int:

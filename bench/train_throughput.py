@@ -21,21 +21,18 @@ ratio course time / torch-fused time. Results are in ``docs/performance.md``.
 from __future__ import annotations
 
 import argparse
-import os
 import platform
 from contextlib import nullcontext
 
-os.environ.setdefault("G2C_APPLY_SOLUTIONS", "all")   # the course model needs the reference solutions
-os.environ.setdefault("G2C_QUIET", "1")
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
 
-import torch  # noqa: E402
-import torch.nn as nn  # noqa: E402
-import torch.nn.functional as F  # noqa: E402
-
-from g2c.nn import time_call  # noqa: E402
-from g2c.pretraining import lm_cross_entropy, no_decay_params  # noqa: E402
-from g2c.training import AdamW, clip_grad_norm_  # noqa: E402
-from g2c.transformer import LADDER, TransformerLM  # noqa: E402
+import g2c.course.solved  # noqa: F401  (first: applies the answer key before course modules load)
+from g2c.nn import time_call
+from g2c.pretraining import lm_cross_entropy, no_decay_params
+from g2c.training import AdamW, clip_grad_norm_
+from g2c.transformer import LADDER, TransformerLM
 
 # Shape letters: B batch, T time, D width, H heads, V vocabulary.
 

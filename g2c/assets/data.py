@@ -44,7 +44,7 @@ CORPUS = "TinyStories-sample"  # the embedded default source (a verified artifac
 VAL_PERCENT = 5
 TINY_STORIES = 10_000  # stories taken from the Hugging Face train split with --tiny
 
-__all__ = ["DATA_DIR", "is_validation", "load_split_text", "load_token_stream", "prepare", "read_stories",
+__all__ = ["DATA_DIR", "validation_prompts", "is_validation", "load_split_text", "load_token_stream", "prepare", "read_stories",
            "split_stories", "tokenize_splits"]
 
 
@@ -268,6 +268,23 @@ def tokenize_splits(tokenizer, *, data_dir: Path = DATA_DIR, force: bool = False
     meta_path.write_text(json.dumps({"tokenizer_sha256": tok_sha, "tokens": counts}, indent=2) + "\n")
     log(f"datasets: tokenized train {counts['train']:,} / val {counts['val']:,} tokens")
     return counts
+
+
+def validation_prompts(tokenizer, n: int, num_tokens: int, *, data_dir: Path = DATA_DIR) -> list[list[int]]:
+    """Benchmark prompts: the first ``num_tokens`` token ids of the first ``n`` validation stories
+    that are at least that long (fewer if the split has fewer).
+
+    Raises:
+        FileNotFoundError: the split is not prepared (the message names ``./datasets.sh``).
+    """
+    out: list[list[int]] = []
+    for story in load_split_text("val", data_dir=data_dir):
+        ids = tokenizer.encode(story)
+        if len(ids) >= num_tokens:
+            out.append(list(ids[:num_tokens]))
+        if len(out) == n:
+            break
+    return out
 
 
 def load_token_stream(split: str, *, data_dir: Path = DATA_DIR) -> np.memmap:
