@@ -6,8 +6,9 @@
 #   ./test.sh tests/test_nn.py     just `pytest tests/test_nn.py` on YOUR code (no solutions
 #                                  applied unless you export G2C_APPLY_SOLUTIONS yourself)
 # Authors and CI (the scaffolds are as generated, e.g. a clean clone):
-#   ./test.sh                      the whole check: ruff, scaffold freshness, scaffold contract,
-#                                  full suite with every solution applied, clean notebooks
+#   ./test.sh                      the whole check: ruff, scaffold and notebook freshness, scaffold
+#                                  contract, full suite with every solution applied, notebooks
+#                                  (solved twins)
 #   ./test.sh --author             the whole check even with edited exercise files
 set -euo pipefail
 cd "$(dirname "$0")"
@@ -38,7 +39,7 @@ if [ -z "$author" ]; then
     worked="$(G2C_QUIET=1 "$PY" -m g2c.course worked)"
     if [ -n "$worked" ]; then
         echo "student mode: you edited exercise files of module(s) ${worked// /, }; skipping the author-only" \
-             "checks (ruff, scaffold freshness, scaffold contract, suite with solutions, notebooks; ./test.sh --author runs them)"
+             "checks (ruff, scaffold freshness, notebook freshness, scaffold contract, suite with solutions, notebooks; ./test.sh --author runs them)"
         step "your modules on your own code: python -m g2c.course grade ${worked}"
         # shellcheck disable=SC2086
         exec env G2C_QUIET=1 "$PY" -m g2c.course grade $worked
@@ -51,6 +52,9 @@ step "ruff check ."
 step "scaffold freshness: python scripts/scaffolds.py --check"
 "$PY" scripts/scaffolds.py --check
 
+step "notebook freshness: python scripts/notebooks/build.py --check"
+"$PY" scripts/notebooks/build.py --check
+
 step "scaffold contract: python scripts/contract.py --check"
 env -u G2C_APPLY_SOLUTIONS "$PY" scripts/contract.py --check
 
@@ -62,5 +66,5 @@ step "data for the notebooks: ./datasets.sh (idempotent)"
 # prepares the TinyStories sample shipped in artifacts/ (offline); prepared data is kept.
 ./datasets.sh
 
-step "notebooks: python scripts/run_notebooks.py (solutions applied, G2C_QUICK=1)"
+step "notebooks: python scripts/run_notebooks.py (solved twins, solutions applied, G2C_QUICK=1)"
 "$PY" scripts/run_notebooks.py

@@ -29,7 +29,6 @@ import sys  # noqa: E402
 import time  # noqa: E402
 from pathlib import Path  # noqa: E402
 
-import numpy as np  # noqa: E402
 import torch  # noqa: E402
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
@@ -38,8 +37,7 @@ from g2c.assets.artifacts import ArtifactError, load_model  # noqa: E402
 from g2c.assets.data import load_split_text, load_token_stream  # noqa: E402
 from g2c.nn import time_call  # noqa: E402
 from g2c.sampling import generate  # noqa: E402
-from g2c.specdec import MTPHead, SpecStats, greedy_verify, hidden_states, mtp_loss, speculative_generate  # noqa: E402
-from g2c.training import AdamW  # noqa: E402
+from g2c.specdec import SpecStats, mtp_generate, speculative_generate, train_mtp_head  # noqa: E402
 
 
 def prompts_from_val(tokenizer, n: int, num_tokens: int) -> list[list[int]]:
@@ -64,76 +62,6 @@ def timed(fn, device, repeats: int) -> tuple[float, object]:
     returns (seconds, last result)."""
     timing = time_call(fn, device=device, warmup=1, repeats=repeats)
     return timing.median_s, timing.result
-
-
-# -- MTP self-speculation -----------------------------------------------------------------
-def train_mtp_head(base, *, steps: int, batch_size: int, seq_len: int, lr: float, seed: int, log=print) -> MTPHead:
-    """Train an MTPHead on the frozen base with the course AdamW on the training stream."""
-    stream = load_token_stream("train")
-    rng = np.random.default_rng(seed)
-    head = MTPHead(base, generator=torch.Generator().manual_seed(seed))
-    opt = AdamW(head.parameters(), lr=lr, weight_decay=0.0)
-    head.train()
-    t0 = time.perf_counter()
-    for step in range(1, steps + 1):
-        starts = rng.integers(0, len(stream) - seq_len - 1, size=batch_size)
-        ids = torch.from_numpy(np.stack([stream[s:s + seq_len].astype(np.int64) for s in starts]))
-        ids = ids.to(base.device)                                               # (B, T)
-        with torch.no_grad():
-            hidden = hidden_states(base, ids)                                   # (B, T, D)
-        loss = mtp_loss(head(hidden[:, :-1], ids[:, 1:]), ids)
-        opt.zero_grad()
-        loss.backward()
-        opt.step()
-        if step == 1 or step % max(1, steps // 5) == 0:
-            log(f"  mtp step {step:4d}/{steps}  loss {float(loss.detach()):.3f}  ({time.perf_counter() - t0:.0f}s)")
-    return head.eval()
-
-
-@torch.no_grad()
-def mtp_speculative_generate(base, head: MTPHead, prompt_ids, max_new_tokens: int, *,
-                             eos_id: int | None = None) -> tuple[torch.Tensor, SpecStats]:
-    """Self-speculation, one base pass per round: verify the head's guess, propose the next.
-
-    Each pass runs the base over context + [guess]. Its last two rows verify the guess and
-    give the bonus (``greedy_verify`` with k = 1); the same pass's hidden states feed the head,
-    which guesses the token after the last emitted one. The first pass has no guess yet.
-    """
-    ids = torch.as_tensor(prompt_ids, dtype=torch.long).cpu()
-    window = base.max_seq_len
-    table = base.token_embed.weight                                             # (V, D)
-    stats = SpecStats()
-    guess = None
-    while stats.generated < max_new_tokens:
-        remaining = max_new_tokens - stats.generated
-        if guess is None:
-            block = ids[-window:]
-        else:
-            block = torch.cat([ids[-(window - 1):], torch.tensor([guess])])     # (T + 1,)
-        x = block.unsqueeze(0).to(base.device)                                  # (1, T)
-        hidden = hidden_states(base, x)                                         # (1, T, D)
-        if guess is None:
-            token = int((hidden[0, -1] @ table.t()).argmax())
-            num_accepted, emitted = 0, [token]
-            keep = hidden.shape[1]
-        else:
-            logits = hidden[0, -2:] @ table.t()                                 # (k+1, V), k = 1
-            num_accepted, token = greedy_verify(torch.tensor([guess]), logits)
-            emitted = [guess] * num_accepted + [token]
-            keep = hidden.shape[1] - 1 + num_accepted                           # rows with a committed history
-        emitted = emitted[:remaining]
-        hit_eos = eos_id is not None and eos_id in emitted
-        if hit_eos:
-            emitted = emitted[:emitted.index(eos_id) + 1]
-        stats.record(drafted=0 if guess is None else 1, accepted=min(num_accepted, len(emitted)),
-                     generated=len(emitted))
-        ids = torch.cat([ids, torch.tensor(emitted, dtype=torch.long)])
-        if hit_eos or stats.generated >= max_new_tokens:
-            break
-        # The head at the last committed position, with the target's fresh token as t+1.
-        following = torch.cat([x[:, 1:keep], torch.tensor([[token]], device=x.device)], dim=1)  # (1, keep)
-        guess = int(head(hidden[:, :keep], following)[0, -1].argmax())
-    return ids, stats
 
 
 # -- the benchmark ------------------------------------------------------------------------
@@ -210,14 +138,23 @@ def main(argv: list[str] | None = None) -> int:
         try:
             base = drafters.get(args.mtp_base) or load_model(args.mtp_base, device=args.device)[0]
             print(f"training an MTPHead on frozen {args.mtp_base} for {args.mtp_steps} steps ...", flush=True)
-            head = train_mtp_head(base, steps=args.mtp_steps, batch_size=8, seq_len=128, lr=1e-3, seed=args.seed)
+            t0 = time.perf_counter()
+
+            def log(record):
+                if record["step"] == 1 or record["step"] % max(1, args.mtp_steps // 5) == 0:
+                    print(f"  mtp step {record['step']:4d}/{args.mtp_steps}  loss {record['loss']:.3f}  "
+                          f"two-ahead top-1 {record['accuracy']:.3f}  ({time.perf_counter() - t0:.0f}s)", flush=True)
+
+            head, _ = train_mtp_head(base, load_token_stream("train"), steps=args.mtp_steps, batch_size=8,
+                                     seq_len=128, lr=1e-3, generator=torch.Generator().manual_seed(args.seed),
+                                     on_step=log)
         except (ArtifactError, FileNotFoundError) as err:
             print(f"skipping MTP self-speculation: {err}", flush=True)
         else:
             base_plain_s, base_reference = timed(lambda: plain(base), device, args.repeats)
 
             def self_spec():
-                runs = [mtp_speculative_generate(base, head, p, args.new_tokens, eos_id=eos) for p in prompts]
+                runs = [mtp_generate(base, head, p, args.new_tokens, eos_id=eos) for p in prompts]
                 return [out for out, _ in runs], [s for _, s in runs]
 
             spec_s, (outs, stats_list) = timed(self_spec, device, args.repeats)

@@ -57,8 +57,16 @@ def main() -> int:
     return 0
 
 
+def size_row(name: str, m: dict) -> str:
+    """One row of the sizes table: float16 on disk, float32 once loaded."""
+    weights = artifact_dir(name) / "model.safetensors"
+    return (f"| {name} | {m['parameters']:,} | {weights.stat().st_size / 2**20:.1f} MiB | "
+            f"{m['parameters'] * 4 / 2**20:.1f} MiB |")
+
+
 def render(tok_manifest: dict, manifests: dict, rows: list[str], samples: list[str], size_mb: float) -> str:
     """The model card's markdown."""
+    sizes = [size_row(name, m) for name, m in manifests.items()]
     first = next(iter(manifests.values()))
     machine = list(manifests.values())[-1]["machine"]
     return f"""# StoryLM model card
@@ -89,6 +97,16 @@ the first {first['train_loss_tokens']:,} training tokens. Perplexity = exp(valid
 | val ppl | wall time |
 |---|---|---|---|---|---|---|---|---|---|---|---|---|
 {chr(10).join(rows)}
+
+### Files and sizes
+
+Checkpoints ship as **float16** safetensors: half the size of the float32 figures you may see
+quoted elsewhere (about 5, 22 and 117 MiB for the three models). `load_model` converts them to
+float32, so in memory each model takes the float32 size.
+
+| model | parameters | `model.safetensors` (float16, on disk) | in memory (float32) |
+|---|---|---|---|
+{chr(10).join(sizes)}
 
 Recipe (all three): AdamW (β = 0.9, 0.95; weight decay 0.1 on matrices only), linear warmup
 then cosine decay to a tenth of the peak, gradient clipping at 1.0, batches of 16 × 256 tokens

@@ -1,32 +1,55 @@
 #!/usr/bin/env python3
-"""Execute the clean notebooks top to bottom, as CI does.
+"""Execute the course notebooks top to bottom, as CI does.
 
-    python scripts/run_notebooks.py                          # every notebooks/clean/*.ipynb
-    python scripts/run_notebooks.py notebooks/clean/03-nn.ipynb
+    python scripts/run_notebooks.py                    # every module's notebook
+    python scripts/run_notebooks.py specdec 03         # some modules (ids, clean notebooks or sources)
+    python scripts/run_notebooks.py --save DIR         # also keep the executed copies in DIR
+    python scripts/run_notebooks.py path/to/any.ipynb  # run that file as it is
+
+A clean notebook leaves its code exercises blank (they raise ``NotImplementedError``), so it
+cannot run to the end. For every registry module this script therefore:
+
+1. checks that the committed clean notebook is exactly the blanked form of its source
+   ``solutions/notebooks/<stem>.py`` (what ``python scripts/notebooks/build.py --check`` checks);
+2. builds the solved twin from the same source into a temporary directory and executes it.
 
 Each notebook runs in a fresh ``python3`` kernel (this interpreter's environment) from the
-repository root with ``G2C_APPLY_SOLUTIONS=all``, ``G2C_QUICK=1`` (notebooks may shrink
-loop sizes) and ``G2C_QUIET=1``; the executed copy is not written back. The first failing
-cell stops that notebook and is reported with its error; the exit code is 1 if any failed.
+repository root with ``G2C_APPLY_SOLUTIONS=all``, ``G2C_QUICK=1`` (notebooks shrink their
+loops) and ``G2C_QUIET=1``. The first failing cell stops that notebook and is reported with
+its error; the exit code is 1 if any notebook failed or is stale.
 """
 
 from __future__ import annotations
 
 import argparse
+import importlib.util
 import os
 import re
 import sys
+import tempfile
 import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
+if str(ROOT) not in sys.path:
+    sys.path.insert(0, str(ROOT))
+
+from g2c.course import MODULES, get_module  # noqa: E402
+
 TIMEOUT_S = 900
 ANSI = re.compile(r"\x1b\[[0-9;]*m")
 NOTEBOOK_ENV = {"G2C_APPLY_SOLUTIONS": "all", "G2C_QUICK": "1", "G2C_QUIET": "1"}
 
+_spec = importlib.util.spec_from_file_location("g2c_notebook_build", ROOT / "scripts" / "notebooks" / "build.py")
+build = importlib.util.module_from_spec(_spec)
+_spec.loader.exec_module(build)
 
-def run_one(path: Path, *, timeout: int = TIMEOUT_S) -> str | None:
-    """Execute one notebook; return None on success, else a description of the failing cell."""
+
+def run_one(path: Path, *, timeout: int = TIMEOUT_S, save: Path | None = None) -> str | None:
+    """Execute one notebook; return None on success, else a description of the failing cell.
+
+    With ``save``, the executed notebook (outputs included, also on failure) is written there.
+    """
     import nbformat
     from nbclient import NotebookClient
     from nbclient.exceptions import CellExecutionError, CellTimeoutError, DeadKernelError
@@ -45,33 +68,67 @@ def run_one(path: Path, *, timeout: int = TIMEOUT_S) -> str | None:
         return f"notebook exceeded its {timeout} s budget: {e}"
     except (CellExecutionError, DeadKernelError) as e:
         return ANSI.sub("", str(e))
+    finally:
+        if save is not None:
+            save.parent.mkdir(parents=True, exist_ok=True)
+            nbformat.write(nb, save)
     return None
+
+
+def resolve(item: str):
+    """A module for an id, a clean notebook or a source path; else the Path to run as is."""
+    path = Path(item)
+    for module in MODULES:
+        if path.suffix in (".ipynb", ".py") and path.resolve() in (
+                (ROOT / module.notebook).resolve(), build.source_path(module).resolve()):
+            return module
+    if path.suffix in (".ipynb", ".py") or path.exists():
+        return path
+    return get_module(item)
 
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("notebooks", nargs="*", type=Path,
-                    help="notebooks to run (default: notebooks/clean/*.ipynb)")
+    ap.add_argument("notebooks", nargs="*",
+                    help="module ids, clean notebooks, sources or other .ipynb files (default: every module)")
     ap.add_argument("--timeout", type=int, default=TIMEOUT_S, help="per-notebook timeout in seconds")
+    ap.add_argument("--save", type=Path, metavar="DIR", help="write each executed notebook to DIR/<stem>.ipynb")
     args = ap.parse_args(argv)
-    paths = args.notebooks or sorted((ROOT / "notebooks" / "clean").glob("*.ipynb"))
+    try:
+        items = [resolve(item) for item in args.notebooks] if args.notebooks else list(MODULES)
+    except ValueError as err:
+        print(f"run_notebooks.py: {err}", file=sys.stderr)
+        return 2
     # The kernel inherits this environment; make sure it finds this venv's python first.
     os.environ.update(NOTEBOOK_ENV)
     bindir = str(Path(sys.executable).parent)
     os.environ["PATH"] = bindir + os.pathsep + os.environ.get("PATH", "")
     failed: list[str] = []
-    for path in paths:
-        resolved = path.resolve()
-        name = resolved.relative_to(ROOT).as_posix() if resolved.is_relative_to(ROOT) else str(path)
-        t0 = time.perf_counter()
-        error = run_one(path, timeout=args.timeout)
-        dt = time.perf_counter() - t0
-        if error is None:
-            print(f"ok    {name}  ({dt:.1f} s)", flush=True)
-        else:
-            print(f"FAIL  {name}  ({dt:.1f} s)\n{error}", flush=True)
-            failed.append(name)
-    print(f"notebooks: {len(paths) - len(failed)} passed, {len(failed)} failed")
+    with tempfile.TemporaryDirectory(prefix="g2c-solved-") as tmp:
+        for item in items:
+            if isinstance(item, Path):
+                path, name = item, str(item)
+            else:
+                name = f"{item.notebook} (solved twin of {build.source_path(item).relative_to(ROOT).as_posix()})"
+                stale = build.stale_notebooks([item])
+                if stale:
+                    print(f"FAIL  {stale[0]}", flush=True)
+                    failed.append(item.notebook)
+                    continue
+                path = build.write_solved(item, Path(tmp))
+            t0 = time.perf_counter()
+            save = args.save / path.name if args.save else None
+            try:
+                error = run_one(path, timeout=args.timeout, save=save)
+            except (ValueError, FileNotFoundError) as err:  # e.g. an .ipynb that is not a notebook
+                error = str(err)
+            dt = time.perf_counter() - t0
+            if error is None:
+                print(f"ok    {name}  ({dt:.1f} s)", flush=True)
+            else:
+                print(f"FAIL  {name}  ({dt:.1f} s)\n{error}", flush=True)
+                failed.append(name)
+    print(f"notebooks: {len(items) - len(failed)} passed, {len(failed)} failed")
     return 1 if failed else 0
 
 

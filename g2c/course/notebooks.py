@@ -1,18 +1,27 @@
 """The notebook launcher behind ``./notebook.sh``.
 
-    ./notebook.sh <id> [--fresh] [--solutions[=SEL]] [--no-launch]
+    ./notebook.sh <id> [--fresh] [--apply SEL] [--solutions[=SEL]] [--no-launch]
 
-Each course module has a clean notebook under ``notebooks/clean/``. You work in a copy
-under ``notebooks/work/`` (git ignores it), created from the clean one the first time.
+Each course module has a clean notebook under ``notebooks/clean/`` (its Answer cells blank,
+its code exercises raising ``NotImplementedError``). You work in a copy under
+``notebooks/work/`` (git ignores it), created from the clean one the first time.
 ``--fresh`` moves your old copy to ``notebooks/work/archive/<stem>-YYYYmmdd-HHMMSS.ipynb``
-and starts again from the clean notebook. ``--solutions`` (all modules) or
-``--solutions=SEL`` starts Jupyter with ``G2C_APPLY_SOLUTIONS`` set (same grammar as the
-environment variable); an already exported ``G2C_APPLY_SOLUTIONS`` is honoured too.
+and starts again from the clean notebook. ``--apply SEL`` starts Jupyter on your copy with
+``G2C_APPLY_SOLUTIONS=SEL`` (same grammar as the environment variable; an exported
+``G2C_APPLY_SOLUTIONS`` is honoured too), e.g. ``--apply 01-16`` at specdec keeps your own
+specdec code and solves the modules before it.
+
+``--solutions`` opens the *solved* copy ``notebooks/work/<stem>.solved.ipynb`` instead: worked
+answers, rubrics and exercise code, built from the answer key ``solutions/notebooks/<stem>.py``
+(``scripts/notebooks/build.py``), with every module's solutions applied (``--solutions=SEL``:
+only those). It is rebuilt (the old one archived) when the answer key changed or with
+``--fresh``; your own copy is never touched.
 """
 
 from __future__ import annotations
 
 import argparse
+import importlib.util
 import os
 import shutil
 import sys
@@ -28,6 +37,66 @@ ENV_VAR = SOLUTIONS_ENV
 def working_copy_path(module_id: str, *, root: Path = REPO_ROOT) -> Path:
     """Where the student's working copy of a module's notebook lives."""
     return root / "notebooks" / "work" / Path(get_module(module_id).notebook).name
+
+
+def solved_copy_path(module_id: str, *, root: Path = REPO_ROOT) -> Path:
+    """Where the solved copy of a module's notebook goes: ``notebooks/work/<stem>.solved.ipynb``."""
+    return root / "notebooks" / "work" / f"{Path(get_module(module_id).notebook).stem}.solved.ipynb"
+
+
+def prepare_solved_copy(module_id: str, *, fresh: bool = False, root: Path = REPO_ROOT) -> Path:
+    """Return the solved copy of ``module_id``'s notebook, built from the answer key.
+
+    The solved copy (worked answers, rubrics, exercise code) is built from
+    ``solutions/notebooks/<stem>.py`` by ``scripts/notebooks/build.py``. An existing copy whose
+    cells still match the answer key is kept with its outputs (your runs); one whose cells
+    differ (the answer key changed, or you edited it) is archived like a working copy and
+    rebuilt, and so is any copy with ``fresh=True``.
+
+    Raises:
+        ValueError: unknown module id, or the source breaks the notebook format.
+        FileNotFoundError: the module has no source ``solutions/notebooks/<stem>.py``, or the
+            builder ``scripts/notebooks/build.py`` is missing.
+    """
+    import json
+
+    module = get_module(module_id)
+    path = solved_copy_path(module.id, root=root)
+    script = root / "scripts" / "notebooks" / "build.py"
+    if not script.is_file():
+        raise FileNotFoundError(f"the notebook builder {script} is missing; the solved notebook is built by it")
+    spec = importlib.util.spec_from_file_location("g2c_notebook_build", script)
+    build = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(build)
+    text = build.build_module(module, solved=True, rubrics=True, root=root)
+    if path.exists():
+
+        def cells(raw: str) -> list:
+            try:
+                return [(c["cell_type"], "".join(c["source"])) for c in json.loads(raw)["cells"]]
+            except (ValueError, KeyError, TypeError):
+                return []
+
+        if not fresh and cells(path.read_text(encoding="utf-8")) == cells(text):
+            return path
+        _archive(path, root)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(text, encoding="utf-8")
+    return path
+
+
+def _archive(work: Path, root: Path) -> None:
+    """Move ``work`` to ``notebooks/work/archive/<stem>-YYYYmmdd-HHMMSS.ipynb`` and say where."""
+    archive = work.parent / "archive"
+    archive.mkdir(parents=True, exist_ok=True)
+    stamp = time.strftime("%Y%m%d-%H%M%S")
+    target = archive / f"{work.stem}-{stamp}{work.suffix}"
+    n = 1
+    while target.exists():  # two --fresh runs within the same second
+        target = archive / f"{work.stem}-{stamp}-{n}{work.suffix}"
+        n += 1
+    shutil.move(str(work), str(target))
+    print(f"archived your previous copy to {target.relative_to(root).as_posix()}", file=sys.stderr)
 
 
 def prepare_working_copy(module_id: str, *, fresh: bool = False, root: Path = REPO_ROOT) -> Path:
@@ -48,16 +117,7 @@ def prepare_working_copy(module_id: str, *, fresh: bool = False, root: Path = RE
             f"module {module.id} has no clean notebook yet: {module.notebook} does not exist"
         )
     if fresh and work.exists():
-        archive = work.parent / "archive"
-        archive.mkdir(parents=True, exist_ok=True)
-        stamp = time.strftime("%Y%m%d-%H%M%S")
-        target = archive / f"{work.stem}-{stamp}{work.suffix}"
-        n = 1
-        while target.exists():  # two --fresh runs within the same second
-            target = archive / f"{work.stem}-{stamp}-{n}{work.suffix}"
-            n += 1
-        shutil.move(str(work), str(target))
-        print(f"archived your previous copy to {target.relative_to(root).as_posix()}", file=sys.stderr)
+        _archive(work, root)
     if not work.exists():
         work.parent.mkdir(parents=True, exist_ok=True)
         shutil.copyfile(clean, work)
@@ -83,14 +143,22 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("module_id", help="a course module id, e.g. 03, 03b, specdec")
     ap.add_argument("--fresh", action="store_true",
                     help="archive the working copy and start from the clean one")
+    ap.add_argument("--apply", default=None, metavar="SEL",
+                    help="open your copy with these modules' reference solutions applied (e.g. 01-11 or 03,03b)")
     ap.add_argument("--solutions", nargs="?", const="all", default=None, metavar="SEL",
-                    help="apply reference solutions in Jupyter (default: all; or e.g. 03,03b or 01-08)")
+                    help="open the solved notebook (worked answers, rubrics, code), solutions applied "
+                         "(default: all; or e.g. 01-11)")
     ap.add_argument("--no-launch", action="store_true", help="prepare the copy and print what would run")
     args = ap.parse_args(argv)
     try:
         get_module(args.module_id)
-        env = launch_env(args.solutions)
-        path = prepare_working_copy(args.module_id, fresh=args.fresh)
+        if args.solutions is not None and args.apply is not None:
+            raise ValueError("--solutions opens the solved notebook and --apply your own copy; give one of them")
+        env = launch_env(args.solutions if args.solutions is not None else args.apply)
+        if args.solutions is not None:
+            path = prepare_solved_copy(args.module_id, fresh=args.fresh)
+        else:
+            path = prepare_working_copy(args.module_id, fresh=args.fresh)
     except (ValueError, FileNotFoundError) as e:
         print(f"notebook.sh: {e}", file=sys.stderr)
         return 2
@@ -98,7 +166,7 @@ def main(argv: list[str] | None = None) -> int:
     cmd = [str(jupyter) if jupyter.exists() else "jupyter", "lab", str(path)]
     selected = parse_selection(env.get(ENV_VAR, ""))
     rel = path.relative_to(REPO_ROOT).as_posix() if path.is_relative_to(REPO_ROOT) else str(path)
-    print(f"working copy: {rel}")
+    print(f"{'solved copy' if args.solutions is not None else 'working copy'}: {rel}")
     print(f"solutions applied: {', '.join(selected) if selected else 'none'}")
     for line in stack_hints(args.module_id, selected):
         print(line)

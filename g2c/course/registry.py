@@ -103,7 +103,8 @@ MODULES: tuple[CourseModule, ...] = (
                "g2c/specdec/mtp.py", "g2c/specdec/__main__.py"),
         lesson="docs/beyond/specdec.md",
         notebook="notebooks/clean/specdec-draft-and-verify.ipynb",
-        tests=("tests/test_specdec.py", "tests/test_specdec_properties.py", "tests/test_specdec_cli.py"),
+        tests=("tests/test_specdec.py", "tests/test_specdec_properties.py", "tests/test_specdec_mtp.py",
+               "tests/test_specdec_cli.py"),
     ),
     CourseModule(
         id="specdec-sampling",

@@ -230,9 +230,9 @@ def stack_hints(module_id: str, selected: list[str], root: Path = REPO_ROOT) -> 
     todo = [i for i in prerequisites(module.id) if i not in selected and unfinished(i, root)]
     if todo:
         lines.append(f"the modules before {module.id} are unfinished (unwritten exercises in {', '.join(todo)}): "
-                     f"use {SOLUTIONS_ENV}={sel} (./notebook.sh {module.id} --solutions={sel}), which applies "
+                     f"use {SOLUTIONS_ENV}={sel} (./notebook.sh {module.id} --apply {sel}), which applies "
                      f"their reference solutions and keeps your own code for {module.id}")
     if module.id in selected:
         lines.append(f"note: this selection includes module {module.id} itself, so its reference solution "
-                     f"replaces your own code" + (f"; --solutions={sel} keeps yours" if sel else ""))
+                     f"replaces your own code" + (f"; --apply {sel} keeps yours" if sel else ""))
     return lines

@@ -86,13 +86,12 @@ def _sampled_run(args, target, drafter_model, prompt_ids, eos_id, *, on_pass):
 
 
 def _train_mtp_head(base, *, steps: int, seed: int):
-    """A fresh ``MTPHead`` on the frozen target, trained ``steps`` steps on the training split."""
-    import numpy as np
+    """A fresh ``MTPHead`` on the frozen target, trained ``steps`` steps on the training split
+    (``g2c.specdec.train_mtp_head``: batches of 8 windows of 64 tokens, AdamW lr 1e-3)."""
     import torch
 
     from g2c.assets.data import load_token_stream
-    from g2c.specdec import MTPHead, hidden_states, mtp_loss
-    from g2c.training import AdamW
+    from g2c.specdec import train_mtp_head
 
     try:
         stream = load_token_stream("train")
@@ -100,20 +99,9 @@ def _train_mtp_head(base, *, steps: int, seed: int):
         raise ValueError(f"--drafter mtp trains a head on the training split, which is missing ({err}); "
                          "prepare it with ./datasets.sh") from err
     print(f"training an MTPHead on the frozen target for {steps} steps ...", file=sys.stderr, flush=True)
-    rng = np.random.default_rng(seed)
-    head = MTPHead(base, generator=torch.Generator().manual_seed(seed))
-    opt = AdamW(head.parameters(), lr=1e-3, weight_decay=0.0)
-    head.train()
-    for _ in range(steps):
-        starts = rng.integers(0, len(stream) - 65, size=8)
-        ids = torch.from_numpy(np.stack([stream[s:s + 64].astype(np.int64) for s in starts])).to(base.device)
-        with torch.no_grad():
-            hidden = hidden_states(base, ids)                                  # (B, T, D)
-        loss = mtp_loss(head(hidden[:, :-1], ids[:, 1:]), ids)
-        opt.zero_grad()
-        loss.backward()
-        opt.step()
-    return head.eval()
+    head, _ = train_mtp_head(base, stream, steps=steps, batch_size=8, seq_len=64, lr=1e-3,
+                             generator=torch.Generator().manual_seed(seed))
+    return head
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -99,7 +99,9 @@ def test_main_bogus_solutions_exits_2(capsys):
 def tmp_repo(tmp_path: Path) -> Path:
     """A minimal repo copy with notebook.sh, the registry, the launcher and one clean notebook."""
     course = [f"g2c/course/{p.name}" for p in (REPO_ROOT / "g2c/course").glob("*.py")]
-    for rel in ("notebook.sh", "g2c/__init__.py", *course):
+    stem = Path(get_module("specdec").notebook).stem
+    for rel in ("notebook.sh", "g2c/__init__.py", *course, "scripts/notebooks/build.py",
+                f"solutions/notebooks/{stem}.py"):
         (tmp_path / rel).parent.mkdir(parents=True, exist_ok=True)
         (tmp_path / rel).write_bytes((REPO_ROOT / rel).read_bytes())
     (tmp_path / "notebook.sh").chmod(0o755)
@@ -121,13 +123,45 @@ def _notebook_sh(root: Path, *args: str, **env_extra: str) -> subprocess.Complet
 
 
 def test_notebook_sh_no_launch_prints_path_and_command(tmp_repo):
-    proc = _notebook_sh(tmp_repo, "specdec", "--solutions", "--no-launch")
+    proc = _notebook_sh(tmp_repo, "specdec", "--apply", "01-11", "--no-launch")
     assert proc.returncode == 0, proc.stderr
     name = Path(get_module("specdec").notebook).name
     assert f"working copy: notebooks/work/{name}" in proc.stdout
     assert (tmp_repo / "notebooks" / "work" / name).read_text() == '{"clean": 1}'
+    numbered = [i for i in module_ids() if get_module(i).number is not None and 1 <= get_module(i).number <= 11]
+    assert "solutions applied: " + ", ".join(numbered) + "\n" in proc.stdout
+    assert re.search(r"would run: G2C_APPLY_SOLUTIONS=01-11 \S*jupyter lab \S+", proc.stdout)
+
+
+def test_notebook_sh_solutions_names_and_builds_the_solved_copy(tmp_repo):
+    proc = _notebook_sh(tmp_repo, "specdec", "--solutions", "--no-launch")
+    assert proc.returncode == 0, proc.stderr
+    stem = Path(get_module("specdec").notebook).stem
+    assert f"solved copy: notebooks/work/{stem}.solved.ipynb" in proc.stdout
     assert "solutions applied: " + ", ".join(module_ids()) in proc.stdout
-    assert re.search(r"would run: G2C_APPLY_SOLUTIONS=all \S*jupyter lab \S+", proc.stdout)
+    assert re.search(rf"would run: G2C_APPLY_SOLUTIONS=all \S*jupyter lab \S+{stem}\.solved\.ipynb", proc.stdout)
+    solved = (tmp_repo / "notebooks" / "work" / f"{stem}.solved.ipynb").read_text()
+    assert "Rubric" in solved and "BEGIN SOLUTION" in solved
+    assert (tmp_repo / "notebooks" / "work" / f"{stem}.ipynb").exists() is False  # the student's copy: untouched
+    # A copy whose cells match the answer key is kept with its outputs; --fresh archives and rebuilds;
+    # a copy whose cells no longer match (answer key changed) is archived and rebuilt.
+    work = tmp_repo / "notebooks" / "work" / f"{stem}.solved.ipynb"
+    ran = solved.replace('"outputs": []', '"outputs": [{"name": "stdout", "output_type": "stream", "text": "hi"}]', 1)
+    work.write_text(ran)
+    assert _notebook_sh(tmp_repo, "specdec", "--solutions", "--no-launch").returncode == 0
+    assert work.read_text() == ran
+    assert _notebook_sh(tmp_repo, "specdec", "--solutions", "--fresh", "--no-launch").returncode == 0
+    assert work.read_text() == solved
+    work.write_text("stale")
+    assert _notebook_sh(tmp_repo, "specdec", "--solutions", "--no-launch").returncode == 0
+    assert work.read_text() == solved
+    archived = sorted(p.read_text() for p in (tmp_repo / "notebooks" / "work" / "archive").iterdir())
+    assert archived == sorted([ran, "stale"])
+
+
+def test_notebook_sh_solutions_and_apply_together_exit_2(tmp_repo):
+    proc = _notebook_sh(tmp_repo, "specdec", "--solutions", "--apply", "01-11", "--no-launch")
+    assert proc.returncode == 2 and "give one of them" in proc.stderr
 
 
 def test_notebook_sh_honours_exported_selector(tmp_repo):

@@ -165,10 +165,10 @@ def test_stack_hints_name_the_selector_while_prerequisites_are_unfinished(tmp_pa
         path.parent.mkdir(parents=True, exist_ok=True)
         path.write_text(f'raise NotImplementedError(\n    "module {m.id}: f in x is not implemented yet."\n)\n')
     hints = stack_hints("specdec", [], root=tmp_path)
-    assert len(hints) == 1 and "--solutions=01-16" in hints[0] and "keeps your own code for specdec" in hints[0]
+    assert len(hints) == 1 and "--apply 01-16" in hints[0] and "keeps your own code for specdec" in hints[0]
     assert stack_hints("specdec", prerequisites_list("specdec"), root=tmp_path) == []
     replaced = stack_hints("specdec", prerequisites_list("specdec") + ["specdec"], root=tmp_path)
-    assert len(replaced) == 1 and "replaces your own code" in replaced[0] and "--solutions=01-16" in replaced[0]
+    assert len(replaced) == 1 and "replaces your own code" in replaced[0] and "--apply 01-16" in replaced[0]
     for m in MODULES[:-1]:  # a finished stack: no hint
         (tmp_path / m.files[-1]).write_text("x = 1\n")
     assert not unfinished("09", root=tmp_path)
@@ -186,7 +186,7 @@ def test_notebook_sh_specdec_prints_the_selector_when_the_stack_is_unfinished():
                          capture_output=True, text=True, timeout=120, env=env_for(REPO_ROOT))
     assert res.returncode == 0, res.stderr
     if unfinished("09"):  # an author checkout: every exercise is still a stub
-        assert "--solutions=01-16" in res.stdout and "keeps your own code for specdec" in res.stdout
+        assert "--apply 01-16" in res.stdout and "keeps your own code for specdec" in res.stdout
 
 
 def test_registry_tests_field_covers_every_course_test_file():

@@ -13,9 +13,15 @@ state and the next token's normalised embedding, concatenated, projected by a ma
 one transformer block, the shared output head).
 
 Shape letters: B batch, T time, D width, V vocabulary.
+
+Provided around the exercises: ``train_mtp_head`` (the head's training loop with the course
+AdamW, logging loss and top-1 accuracy next to the base's) and ``mtp_generate`` (greedy
+self-speculation, one base pass per round); ``mtp_metrics`` scores a batch.
 """
 
 from __future__ import annotations
+
+from collections.abc import Callable
 
 import torch
 import torch.nn.functional as F
@@ -23,9 +29,13 @@ import torch.nn.functional as F
 from g2c.nn import LayerNorm, Linear, Module
 from g2c.sampling.generate import as_token_ids
 from g2c.sampling.model import eval_mode
+from g2c.training import AdamW
 from g2c.transformer import Block
 
-__all__ = ["MTPHead", "hidden_states", "mtp_loss", "mtp_propose"]
+from .generate import SpecStats
+from .verify import greedy_verify
+
+__all__ = ["MTPHead", "hidden_states", "mtp_generate", "mtp_loss", "mtp_metrics", "mtp_propose", "train_mtp_head"]
 
 
 def hidden_states(model, token_ids: torch.Tensor) -> torch.Tensor:
@@ -177,3 +187,177 @@ def mtp_propose(base, head: MTPHead, ctx_ids) -> tuple[int, int]:
         following = torch.cat([ctx[:, 1:], torch.tensor([[next_token]], device=ctx.device)], dim=1)  # (1, T)
         guess = int(head(hidden, following)[0, -1].argmax())
     return next_token, guess
+
+
+def _check_pair(base, head) -> None:
+    """The head must sit on this base (it reads the base's states and embedding table)."""
+    if not isinstance(head, MTPHead) or head.base is not base:
+        raise ValueError("head must be an MTPHead built on this base (MTPHead(base)); got a head on "
+                         f"{'another model' if isinstance(head, MTPHead) else type(head).__name__}")
+
+
+def mtp_metrics(base, head: MTPHead, token_ids: torch.Tensor) -> dict[str, torch.Tensor]:
+    """Two-ahead loss and top-1 accuracy of the head, and the base's one-ahead ones, on a batch. Provided.
+
+    Both predictors are scored on the same targets ``token_ids[:, 2:]``: head row t (state
+    h_t plus the true token t+1) against the base's row t+1 (its next-token prediction, which
+    has seen tokens 0..t+1). The base runs without gradients; the head's loss keeps its graph.
+
+    Args:
+        base: the frozen ``TransformerLM``.
+        head: an ``MTPHead`` on that base.
+        token_ids: (B, T) int64, T >= 3, T <= base.max_seq_len, on any device (moved to the base's).
+
+    Returns:
+        dict of scalar float32 tensors on the base's device: ``loss`` (the head's ``mtp_loss``,
+        differentiable), ``accuracy`` (its top-1 accuracy), ``base_loss`` and ``base_accuracy``
+        (the base's cross-entropy and top-1 accuracy on the same targets).
+
+    Raises:
+        ValueError: head not built on base; token_ids not (B, T) with T >= 3 (from ``mtp_loss``).
+    """
+    _check_pair(base, head)
+    x = token_ids.to(base.device)                                               # (B, T)
+    with torch.no_grad():
+        hidden = hidden_states(base, x)                                         # (B, T, D)
+        base_logits = base.unembed(hidden[:, 1:-1])                             # (B, T-2, V): predict x[:, 2:]
+    logits = head(hidden[:, :-1], x[:, 1:])                                     # (B, T-1, V): row t predicts x[t+2]
+    loss = mtp_loss(logits, x)
+    targets = x[:, 2:]                                                          # (B, T-2)
+    with torch.no_grad():
+        accuracy = (logits[:, :-1].argmax(-1) == targets).float().mean()
+        base_loss = F.cross_entropy(base_logits.reshape(-1, base_logits.shape[-1]), targets.reshape(-1))
+        base_accuracy = (base_logits.argmax(-1) == targets).float().mean()
+    return {"loss": loss, "accuracy": accuracy, "base_loss": base_loss, "base_accuracy": base_accuracy}
+
+
+def train_mtp_head(base, train_ids, *, steps: int = 300, batch_size: int = 16, seq_len: int = 128,
+                   lr: float = 1e-3, generator: torch.Generator | None = None,
+                   on_step: Callable[[dict], None] | None = None) -> tuple[MTPHead, list[dict]]:
+    """Train a fresh ``MTPHead`` on a frozen base with the course AdamW. Provided.
+
+    Each step draws ``batch_size`` random windows of ``seq_len`` tokens from ``train_ids``,
+    runs the frozen trunk without gradients, and takes one AdamW step (no weight decay) on
+    the head's ``mtp_loss``. The base's parameters and mode are left as they were.
+
+    Args:
+        base: the frozen ``TransformerLM`` (its device is used for everything).
+        train_ids: 1-D token stream (int tensor or numpy array, e.g. the ``uint16`` memmap of
+            the training split), longer than ``seq_len``.
+        steps: optimizer steps, >= 1.
+        batch_size: B >= 1.
+        seq_len: T, 3 <= T <= base.max_seq_len.
+        lr: AdamW learning rate.
+        generator: CPU ``torch.Generator`` for the head's initialisation and the window starts
+            (default: seeded with 0, so two calls give the same head).
+        on_step: called after every step with that step's record (see Returns).
+
+    Returns:
+        (head, history): the trained head in eval mode, on the base's device; one dict per step
+        with ``step`` (1-based) and the floats of ``mtp_metrics`` on that training batch:
+        ``loss``, ``accuracy`` (head, two ahead), ``base_loss``, ``base_accuracy`` (base, one
+        ahead, same targets).
+
+    Raises:
+        ValueError: steps or batch_size < 1; seq_len outside [3, base.max_seq_len]; a stream
+            too short or not 1-D.
+    """
+    if steps < 1 or batch_size < 1:
+        raise ValueError(f"steps and batch_size must be >= 1, got steps={steps}, batch_size={batch_size}")
+    if not 3 <= seq_len <= base.max_seq_len:
+        raise ValueError(f"seq_len must be in [3, base.max_seq_len={base.max_seq_len}] (a target two ahead "
+                         f"inside the window), got {seq_len}")
+    stream = torch.as_tensor(train_ids.astype("int64") if hasattr(train_ids, "astype") else train_ids)
+    if stream.dim() != 1 or stream.numel() <= seq_len:
+        raise ValueError(f"train_ids must be a 1-D stream longer than seq_len={seq_len}, got shape "
+                         f"{tuple(stream.shape)}")
+    gen = generator if generator is not None else torch.Generator().manual_seed(0)
+    head = MTPHead(base, generator=gen)
+    opt = AdamW(head.parameters(), lr=lr, weight_decay=0.0)
+    head.train()
+    history = []
+    with eval_mode(base):                                                        # the base's mode comes back
+        for step in range(1, steps + 1):
+            starts = torch.randint(0, stream.numel() - seq_len + 1, (batch_size,), generator=gen)   # (B,)
+            x = stream[starts.unsqueeze(1) + torch.arange(seq_len)]                                  # (B, T)
+            metrics = mtp_metrics(base, head, x)
+            opt.zero_grad()
+            metrics["loss"].backward()
+            opt.step()
+            record = {"step": step, **{name: float(value.detach()) for name, value in metrics.items()}}
+            history.append(record)
+            if on_step is not None:
+                on_step(record)
+    return head.eval(), history
+
+
+@torch.no_grad()
+def mtp_generate(base, head: MTPHead, prompt_ids, max_new_tokens: int, *,
+                 eos_id: int | None = None) -> tuple[torch.Tensor, SpecStats]:
+    """Greedy self-speculation with an MTP head: one base pass per round. Provided.
+
+    Every pass runs the base over the context plus the head's last guess. Its last two rows
+    verify the guess (``greedy_verify`` with k = 1: the guess is accepted if it is the base's
+    argmax, then the next row gives the bonus token; otherwise that row's argmax is the
+    correction). The same pass's hidden states then feed the head over the whole committed
+    history, as in training, with the fresh token as token t+1: its argmax is the next guess.
+    The first pass has no guess and emits the base's next token. So each pass emits 1 or 2
+    tokens and drafting costs one head call (no second model, no extra trunk pass).
+
+    Args:
+        base: the ``TransformerLM`` whose greedy output we want.
+        head: an ``MTPHead`` built on ``base`` (trained, or not: the output is the same).
+        prompt_ids: 1-D int tensor or list, length >= 1.
+        max_new_tokens: budget, an int >= 0; never exceeded.
+        eos_id: stop right after emitting this id (included in the output).
+
+    Returns:
+        (ids, stats): LongTensor (N,) on the CPU, the prompt followed by the new tokens, and a
+        ``SpecStats`` with one record per base pass (the first pass drafts nothing). While
+        prompt + output fit in ``base.max_seq_len``, ids equals
+        ``g2c.sampling.generate(base, prompt_ids, max_new_tokens, temperature=0.0, eos_id=eos_id)``.
+
+    Raises:
+        ValueError: prompt_ids empty, not 1-D, not integer or outside [0, V) ("prompt_ids"); max_new_tokens not
+            an int >= 0 ("max_new_tokens"); head not an ``MTPHead`` on this base ("MTPHead(base)");
+            base.max_seq_len < 2 ("max_seq_len").
+
+    Sources: Gloeckle et al. (2024), section 3.2 (self-speculative decoding with the extra
+    heads); Leviathan et al. (2023), section 2 (the verification rule).
+    """
+    ids = as_token_ids(prompt_ids, "prompt_ids", vocab_size=base.vocab_size)
+    if isinstance(max_new_tokens, bool) or not isinstance(max_new_tokens, int) or max_new_tokens < 0:
+        raise ValueError(f"max_new_tokens must be an int >= 0, got {max_new_tokens!r}")
+    _check_pair(base, head)
+    window = base.max_seq_len
+    if window < 2:
+        raise ValueError(f"base max_seq_len={window} leaves no room for a guess; need >= 2")
+    stats = SpecStats()
+    guess = None
+    with eval_mode(base, head):                                                  # modes restored, also on errors
+        while stats.generated < max_new_tokens:
+            remaining = max_new_tokens - stats.generated
+            block = ids[-window:] if guess is None else torch.cat([ids[-(window - 1):], torch.tensor([guess])])
+            x = block.unsqueeze(0).to(base.device)                               # (1, T)
+            hidden = hidden_states(base, x)                                      # (1, T, D)
+            if guess is None:
+                token = int(base.unembed(hidden[0, -1]).argmax())
+                num_accepted, emitted, keep = 0, [token], hidden.shape[1]
+            else:
+                rows = base.unembed(hidden[0, -2:])                              # (2, V): verify row, bonus row
+                num_accepted, token = greedy_verify(torch.tensor([guess]), rows)
+                emitted = [guess] * num_accepted + [token]
+                keep = hidden.shape[1] - 1 + num_accepted                        # rows of committed history
+            emitted = emitted[:remaining]
+            hit_eos = eos_id is not None and eos_id in emitted
+            if hit_eos:
+                emitted = emitted[:emitted.index(eos_id) + 1]
+            stats.record(drafted=0 if guess is None else 1, accepted=min(num_accepted, len(emitted)),
+                         generated=len(emitted))
+            ids = torch.cat([ids, torch.tensor(emitted, dtype=torch.long)])
+            if hit_eos or stats.generated >= max_new_tokens:
+                break
+            # The head at the last committed position, with the base's fresh token as token t+1.
+            following = torch.cat([x[:, 1:keep], torch.tensor([[token]], device=x.device)], dim=1)  # (1, keep)
+            guess = int(head(hidden[:, :keep], following)[0, -1].argmax())
+    return ids, stats
