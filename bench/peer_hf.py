@@ -38,12 +38,12 @@ import argparse
 import statistics
 import sys
 import time
-from pathlib import Path
 
 import torch
 
 import g2c.course.solved  # noqa: F401  (first: applies the answer key before course modules load)
 from g2c.assets import ArtifactError, load_model
+from g2c.assets.data import load_token_stream
 from g2c.kvcache import (
     KVCache,
     cached_forward,
@@ -54,9 +54,9 @@ from g2c.kvcache import (
 from g2c.nn import time_call
 from g2c.sampling import generate
 from g2c.specdec import greedy_verify, speculative_generate
+from g2c.specdec.mtp import train_mtp_head
 from g2c.transformer.export import to_hf_gpt2
 
-ROOT = Path(__file__).resolve().parent.parent
 PROMPTS = [
     "Once upon a time",
     "One day, a little girl named Lily went to the park.",
@@ -133,12 +133,10 @@ def main(argv: list[str] | None = None) -> int:
     head = None
     if args.mtp_steps > 0:
         try:
-            sys.path.insert(0, str(ROOT / "bench"))
-            from specdec import train_mtp_head  # bench/specdec.py
             base32, _ = load_model("StoryLM-5M", device="cpu")
             print(f"training an MTPHead on frozen StoryLM-5M for {args.mtp_steps} steps ...", flush=True)
-            head = train_mtp_head(base32, steps=args.mtp_steps, batch_size=8, seq_len=128, lr=1e-3, seed=0,
-                                  log=lambda *a: None)
+            head, _ = train_mtp_head(base32, load_token_stream("train"), steps=args.mtp_steps, batch_size=8,
+                                     seq_len=128, lr=1e-3, generator=torch.Generator().manual_seed(0))
         except (ArtifactError, FileNotFoundError, SystemExit) as err:
             print(f"skipping MTP: {err}", flush=True)
 

@@ -44,8 +44,8 @@ CORPUS = "TinyStories-sample"  # the embedded default source (a verified artifac
 VAL_PERCENT = 5
 TINY_STORIES = 10_000  # stories taken from the Hugging Face train split with --tiny
 
-__all__ = ["DATA_DIR", "validation_prompts", "is_validation", "load_split_text", "load_token_stream", "prepare", "read_stories",
-           "split_stories", "tokenize_splits"]
+__all__ = ["DATA_DIR", "is_validation", "load_split_text", "load_token_stream", "prepare", "read_stories",
+           "split_stories", "tokenize_splits", "validation_prompts"]
 
 
 def read_stories(path: str | Path) -> list[str]:
