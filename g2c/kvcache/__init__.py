@@ -14,9 +14,10 @@ from .cache import KVCache
 from .forward import cached_attention, cached_block, cached_forward, cached_hidden_states, prefill, unembed
 from .generate import cached_generate
 from .ragged import RaggedKVCache, masked_attention, masked_cached_attention, masked_hidden_states, ragged_forward
-from .speculative import RoundRecord, mtp_generate_cached, speculative_generate_cached, summarize_rounds
+from .speculative import CachedScorer, RoundRecord, mtp_generate_cached, speculative_generate_cached, summarize_rounds
 
-__all__ = sorted(["KVCache", "RaggedKVCache", "RoundRecord", "masked_attention", "masked_cached_attention",
-                  "masked_hidden_states", "ragged_forward", "cached_attention", "cached_block", "cached_forward",
+__all__ = sorted(["CachedScorer", "KVCache", "RaggedKVCache", "RoundRecord", "masked_attention",
+                  "masked_cached_attention", "masked_hidden_states", "ragged_forward", "cached_attention",
+                  "cached_block", "cached_forward",
                   "cached_generate", "cached_hidden_states", "mtp_generate_cached", "prefill",
                   "speculative_generate_cached", "summarize_rounds", "unembed"])

@@ -19,6 +19,11 @@ keys/values have not been computed yet); the next pass feeds it first. So the co
 rows equal what plain cached decoding of the same tokens builds, and one more step from the
 rolled-back cache gives the logits of a fresh prefill (tests/test_kvcache_speculative.py).
 
+Both models' side of the transaction is one provided class, ``CachedScorer`` (prefill, one
+cached pass over pending + extra tokens, draft row by row, commit = pointer rollback,
+re-prefill past the window). The specdec-sampling loop (``g2c.specdec.loop.speculative_sample
+(..., use_cache=True)`` and ``LMDrafter(..., use_cache=True)``) uses the same class.
+
 Source: Leviathan, Kalman, Matias (ICML 2023) and Chen et al. (2023) for draft-then-verify;
 the cache rollback is what serving systems do (vLLM, Kwon et al., SOSP 2023; transformers'
 ``DynamicCache.crop`` in assisted generation). MTP self-speculation: Gloeckle et al.
@@ -40,9 +45,9 @@ from g2c.specdec.generate import SpecStats
 from g2c.specdec.verify import greedy_verify
 
 from .cache import KVCache
-from .forward import cached_block, cached_forward, cached_hidden_states, unembed
+from .forward import cached_block, cached_hidden_states, unembed
 
-__all__ = ["RoundRecord", "mtp_generate_cached", "speculative_generate_cached", "summarize_rounds"]
+__all__ = ["CachedScorer", "RoundRecord", "mtp_generate_cached", "speculative_generate_cached", "summarize_rounds"]
 
 
 @dataclass
@@ -101,42 +106,144 @@ def _row(ids: list[int], device) -> torch.Tensor:
     return torch.tensor([ids], dtype=torch.long, device=device)                  # (1, T)
 
 
-class _CachedDrafter:
-    """A drafter model with its own cache over ``ctx[start:]`` (re-prefilled when full)."""
+def _as_list(ids) -> list[int]:
+    return ids.tolist() if isinstance(ids, torch.Tensor) else [int(t) for t in ids]
 
-    def __init__(self, model, refill: int) -> None:
+
+def _argmax(row: torch.Tensor) -> tuple[int, None]:
+    return int(row.argmax()), None
+
+
+class CachedScorer:
+    """One model and its own ``KVCache`` over a growing committed context. Provided.
+
+    Both sides of cached speculative decoding are one of these. The target scores its pending
+    token(s) plus k' drafts in ONE cached pass (``extend``: k'+1 rows reserved) and then
+    ``commit`` s; an LM drafter ``draft`` s one row at a time and ``commit`` s the same way.
+    ``commit`` is the rollback: a pointer move (``KVCache.crop``), nothing is copied.
+
+    State: the cache holds the keys/values of ``ids[start : start + cache.length]`` (``start``
+    > 0 only after a re-prefill). After ``prefill`` and after every ``commit`` it holds every
+    committed token but the last, the *pending* one (it came out of the last logit row, so its
+    own keys/values are not computed yet); the next ``extend`` feeds it first.
+
+    The window: learned positions end at ``max_seq_len``. When the uncached tail plus the
+    extra tokens do not fit, ``extend`` re-prefills like ``cached_generate``: it empties the
+    cache and runs the last min(refill_tokens, max_seq_len - len(extra)) committed tokens as
+    a fresh context at positions 0.. (``refill``).
+
+    Args:
+        model: a ``TransformerLM`` (module 09 weights; anything ``cached_forward`` runs).
+        refill_tokens: context kept by a re-prefill, in [1, max_seq_len] (default
+            ``max_seq_len // 2``, at least 1).
+
+    Attributes:
+        model, cache (``KVCache.for_model(model)``), start, refill_tokens,
+        reserved: rows the last ``extend`` appended (its block length).
+
+    Raises:
+        TypeError: the model has no ``blocks`` / ``token_embed`` / ``pos_embed`` (not a
+            ``TransformerLM``: module 16's cached forward reads them).
+        ValueError: ``refill_tokens`` outside [1, max_seq_len] (names "refill_tokens").
+
+    Source: the rollback is transformers' ``DynamicCache.crop`` in assisted generation and
+    vLLM's rejected-slot freeing (Kwon et al., SOSP 2023); the re-prefill is module 16's.
+    """
+
+    def __init__(self, model, *, refill_tokens: int | None = None) -> None:
+        if not all(hasattr(model, name) for name in ("blocks", "token_embed", "pos_embed")):
+            raise TypeError(f"CachedScorer needs a TransformerLM (module 16's cached forward reads its blocks, "
+                            f"token_embed and pos_embed); got {type(model).__name__}")
+        window = model.max_seq_len
+        refill = max(1, window // 2) if refill_tokens is None else refill_tokens
+        if isinstance(refill, bool) or not isinstance(refill, int) or not 1 <= refill <= window:
+            raise ValueError(f"refill_tokens must be an int in [1, max_seq_len={window}], got {refill_tokens!r}")
         self.model = model
         self.cache = KVCache.for_model(model)
         self.start = 0
-        self.refill = refill
+        self.refill_tokens = refill
+        self.reserved = 0
         self.device = model.token_embed.weight.device
 
-    def draft(self, ids: list[int], k: int) -> list[int]:
-        """k greedy drafts after ``ids``; afterwards the cache holds rows for ids + drafts[:-1]."""
-        ctx = list(ids)
-        for _ in range(k):
-            pending = ctx[self.start + self.cache.length:]
-            if self.cache.length + len(pending) > self.cache.max_seq_len:           # full: re-prefill
-                self.cache.reset()
-                self.start = max(0, len(ctx) - self.refill)
-                pending = ctx[self.start:]
-            logits = cached_forward(self.model, _row(pending, self.device), self.cache)[0, -1]   # (V,)
-            ctx.append(int(logits.argmax()))
-        return ctx[len(ids):]
+    def __repr__(self) -> str:
+        return f"CachedScorer({type(self.model).__name__}, start={self.start}, {self.cache!r})"
 
-    def prefill(self, ids: list[int]) -> None:
-        """Cache every token of ``ids`` but the last (the pending one), cropped to the window."""
+    @property
+    def window(self) -> int:
+        """The cache capacity, ``model.max_seq_len``."""
+        return self.cache.max_seq_len
+
+    def room(self, ids) -> int:
+        """Extra tokens that fit after the pending ones of ``ids`` without a re-prefill."""
+        return self.window - self.cache.length - (len(ids) - self.start - self.cache.length)
+
+    def prefill(self, ids) -> None:
+        """Cache every token of ``ids`` (1-D, list or tensor) but the last, cropped to the window."""
+        ids = _as_list(ids)
         self.cache.reset()
-        self.start = max(0, len(ids) - 1 - (self.cache.max_seq_len - 1))
+        self.start = max(0, len(ids) - self.window)
         if len(ids) - 1 > self.start:
-            cached_forward(self.model, _row(ids[self.start:-1], self.device), self.cache)
+            cached_hidden_states(self.model, _row(ids[self.start:-1], self.device), self.cache)
 
-    def commit(self, ids: list[int]) -> int:
-        """Roll back to the committed ``ids`` (all but the last one cached); returns bytes moved."""
+    def refill(self, ids, num_extra: int = 0) -> None:
+        """Empty the cache; keep the last min(refill_tokens, max_seq_len - num_extra) tokens of
+        ``ids`` as the context the next ``extend`` feeds from position 0."""
+        self.cache.reset()
+        self.start = max(0, len(ids) - min(self.refill_tokens, self.window - num_extra))
+
+    def extend(self, ids, extra=(), *, num_rows: int = 1) -> torch.Tensor:
+        """Feed the uncached tail of ``ids`` plus ``extra`` in ONE cached pass; return the
+        logits of its last ``num_rows`` positions, (num_rows, V) in the model's dtype on its
+        device. Afterwards the cache holds ``ids[start:] + extra`` (``reserved`` rows more);
+        ``commit`` rolls back what does not become history.
+
+        Raises:
+            ValueError: ``len(extra) >= max_seq_len`` (cannot fit after one context token),
+                or nothing to feed (every token is cached: ``commit`` first).
+        """
+        ids, extra = _as_list(ids), _as_list(extra)
+        if not 1 <= num_rows <= len(extra) + 1:
+            raise ValueError(f"CachedScorer.extend: num_rows must be in [1, len(extra) + 1 = {len(extra) + 1}], "
+                             f"got {num_rows}")
+        if len(extra) >= self.window:
+            raise ValueError(f"CachedScorer.extend: {len(extra)} extra tokens do not fit after a context token "
+                             f"in max_seq_len={self.window}")
+        if self.room(ids) < len(extra):                                      # window full: re-prefill
+            self.refill(ids, len(extra))
+        block = ids[self.start + self.cache.length:] + extra
+        if not block:
+            raise ValueError("CachedScorer.extend: every token is cached already; commit(ids) rolls back to the "
+                             "pending token first")
+        before = self.cache.length
+        hidden = cached_hidden_states(self.model, _row(block, self.device), self.cache)[0]   # (T, D)
+        self.reserved = self.cache.length - before
+        return unembed(self.model, hidden[-num_rows:])                                      # (num_rows, V)
+
+    def draft(self, ids, k: int, choose: Callable[[torch.Tensor], tuple[int, torch.Tensor | None]] = _argmax,
+              ) -> tuple[list[int], list[torch.Tensor | None]]:
+        """k drafts after ``ids``, one cached row per step: ``choose(logits_row (V,))`` returns
+        (token, q row or None) (default: the argmax, q None). Afterwards the cache holds
+        ``ids`` + drafts[:-1] (the last draft is pending). Returns (tokens, q rows)."""
+        ctx = _as_list(ids)
+        tokens, rows = [], []
+        for _ in range(k):
+            token, q = choose(self.extend(ctx)[-1])
+            tokens.append(token)
+            rows.append(q)
+            ctx.append(token)
+        return tokens, rows
+
+    def commit(self, ids) -> int:
+        """Roll back to the committed ``ids``: keep the rows of ``ids[start:-1]`` (every committed
+        token but the pending last one) by moving the pointer. Returns the bytes moved: 0.
+
+        Rows that were never computed stay pending (a drafter's cache may hold fewer than
+        that); when a re-prefill during drafting moved ``start`` past the committed context,
+        the cache is emptied and the next ``extend`` re-prefills."""
         keep = len(ids) - 1 - self.start
         if keep < 0:                                   # the cache only held rejected drafts
             self.cache.reset()
-            self.start = max(0, len(ids) - self.refill)
+            self.start = max(0, len(ids) - self.refill_tokens)
             return 0
         return self.cache.crop(min(self.cache.length, keep))
 
@@ -205,42 +312,35 @@ def speculative_generate_cached(target, drafter, prompt_ids, max_new_tokens: int
         prompt = ids_t.tolist()
         cropped = len(prompt) - len(ids)
         stats = SpecStats()
-        cache = KVCache.for_model(target)
-        start = 0
-        dr = _CachedDrafter(drafter, d_refill)
-        device = target.token_embed.weight.device
-        if len(ids) > 1 and max_new_tokens > 0:       # prefill: every prompt token but the pending last one
-            cached_forward(target, _row(ids[:-1], device), cache)
+        tgt = CachedScorer(target, refill_tokens=t_refill)
+        dr = CachedScorer(drafter, refill_tokens=d_refill)
+        if max_new_tokens > 0:                        # prefill: every prompt token but the pending last one
+            tgt.prefill(ids)
             dr.prefill(ids)
         num_new = 0
         while num_new < max_new_tokens:
             remaining = max_new_tokens - num_new
-            pending = ids[start + cache.length:]                                   # normally 1 token
-            if cache.length + len(pending) + 1 > window:                           # no room for a draft
-                cache.reset()
-                start = len(ids) - t_refill
-                pending = ids[start:]
-            k_step = min(k, remaining, window - cache.length - len(pending))
-            draft = dr.draft(ids, k_step)                                          # k_step ids
-            before = cache.length
-            logits = cached_forward(target, _row(pending + draft, device), cache)[0, -(k_step + 1):]  # (k+1, V)
-            reserved = cache.length - before
+            if tgt.room(ids) < 1:                                                  # no room for a draft
+                tgt.refill(ids)
+            k_step = min(k, remaining, tgt.room(ids))
+            draft, _ = dr.draft(ids, k_step)                                       # k_step ids
+            logits = tgt.extend(ids, draft, num_rows=k_step + 1)                   # (k+1, V), one pass
             num_accepted, token = greedy_verify(torch.tensor(draft), logits.float())
             emitted, hit_eos = _cut(draft[:num_accepted] + [token], remaining, eos_id)
             num_emitted_drafts = min(num_accepted, len(emitted))
             ids = ids + emitted
-            length_before_crop = cache.length
-            moved = cache.crop(len(ids) - 1 - start)
-            moved += dr.commit(ids)
+            length_before_crop = tgt.cache.length
+            moved = tgt.commit(ids) + dr.commit(ids)
             stats.record(drafted=k_step, accepted=num_emitted_drafts, generated=len(emitted))
             if on_pass is not None:
                 on_pass(emitted, num_emitted_drafts)
             if on_round is not None:
                 on_round(RoundRecord(draft=draft, accepted=num_emitted_drafts, emitted=emitted,
-                                     kv_rows_reserved=reserved, kv_rows_rolled_back=length_before_crop - cache.length,
-                                     rollback_bytes_moved=moved, committed_length=cache.length,
-                                     ids=torch.tensor(prompt[:cropped] + ids), target_cache=cache,
-                                     drafter_cache=dr.cache, target_start=start + cropped))
+                                     kv_rows_reserved=tgt.reserved,
+                                     kv_rows_rolled_back=length_before_crop - tgt.cache.length,
+                                     rollback_bytes_moved=moved, committed_length=tgt.cache.length,
+                                     ids=torch.tensor(prompt[:cropped] + ids), target_cache=tgt.cache,
+                                     drafter_cache=dr.cache, target_start=tgt.start + cropped))
             num_new += len(emitted)
             if hit_eos:
                 break
