@@ -33,9 +33,10 @@ hooks filled in.
     Called after every target pass. ``context_ids`` is the new committed context (it ends
     with the target's correction or bonus token, or a budget/EOS cut); the first
     ``num_accepted`` drafts of the last proposal became history and the rest are rolled
-    back. An uncached drafter has nothing to do. A cached LM drafter (module 16's
-    ``KVCache``) crops its cache to ``len(previous context) + num_accepted`` rows here
-    (rollback = moving a pointer) and feeds the new tokens on its next ``propose``.
+    back. An uncached drafter has nothing to do. A cached LM drafter
+    (``LMDrafter(model, use_cache=True)``, module 16's ``KVCache``) crops its cache to the
+    committed context here (rollback = moving a pointer; every committed token but the
+    newest, which it feeds on its next ``propose``).
     ``target_hidden`` (L, D) float32 is given only to drafters whose
     ``wants_target_hidden`` is True: the target's final states at the last L committed
     positions *except the newest token* (row j belongs to ``context_ids[-(L + 1) + j]``),
@@ -58,6 +59,7 @@ from dataclasses import dataclass
 
 import torch
 
+from g2c.kvcache.speculative import CachedScorer
 from g2c.sampling.generate import as_token_ids
 from g2c.sampling.warpers import apply_temperature, top_k_filter, top_p_filter
 
@@ -151,42 +153,83 @@ class LMDrafter(Drafter):
 
     Args:
         model: ids (1, T) -> logits (1, T, V), with ``max_seq_len``, ``device``,
-            ``vocab_size`` (a ``TransformerLM`` or a test mock).
+            ``vocab_size`` (a ``TransformerLM`` or a test mock; a ``TransformerLM`` when
+            ``use_cache``).
         sample: False (default) drafts the greedy argmax chain (``draft_greedy``;
             ``draft_probs`` is None, q one-hot). True samples each draft token from the
             drafter's warped distribution q (the loop's ``Sampler``, same warpers as p) and
             returns the q rows, which is what the stochastic verifier needs to keep the
             output distributed as the target's (Leviathan et al. 2023, §2.3). At
             temperature 0 both modes draft the argmax chain.
+        use_cache: False (default): each step scores the last ``model.max_seq_len`` tokens
+            from scratch and ``commit`` has nothing to roll back. True: the drafter keeps its
+            own module 16 ``KVCache`` (a ``g2c.kvcache.CachedScorer``): ``start`` prefills
+            the prompt, each draft step feeds ONE new row, and ``commit`` crops the cache to
+            the committed context (rollback = moving a pointer); the target's correction or
+            bonus token, which the drafter never saw, is fed at the next ``propose`` together
+            with the first new draft step. Same drafts, same q rows, same generator draws as
+            uncached while the context fits the drafter's window; past it the cache
+            re-prefills its last ``max_seq_len // 2`` tokens (module 16's policy) where the
+            uncached drafter slides.
 
-    Uncached: each step scores the last ``model.max_seq_len`` tokens from scratch, so
-    ``commit`` has nothing to roll back. A cached variant keeps a ``KVCache`` and crops it
-    in ``commit`` (see the module docstring).
+    Attributes:
+        cache: the live ``KVCache`` when ``use_cache`` (after ``start``), else None.
+
+    Raises:
+        TypeError: ``use_cache`` with a model that is not a ``TransformerLM`` (from
+            ``CachedScorer``).
     """
 
-    def __init__(self, model, *, sample: bool = False) -> None:
+    def __init__(self, model, *, sample: bool = False, use_cache: bool = False) -> None:
         self.model = model
         self.sample = bool(sample)
+        self.use_cache = bool(use_cache)
         self.vocab_size = model.vocab_size
         self.sampler = Sampler(0.0)
         self.generator = None
+        self._scorer = CachedScorer(model) if self.use_cache else None
 
     def __repr__(self) -> str:
-        return f"LMDrafter({type(self.model).__name__}, sample={self.sample})"
+        return f"LMDrafter({type(self.model).__name__}, sample={self.sample}, use_cache={self.use_cache})"
+
+    @property
+    def cache(self):
+        return None if self._scorer is None else self._scorer.cache
+
+    @torch.no_grad()
+    def start(self, prompt_ids: torch.Tensor, *, sampler: Sampler, generator: torch.Generator | None) -> None:
+        super().start(prompt_ids, sampler=sampler, generator=generator)
+        if self._scorer is not None:
+            self._scorer.prefill(prompt_ids)          # every prompt token but the pending last one
+
+    def _choose(self, logits: torch.Tensor) -> tuple[int, torch.Tensor | None]:
+        """(token, q row or None) from the drafter's logits (V,)."""
+        if not self.sample or self.sampler.greedy:
+            return int(logits.argmax()), None
+        return self.sampler.choose(logits, self.generator)
 
     @torch.no_grad()
     def propose(self, context_ids: torch.Tensor, k: int) -> tuple[torch.Tensor, torch.Tensor | None]:
-        if not self.sample or self.sampler.greedy:
+        if self._scorer is not None:
+            tokens, rows = self._scorer.draft(context_ids, k, self._choose)    # one cached row per step
+        elif not self.sample or self.sampler.greedy:
             return draft_greedy(self.model, context_ids, k), None
-        ids = as_token_ids(context_ids, "context_ids")
-        draft, rows = [], []
-        for _ in range(k):
-            window = ids[-self.model.max_seq_len:].unsqueeze(0).to(self.model.device)  # (1, T)
-            token, q = self.sampler.choose(self.model(window)[0, -1], self.generator)
-            draft.append(token)
-            rows.append(q)
-            ids = torch.cat([ids, torch.tensor([token])])
-        return torch.tensor(draft, dtype=torch.long), torch.stack(rows)       # (k,), (k, V)
+        else:
+            ids = as_token_ids(context_ids, "context_ids")
+            tokens, rows = [], []
+            for _ in range(k):
+                window = ids[-self.model.max_seq_len:].unsqueeze(0).to(self.model.device)  # (1, T)
+                token, q = self._choose(self.model(window)[0, -1])
+                tokens.append(token)
+                rows.append(q)
+                ids = torch.cat([ids, torch.tensor([token])])
+        draft = torch.tensor(tokens, dtype=torch.long)                            # (k,)
+        return draft, (None if rows[0] is None else torch.stack(rows))           # (k, V) or None
+
+    def commit(self, context_ids: torch.Tensor, num_accepted: int, *,
+               target_hidden: torch.Tensor | None = None) -> None:
+        if self._scorer is not None:
+            self._scorer.commit(context_ids)          # crop to the committed context: a pointer move
 
 
 class MTPDrafter(Drafter):

@@ -33,6 +33,7 @@ from collections.abc import Callable
 
 import torch
 
+from g2c.kvcache.speculative import CachedScorer, RoundRecord
 from g2c.nn import synchronize
 from g2c.sampling.generate import as_token_ids
 
@@ -41,7 +42,7 @@ from .drafters import Sampler
 from .generate import SpecStats
 from .verify import greedy_verify, speculative_verify
 
-__all__ = ["speculative_sample", "verify_round"]
+__all__ = ["CachedTarget", "FullContextTarget", "speculative_sample", "verify_round"]
 
 
 def _check_draft(drafter, draft_ids, draft_probs, k: int, vocab_size: int) -> tuple[torch.Tensor, torch.Tensor | None]:
@@ -79,6 +80,70 @@ def _target_pass(target, block: torch.Tensor, num_rows: int, *, want_hidden: boo
     else:
         logits = rows @ target.token_embed.weight.t()                         # tied unembedding
     return logits, hidden
+
+
+class FullContextTarget:
+    """The target's side of a round without a cache. Provided.
+
+    Same three verbs as a drafter: ``start`` (nothing to do), ``score`` (one pass over the
+    context cropped to ``max_seq_len - k'`` tokens + the draft), ``commit`` (nothing to roll
+    back: the next pass recomputes everything).
+    """
+
+    def __init__(self, target, *, want_hidden: bool = False) -> None:
+        self.target = target
+        self.want_hidden = want_hidden
+
+    def start(self, prompt_ids: torch.Tensor) -> None:
+        return None
+
+    def score(self, context_ids: torch.Tensor, draft_ids: torch.Tensor):
+        """(logits (k'+1, V), states (T, D) of the whole scored block or None)."""
+        k_draft = draft_ids.numel()
+        block = torch.cat([context_ids[-(self.target.max_seq_len - k_draft):], draft_ids])   # (T + k',)
+        return _target_pass(self.target, block, k_draft + 1, want_hidden=self.want_hidden)
+
+    def commit(self, context_ids: torch.Tensor, num_accepted: int) -> None:
+        return None
+
+
+class CachedTarget:
+    """The target's side of a round with module 16's KV cache (``use_cache=True``). Provided.
+
+    ``start`` prefills every prompt token but the last; ``score`` runs ONE cached pass over
+    the pending token(s) + the k' drafts (k'+1 rows reserved, a re-prefill first when they
+    do not fit the window: ``g2c.kvcache.CachedScorer``); ``commit`` crops the cache to the
+    committed context, rolling back the k' - accepted rejected rows by moving the pointer, and
+    reports the round to ``on_round`` as a ``g2c.kvcache.RoundRecord``. The scored block's
+    states are not returned: a drafter that needs the target's states over the whole window
+    (``wants_target_hidden``) runs uncached.
+    """
+
+    def __init__(self, target, *, drafter=None, on_round: Callable[[RoundRecord], None] | None = None) -> None:
+        self.scorer = CachedScorer(target)
+        self.drafter = drafter
+        self.on_round = on_round
+        self._draft: list[int] = []
+        self._length = 0
+
+    def start(self, prompt_ids: torch.Tensor) -> None:
+        self.scorer.prefill(prompt_ids)
+
+    def score(self, context_ids: torch.Tensor, draft_ids: torch.Tensor):
+        self._draft, self._length = draft_ids.tolist(), len(context_ids)
+        return self.scorer.extend(context_ids, self._draft, num_rows=len(self._draft) + 1), None   # (k'+1, V)
+
+    def commit(self, context_ids: torch.Tensor, num_accepted: int) -> None:
+        cache = self.scorer.cache
+        before = cache.length
+        moved = self.scorer.commit(context_ids)
+        if self.on_round is not None:
+            emitted = context_ids[self._length:].tolist()
+            self.on_round(RoundRecord(
+                draft=self._draft, accepted=num_accepted, emitted=emitted, kv_rows_reserved=self.scorer.reserved,
+                kv_rows_rolled_back=before - cache.length, rollback_bytes_moved=moved,
+                committed_length=cache.length, ids=context_ids.clone(), target_cache=cache,
+                drafter_cache=getattr(self.drafter, "cache", None), target_start=self.scorer.start))
 
 
 def verify_round(draft_ids: torch.Tensor, draft_probs: torch.Tensor | None, target_logits: torch.Tensor, *,
@@ -134,8 +199,9 @@ def verify_round(draft_ids: torch.Tensor, draft_probs: torch.Tensor | None, targ
 def speculative_sample(target, drafter, prompt_ids, max_new_tokens: int, *, k: int = 4, temperature: float = 1.0,
                        top_k: int | None = None, top_p: float | None = None,
                        generator: torch.Generator | None = None, eos_id: int | None = None,
-                       controller=None,
-                       on_pass: Callable[[list[int], int], None] | None = None) -> tuple[torch.Tensor, SpecStats]:
+                       controller=None, on_pass: Callable[[list[int], int], None] | None = None,
+                       use_cache: bool = False,
+                       on_round: Callable[[RoundRecord], None] | None = None) -> tuple[torch.Tensor, SpecStats]:
     """Speculative decoding with any drafter: the target's sampling distribution, fewer target passes.
 
     Args:
@@ -157,6 +223,20 @@ def speculative_sample(target, drafter, prompt_ids, max_new_tokens: int, *, k: i
             the distribution of the output, only the number of passes.
         on_pass: ``on_pass(emitted, num_accepted)`` after each target pass, as in
             ``speculative_generate``.
+        use_cache: False (default) scores the whole cropped context every round
+            (``FullContextTarget``). True keeps the target's keys/values in a module 16
+            ``KVCache`` (``CachedTarget``): each round is ONE cached pass over the pending
+            token + the k' drafts, and the rejected rows are rolled back by pointer after
+            verification. Needs a ``TransformerLM`` target and a drafter without
+            ``wants_target_hidden``. Pair it with ``LMDrafter(model, use_cache=True)`` so the
+            drafter caches too. Same tokens and counters as uncached while prompt + output
+            + k fit the target's window (same generator draws: the logits agree to float
+            rounding); past the window the cache re-prefills its last
+            min(max_seq_len // 2, max_seq_len - k') tokens (module 16's policy) where the
+            uncached target slides, so the output there differs from the uncached loop's.
+        on_round: with ``use_cache`` only: ``on_round(record)`` after each round's rollback,
+            a ``g2c.kvcache.RoundRecord`` (KV rows reserved / rolled back, the live caches:
+            read them during the call, do not keep them).
 
     Returns:
         (ids, stats): LongTensor (N,) on the CPU, the prompt then the new tokens; a
@@ -171,7 +251,10 @@ def speculative_sample(target, drafter, prompt_ids, max_new_tokens: int, *, k: i
             not an int >= 1 ("k must be"); max_new_tokens < 0 ("max_new_tokens");
             bad warper values (as ``Sampler``); the drafter's vocab_size differs from the
             target's ("vocab_size"); target ``max_seq_len`` < 2 ("max_seq_len"); a
-            drafter returns a malformed proposal (names the drafter and the contract).
+            drafter returns a malformed proposal (names the drafter and the contract);
+            ``use_cache`` with an MTP-style drafter or ``on_round`` without ``use_cache``
+            ("use_cache").
+        TypeError: ``use_cache`` with a target that is not a ``TransformerLM``.
 
     Steps:
         1. Validate (provided), build the ``Sampler``, put models in eval mode (restored in
@@ -179,15 +262,17 @@ def speculative_sample(target, drafter, prompt_ids, max_new_tokens: int, *, k: i
         2. Each round: k_round = min(controller.next_k(), remaining budget,
            target.max_seq_len - 1); time ``drafter.propose(ids, k_round)`` and check it
            with ``_check_draft`` (provided).
-        3. Time one ``_target_pass`` over the context cropped to max_seq_len - k' tokens +
-           the draft, keeping k'+1 rows (and the states if ``drafter.wants_target_hidden``).
+        3. Time ``target_state.score(ids, draft)`` (provided: one pass over the context cropped
+           to max_seq_len - k' tokens + the draft, or one cached pass): k'+1 logits rows, and
+           the scored block's states (T, D) or None.
         4. ``verify_round``; emitted = accepted drafts + the target's token, cut to the
            budget and after the first ``eos_id`` (``test_speculative_sample_respects_budget_and_eos``).
         5. ``stats.record(drafted=k', accepted=<drafts emitted>, generated=len(emitted))``,
            ``on_pass``; ``controller.update(drafted=k', accepted=num_accepted, ...)``;
            append; ``drafter.commit(ids, <drafts emitted>, target_hidden=...)`` with the
            states of every committed block position but the newest
-           (``test_mtp_drafter_uses_target_states``); stop after EOS.
+           (``test_mtp_drafter_uses_target_states``); then ``target_state.commit(ids,
+           <drafts emitted>)`` (the cached target rolls back here); stop after EOS.
     """
     ids = as_token_ids(prompt_ids, "prompt_ids")
     if isinstance(k, bool) or not isinstance(k, int) or k < 1:
@@ -203,12 +288,21 @@ def speculative_sample(target, drafter, prompt_ids, max_new_tokens: int, *, k: i
         raise ValueError(f"target max_seq_len={target.max_seq_len} leaves no room for a draft; need >= 2")
     controller = StaticK(k) if controller is None else controller
     want_hidden = bool(getattr(drafter, "wants_target_hidden", False))
+    if use_cache and want_hidden:
+        raise ValueError(f"use_cache=True cannot serve {type(drafter).__name__}: it drafts from the target's "
+                         "states over the whole window every round, which a cached pass does not compute; "
+                         "pass use_cache=False (or use g2c.kvcache.mtp_generate_cached for MTP)")
+    if on_round is not None and not use_cache:
+        raise ValueError("on_round reports KV-cache rows: pass use_cache=True with it")
     models = [m for m in (target, getattr(drafter, "model", None), getattr(drafter, "head", None))
               if m is not None and hasattr(m, "training")]
     modes = [m.training for m in models]
     for m in models:
         m.eval()
     try:
+        target_state = (CachedTarget(target, drafter=drafter, on_round=on_round) if use_cache
+                        else FullContextTarget(target, want_hidden=want_hidden))
+        target_state.start(ids)           # the cached target prefills every prompt token but the last
         # BEGIN SOLUTION
         drafter.start(ids, sampler=sampler, generator=generator)
         stats = SpecStats()
@@ -226,8 +320,7 @@ def speculative_sample(target, drafter, prompt_ids, max_new_tokens: int, *, k: i
             k_draft = draft.numel()
             synchronize(target.device)
             t1 = time.perf_counter()
-            block = torch.cat([ids[-(window - k_draft):], draft])                 # (T + k',)
-            logits, hidden = _target_pass(target, block, k_draft + 1, want_hidden=want_hidden)
+            logits, hidden = target_state.score(ids, draft)                       # (k'+1, V), (T, D) | None
             synchronize(target.device)
             t2 = time.perf_counter()
             num_accepted, token = verify_round(draft, q, logits, sampler=sampler, generator=generator)
@@ -247,8 +340,9 @@ def speculative_sample(target, drafter, prompt_ids, max_new_tokens: int, *, k: i
             committed_states = None
             if hidden is not None:
                 # block positions whose history is committed, all but the newest token
-                committed_states = hidden[:block.numel() - k_draft + len(emitted) - 1]     # (L, D)
+                committed_states = hidden[:hidden.shape[0] - k_draft + len(emitted) - 1]  # (L, D)
             drafter.commit(ids, num_emitted_drafts, target_hidden=committed_states)
+            target_state.commit(ids, num_emitted_drafts)
             if hit_eos:
                 break
         return ids, stats
