@@ -63,6 +63,31 @@ def test_cached_speculative_perfect_drafter_accepts_everything():
     assert stats.acceptance_rate == 1.0 and stats.target_passes == 4     # 5 + 5 + 5 + 5 tokens
 
 
+def assert_committed_state(target, rec) -> None:
+    """The state-transaction check after one round (``rec`` a ``RoundRecord``, no re-prefill
+    yet): the committed target rows equal plain cached decoding of the same tokens (one
+    prefill, and one token at a time) within 1e-5, one more step from the rolled-back cache
+    gives the logits of a fresh full forward (1e-4), and the drafter's cache is committed too.
+    Shared with tests/test_specdec_sampling_cached.py."""
+    ids = rec.ids
+    cache = rec.target_cache
+    assert cache.length == len(ids) - 1                 # all committed tokens but the pending one
+    _, plain = prefill(target, ids[:-1])                 # plain cached decoding, one prefill
+    steps = KVCache.for_model(target)                    # ... and one token at a time
+    for t in range(len(ids) - 1):
+        cached_forward(target, ids[t:t + 1].unsqueeze(0), steps)
+    for layer in range(target.num_layers):
+        for ref in (plain, steps):
+            torch.testing.assert_close(cache.keys(layer), ref.keys(layer), atol=1e-5, rtol=0)
+            torch.testing.assert_close(cache.values(layer), ref.values(layer), atol=1e-5, rtol=0)
+    # Next-token logits from the rolled-back cache = a fresh full forward; then roll back again.
+    nxt = cached_forward(target, ids[-1:].unsqueeze(0), cache)[0, -1]
+    cache.crop(cache.length - 1)
+    torch.testing.assert_close(nxt, target(ids.unsqueeze(0))[0, -1], atol=1e-4, rtol=0)
+    # The drafter's cache is committed too (a prefix of the committed ids).
+    assert rec.drafter_cache.length <= len(ids) - 1
+
+
 def test_cached_speculative_state_transaction_every_round():
     """The second half of losslessness: after every round the committed target state is what
     plain cached decoding of the same tokens builds, and decoding on from it is exact."""
@@ -70,23 +95,7 @@ def test_cached_speculative_state_transaction_every_round():
     checked = []
 
     def check(rec):
-        ids = rec.ids
-        cache = rec.target_cache
-        assert cache.length == len(ids) - 1                 # all committed tokens but the pending one
-        _, plain = prefill(target, ids[:-1])                 # plain cached decoding, one prefill
-        steps = KVCache.for_model(target)                    # ... and one token at a time
-        for t in range(len(ids) - 1):
-            cached_forward(target, ids[t:t + 1].unsqueeze(0), steps)
-        for layer in range(target.num_layers):
-            for ref in (plain, steps):
-                torch.testing.assert_close(cache.keys(layer), ref.keys(layer), atol=1e-5, rtol=0)
-                torch.testing.assert_close(cache.values(layer), ref.values(layer), atol=1e-5, rtol=0)
-        # Next-token logits from the rolled-back cache = a fresh full forward; then roll back again.
-        nxt = cached_forward(target, ids[-1:].unsqueeze(0), cache)[0, -1]
-        cache.crop(cache.length - 1)
-        torch.testing.assert_close(nxt, target(ids.unsqueeze(0))[0, -1], atol=1e-4, rtol=0)
-        # The drafter's cache is committed too (a prefix of the committed ids).
-        assert rec.drafter_cache.length <= len(ids) - 1
+        assert_committed_state(target, rec)
         checked.append(rec)
 
     speculative_generate_cached(target, drafter, _prompt(), 30, k=4, on_round=check)

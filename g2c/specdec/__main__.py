@@ -63,8 +63,9 @@ def _uses_sampling_loop(args) -> bool:
             or args.top_k is not None or args.top_p is not None)
 
 
-def _sampled_run(args, target, drafter_model, prompt_ids, eos_id, *, on_pass):
-    """Wrap the named drafter, build the controller, run ``g2c.specdec.loop.speculative_sample``."""
+def _sampled_run(args, target, drafter_model, prompt_ids, eos_id, *, on_pass, use_cache=False):
+    """Wrap the named drafter, build the controller, run ``g2c.specdec.loop.speculative_sample``
+    (with module 16's KV cache on the target and an LM drafter when ``use_cache``)."""
     import torch
 
     from g2c.specdec.controllers import CostModelK, HeuristicK, StaticK
@@ -78,11 +79,11 @@ def _sampled_run(args, target, drafter_model, prompt_ids, eos_id, *, on_pass):
         drafter = MTPDrafter(_train_mtp_head(target, steps=args.mtp_steps, seed=args.seed),
                              sample=args.temperature > 0)
     else:
-        drafter = LMDrafter(drafter_model, sample=args.temperature > 0)
+        drafter = LMDrafter(drafter_model, sample=args.temperature > 0, use_cache=use_cache)
     controller = {"static": StaticK, "heuristic": HeuristicK, "cost": CostModelK}[args.controller](args.k)
     return speculative_sample(target, drafter, prompt_ids, args.max_new_tokens, temperature=args.temperature,
                               top_k=args.top_k, top_p=args.top_p, generator=torch.Generator().manual_seed(args.seed),
-                              eos_id=eos_id, controller=controller, on_pass=on_pass)
+                              eos_id=eos_id, controller=controller, on_pass=on_pass, use_cache=use_cache)
 
 
 def _train_mtp_head(base, *, steps: int, seed: int):
@@ -123,9 +124,10 @@ def main(argv: list[str] | None = None) -> int:
                     help="draft length per round: static k, transformers' heuristic, or the cost model")
     ap.add_argument("--mtp-steps", type=int, default=60, help="--drafter mtp: steps to train a head on the target")
     ap.add_argument("--no-cache", action="store_true",
-                    help="recompute the whole context every pass (the specdec loop) instead of the "
-                         "KV-cached loop of module 16 (g2c.kvcache.speculative_generate_cached; used only for "
-                         "greedy runs when both models are TransformerLMs)")
+                    help="recompute the whole context every pass instead of keeping module 16's KV cache "
+                         "(greedy: g2c.kvcache.speculative_generate_cached; sampled, n-gram or dynamic k: "
+                         "speculative_sample(use_cache=True)); the cache is used when the models are "
+                         "TransformerLMs, never for --drafter mtp")
     args = ap.parse_args(argv)
     if args.k < 1:
         return fail(f"-k {args.k}: draft at least one token per target pass (-k 1 or more)")
@@ -167,13 +169,13 @@ def main(argv: list[str] | None = None) -> int:
         from g2c.transformer import TransformerLM
         synchronize(target.device)
         started = time.perf_counter()
-        cached = False
+        cached = not args.no_cache and all(isinstance(m, TransformerLM) for m in (target, drafter)
+                                           if m is not None) and args.drafter.lower() != "mtp"
         if _uses_sampling_loop(args):
-            out, stats = _sampled_run(args, target, drafter, prompt_ids, tokenizer.eot_id,
+            out, stats = _sampled_run(args, target, drafter, prompt_ids, tokenizer.eot_id, use_cache=cached,
                                       on_pass=lambda emitted, n: passes.append((list(emitted), n)))
         else:
             loop = speculative_generate
-            cached = not args.no_cache and all(isinstance(m, TransformerLM) for m in (target, drafter))
             if cached:  # module 16: both models keep a KV cache, rollback by pointer
                 from g2c.kvcache import speculative_generate_cached as loop
             out, stats = loop(target, drafter, prompt_ids, args.max_new_tokens, k=args.k, eos_id=tokenizer.eot_id,
