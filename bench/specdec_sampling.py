@@ -11,10 +11,17 @@ and sampled (temperature 0.8, a fixed ``torch.Generator`` seed per prompt), it t
 decoding with the target (``g2c.sampling.generate``) and ``speculative_sample`` with:
 StoryLM-1M (static k = 4, and the cost-model controller), the MTP head on the target
 (k = 1, trained in this run for ``--mtp-steps`` steps) and the n-gram prompt-lookup drafter
-(static k = 4, and the cost-model controller). It prints one table: tok/s, speed-up over
-plain, tokens per CPU-second of this process and its speed-up (robust when other processes share
-the cores), tokens per target pass, acceptance rate, and for greedy rows how many outputs
-equal plain greedy (losslessness).
+(static k = 4, and the cost-model controller). Rows marked "cached" keep module 16's KV cache:
+plain cached decoding (``g2c.kvcache.cached_generate``) and ``speculative_sample(...,
+use_cache=True)`` with ``LMDrafter(..., use_cache=True)`` (the n-gram drafter has no model, so
+only the target caches). It prints one table: tok/s, speed-up over plain (uncached), tokens per
+CPU-second of this process and its speed-up (robust when other processes share the cores),
+tokens per target pass, acceptance rate, and how many outputs equal plain greedy (greedy rows:
+losslessness) or, for sampled cached rows, the uncached row's output for the same seed.
+
+Only some rows (the plain rows always run, as the baseline):
+
+    python bench/specdec_sampling.py --rows "StoryLM-1M" --sets open-ended --modes sampled
 
 Timing (CONVENTIONS §7): one warm-up call, then ``--repeats`` timed runs (median), the
 device synchronised before each clock read. Threads: ``--threads`` (default 1: the course
@@ -41,6 +48,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from g2c.assets.artifacts import ArtifactError, load_model  # noqa: E402
 from g2c.assets.data import load_split_text  # noqa: E402
+from g2c.kvcache import cached_generate  # noqa: E402
 from g2c.nn import synchronize  # noqa: E402
 from g2c.sampling import generate  # noqa: E402
 from g2c.specdec import SpecStats  # noqa: E402
@@ -107,6 +115,10 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--threads", type=int, default=1)
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--quick", action="store_true", help="smoke run: 2 prompts per set, 16 tokens, 10 MTP steps")
+    ap.add_argument("--rows", default="", help="only drafter rows whose name contains one of these "
+                    "comma-separated strings (e.g. 'StoryLM-1M,n-gram'); default all")
+    ap.add_argument("--sets", default="open-ended,copy-heavy", help="prompt sets to run (comma-separated)")
+    ap.add_argument("--modes", default="greedy,sampled", help="greedy and/or sampled (comma-separated)")
     args = ap.parse_args(argv)
     if args.quick:
         args.prompts, args.new_tokens, args.mtp_steps = 2, 16, 10
@@ -122,27 +134,39 @@ def main(argv: list[str] | None = None) -> int:
             "copy-heavy": [tok.encode(p) for p in COPY_HEAVY[:args.prompts]]}
     print(f"# bench/specdec_sampling.py: target {args.target}, {args.prompts} prompts per set x {args.new_tokens} "
           f"new tokens, device {device}, {torch.get_num_threads()} thread(s), median of {args.repeats}", flush=True)
-    print(f"training the MTP head on {args.target} for {args.mtp_steps} steps ...", flush=True)
-    head = train_mtp_head(target, steps=args.mtp_steps, seed=args.seed)
+    wanted = [w for w in args.rows.split(",") if w]
+    sets = {name: prompts for name, prompts in sets.items() if name in args.sets.split(",")}
+    temps = [t for t, mode in ((0.0, "greedy"), (args.temperature, "sampled")) if mode in args.modes.split(",")]
+    head = None
+    if not wanted or any(w in f"MTP head ({args.mtp_steps} steps)" for w in wanted):
+        print(f"training the MTP head on {args.target} for {args.mtp_steps} steps ...", flush=True)
+        head = train_mtp_head(target, steps=args.mtp_steps, seed=args.seed)
     generate(target, sets["open-ended"][0], 4, temperature=0.0)                 # warm-up
 
     def drafters(sample: bool):
-        return [
-            (f"{args.drafter}", lambda: LMDrafter(small, sample=sample), lambda: StaticK(args.k)),
-            (f"{args.drafter} dynamic", lambda: LMDrafter(small, sample=sample), lambda: CostModelK(args.k, k_max=8)),
-            (f"MTP head ({args.mtp_steps} steps)", lambda: MTPDrafter(head, sample=sample), lambda: StaticK(1)),
-            ("n-gram", lambda: NGramDrafter(), lambda: StaticK(args.k)),
-            ("n-gram dynamic", lambda: NGramDrafter(), lambda: CostModelK(args.k, k_max=8)),
+        rows = [   # (name, drafter factory, controller factory, use_cache)
+            (f"{args.drafter}", lambda: LMDrafter(small, sample=sample), lambda: StaticK(args.k), False),
+            (f"{args.drafter} cached", lambda: LMDrafter(small, sample=sample, use_cache=True),
+             lambda: StaticK(args.k), True),
+            (f"{args.drafter} dynamic", lambda: LMDrafter(small, sample=sample), lambda: CostModelK(args.k, k_max=8),
+             False),
+            (f"{args.drafter} dynamic cached", lambda: LMDrafter(small, sample=sample, use_cache=True),
+             lambda: CostModelK(args.k, k_max=8), True),
+            (f"MTP head ({args.mtp_steps} steps)", lambda: MTPDrafter(head, sample=sample), lambda: StaticK(1), False),
+            ("n-gram", lambda: NGramDrafter(), lambda: StaticK(args.k), False),
+            ("n-gram cached", lambda: NGramDrafter(), lambda: StaticK(args.k), True),
+            ("n-gram dynamic", lambda: NGramDrafter(), lambda: CostModelK(args.k, k_max=8), False),
         ]
+        return [r for r in rows if not wanted or any(w in r[0] for w in wanted)]
 
     rows = []
     for set_name, prompts in sets.items():
-        for temp in (0.0, args.temperature):
+        for temp in temps:
             mode = "greedy" if temp == 0 else f"T={temp}"
 
-            def plain():
-                return [generate(target, p, args.new_tokens, temperature=temp, eos_id=eos,
-                                 generator=torch.Generator().manual_seed(args.seed + i)) for i, p in enumerate(prompts)]
+            def plain(loop=generate):
+                return [loop(target, p, args.new_tokens, temperature=temp, eos_id=eos,
+                             generator=torch.Generator().manual_seed(args.seed + i)) for i, p in enumerate(prompts)]
 
             plain_s, plain_cpu, plain_out = timed(plain, device, args.repeats)
             plain_tokens = sum(len(o) - len(p) for o, p in zip(plain_out, prompts))
@@ -150,14 +174,23 @@ def main(argv: list[str] | None = None) -> int:
             rows.append((set_name, mode, "plain (target only)", "-", f"{plain_tps:.1f}", "1.00x", f"{plain_cps:.1f}",
                          "1.00x", "1.00", "-", "-"))
             print("  " + " | ".join(rows[-1]), flush=True)
-            for name, make_drafter, make_ctl in drafters(sample=temp > 0):
+            cached_s, cached_cpu, cached_out = timed(lambda: plain(cached_generate), device, args.repeats)
+            cached_tokens = sum(len(o) - len(p) for o, p in zip(cached_out, prompts))
+            same = sum(o.tolist() == r.tolist() for o, r in zip(cached_out, plain_out))
+            rows.append((set_name, mode, "plain cached (target only)", "-", f"{cached_tokens / cached_s:.1f}",
+                         f"{cached_tokens / cached_s / plain_tps:.2f}x", f"{cached_tokens / cached_cpu:.1f}",
+                         f"{cached_tokens / cached_cpu / plain_cps:.2f}x", "1.00", "-",
+                         f"{same}/{len(prompts)}" if temp == 0 else f"{same}/{len(prompts)} = uncached"))
+            print("  " + " | ".join(rows[-1]), flush=True)
+            uncached_out = {}
+            for name, make_drafter, make_ctl, use_cache in drafters(sample=temp > 0):
                 def spec():
                     runs, ks = [], []
                     for i, p in enumerate(prompts):
                         ctl = make_ctl()
                         runs.append(speculative_sample(
                             target, make_drafter(), p, args.new_tokens, temperature=temp, eos_id=eos, controller=ctl,
-                            generator=torch.Generator().manual_seed(args.seed + i)))
+                            generator=torch.Generator().manual_seed(args.seed + i), use_cache=use_cache))
                         ks.append(ctl.next_k())
                     return runs, ks
 
@@ -169,8 +202,15 @@ def main(argv: list[str] | None = None) -> int:
                     total.accepted += s.accepted
                     total.generated += s.generated
                 tps, cps = total.generated / spec_s, total.generated / spec_cpu
-                lossless = (f"{sum(o.tolist() == r.tolist() for (o, _), r in zip(runs, plain_out))}/{len(prompts)}"
-                            if temp == 0 else "-")
+                outs, key = [o.tolist() for o, _ in runs], name.replace(" cached", "")
+                if temp == 0:
+                    lossless = f"{sum(o == r.tolist() for o, r in zip(outs, plain_out))}/{len(prompts)}"
+                elif use_cache and key in uncached_out and "dynamic" not in name:   # same seed, same draws
+                    lossless = f"{sum(o == r for o, r in zip(outs, uncached_out[key]))}/{len(prompts)} = uncached"
+                else:   # a dynamic k follows wall-clock costs, so its draws differ from run to run
+                    lossless = "-"
+                if not use_cache:
+                    uncached_out[key] = outs
                 k_desc = "1" if name.startswith("MTP") else (
                     f"{args.k}" if "dynamic" not in name else f"cost: end k {','.join(map(str, ks))}")
                 rows.append((set_name, mode, name, k_desc, f"{tps:.1f}", f"{tps / plain_tps:.2f}x", f"{cps:.1f}",
@@ -179,7 +219,7 @@ def main(argv: list[str] | None = None) -> int:
                 print("  " + " | ".join(rows[-1]), flush=True)
 
     header = ("prompts", "decoding", "drafter", "k", "tok/s", "speed-up", "tok/CPU-s", "speed-up (CPU)", "tokens/pass",
-              "acceptance", "= greedy")
+              "acceptance", "= greedy / uncached")
     print()
     print("| " + " | ".join(header) + " |")
     print("|" + "---|" * len(header))
