@@ -15,6 +15,13 @@ sampling settings. Each round:
 4. the emitted tokens are cut by the budget and EOS, counted in ``SpecStats``, and
    committed: the drafter rolls back what was rejected, the controller learns.
 
+The target's side is an object with the drafter's verbs (``start``/``score``/``commit``):
+``FullContextTarget`` re-scores the cropped context every round; ``CachedTarget``
+(``use_cache=True``) keeps module 16's ``KVCache``, scores the pending token + the draft in
+one cached pass (k'+1 rows) and rolls the rejected rows back by pointer in ``commit``. With
+``LMDrafter(model, use_cache=True)`` both models cache, and the loop emits the same tokens
+as uncached for the same generator seed (tests/test_specdec_sampling_cached.py).
+
 Why the output is distributed exactly as ``g2c.sampling.generate`` with the same warpers:
 every emitted token is either an accepted draft or a residual/bonus sample, and
 Leviathan, Kalman, Matias (ICML 2023), §2.3 and Appendix A.1 (Chen et al. 2023, Theorem 1)
