@@ -314,6 +314,7 @@ def speculative_sample(target, drafter, prompt_ids, max_new_tokens: int, *, k: i
         drafter.start(ids, sampler=sampler, generator=generator)
         stats = SpecStats()
         window = target.max_seq_len
+        device = target.device                   # read once: a Module's device walks its parameters
         num_new = 0
         while num_new < max_new_tokens:
             remaining = max_new_tokens - num_new
@@ -321,14 +322,14 @@ def speculative_sample(target, drafter, prompt_ids, max_new_tokens: int, *, k: i
             if isinstance(k_next, bool) or not isinstance(k_next, int) or k_next < 1:
                 raise ValueError(f"k must be an int >= 1; controller {controller!r} returned {k_next!r}")
             k_round = min(k_next, remaining, window - 1)
-            synchronize(target.device)
+            synchronize(device)
             t0 = time.perf_counter()
             draft, q = _check_draft(drafter, *drafter.propose(ids, k_round), k_round, target.vocab_size)
             k_draft = draft.numel()
-            synchronize(target.device)
+            synchronize(device)
             t1 = time.perf_counter()
             logits, hidden = target_state.score(ids, draft)                       # (k'+1, V), (T, D) | None
-            synchronize(target.device)
+            synchronize(device)
             t2 = time.perf_counter()
             num_accepted, token = verify_round(draft, q, logits, sampler=sampler, generator=generator)
             emitted = draft[:num_accepted].tolist() + [token]
