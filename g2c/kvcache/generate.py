@@ -25,7 +25,7 @@ from __future__ import annotations
 
 import torch
 
-from g2c.sampling.generate import as_token_ids, sample_from_logits
+from g2c.sampling.generate import as_token_ids, check_generation_args, sample_from_logits
 from g2c.sampling.model import check_language_model, eval_mode
 from g2c.sampling.warpers import apply_repetition_penalty
 
@@ -78,16 +78,8 @@ def cached_generate(model, prompt_ids, max_new_tokens: int, *, temperature: floa
     """
     check_language_model(model, "model")
     ids = as_token_ids(prompt_ids, "prompt_ids", vocab_size=model.vocab_size)
-    if not 0 <= temperature < float("inf"):  # also refuses NaN
-        raise ValueError(f"temperature must be >= 0 and finite (0 = greedy), got {temperature}")
-    if top_k is not None and top_k < 1:
-        raise ValueError(f"top_k must be >= 1 or None, got {top_k}")
-    if top_p is not None and not 0.0 < top_p <= 1.0:
-        raise ValueError(f"top_p must be in (0, 1] or None, got {top_p}")
-    if max_new_tokens < 0:
-        raise ValueError(f"max_new_tokens must be >= 0, got {max_new_tokens}")
-    if repetition_penalty <= 0:
-        raise ValueError(f"repetition_penalty must be > 0, got {repetition_penalty}")
+    check_generation_args(temperature=temperature, top_k=top_k, top_p=top_p, max_new_tokens=max_new_tokens,
+                          repetition_penalty=repetition_penalty)
     window = model.max_seq_len
     refill = max(1, window // 2) if refill_tokens is None else refill_tokens
     if isinstance(refill, bool) or not isinstance(refill, int) or not 1 <= refill <= window:

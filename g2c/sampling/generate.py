@@ -12,7 +12,7 @@ import torch
 from .model import check_language_model, check_token_ids, eval_mode
 from .warpers import apply_repetition_penalty, apply_temperature, top_k_filter, top_p_filter
 
-__all__ = ["as_token_ids", "generate", "next_token_logits", "sample_from_logits"]
+__all__ = ["as_token_ids", "check_generation_args", "generate", "next_token_logits", "sample_from_logits"]
 
 
 def as_token_ids(ids, name: str = "prompt_ids", *, vocab_size: int | None = None) -> torch.Tensor:
@@ -38,6 +38,26 @@ def as_token_ids(ids, name: str = "prompt_ids", *, vocab_size: int | None = None
 
 
 @torch.no_grad()
+def check_generation_args(*, temperature: float, top_k: int | None, top_p: float | None, max_new_tokens: int,
+                          repetition_penalty: float = 1.0) -> None:
+    """Validate the knobs every decoding loop shares (``generate``, module 16's ``cached_generate``). Provided.
+
+    Raises:
+        ValueError: temperature < 0, infinite or NaN ("temperature must be >= 0 and finite"); top_k < 1;
+            top_p outside (0, 1]; max_new_tokens < 0; repetition_penalty <= 0. Each message names the value.
+    """
+    if not 0 <= temperature < float("inf"):  # also refuses NaN
+        raise ValueError(f"temperature must be >= 0 and finite (0 = greedy), got {temperature}")
+    if top_k is not None and top_k < 1:
+        raise ValueError(f"top_k must be >= 1 or None, got {top_k}")
+    if top_p is not None and not 0.0 < top_p <= 1.0:
+        raise ValueError(f"top_p must be in (0, 1] or None, got {top_p}")
+    if max_new_tokens < 0:
+        raise ValueError(f"max_new_tokens must be >= 0, got {max_new_tokens}")
+    if repetition_penalty <= 0:
+        raise ValueError(f"repetition_penalty must be > 0, got {repetition_penalty}")
+
+
 def next_token_logits(model, ids: torch.Tensor) -> torch.Tensor:
     """Logits (V,) float32 for the token after ``ids`` (1-D, CPU), with the context cropped
     to the model's last ``max_seq_len`` tokens. Provided.
@@ -128,16 +148,8 @@ def generate(model, prompt_ids, max_new_tokens: int, *, temperature: float = 1.0
     """
     check_language_model(model, "model")
     ids = as_token_ids(prompt_ids, "prompt_ids", vocab_size=model.vocab_size)
-    if not 0 <= temperature < float("inf"):  # also refuses NaN
-        raise ValueError(f"temperature must be >= 0 and finite (0 = greedy), got {temperature}")
-    if top_k is not None and top_k < 1:
-        raise ValueError(f"top_k must be >= 1 or None, got {top_k}")
-    if top_p is not None and not 0.0 < top_p <= 1.0:
-        raise ValueError(f"top_p must be in (0, 1] or None, got {top_p}")
-    if max_new_tokens < 0:
-        raise ValueError(f"max_new_tokens must be >= 0, got {max_new_tokens}")
-    if repetition_penalty <= 0:
-        raise ValueError(f"repetition_penalty must be > 0, got {repetition_penalty}")
+    check_generation_args(temperature=temperature, top_k=top_k, top_p=top_p, max_new_tokens=max_new_tokens,
+                          repetition_penalty=repetition_penalty)
     with eval_mode(model):
         # TODO: implement this (module 11, see docs/modules/11-sampling.md).
         raise NotImplementedError(
