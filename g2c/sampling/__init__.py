@@ -12,5 +12,5 @@ from .model import LanguageModel, check_language_model, check_token_ids, eval_mo
 from .warpers import apply_repetition_penalty, apply_temperature, top_k_filter, top_p_filter
 
 __all__ = sorted(["LanguageModel", "apply_repetition_penalty", "apply_temperature", "as_token_ids",
-                  "check_generation_args", "check_language_model", "check_token_ids", "eval_mode", "generate", "next_token_logits",
-                  "sample_from_logits", "top_k_filter", "top_p_filter"])
+                  "check_generation_args", "check_language_model", "check_token_ids", "eval_mode", "generate",
+                  "next_token_logits", "sample_from_logits", "top_k_filter", "top_p_filter"])
