@@ -31,30 +31,21 @@ Reference solutions are applied (G2C_APPLY_SOLUTIONS defaults to ``all`` here).
 
 from __future__ import annotations
 
-import os
+import argparse
+import sys
 
-os.environ.setdefault("G2C_APPLY_SOLUTIONS", "all")
-os.environ.setdefault("G2C_QUIET", "1")
+import torch
 
-import argparse  # noqa: E402
-import statistics  # noqa: E402
-import sys  # noqa: E402
-import time  # noqa: E402
-from pathlib import Path  # noqa: E402
-
-import torch  # noqa: E402
-
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-
-from g2c.assets.artifacts import ArtifactError, load_model  # noqa: E402
-from g2c.assets.data import load_split_text  # noqa: E402
-from g2c.kvcache import cached_generate  # noqa: E402
-from g2c.nn import synchronize  # noqa: E402
-from g2c.sampling import generate  # noqa: E402
-from g2c.specdec import SpecStats  # noqa: E402
-from g2c.specdec.controllers import CostModelK, StaticK  # noqa: E402
-from g2c.specdec.drafters import LMDrafter, MTPDrafter, NGramDrafter  # noqa: E402
-from g2c.specdec.loop import speculative_sample  # noqa: E402
+import g2c.course.solved  # noqa: F401  (first: applies the answer key before course modules load)
+from g2c.assets.artifacts import ArtifactError, load_model
+from g2c.assets.data import validation_prompts
+from g2c.kvcache import cached_generate
+from g2c.nn import time_call
+from g2c.sampling import generate
+from g2c.specdec import SpecStats
+from g2c.specdec.controllers import CostModelK, StaticK
+from g2c.specdec.drafters import LMDrafter, MTPDrafter, NGramDrafter
+from g2c.specdec.loop import speculative_sample
 
 COPY_HEAVY = [   # repeated sentences, refrains, lists: the continuation tends to copy the context
     'Lily said, "I love my mom. I love my dad. I love my dog." Then Lily said it again: "I love my mom.',
@@ -71,27 +62,17 @@ COPY_HEAVY = [   # repeated sentences, refrains, lists: the continuation tends t
 def open_ended_prompts(tokenizer, n: int, num_tokens: int) -> list[list[int]]:
     """The first ``num_tokens`` tokens of the first n validation stories."""
     try:
-        stories = load_split_text("val")
+        return validation_prompts(tokenizer, n, num_tokens)
     except FileNotFoundError as err:
-        raise SystemExit(f"bench/specdec_sampling.py needs the validation split: {err}\n"
-                         "Prepare it with ./datasets.sh (see README).") from err
-    out = [ids[:num_tokens] for ids in (tokenizer.encode(s) for s in stories) if len(ids) >= num_tokens]
-    return out[:n]
+        raise SystemExit(f"bench/specdec_sampling.py: {err}") from err
 
 
 def timed(fn, device, repeats: int):
-    """Medians of ``repeats`` runs: wall seconds (device synchronised around each) and this
-    process's CPU seconds (``time.process_time``: robust to other processes sharing the cores,
-    meaningful on a CPU device only); and the last result."""
-    walls, cpus, result = [], [], None
-    for _ in range(repeats):
-        synchronize(device)
-        t0, c0 = time.perf_counter(), time.process_time()
-        result = fn()
-        synchronize(device)
-        walls.append(time.perf_counter() - t0)
-        cpus.append(time.process_time() - c0)
-    return statistics.median(walls), statistics.median(cpus), result
+    """Medians of ``repeats`` runs (``g2c.nn.time_call``, no warm-up): wall seconds (device synchronised
+    around each) and this process's CPU seconds (robust to other processes sharing the cores, meaningful
+    on a CPU device only); and the last result."""
+    t = time_call(fn, device=device, warmup=0, repeats=repeats)
+    return t.median_s, t.median_cpu_s, t.result
 
 
 def train_mtp_head(base, *, steps: int, seed: int):
@@ -195,12 +176,7 @@ def main(argv: list[str] | None = None) -> int:
                     return runs, ks
 
                 spec_s, spec_cpu, (runs, ks) = timed(spec, device, args.repeats)
-                total = SpecStats()
-                for _, s in runs:
-                    total.target_passes += s.target_passes
-                    total.drafted += s.drafted
-                    total.accepted += s.accepted
-                    total.generated += s.generated
+                total = sum((s for _, s in runs), SpecStats())
                 tps, cps = total.generated / spec_s, total.generated / spec_cpu
                 outs, key = [o.tolist() for o, _ in runs], name.replace(" cached", "")
                 if temp == 0:
