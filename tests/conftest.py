@@ -41,3 +41,35 @@ def pytest_runtest_setup(item: pytest.Item) -> None:
     # A hook rather than a fixture: it runs before any (module-scoped) fixture loads a model.
     if item.get_closest_marker("ladder") is not None:
         require_ladder()
+
+
+def _solutions_lines() -> list[str]:
+    """Whose code runs: the modules served from the answer key, and a warning when that includes a
+    module the student edited (then its tests grade the answer key, not the student's work)."""
+    import g2c
+    from g2c.course import SOLUTIONS_ENV
+    from g2c.course.hook import _replaced_own_work
+
+    if not g2c.APPLIED_SOLUTIONS:
+        return []
+    lines = [f"g2c: reference solutions applied for modules {', '.join(g2c.APPLIED_SOLUTIONS)} "
+             f"({SOLUTIONS_ENV}={os.environ.get(SOLUTIONS_ENV, '')!r})"]
+    replaced = _replaced_own_work(g2c.APPLIED_SOLUTIONS)
+    if replaced:
+        lines.append(f"g2c: WARNING: module(s) {', '.join(replaced)} that you edited run the ANSWER KEY here, not "
+                     f"your code; select only the modules before yours (python -m g2c.course prereqs "
+                     f"{replaced[-1]} prints the selector)")
+    return lines
+
+
+def pytest_report_header(config) -> list[str]:
+    return _solutions_lines()
+
+
+def pytest_terminal_summary(terminalreporter) -> None:
+    # Repeated at the end (the header scrolls away, and -q hides it) whenever a student's module is replaced.
+    lines = _solutions_lines()
+    if len(lines) > 1:
+        terminalreporter.write_sep("=", "whose code ran")
+        for line in lines:
+            terminalreporter.write_line(line)

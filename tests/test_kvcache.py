@@ -293,3 +293,11 @@ def test_load_model_rejects_unsupported_dtype():
 
     with pytest.raises(ValueError, match="bfloat16"):
         load_model("StoryLM-1M", device="cpu", dtype=torch.float64)
+
+
+@pytest.mark.parametrize("layer", [-1, 2, 1.0, True])
+def test_kvcache_append_refuses_a_layer_outside_the_cache(layer):
+    cache = KVCache(2, 1, 2, 4, 8)
+    kv = torch.zeros(1, 2, 1, 4)
+    with pytest.raises(ValueError, match=r"layer must be an int in \[0, 2\)"):
+        cache.append(layer, kv, kv)

@@ -70,6 +70,8 @@ def test_cli_long_prompt_says_it_is_cropped(fake_ladder, capsys):
     (["bcd", "-k", "0"], "-k 0: draft at least one token"),
     (["bcd", "--max-new-tokens", "-1"], "--max-new-tokens -1: "),
     (["", "--max-new-tokens", "3"], "the prompt is empty"),
+    (["bcd", "--temperature", "-1"], "--temperature -1.0: use 0 for greedy"),
+    (["bcd", "--temperature", "inf"], "--temperature inf: use 0 for greedy"),
 ])
 def test_cli_bad_arguments_name_what_the_user_typed(fake_ladder, capsys, argv, expected):
     rc, out, err = run(capsys, *argv)

@@ -400,3 +400,18 @@ def test_the_whole_stack_runs_on_a_device_without_float64_or_mixing():
         got = (mtp_propose(base, head, [1, 2, 3]), generate(base, [1, 2], 5, temperature=0.0).tolist(),
                speculative_generate(base, base, [1, 2], 5, k=2)[0].tolist())
     assert got == expected
+
+
+def test_verifiers_refuse_nan_scores_and_non_probabilities():
+    draft = torch.tensor([1])
+    with pytest.raises(ValueError, match="target_logits holds NaN"):
+        greedy_verify(draft, torch.tensor([[0.0, float("nan"), 1.0], [1.0, 0.0, 0.0]]))
+    good = torch.tensor([[0.2, 0.5, 0.3], [1 / 3, 1 / 3, 1 / 3]])
+    q = torch.tensor([[0.1, 0.8, 0.1]])
+    for bad, what in [(torch.tensor([[0.0, 0.0, 0.0], [1.0, 0.0, 0.0]]), "a zero row"),
+                      (torch.tensor([[-0.1, 0.6, 0.5], [1.0, 0.0, 0.0]]), "a negative entry"),
+                      (torch.tensor([[float("inf"), 0.0, 0.0], [1.0, 0.0, 0.0]]), "an infinite entry")]:
+        with pytest.raises(ValueError, match="target_probs must hold probabilities"):
+            speculative_verify(draft, bad, q, generator=torch.Generator().manual_seed(0))
+    with pytest.raises(ValueError, match="draft_probs must hold probabilities"):
+        speculative_verify(draft, good, torch.tensor([[0.0, 0.0, 0.0]]), generator=torch.Generator().manual_seed(0))

@@ -218,7 +218,15 @@ def model_state_to_bytes(model, dtype: torch.dtype = torch.float16) -> bytes:
 def _device(device: str | torch.device) -> torch.device:
     # Provided code must not depend on an exercise (g2c.nn.resolve_device is module 03's).
     if str(device) != "auto":
-        return torch.device(device)
+        try:
+            dev = torch.device(device)
+        except RuntimeError as exc:
+            raise ValueError(f"unknown device {device!r}: use 'auto', 'cpu', 'cuda' or 'mps'") from exc
+        available = {"cpu": True, "cuda": torch.cuda.is_available(),
+                     "mps": getattr(torch.backends, "mps", None) is not None and torch.backends.mps.is_available()}
+        if not available.get(dev.type, False):
+            raise ValueError(f"device {device!r} is not available on this machine; use 'auto' or 'cpu'")
+        return dev
     if torch.cuda.is_available():
         return torch.device("cuda")
     mps = getattr(torch.backends, "mps", None)
@@ -247,9 +255,10 @@ def load_model(name: str, *, device: str | torch.device = "auto", root: Path | N
 
     Raises:
         ValueError: unknown name (the message lists the names) or not a model; a dtype
-            other than float32/bfloat16/float16 (the message lists them).
+            other than float32/bfloat16/float16 (the message lists them); a device torch does
+            not know or this machine lacks ("device ... is not available").
         ArtifactMissingError: missing files; run ``./checkpoints.sh``.
-        ChecksumError: corrupted files; run ``./checkpoints.sh --force``.
+        ChecksumError: corrupted files; run ``./checkpoints.sh`` (it restores them).
     """
     from g2c.transformer import StoryLMConfig
 

@@ -154,6 +154,7 @@ def prepare(source: str | Path | None = None, *, tiny: bool = False, hub: bool =
 
     Raises:
         ValueError: both a file (``--from``/``$G2C_TINYSTORIES``) and ``hub``; pick one.
+        ValueError: the source gives an empty train or validation split (checked before anything is written).
         FileNotFoundError: the file source does not exist, or the shipped sample is missing or
             corrupted (the message says to run ``./checkpoints.sh``, which restores it).
         RuntimeError: ``hub`` and the hub is unreachable (see ``load_hf_stories``).
@@ -197,6 +198,11 @@ def prepare(source: str | Path | None = None, *, tiny: bool = False, hub: bool =
     t0 = time.time()
     stories = read_stories(source) if source else load_hf_stories(tiny=tiny, loader=hf_loader)
     train, val = split_stories(tqdm(stories, desc="split", unit="story", disable=None))
+    if not train or not val:
+        # Checked before anything is written: a too-small source must not replace good data.
+        raise ValueError(f"{_describe(src_id)} gives {len(train)} train / {len(val)} validation stories; both "
+                         f"splits need at least one (about {VAL_PERCENT}% go to validation, so use a file with "
+                         "dozens of stories separated by lines <|endoftext|>). Nothing was changed.")
     out_dir.mkdir(parents=True, exist_ok=True)
     files = {}
     for name, part in (("train.txt", train), ("val.txt", val)):

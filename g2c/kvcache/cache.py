@@ -151,7 +151,7 @@ class KVCache:
                buffers (``test_kvcache_append_writes_after_pointer``).
             2. Return the views of rows ``0 : length + T`` (``test_kvcache_append_returns_visible_rows``).
         """
-        T = self._check_append(k_new, v_new)
+        T = self._check_append(k_new, v_new, layer)
         # TODO: implement this (module 16, see docs/modules/16-kv-cache.md).
         raise NotImplementedError(
             "module 16: KVCache.append in g2c/kvcache/cache.py is not implemented yet. Write it (see "
@@ -160,9 +160,12 @@ class KVCache:
             "G2C_APPLY_SOLUTIONS=01-16 for specdec (python -m g2c.course prereqs ID prints the selector)."
         )
 
-    def _check_append(self, k_new: torch.Tensor, v_new: torch.Tensor) -> int:
-        """``append``'s validation (shapes, capacity); returns T. Provided."""
+    def _check_append(self, k_new: torch.Tensor, v_new: torch.Tensor, layer: int | None = None) -> int:
+        """``append``'s validation (layer index, shapes, capacity); returns T. Provided."""
         name = type(self).__name__
+        if layer is not None and (isinstance(layer, bool) or not isinstance(layer, int)
+                                  or not 0 <= layer < self.num_layers):
+            raise ValueError(f"{name}.append: layer must be an int in [0, {self.num_layers}), got {layer!r}")
         expected = (self.batch_size, self.num_heads, self.head_dim)
         if (k_new.dim() != 4 or k_new.shape != v_new.shape
                 or (k_new.shape[0], k_new.shape[1], k_new.shape[3]) != expected):

@@ -127,7 +127,7 @@ class RaggedKVCache(KVCache):
             ValueError: shapes not (B, H, T, d) of this cache, or ``length + T`` exceeds
                 ``max_seq_len`` (``KVCache.append``'s checks and messages).
         """
-        T = self._check_append(k_new, v_new)
+        T = self._check_append(k_new, v_new, layer)
         pos = self.positions(T).to(self.device)                                           # (B, T)
         rows = torch.arange(self.batch_size, device=self.device).view(-1, 1)              # (B, 1)
         kb, vb = self.keys_buffer[layer], self.values_buffer[layer]

@@ -29,7 +29,9 @@ NEEDS_SOLUTIONS = (
     "python -m g2c.specdec runs your own code, and part of it is not written yet:\n  {err}\n"
     "If that is your g2c/specdec, finish it (tests/test_specdec.py checks it). If it is a module before "
     f"specdec, run with G2C_APPLY_SOLUTIONS={PREREQUISITES}: it applies the reference solutions of modules "
-    "03-11 and 16 (the KV cache this command uses) and keeps your own g2c/specdec."
+    "03-11 and 16 (the KV cache this command uses) and keeps your own g2c/specdec. Sampling "
+    "(--temperature > 0), --drafter ngram/mtp and --controller run the specdec-sampling module's loop: "
+    f"add it, e.g. G2C_APPLY_SOLUTIONS={PREREQUISITES},specdec-sampling, unless you are writing it."
 )
 
 
@@ -133,6 +135,8 @@ def main(argv: list[str] | None = None) -> int:
         return fail(f"-k {args.k}: draft at least one token per target pass (-k 1 or more)")
     if args.max_new_tokens < 0:
         return fail(f"--max-new-tokens {args.max_new_tokens}: the number of tokens to add must be 0 or more")
+    if not 0.0 <= args.temperature < float("inf"):   # also refuses nan
+        return fail(f"--temperature {args.temperature}: use 0 for greedy decoding or a finite value > 0 to sample")
 
     import torch
 
@@ -207,8 +211,9 @@ def main(argv: list[str] | None = None) -> int:
     print(f"k={args.k}: {stats}" if not _uses_sampling_loop(args) else
           f"k={args.k} ({args.controller}), temperature={args.temperature}, seed={args.seed}: {stats}")
     if stats.generated:
+        threads = torch.get_num_threads()
         print(f"{stats.generated / seconds:.1f} tok/s ({stats.generated} tokens in {seconds:.2f} s, "
-              f"{'KV cache' if cached else 'no cache'}, {torch.get_num_threads()} threads)",
+              f"{'KV cache' if cached else 'no cache'}, {threads} thread{'s' if threads != 1 else ''})",
               file=sys.stderr)  # timing varies run to run: stderr, so stdout stays reproducible
     return 0
 

@@ -40,6 +40,9 @@ def _check_block(draft_ids: torch.Tensor, rows: torch.Tensor, name: str, *, extr
             ``rows`` is not (k + extra_rows, V) ("<name> must have shape (n, V)"); a draft id
             lies outside the vocabulary ("draft_ids holds token id x, outside the vocabulary
             [0, V)"), V being ``rows.shape[1]``. A negative id would otherwise read row V-1.
+            ``rows`` holds NaN ("<name> holds NaN"): an argmax or a sample of NaN scores is
+            silently meaningless. A table whose name ends in ``_probs`` must hold probability
+            rows: finite, >= 0, each row with a positive sum ("<name> must hold probabilities").
     """
     if not isinstance(draft_ids, torch.Tensor) or draft_ids.dim() != 1 or draft_ids.numel() == 0:
         shape = tuple(draft_ids.shape) if isinstance(draft_ids, torch.Tensor) else type(draft_ids).__name__
@@ -52,6 +55,12 @@ def _check_block(draft_ids: torch.Tensor, rows: torch.Tensor, name: str, *, extr
         shape = tuple(rows.shape) if isinstance(rows, torch.Tensor) else type(rows).__name__
         raise ValueError(f"{name} must have shape ({num_rows}, V) for a draft of k={k} tokens, got {shape}")
     check_token_ids(draft_ids, rows.shape[1], "draft_ids")
+    if torch.isnan(rows).any():
+        raise ValueError(f"{name} holds NaN; check the model's output (e.g. a temperature of 0 divided into "
+                         "the logits) before verifying")
+    if name.endswith("_probs") and (not torch.isfinite(rows).all() or (rows < 0).any()
+                                    or (rows.sum(dim=-1) <= 0).any()):
+        raise ValueError(f"{name} must hold probabilities: finite, >= 0, every row with a positive sum")
     return k
 
 

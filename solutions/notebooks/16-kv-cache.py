@@ -7,8 +7,8 @@
 # builds that intuition on the StoryLM ladder: you decode by hand with a `KVCache`, measure
 # what the cache buys, and watch speculative decoding commit and roll back cache rows.
 #
-# Run it with your own code (`./notebook.sh 16`) or with the reference solutions
-# (`G2C_APPLY_SOLUTIONS=01-11,16,specdec ./notebook.sh 16`). Lesson: `docs/modules/16-kv-cache.md`.
+# Run it with your own module 16 and the modules it uses solved (`./notebook.sh 16 --apply 01-11,specdec`);
+# `./notebook.sh 16 --solutions` opens the solved copy. Lesson: `docs/modules/16-kv-cache.md`.
 # `G2C_QUICK=1` shrinks every loop (CI uses it).
 
 # %%

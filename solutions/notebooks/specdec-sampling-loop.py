@@ -7,8 +7,8 @@
 # distribution, compares the drafters on open-ended and copy-heavy prompts, and watches the
 # cost-model controller choose k.
 #
-# Lesson: `docs/beyond/specdec-sampling.md`. Run with your own code, or with
-# `G2C_APPLY_SOLUTIONS=01-11,specdec,specdec-sampling` for the reference solutions.
+# Lesson: `docs/beyond/specdec-sampling.md`. Run your own module with the stack solved:
+# `./notebook.sh specdec-sampling --apply 01-16,specdec` (`--solutions` opens the solved copy).
 # `G2C_QUICK=1` shrinks every loop (CI uses it).
 
 # %%

@@ -272,3 +272,10 @@ def test_ladder_corrupted_copy_is_rejected(root):
     flip_byte(artifact_dir("StoryLM-1M", root) / "model.safetensors", -100)
     with pytest.raises(ChecksumError, match=r"model\.safetensors.*\./checkpoints\.sh --force"):
         load_model("StoryLM-1M", device="cpu", root=root)
+
+
+@pytest.mark.parametrize("device, match", [("tpu", "unknown device 'tpu'"), ("nonsense", "unknown device"),
+                                           *([] if torch.cuda.is_available() else [("cuda", "not available")])])
+def test_load_model_refuses_unknown_or_unavailable_devices(device, match):
+    with pytest.raises(ValueError, match=match):
+        artifacts._device(device)

@@ -114,6 +114,17 @@ def test_prepare_writes_split_and_manifest(corpus, tmp_path):
     assert set(manifest["files"]) == {"train.txt", "val.txt"}
 
 
+def test_prepare_refuses_a_source_with_an_empty_split_and_keeps_the_old_data(corpus, tmp_path):
+    out = tmp_path / "data"
+    prepare(corpus, out_dir=out, log=quiet)
+    before = {f.name: f.read_bytes() for f in out.iterdir()}
+    tiny = tmp_path / "two.txt"
+    tiny.write_text("one story\n<|endoftext|>\nanother\n<|endoftext|>\n")
+    with pytest.raises(ValueError, match="0 validation stories.*Nothing was changed"):
+        prepare(tiny, out_dir=out, log=quiet)
+    assert {f.name: f.read_bytes() for f in out.iterdir()} == before
+
+
 def test_prepare_second_call_is_a_no_op(corpus, tmp_path):
     out = tmp_path / "out"
     prepare(corpus, out_dir=out, log=quiet)
