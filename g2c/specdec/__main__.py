@@ -31,7 +31,7 @@ NEEDS_SOLUTIONS = (
     f"specdec, run with G2C_APPLY_SOLUTIONS={PREREQUISITES}: it applies the reference solutions of modules "
     "03-11 and 16 (the KV cache this command uses) and keeps your own g2c/specdec. Sampling "
     "(--temperature > 0), --drafter ngram/mtp and --controller run the specdec-sampling module's loop: "
-    f"add it, e.g. G2C_APPLY_SOLUTIONS={PREREQUISITES},specdec-sampling, unless you are writing it."
+    f"add it in front, e.g. G2C_APPLY_SOLUTIONS=specdec-sampling,{PREREQUISITES}, unless you are writing it."
 )
 
 
