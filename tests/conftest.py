@@ -7,6 +7,7 @@ artifacts are missing they skip with a message naming the command that fetches t
 
 from __future__ import annotations
 
+import functools
 import os
 from pathlib import Path
 
@@ -43,7 +44,8 @@ def pytest_runtest_setup(item: pytest.Item) -> None:
         require_ladder()
 
 
-def _solutions_lines() -> list[str]:
+@functools.cache
+def _solutions_lines() -> tuple[str, ...]:
     """Whose code runs: the modules served from the answer key, and a warning when that includes a
     module the student edited (then its tests grade the answer key, not the student's work)."""
     import g2c
@@ -51,7 +53,7 @@ def _solutions_lines() -> list[str]:
     from g2c.course.hook import _replaced_own_work
 
     if not g2c.APPLIED_SOLUTIONS:
-        return []
+        return ()
     lines = [f"g2c: reference solutions applied for modules {', '.join(g2c.APPLIED_SOLUTIONS)} "
              f"({SOLUTIONS_ENV}={os.environ.get(SOLUTIONS_ENV, '')!r})"]
     replaced = _replaced_own_work(g2c.APPLIED_SOLUTIONS)
@@ -59,11 +61,11 @@ def _solutions_lines() -> list[str]:
         lines.append(f"g2c: WARNING: module(s) {', '.join(replaced)} that you edited run the ANSWER KEY here, not "
                      f"your code; select only the modules before yours (python -m g2c.course prereqs "
                      f"{replaced[-1]} prints the selector)")
-    return lines
+    return tuple(lines)
 
 
 def pytest_report_header(config) -> list[str]:
-    return _solutions_lines()
+    return list(_solutions_lines())
 
 
 def pytest_terminal_summary(terminalreporter) -> None:

@@ -32,6 +32,8 @@ many target passes it takes.
 
 from __future__ import annotations
 
+from .theory import expected_tokens_per_pass, speedup_per_token
+
 __all__ = ["CostModelK", "HeuristicK", "StaticK", "expected_tokens_per_round", "optimal_k", "speedup"]
 
 
@@ -41,36 +43,23 @@ def _check_k(name: str, k) -> int:
     return k
 
 
-def expected_tokens_per_round(alpha: float, k: int) -> float:
-    """E[tokens emitted by one target pass] = 1 + α + ... + α^k = (1 − α^{k+1}) / (1 − α).
-
-    Leviathan et al. 2023, §3.1, equation (1), for i.i.d. per-token acceptance α in [0, 1].
-    Written as the finite sum, so α = 1 gives k + 1 without a division by zero.
-
-    Raises:
-        ValueError: alpha outside [0, 1] or k < 0.
-    """
-    if not 0.0 <= alpha <= 1.0:
-        raise ValueError(f"alpha must be in [0, 1], got {alpha}")
-    if k < 0:
-        raise ValueError(f"k must be >= 0, got {k}")
-    return sum(alpha ** i for i in range(k + 1))
+# The speed-up law lives once, in theory.py (module specdec-lab); the controllers use it under the
+# names this module has always exported.
+expected_tokens_per_round = expected_tokens_per_pass
 
 
 def speedup(alpha: float, k: int, c: float) -> float:
-    """Expected tokens per unit of cost: (1 − α^{k+1}) / ((1 − α)(1 + k·c)) (§3.4, improvement factor).
+    """Expected tokens per unit of cost, (1 − α^{k+1}) / ((1 − α)(1 + k·c)): ``theory.speedup_per_token``.
 
     Raises:
-        ValueError: as ``expected_tokens_per_round``, or c < 0.
+        ValueError: alpha outside [0, 1], k not an int >= 0, c < 0 (see ``theory``).
     """
-    if c < 0:
-        raise ValueError(f"draft cost c must be >= 0 (units of one target pass), got {c}")
-    return expected_tokens_per_round(alpha, k) / (1.0 + k * c)
+    return speedup_per_token(alpha, k, c)
 
 
 def optimal_k(alpha: float, c: float, *, k_min: int = 1, k_max: int = 16) -> int:
     """The k in [k_min, k_max] that maximises ``speedup(alpha, k, c)`` (smallest k on ties)."""
-    return max(range(k_min, k_max + 1), key=lambda k: (speedup(alpha, k, c), -k))
+    return max(range(k_min, k_max + 1), key=lambda k: (speedup_per_token(alpha, k, c), -k))
 
 
 class StaticK:
