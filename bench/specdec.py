@@ -1,20 +1,31 @@
 #!/usr/bin/env python3
-"""Speculative decoding on the StoryLM ladder: losslessness, tokens per pass, wall clock.
+"""Speculative decoding on the StoryLM ladder: every drafter against StoryLM-30M, one run.
 
-    python bench/specdec.py            # the full run (about 10 minutes on 2 CPU cores)
-    python bench/specdec.py --quick    # a smoke run (a minute or two)
+    python bench/specdec.py                 # the drafter table (about 15 minutes on 2 CPU cores)
+    python bench/specdec.py --quick         # a smoke run (a minute or two)
+    python bench/specdec.py --seed-table    # the seed's uncached greedy table (docs/beyond/specdec.md)
 
-For N validation-split prompts it runs plain greedy decoding with the target, then greedy
-speculative decoding with each drafter and draft length k, and MTP self-speculation (an
-``MTPHead`` trained for a few hundred steps on the frozen StoryLM-5M, drafting one token per
-pass for its own base). It prints one table: drafter, target, k, lossless count (speculative
-output byte-identical to plain greedy), acceptance rate, tokens per target pass, plain and
-speculative tokens/s and the speed-up, all measured in this run.
+The drafter table: for N validation-split prompts, the target decodes alone with module 16's
+KV cache (``cached_generate``: the baseline every speed-up divides), then
+``speculative_sample(..., use_cache=True)`` runs every drafter at every k, greedy
+(temperature 0) and sampled (``--temperature``, same seed for every row):
+
+* StoryLM-1M, StoryLM-1M-distilled, StoryLM-5M: ``LMDrafter(model, use_cache=True)``;
+* StoryLM-30M-EAGLE: ``EagleDrafter`` (feature-level drafting on the target's states);
+* StoryLM-30M-MTP: ``CachedMTPDrafter`` (one draft per pass, so k = 1 only);
+* StoryLM-5M-MTP drafting for its own base, StoryLM-5M (its baseline is the 5M alone).
+
+Columns: lossless (greedy: prompts whose output equals plain greedy decoding, token for
+token; sampled: "-"), acceptance rate (accepted / drafted), per-position acceptance (the
+fraction of rounds that drafted >= i tokens whose i-th draft was accepted, i = 1..k), tokens
+per target pass, c (the drafter's seconds per drafted token, its ``propose`` and ``commit``
+together, over the target's seconds per token when it decodes alone), plain and
+speculative tok/s and the speed-up.
 
 Timing (CONVENTIONS §7): one warm-up run, then the median of ``--repeats`` runs, the device
-synchronised before every clock read. Threads: torch's default unless ``--threads``.
-Reference solutions are applied (G2C_APPLY_SOLUTIONS defaults to ``all`` here), so the
-numbers measure the answer key, not a half-finished scaffold.
+synchronised before every clock read (``g2c.nn.time_call``). Threads: torch's default
+unless ``--threads``; the count is printed. Reference solutions are applied
+(``import g2c.course.solved``), so the numbers measure the answer key.
 """
 
 from __future__ import annotations
@@ -28,35 +39,51 @@ import torch
 import g2c.course.solved  # noqa: F401  (first: applies the answer key before course modules load)
 from g2c.assets.artifacts import ArtifactError, load_model
 from g2c.assets.data import load_token_stream, validation_prompts
+from g2c.kvcache import cached_generate
 from g2c.nn import time_call
 from g2c.sampling import generate
 from g2c.specdec import SpecStats, mtp_generate, speculative_generate, train_mtp_head
+from g2c.specdec.drafters import LMDrafter
+from g2c.specdec.eagle import CachedMTPDrafter, EagleDrafter
+from g2c.specdec.loop import speculative_sample
 
 HEADER = ("drafter", "target", "k", "lossless", "acceptance", "tokens/pass", "plain tok/s", "spec tok/s", "speed-up")
+DRAFTER_HEADER = ("drafter", "target", "mode", "k", "lossless", "acceptance", "per-position acceptance",
+                  "tokens/pass", "c", "plain tok/s", "spec tok/s", "speed-up")
+DEFAULT_DRAFTERS = "StoryLM-1M,StoryLM-1M-distilled,StoryLM-5M,StoryLM-30M-EAGLE,StoryLM-30M-MTP,StoryLM-5M-MTP"
 
 
 def parse_args(argv: list[str] | None):
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--target", default="StoryLM-30M")
-    ap.add_argument("--drafters", default="StoryLM-1M,StoryLM-5M")
-    ap.add_argument("--ks", default="1,2,4,8", help="draft lengths for the first drafter; the others use k=4")
+    ap.add_argument("--drafters", default=None,
+                    help=f"comma-separated (default: {DEFAULT_DRAFTERS}; --seed-table: StoryLM-1M,StoryLM-5M)")
+    ap.add_argument("--ks", default="1,2,4,8", help="draft lengths (--seed-table: for the first drafter only)")
     ap.add_argument("--prompts", type=int, default=6)
     ap.add_argument("--prompt-tokens", type=int, default=12)
     ap.add_argument("--new-tokens", type=int, default=48)
-    ap.add_argument("--repeats", type=int, default=3)
-    ap.add_argument("--mtp-base", default="StoryLM-5M")
-    ap.add_argument("--mtp-steps", type=int, default=300)
+    ap.add_argument("--repeats", type=int, default=2)
+    ap.add_argument("--temperature", type=float, default=0.8, help="the sampled rows' temperature (default 0.8)")
+    ap.add_argument("--seed-table", action="store_true",
+                    help="the seed's table instead: uncached greedy, LM drafters, an MTP head trained in the run")
+    ap.add_argument("--mtp-base", default="StoryLM-5M", help="--seed-table: base of the MTP head it trains")
+    ap.add_argument("--mtp-steps", type=int, default=300, help="--seed-table: steps of that head")
     ap.add_argument("--device", default="auto")
     ap.add_argument("--threads", type=int, default=None,
                     help="torch.set_num_threads(N) before timing (default: torch's choice); the count is printed. "
                          "On a shared machine, 1 thread avoids oversubscription")
     ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--out", default=None, help="also write the drafter table (markdown, with the command) here")
     ap.add_argument("--quick", action="store_true", help="smoke run: 2 prompts, 16 tokens, k in {1, 4}, 1 repeat")
     args = ap.parse_args(argv)
     if args.quick:
         args.prompts, args.new_tokens, args.ks, args.repeats, args.mtp_steps = 2, 16, "1,4", 1, 20
     if args.threads is not None and args.threads < 1:
         ap.error(f"--threads {args.threads}: use 1 or more")
+    if not args.temperature > 0:
+        ap.error(f"--temperature {args.temperature}: the sampled rows need a temperature > 0")
+    if args.drafters is None:
+        args.drafters = "StoryLM-1M,StoryLM-5M" if args.seed_table else DEFAULT_DRAFTERS
     return args
 
 
@@ -91,11 +118,138 @@ def train_head(base, args):
     return head
 
 
-def main(argv: list[str] | None = None) -> int:
-    args = parse_args(argv)
-    if args.threads is not None:
-        torch.set_num_threads(args.threads)
-    torch.manual_seed(args.seed)
+class _Timed:
+    """Wraps a drafter: sums the seconds of its ``propose`` and ``commit`` and the tokens drafted."""
+
+    def __init__(self, drafter) -> None:
+        self.inner, self.seconds, self.drafted = drafter, 0.0, 0
+
+    def __getattr__(self, name):
+        return getattr(self.inner, name)
+
+    def start(self, *a, **kw):
+        return self.inner.start(*a, **kw)
+
+    def propose(self, context_ids, k):
+        t0 = time.perf_counter()
+        out = self.inner.propose(context_ids, k)
+        self.seconds += time.perf_counter() - t0
+        self.drafted += len(out[0])
+        return out
+
+    def commit(self, *a, **kw):
+        t0 = time.perf_counter()
+        out = self.inner.commit(*a, **kw)
+        self.seconds += time.perf_counter() - t0
+        return out
+
+
+def make_drafter(name: str, models: dict, sample: bool):
+    model = models[name]
+    if name.endswith("-EAGLE"):
+        return EagleDrafter(model, sample=sample)
+    if name.endswith("-MTP"):
+        return CachedMTPDrafter(model, sample=sample)
+    return LMDrafter(model, sample=sample, use_cache=True)
+
+
+def per_position(rounds: list[tuple[int, int]], k: int) -> str:
+    """'a1/a2/.../ak': of the rounds that drafted >= i tokens, the fraction whose i-th was accepted."""
+    out = []
+    for i in range(1, k + 1):
+        tried = [a for d, a in rounds if d >= i]
+        out.append(f"{sum(a >= i for a in tried) / len(tried):.2f}" if tried else "-")
+    return "/".join(out)
+
+
+def drafter_table(args, argv: list[str] | None = None) -> int:
+    """Every drafter x k x {greedy, sampled} with the KV cache, against cached plain decoding."""
+    ks = [int(k) for k in args.ks.split(",")]
+    names = [d for d in args.drafters.split(",") if d]
+    try:
+        target, tokenizer = load_model(args.target, device=args.device)
+        models = {name: load_model(name, device=args.device)[0] for name in names}
+        prompts = validation_prompts(tokenizer, args.prompts, args.prompt_tokens)
+    except (ArtifactError, FileNotFoundError, ValueError) as err:
+        raise SystemExit(f"bench/specdec.py: {err}") from err
+    device, eos = target.device, tokenizer.eot_id
+    print(f"# bench/specdec.py: {len(prompts)} val prompts x {args.new_tokens} new tokens, device {device}, "
+          f"{torch.get_num_threads()} threads, median of {args.repeats} after 1 warm-up, sampled rows at "
+          f"T={args.temperature}", flush=True)
+    modes = [("greedy", 0.0), (f"T={args.temperature:g}", args.temperature)]
+    baselines = {}
+
+    def plain(base, temperature):
+        key = (id(base), temperature)
+        if key not in baselines:
+            def run():
+                return [cached_generate(base, p, args.new_tokens, temperature=temperature, eos_id=eos,
+                                        generator=torch.Generator().manual_seed(args.seed + i))
+                        for i, p in enumerate(prompts)]
+            timing = time_call(run, device=device, warmup=1, repeats=args.repeats)
+            outs = timing.result
+            tokens = sum(len(o) - len(p) for o, p in zip(outs, prompts))
+            baselines[key] = (timing.median_s, outs, tokens)
+            print(f"  plain cached {getattr(base, 'name', '')} {temperature}: {tokens / timing.median_s:.1f} tok/s",
+                  flush=True)
+        return baselines[key]
+
+    rows = []
+    for name in names:
+        base = models[name].base if name.endswith(("-MTP", "-EAGLE")) else target
+        base_name = args.target if base is target else name.rsplit("-", 1)[0]
+        for mode, temperature in modes:
+            plain_s, reference, plain_tokens = plain(base, temperature)
+            for k in ([1] if name.endswith("-MTP") else ks):
+                rounds, wrapped = [], []
+
+                def run():
+                    rounds.clear()
+                    wrapped.clear()
+                    outs, stats = [], []
+                    for i, p in enumerate(prompts):
+                        d = _Timed(make_drafter(name, models, sample=temperature > 0))
+                        wrapped.append(d)
+                        out, s = speculative_sample(
+                            base, d, p, args.new_tokens, k=k, temperature=temperature, eos_id=eos,
+                            generator=torch.Generator().manual_seed(args.seed + i), use_cache=True,
+                            on_round=lambda r: rounds.append((len(r.draft), r.accepted)))
+                        outs.append(out)
+                        stats.append(s)
+                    return outs, stats
+
+                timing = time_call(run, device=device, warmup=1, repeats=args.repeats)
+                outs, stats_list = timing.result
+                total = sum(stats_list, SpecStats())
+                spec_tps = total.generated / timing.median_s
+                plain_tps = plain_tokens / plain_s
+                draft_s = sum(d.seconds for d in wrapped)
+                drafted = sum(d.drafted for d in wrapped)
+                c = (draft_s / drafted) / (plain_s / plain_tokens) if drafted else float("nan")
+                lossless = (f"{sum(o.tolist() == r.tolist() for o, r in zip(outs, reference))}/{len(outs)}"
+                            if temperature == 0 else "-")
+                rows.append((name, base_name, mode, str(k), lossless, f"{total.acceptance_rate:.3f}",
+                             per_position(rounds, k), f"{total.tokens_per_pass:.2f}", f"{c:.3f}",
+                             f"{plain_tps:.1f}", f"{spec_tps:.1f}", f"{spec_tps / plain_tps:.2f}x"))
+                print("  " + " | ".join(rows[-1]), flush=True)
+    table = "\n".join(["| " + " | ".join(DRAFTER_HEADER) + " |", "|" + "---|" * len(DRAFTER_HEADER)]
+                      + ["| " + " | ".join(row) + " |" for row in rows])
+    note = (f"(device {device}, {torch.get_num_threads()} torch threads, {len(prompts)} validation prompts of "
+            f"{args.prompt_tokens} tokens, {args.new_tokens} new tokens each, median of {args.repeats} after 1 "
+            f"warm-up; plain = cached_generate of the row's target; sampled rows at T={args.temperature:g})")
+    print("\n" + table + "\n\n" + note)
+    if args.out:
+        command = "python bench/specdec.py " + " ".join(sys.argv[1:] if argv is None else argv)
+        from pathlib import Path
+
+        Path(args.out).parent.mkdir(parents=True, exist_ok=True)
+        Path(args.out).write_text(f"Measured with `{command.strip()}`.\n\n{table}\n\n{note}\n")
+        print(f"wrote {args.out}")
+    return 0
+
+
+def seed_table(args) -> int:
+    """The seed's table: uncached greedy speculative decoding with LM drafters + MTP on the 5M."""
     ks = [int(k) for k in args.ks.split(",")]
     drafter_names = [d for d in args.drafters.split(",") if d]
     try:
@@ -141,6 +295,15 @@ def main(argv: list[str] | None = None) -> int:
         print("| " + " | ".join(row) + " |")
     print(f"\n(device {device}, {torch.get_num_threads()} torch threads, median of {args.repeats} after 1 warm-up)")
     return 0
+
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse_args(argv)
+    if args.threads is not None:
+        torch.set_num_threads(args.threads)
+    torch.manual_seed(args.seed)
+    return seed_table(args) if args.seed_table else drafter_table(args, argv)
 
 
 if __name__ == "__main__":

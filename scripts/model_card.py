@@ -4,7 +4,10 @@
     python scripts/model_card.py          # reads artifacts/, runs greedy generation, writes docs/models.md
 
 Every number comes from the artifacts' manifest.json files; the continuations are produced
-now, greedily (temperature 0), by the shipped float16 weights loaded into float32.
+now, greedily (temperature 0), by the shipped float16 weights loaded into float32. The
+training curves (docs/img/ladder-curves.png, docs/img/drafter-curves.png) are drawn from the
+manifests' validation histories with matplotlib, and the drafter benchmark table is the
+file ``bench/specdec.py --out docs/bench/specdec-drafters.md`` wrote (included as is).
 """
 
 from __future__ import annotations
@@ -14,7 +17,7 @@ import sys
 from pathlib import Path
 
 import g2c
-from g2c.assets.artifacts import artifact_dir, load_model, model_names, verify_artifact
+from g2c.assets.artifacts import artifact_dir, drafter_names, load_model, model_names, verify_artifact
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -43,16 +46,70 @@ def sample_rows(name: str) -> list[str]:
     return rows
 
 
+def drafter_row(name: str, m: dict) -> str:
+    """One row of the drafters table from a drafter manifest."""
+    v = m["val"]
+    score = {"lm": f"KL {v['val_kl']:.3f} nats, 1 - TV {v['val_accept']:.3f}",
+             "mtp": f"two-ahead loss {v['val_loss']:.3f}",
+             "eagle": f"SmoothL1 {v['val_reg']:.3f}, CE {v['val_cls']:.3f}"}[m["drafter"]]
+    return (f"| {name} | {m['drafter']} | {m['base']} | {m['parameters']:,} | {m['tokens_seen']:,} | "
+            f"{m['epochs']} | {m['steps']} (best {m['best_step']}) | {score} | {v['val_agree']:.3f} | "
+            f"{m['wall_time_s'] / 60:.1f} min |")
+
+
+def plot_curves(manifests: dict, drafters: dict) -> None:
+    """docs/img/ladder-curves.png and docs/img/drafter-curves.png from the manifests' histories."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    img = ROOT / "docs" / "img"
+    img.mkdir(parents=True, exist_ok=True)
+    fig, ax = plt.subplots(figsize=(6, 3.6))
+    for name, m in manifests.items():
+        h = m["history"]
+        ax.plot([r["step"] for r in h], [r["val_loss"] for r in h], marker="o", label=name)
+    ax.set_xlabel("optimizer step (16 x 256 tokens)")
+    ax.set_ylabel("validation loss (nats)")
+    ax.set_title("StoryLM ladder: validation loss during training")
+    ax.legend()
+    fig.tight_layout()
+    fig.savefig(img / "ladder-curves.png", dpi=100)
+    plt.close(fig)
+    fig, axes = plt.subplots(1, 2, figsize=(10, 3.6))
+    for name, m in drafters.items():
+        h = [r for r in m["history"] if "val_agree" in r]
+        axes[0].plot([r["step"] for r in h], [r["val_agree"] for r in h], marker="o", label=name)
+        first = h[0]["val_score"]
+        axes[1].plot([r["step"] for r in h], [r["val_score"] / first for r in h], marker="o", label=name)
+    axes[0].set_ylabel("val top-1 agreement with the target")
+    axes[1].set_ylabel("val training objective / its value at step 0")
+    for ax in axes:
+        ax.set_xlabel("optimizer step (16 x 256 tokens)")
+        ax.legend(fontsize=8)
+    fig.suptitle("Drafters: validation during training (best weights kept)")
+    fig.tight_layout()
+    fig.savefig(img / "drafter-curves.png", dpi=100)
+    plt.close(fig)
+
+
 def main() -> int:
     os.environ.setdefault("G2C_QUIET", "1")
     g2c.use_solutions(os.environ.get(g2c.course.SOLUTIONS_ENV) or "all")
     tok_manifest = verify_artifact("StoryTokenizer")
     manifests = {name: verify_artifact(name) for name in model_names()}
+    drafters = {name: verify_artifact(name) for name in drafter_names()}
     rows = [model_row(name, m) for name, m in manifests.items()]
     samples = [row for name in manifests for row in sample_rows(name)]
-    size_mb = sum(f.stat().st_size for n in model_names() + ("StoryTokenizer",)
-                  for f in artifact_dir(n).iterdir()) / 2**20
-    (ROOT / "docs" / "models.md").write_text(text := render(tok_manifest, manifests, rows, samples, size_mb))
+    names = model_names() + drafter_names() + ("StoryTokenizer",)
+    size_mb = sum(f.stat().st_size for n in names for f in artifact_dir(n).iterdir()) / 2**20
+    plot_curves(manifests, drafters)
+    bench = ROOT / "docs" / "bench" / "specdec-drafters.md"
+    bench_text = (bench.read_text() if bench.is_file()
+                  else "(run `python bench/specdec.py --out docs/bench/specdec-drafters.md`)")
+    text = render(tok_manifest, manifests, rows, samples, size_mb, drafters, bench_text)
+    (ROOT / "docs" / "models.md").write_text(text)
     print(text)
     return 0
 
@@ -64,9 +121,11 @@ def size_row(name: str, m: dict) -> str:
             f"{m['parameters'] * 4 / 2**20:.1f} MiB |")
 
 
-def render(tok_manifest: dict, manifests: dict, rows: list[str], samples: list[str], size_mb: float) -> str:
+def render(tok_manifest: dict, manifests: dict, rows: list[str], samples: list[str], size_mb: float,
+           drafters: dict, bench_text: str) -> str:
     """The model card's markdown."""
-    sizes = [size_row(name, m) for name, m in manifests.items()]
+    sizes = [size_row(name, m) for name, m in {**manifests, **drafters}.items()]
+    drafter_rows = [drafter_row(name, m) for name, m in drafters.items()]
     first = next(iter(manifests.values()))
     machine = list(manifests.values())[-1]["machine"]
     return f"""# StoryLM model card
@@ -74,8 +133,9 @@ def render(tok_manifest: dict, manifests: dict, rows: list[str], samples: list[s
 The StoryLM ladder: three GPT-2-shaped `TransformerLM`s (CONVENTIONS §4) that share one
 tokenizer, trained by the course's own code on the course's TinyStories training split.
 StoryLM-1M and -5M are cheap drafters; StoryLM-30M is the target of the speculative
-decoding module. All artifacts together take {size_mb:.1f} MiB (weights stored as float16
-safetensors, loaded into float32).
+decoding module. Four more drafters learned from the ladder ship beside it (see
+[Drafters](#drafters)). All model and tokenizer artifacts together take {size_mb:.1f} MiB
+(weights stored as float16 safetensors, loaded into float32).
 
 ## Data and tokenizer
 
@@ -116,6 +176,45 @@ the best validation loss kept. Machine: {machine.replace(" ,", ",")} (the projec
 AMD EPYC VM, no GPU). Each manifest also records the seed, the full validation history and
 the code commit.
 
+![validation loss of the ladder during training](img/ladder-curves.png)
+
+Every run's best validation loss came at its last step: the ladder is under-trained, and more
+steps would still lower it. It was not trained further in the drafter session (see below):
+StoryLM-30M is the target every module's recorded numbers were measured against, and the
+CPU budget went to the drafters.
+
+## Drafters
+
+Learned from the ladder by `g2c/assets/drafters.py` (recipes `DRAFTER_RECIPES`), each on
+the frozen base's final states over the training split (`g2c/assets/features.py`: one
+forward pass of the base, 256-token windows). Validation: the first 64 validation windows
+during training, the whole validation split for the numbers below; the weights with the best
+validation objective are kept and a run stops after 3 checks without improvement.
+"Agreement" is the fraction of validation positions where the drafter's argmax equals the
+target's (for MTP: the head's guess for t+2 against the target's own pick there), the
+teacher-forced proxy of greedy acceptance.
+
+| drafter | kind | serves | parameters | tokens seen | epochs | steps | validation objective | agreement | wall time |
+|---|---|---|---|---|---|---|---|---|---|
+{chr(10).join(drafter_rows)}
+
+- **StoryLM-1M-distilled** (`lm`): StoryLM-1M's architecture, started from its weights, trained
+  on 0.9 x KL(p_30M || q) + 0.1 x data cross-entropy (forward KL at temperature 1; DistillSpec,
+  Zhou et al. 2024). "1 - TV" is the expected acceptance rate of a sampled draft at T = 1.
+- **StoryLM-5M-MTP, StoryLM-30M-MTP** (`mtp`): the course's `MTPHead` (one block + the tied
+  unembedding) on the frozen base (Gloeckle et al. 2024).
+- **StoryLM-30M-EAGLE** (`eagle`): `g2c.specdec.eagle.FeatureDrafter`: fuse(h_t, emb(x_t+1)) ->
+  one block -> predicted h_t+1, decoded by StoryLM-30M's unembedding; loss SmoothL1 + 0.1 x CE
+  with U(-0.1, 0.1) input noise (Li et al., EAGLE, ICML 2024, §4).
+
+`load_model("StoryLM-30M-EAGLE")` returns the head with its base loaded (`head.base`).
+
+![drafters: validation during training](img/drafter-curves.png)
+
+### Measured against StoryLM-30M
+
+{bench_text.strip()}
+
 ## Greedy continuations
 
 Greedy (temperature 0), {NEW_TOKENS} new tokens at most, stopping at `<|endoftext|>`; ⏎ marks a newline.
@@ -129,12 +228,14 @@ Greedy (temperature 0), {NEW_TOKENS} new tokens at most, stopping at `<|endoftex
 ```bash
 ./setup.sh
 ./datasets.sh                             # the shipped TinyStories sample, offline
-./checkpoints.sh --train --force          # tokenizer, then StoryLM-1M, -5M, -30M
+./checkpoints.sh --train --force          # tokenizer, StoryLM-1M, -5M, -30M, then the drafters
+python bench/specdec.py --out docs/bench/specdec-drafters.md   # the drafter table
 python scripts/model_card.py              # rewrites this page
 ./checkpoints.sh                          # verifies every artifact (sha256)
 ```
 
-Training resumes from `runs/<Name>/trainer.pt` if interrupted (drop `--force` to keep a
+Training resumes from `runs/<Name>/trainer.pt` (drafters: `runs/<Name>/drafter.pt`; the base's
+stored states are reused from `runs/features/`) if interrupted (drop `--force` to keep a
 verified artifact). With a GPU the same command runs on CUDA (`device="auto"`).
 """
 

@@ -23,8 +23,10 @@ LADDER_MISSING = (
 
 
 def ladder_paths(root: Path = REPO_ROOT) -> list[Path]:
-    """The weight files every ladder test needs."""
-    return [root / "artifacts" / "models" / name / "model.safetensors" for name in LADDER]
+    """The weight files every ladder test needs: the ladder's and the shipped drafters'."""
+    from g2c.assets.artifacts import DRAFTERS
+
+    return [root / "artifacts" / "models" / name / "model.safetensors" for name in LADDER + tuple(DRAFTERS)]
 
 
 def require_ladder(root: Path = REPO_ROOT) -> None:

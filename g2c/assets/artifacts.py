@@ -29,11 +29,20 @@ ARTIFACTS_DIR = REPO_ROOT / "artifacts"
 TOKENIZER_NAMES = ("StoryTokenizer",)
 CORPUS_NAMES = ("TinyStories-sample",)
 CORPUS_FILE = "tinystories-collected.txt.xz"  # the corpus inside artifacts/corpora/TinyStories-sample/
+# The shipped drafters (recipes in g2c/assets/drafters.py), each tied to the ladder model it
+# serves: "lm" is a standalone TransformerLM (same tokenizer), "mtp" an MTPHead and "eagle" a
+# FeatureDrafter on the frozen base, loaded together with it.
+DRAFTERS: dict[str, dict] = {
+    "StoryLM-1M-distilled": {"kind": "lm", "base": "StoryLM-30M"},
+    "StoryLM-5M-MTP": {"kind": "mtp", "base": "StoryLM-5M"},
+    "StoryLM-30M-MTP": {"kind": "mtp", "base": "StoryLM-30M"},
+    "StoryLM-30M-EAGLE": {"kind": "eagle", "base": "StoryLM-30M"},
+}
 
-__all__ = ["ARTIFACTS_DIR", "CORPUS_FILE", "CORPUS_NAMES", "LOAD_DTYPES", "TOKENIZER_NAMES", "ArtifactError",
-           "ArtifactMissingError", "ChecksumError", "artifact_dir", "artifact_kind", "canonical_name", "corpus_path",
-           "is_verified", "load_model", "load_story_tokenizer", "load_tokenizer", "model_names", "verify_artifact",
-           "write_artifact"]
+__all__ = ["ARTIFACTS_DIR", "ArtifactError", "ArtifactMissingError", "CORPUS_FILE", "CORPUS_NAMES", "ChecksumError",
+           "DRAFTERS", "LOAD_DTYPES", "TOKENIZER_NAMES", "artifact_dir", "artifact_kind", "canonical_name",
+           "corpus_path", "drafter_names", "is_verified", "load_model", "load_story_tokenizer", "load_tokenizer",
+           "model_names", "verify_artifact", "write_artifact"]
 
 
 class ArtifactError(Exception):
@@ -59,6 +68,12 @@ def model_names() -> tuple[str, ...]:
     return tuple(LADDER)
 
 
+def drafter_names() -> tuple[str, ...]:
+    """The shipped drafters (``DRAFTERS``): a distilled StoryLM-1M, MTP heads for StoryLM-5M
+    and -30M, and an EAGLE feature drafter for StoryLM-30M."""
+    return tuple(DRAFTERS)
+
+
 def sha256_file(path: Path) -> str:
     """The hex sha256 of a file, read in 1 MiB chunks (manifests record these)."""
     h = hashlib.sha256()
@@ -74,10 +89,11 @@ def canonical_name(name: str) -> str:
     Raises:
         ValueError: unknown name; the message lists every artifact name.
     """
-    for known in model_names() + TOKENIZER_NAMES + CORPUS_NAMES:
+    names = model_names() + drafter_names() + TOKENIZER_NAMES + CORPUS_NAMES
+    for known in names:
         if known.lower() == str(name).strip().lower():
             return known
-    raise ValueError(f"unknown artifact {name!r}; known: {', '.join(model_names() + TOKENIZER_NAMES + CORPUS_NAMES)}")
+    raise ValueError(f"unknown artifact {name!r}; known: {', '.join(names)}")
 
 
 def artifact_kind(name: str) -> str:
@@ -87,7 +103,9 @@ def artifact_kind(name: str) -> str:
         ValueError: unknown name.
     """
     name = canonical_name(name)
-    return "model" if name in model_names() else "tokenizer" if name in TOKENIZER_NAMES else "corpus"
+    if name in model_names() or name in DRAFTERS:
+        return "model"
+    return "tokenizer" if name in TOKENIZER_NAMES else "corpus"
 
 
 def artifact_dir(name: str, root: Path | None = None) -> Path:
@@ -238,10 +256,12 @@ LOAD_DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": 
 
 def load_model(name: str, *, device: str | torch.device = "auto", root: Path | None = None,
                dtype: torch.dtype | str = torch.float32):
-    """Load a verified StoryLM as a ``TransformerLM`` in eval mode, with its tokenizer.
+    """Load a verified StoryLM, or a shipped drafter, in eval mode, with its tokenizer.
 
     Args:
-        name: ``StoryLM-1M``, ``StoryLM-5M`` or ``StoryLM-30M`` (case-insensitive).
+        name: ``StoryLM-1M``, ``StoryLM-5M``, ``StoryLM-30M``, or a drafter
+            (``drafter_names()``: ``StoryLM-1M-distilled``, ``StoryLM-5M-MTP``,
+            ``StoryLM-30M-MTP``, ``StoryLM-30M-EAGLE``); case-insensitive.
         device: ``"auto"`` (CUDA, MPS, CPU) or an explicit device.
         dtype: parameter dtype, ``torch.float32`` (default: the exactness tests use it),
             ``torch.bfloat16`` (CPU and CUDA: half the bytes per decode step) or
@@ -251,18 +271,21 @@ def load_model(name: str, *, device: str | torch.device = "auto", root: Path | N
             output can differ from float32 where two logits nearly tie.
 
     Returns:
-        (model, tokenizer).
+        (model, tokenizer). A ladder model or ``StoryLM-1M-distilled`` is a
+        ``TransformerLM``; ``*-MTP`` is a ``g2c.specdec.MTPHead`` and ``*-EAGLE`` a
+        ``g2c.specdec.eagle.FeatureDrafter``, each on its frozen base (``head.base``, loaded
+        from its own artifact, same device and dtype).
 
     Raises:
         ValueError: unknown name (the message lists the names) or not a model; a dtype
             other than float32/bfloat16/float16 (the message lists them); a device torch does
             not know or this machine lacks ("device ... is not available").
-        ArtifactMissingError: missing files; run ``./checkpoints.sh``.
+        ArtifactMissingError: missing files (the drafter's or its base's); run ``./checkpoints.sh``.
         ChecksumError: corrupted files; run ``./checkpoints.sh`` (it restores them).
     """
     from g2c.transformer import StoryLMConfig
 
-    known = {m.lower(): m for m in model_names()}
+    known = {m.lower(): m for m in model_names() + drafter_names()}
     if str(name).strip().lower() not in known:
         raise ValueError(f"unknown model {name!r}; models: {', '.join(known.values())}")
     name = known[str(name).strip().lower()]
@@ -272,12 +295,25 @@ def load_model(name: str, *, device: str | torch.device = "auto", root: Path | N
     verify_artifact(name, root)
     folder = artifact_dir(name, root)
     cfg = json.loads((folder / "config.json").read_text())
-    model = StoryLMConfig.from_dict({"name": name, **cfg}).build()
     state = load_file(str(folder / "model.safetensors"))
+    kind = DRAFTERS.get(name, {}).get("kind", "lm")
+    if kind == "lm":
+        model = StoryLMConfig.from_dict({**cfg, "name": name}).build()
+        tokenizer_name = cfg.get("tokenizer", "StoryTokenizer")
+    else:
+        base, tokenizer = load_model(cfg["base"], device=device, root=root, dtype=dtype)
+        if kind == "mtp":
+            from g2c.specdec import MTPHead as head_class
+        else:
+            from g2c.specdec.eagle import FeatureDrafter as head_class
+        model = head_class(base, generator=torch.Generator().manual_seed(0)).to("cpu")  # weights replaced below
+        tokenizer_name = None
     model.load_state_dict({k: v.float() for k, v in state.items()})
     model.eval()
     model.to(_device(device), dtype=dtype)
-    tokenizer = load_tokenizer(cfg.get("tokenizer", "StoryTokenizer"), root=root)
+    if tokenizer_name is None:
+        return model, tokenizer
+    tokenizer = load_tokenizer(tokenizer_name, root=root)
     if tokenizer.vocab_size != model.vocab_size:
         raise ValueError(f"{name}: tokenizer has {tokenizer.vocab_size} ids but the model {model.vocab_size}")
     return model, tokenizer

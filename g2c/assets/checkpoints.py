@@ -1,7 +1,7 @@
 """``./checkpoints.sh``: verify, install or retrain the shipped artifacts.
 
-The artifacts: the TinyStories sample (a corpus: data, never trained), the StoryTokenizer
-and the StoryLM ladder.
+The artifacts: the TinyStories sample (a corpus: data, never trained), the StoryTokenizer,
+the StoryLM ladder and the drafters trained against it (``g2c/assets/drafters.py``).
 
 Usage (``python -m g2c.assets.checkpoints`` is the same)::
 
@@ -10,7 +10,8 @@ Usage (``python -m g2c.assets.checkpoints`` is the same)::
     G2C_ARTIFACTS_URL=https://host/path ./checkpoints.sh
                                           download missing or corrupted artifacts
     ./checkpoints.sh --from DIR --force   also replace verified artifacts
-    ./checkpoints.sh --train [NAME...]    retrain with the recipes in g2c/assets/ladder.py (not the corpus)
+    ./checkpoints.sh --train [NAME...]    retrain with the recipes in g2c/assets/ladder.py and
+                                          g2c/assets/drafters.py (not the corpus)
 
 A missing or corrupted artifact is restored from the first source available: ``--from
 DIR``, then ``$G2C_ARTIFACTS_URL``, then the copy committed in git (``HEAD``). Every
@@ -46,6 +47,7 @@ from g2c.assets.artifacts import (
     artifact_dir,
     artifact_kind,
     canonical_name,
+    drafter_names,
     is_verified,
     model_names,
     verify_artifact,
@@ -73,8 +75,9 @@ def all_names() -> tuple[str, ...]:
 
 
 def trainable_names() -> tuple[str, ...]:
-    """The artifacts ``--train`` rebuilds: the tokenizer, then the models (the corpus is data)."""
-    return TOKENIZER_NAMES + model_names()
+    """The artifacts ``--train`` rebuilds: the tokenizer, the ladder, then the drafters that
+    learn from it (the corpus is data)."""
+    return TOKENIZER_NAMES + model_names() + drafter_names()
 
 
 def resolve_names(names: list[str] | None) -> list[str]:
@@ -118,11 +121,15 @@ def _line(name: str, root: Path | None, state: str, manifest: dict | None, note:
     if manifest is not None:
         if _kind(name) == "model" and "val_loss" in manifest:
             extra = f"val_loss {manifest['val_loss']:.4f}"
+        elif _kind(name) == "model" and "drafter" in manifest:
+            agree = manifest.get("val", {}).get("val_agree")
+            extra = f"{manifest['drafter']} drafter for {manifest.get('base', '?')}" + (
+                f", val top-1 agreement {agree:.3f}" if isinstance(agree, float) else "")
         elif _kind(name) == "tokenizer":
             extra = f"vocab {manifest.get('recipe', {}).get('vocab_size', '?')}"
         elif _kind(name) == "corpus":
             extra = f"{manifest.get('stories', '?'):,} stories, {manifest.get('license', '?')}"
-    text = f"{name:<18} {state:<8} {_human(size) if size else '-':>9}  {extra}".rstrip()
+    text = f"{name:<20} {state:<8} {_human(size) if size else '-':>9}  {extra}".rstrip()
     return f"{text}  ({note})" if note else text
 
 
@@ -301,7 +308,7 @@ def train(names: list[str], *, force: bool, root: Path | None, out=print) -> int
         print("checkpoints: error: training runs the course's code with every reference solution applied; "
               "run ./checkpoints.sh --train (it selects them) or set G2C_APPLY_SOLUTIONS=all", file=sys.stderr)
         return 1
-    from g2c.assets import ladder
+    from g2c.assets import drafters, ladder
 
     if "StoryTokenizer" in todo and any(is_verified(m) for m in model_names() if m not in todo):
         out("checkpoints: warning: a new StoryTokenizer does not match the models trained with the old one; "
@@ -310,6 +317,8 @@ def train(names: list[str], *, force: bool, root: Path | None, out=print) -> int
         try:
             if name == "StoryTokenizer":
                 ladder.train_tokenizer(force=True)
+            elif name in drafter_names():
+                drafters.train_drafter(name, force=force)
             else:
                 ladder.train_model(name, force=force)
         except (FileNotFoundError, ValueError) as exc:  # e.g. data not prepared, tokenizer missing
@@ -337,11 +346,14 @@ examples:
   {URL_ENV}=https://host/g2c ./checkpoints.sh
                                            download <URL>/models/<Name>/manifest.json and its files
   ./checkpoints.sh --train StoryLM-1M      retrain one model (resumes runs/<Name>/ if present)
-  ./checkpoints.sh --train --force         retrain all four from scratch, tokenizer first
+  ./checkpoints.sh --train StoryLM-30M-EAGLE
+                                           retrain one drafter (resumes runs/<Name>/drafter.pt)
+  ./checkpoints.sh --train --force         retrain everything from scratch: tokenizer, ladder, drafters
                                            (the TinyStories sample is data: verified and restored, never trained)""")
     ap.add_argument("names", nargs="*", metavar="NAME", help="artifacts to act on (default: all)")
     ap.add_argument("--train", nargs="*", metavar="NAME",
-                    help="retrain these (default: all, tokenizer first) with the recipes in g2c/assets/ladder.py; "
+                    help="retrain these (default: all, tokenizer first) with the recipes in g2c/assets/ladder.py "
+                         "and g2c/assets/drafters.py; "
                          "needs ./datasets.sh first; applies G2C_APPLY_SOLUTIONS=all")
     ap.add_argument("--from", dest="source", metavar="DIR", help="install from a mirror laid out like artifacts/")
     ap.add_argument("--force", action="store_true", help="replace verified artifacts (install or retrain)")
@@ -351,6 +363,12 @@ examples:
 
 def main(argv: list[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
+    if "--train" in argv and not _solutions_applied() and not loaded_course_modules():
+        # The recipes run the course's own code with the reference solutions applied. Select
+        # them before anything imports a course module (the parser's help lists the ladder's
+        # names, which come from module 09).
+        os.environ.setdefault("G2C_QUIET", "1")
+        g2c.use_solutions("all")
     args = build_parser().parse_args(argv)
     corpora = {c.lower(): c for c in CORPUS_NAMES}
     data_only = [corpora[n.strip().lower()] for n in (args.train or []) + args.names if n.strip().lower() in corpora]
@@ -358,11 +376,6 @@ def main(argv: list[str] | None = None) -> int:
         print(f"checkpoints: error: {', '.join(data_only)} is data, not trained: ./checkpoints.sh restores "
               "it from --from, $G2C_ARTIFACTS_URL or git", file=sys.stderr)
         return 2
-    if args.train is not None and not _solutions_applied() and not loaded_course_modules():
-        # The recipes run the course's own code with the reference solutions applied. Select
-        # them before anything imports a course module (the ladder's names come from module 09).
-        os.environ.setdefault("G2C_QUIET", "1")
-        g2c.use_solutions("all")
     try:
         names = resolve_names((args.train or []) + args.names)
     except ValueError as exc:

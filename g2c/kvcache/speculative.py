@@ -139,7 +139,8 @@ class CachedScorer:
 
     Attributes:
         model, cache (``KVCache.for_model(model)``), start, refill_tokens,
-        reserved: rows the last ``extend`` appended (its block length).
+        reserved: rows the last ``extend`` appended (its block length),
+        last_states: the final states (T, D) of the block the last ``extend`` fed.
 
     Raises:
         TypeError: the model has no ``blocks`` / ``token_embed`` / ``pos_embed`` (not a
@@ -163,6 +164,7 @@ class CachedScorer:
         self.start = 0
         self.refill_tokens = refill
         self.reserved = 0
+        self.last_states = None
         self.device = model.token_embed.weight.device
 
     def __repr__(self) -> str:
@@ -177,13 +179,16 @@ class CachedScorer:
         """Extra tokens that fit after the pending ones of ``ids`` without a re-prefill."""
         return self.window - self.cache.length - (len(ids) - self.start - self.cache.length)
 
-    def prefill(self, ids) -> None:
-        """Cache every token of ``ids`` (1-D, list or tensor) but the last, cropped to the window."""
+    def prefill(self, ids) -> torch.Tensor | None:
+        """Cache every token of ``ids`` (1-D, list or tensor) but the last, cropped to the window.
+        Returns the final states (T', D) of the cached tokens (None when there were none): a
+        drafter that lives on the target's states (``EagleDrafter``) starts from them."""
         ids = _as_list(ids)
         self.cache.reset()
         self.start = max(0, len(ids) - self.window)
         if len(ids) - 1 > self.start:
-            cached_hidden_states(self.model, _row(ids[self.start:-1], self.device), self.cache)
+            return cached_hidden_states(self.model, _row(ids[self.start:-1], self.device), self.cache)[0]
+        return None
 
     def refill(self, ids, num_extra: int = 0) -> None:
         """Empty the cache; keep the last min(refill_tokens, max_seq_len - num_extra) tokens of
@@ -217,6 +222,7 @@ class CachedScorer:
         before = self.cache.length
         hidden = cached_hidden_states(self.model, _row(block, self.device), self.cache)[0]   # (T, D)
         self.reserved = self.cache.length - before
+        self.last_states = hidden                   # the block's final states, for state-hungry drafters
         return unembed(self.model, hidden[-num_rows:])                                      # (num_rows, V)
 
     def draft(self, ids, k: int, choose: Callable[[torch.Tensor], tuple[int, torch.Tensor | None]] = _argmax,

@@ -6,6 +6,7 @@ apart from the tokens the target made itself (correction and bonus tokens): gree
 terminal, ``[in brackets]`` otherwise. Then the ``SpecStats``.
 
     python -m g2c.specdec "Once upon a time" --drafter StoryLM-1M --target StoryLM-30M -k 4
+    python -m g2c.specdec "Once upon a time" --drafter StoryLM-30M-EAGLE -k 4     # feature-level drafting
 
 Errors are one line on stderr naming what you typed, with exit status 1 (2 when part of
 the course code is not written yet): ``-k`` below 1, a negative ``--max-new-tokens``, an
@@ -30,7 +31,8 @@ NEEDS_SOLUTIONS = (
     "If that is your g2c/specdec, finish it (tests/test_specdec.py checks it). If it is a module before "
     f"specdec, run with G2C_APPLY_SOLUTIONS={PREREQUISITES}: it applies the reference solutions of modules "
     "03-11 and 16 (the KV cache this command uses) and keeps your own g2c/specdec. Sampling "
-    "(--temperature > 0), --drafter ngram/mtp and --controller run the specdec-sampling module's loop: "
+    "(--temperature > 0), --drafter ngram/mtp/StoryLM-30M-EAGLE and --controller run the specdec-sampling "
+    "module's loop: "
     f"add it in front, e.g. G2C_APPLY_SOLUTIONS=specdec-sampling,{PREREQUISITES}, unless you are writing it."
 )
 
@@ -62,7 +64,12 @@ def fail(message: str) -> int:
 def _uses_sampling_loop(args) -> bool:
     """specdec-sampling: anything but a greedy, static-k LM drafter runs ``speculative_sample``."""
     return (args.temperature != 0.0 or args.controller != "static" or args.drafter.lower() in ("mtp", "ngram")
-            or args.top_k is not None or args.top_p is not None)
+            or _is_head(args.drafter) or args.top_k is not None or args.top_p is not None)
+
+
+def _is_head(name: str) -> bool:
+    """A shipped drafter that lives on the target's states (``StoryLM-30M-EAGLE``, ``*-MTP``)."""
+    return name.lower().endswith(("-eagle", "-mtp"))
 
 
 def _sampled_run(args, target, drafter_model, prompt_ids, eos_id, *, on_pass, use_cache=False):
@@ -77,6 +84,11 @@ def _sampled_run(args, target, drafter_model, prompt_ids, eos_id, *, on_pass, us
     name = args.drafter.lower()
     if name == "ngram":
         drafter = NGramDrafter()
+    elif _is_head(name):
+        from g2c.specdec.eagle import CachedMTPDrafter, EagleDrafter
+
+        make = EagleDrafter if name.endswith("-eagle") else CachedMTPDrafter
+        drafter = make(drafter_model, sample=args.temperature > 0)
     elif name == "mtp":
         drafter = MTPDrafter(_train_mtp_head(target, steps=args.mtp_steps, seed=args.seed),
                              sample=args.temperature > 0)
@@ -111,13 +123,15 @@ def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog="python -m g2c.specdec", description=__doc__,
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("prompt", nargs="?", default="Once upon a time")
-    ap.add_argument("--drafter", default="StoryLM-1M")
+    ap.add_argument("--drafter", default="StoryLM-1M",
+                    help="a StoryLM, StoryLM-1M-distilled, StoryLM-30M-EAGLE or StoryLM-30M-MTP (they draft for "
+                         "StoryLM-30M), StoryLM-5M-MTP (for StoryLM-5M), mtp (a head trained now) or ngram")
     ap.add_argument("--target", default="StoryLM-30M")
     ap.add_argument("-k", type=int, default=4, help="draft tokens per target pass (default 4)")
     ap.add_argument("--max-new-tokens", type=int, default=60)
     ap.add_argument("--device", default="auto")
     ap.add_argument("--color", choices=("auto", "always", "never"), default="auto")
-    # specdec-sampling: any drafter by name (a StoryLM, "mtp", "ngram"), sampling, dynamic k
+    # specdec-sampling: any drafter by name (a StoryLM, a shipped drafter, "mtp", "ngram"), sampling, dynamic k
     ap.add_argument("--temperature", type=float, default=0.0, help="0 = greedy (default); > 0 samples")
     ap.add_argument("--top-k", type=int, default=None)
     ap.add_argument("--top-p", type=float, default=None)
@@ -161,10 +175,17 @@ def main(argv: list[str] | None = None) -> int:
             except ValueError as err:                   # an unknown model name
                 return fail(f"{flag} {name}: {err}")
         (target, tokenizer), (drafter, _) = models["--target"], models["--drafter"]
+        if _is_head(args.drafter):            # EAGLE / MTP heads draft for the base they were trained on
+            from g2c.assets.artifacts import DRAFTERS, canonical_name
+
+            base = DRAFTERS[canonical_name(args.drafter)]["base"]
+            if canonical_name(args.target) != base:
+                return fail(f"--drafter {args.drafter} drafts from {base}'s hidden states; use --target {base}")
+            target = drafter.base             # one copy of the target: the head's own base
         prompt_ids = tokenizer.encode(args.prompt)
         if not prompt_ids:
             return fail("the prompt is empty; give some text to continue, e.g. \"Once upon a time\"")
-        window = min(target.max_seq_len, (drafter if drafter is not None else target).max_seq_len)
+        window = min(target.max_seq_len, getattr(drafter, "max_seq_len", target.max_seq_len))
         if len(prompt_ids) > window:
             print(f"python -m g2c.specdec: note: the prompt is {len(prompt_ids)} tokens but the models read only "
                   f"the last {window} (their context window); the text before those is ignored", file=sys.stderr)
@@ -173,8 +194,8 @@ def main(argv: list[str] | None = None) -> int:
         from g2c.transformer import TransformerLM
         synchronize(target.device)
         started = time.perf_counter()
-        cached = not args.no_cache and all(isinstance(m, TransformerLM) for m in (target, drafter)
-                                           if m is not None) and args.drafter.lower() != "mtp"
+        cached = (not args.no_cache and isinstance(target, TransformerLM) and args.drafter.lower() != "mtp"
+                  and (drafter is None or isinstance(drafter, TransformerLM) or _is_head(args.drafter)))
         if _uses_sampling_loop(args):
             out, stats = _sampled_run(args, target, drafter, prompt_ids, tokenizer.eot_id, use_cache=cached,
                                       on_pass=lambda emitted, n: passes.append((list(emitted), n)))

@@ -44,6 +44,13 @@ hooks filled in.
     from the verification pass that was just run, so a drafter that lives inside the target
     (MTP, EAGLE) drafts without a pass of its own.
 
+``incremental_hidden: bool`` (optional, default False)
+    True for a drafter that keeps its own record of the target's states and reads only the
+    rows it has not seen yet (``g2c.specdec.eagle.EagleDrafter``, ``CachedMTPDrafter``). Such
+    a drafter also runs with a cached target (``use_cache=True``), which hands ``commit``
+    just the states of the positions that pass committed (the prompt's prefill rows are
+    prepended on the first pass).
+
 Sources: the draft/verify split follows Leviathan, Kalman, Matias (ICML 2023) §2;
 transformers' ``CandidateGenerator`` (``get_candidates`` / ``update_candidate_strategy``)
 and vLLM's proposers use the same split. Prompt lookup: Saxena, "Prompt Lookup Decoding"

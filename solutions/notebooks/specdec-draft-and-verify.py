@@ -274,16 +274,33 @@ ax_acc.legend()
 plt.tight_layout()
 plt.show()
 
-g = torch.Generator().manual_seed(1)
-val = []
-with torch.no_grad():
-    for _ in range(2 if QUICK else 8):
-        starts = torch.randint(0, len(val_ids) - T, (B,), generator=g)
-        x = torch.stack([torch.from_numpy(val_ids[s:s + T].astype("int64")) for s in starts.tolist()])
-        val.append({name: float(v) for name, v in mtp_metrics(base, head, x).items()})
-mean = {name: statistics.fmean(m[name] for m in val) for name in val[0]}
+def validation_metrics(base, head):
+    """Mean ``mtp_metrics`` over the same random validation batches (seed 1) for any head."""
+    g = torch.Generator().manual_seed(1)
+    val = []
+    with torch.no_grad():
+        for _ in range(2 if QUICK else 8):
+            starts = torch.randint(0, len(val_ids) - T, (B,), generator=g)
+            x = torch.stack([torch.from_numpy(val_ids[s:s + T].astype("int64")) for s in starts.tolist()])
+            val.append({name: float(v) for name, v in mtp_metrics(base, head, x).items()})
+    return {name: statistics.fmean(m[name] for m in val) for name in val[0]}
+
+
+mean = validation_metrics(base, head)
 print(f"validation: head two-ahead loss {mean['loss']:.3f}, top-1 {mean['accuracy']:.3f}   |   "
       f"base one-ahead loss {mean['base_loss']:.3f}, top-1 {mean['base_accuracy']:.3f}")
+
+# %% [markdown]
+# **The shipped head.** `StoryLM-5M-MTP` is the same `MTPHead` on the same frozen StoryLM-5M,
+# trained by `./checkpoints.sh --train StoryLM-5M-MTP` until its validation loss stopped
+# improving (its curve is in `docs/models.md`). `load_model` returns it with its own copy of the
+# base (`shipped.base`, the same weights as `base`). Score it on the same validation batches.
+
+# %%
+shipped, _ = load_model("StoryLM-5M-MTP", device=DEVICE)
+mean_shipped = validation_metrics(shipped.base, shipped)
+print(f"validation: your head  two-ahead loss {mean['loss']:.3f}, top-1 {mean['accuracy']:.3f}")
+print(f"validation: shipped    two-ahead loss {mean_shipped['loss']:.3f}, top-1 {mean_shipped['accuracy']:.3f}")
 
 # %% [markdown]
 # **Question:** Compare the head's two-ahead top-1 accuracy with the base's one-ahead accuracy on
@@ -353,13 +370,16 @@ def self_speculate(base, head, prompt_ids, max_new_tokens):
 
 
 # %%
-mine, fused = [], []
+mine, fused, shipped_stats = [], [], []
 for prompt in PROMPTS:
     ids = tok.encode(prompt)
     plain = generate(base, torch.tensor(ids), N_NEW, temperature=0.0)
     out, s_fused = mtp_generate(base, head, ids, N_NEW)
     assert torch.equal(plain, out), "mtp_generate changed the base's greedy output"
     fused.append(s_fused)
+    out, s_shipped = mtp_generate(shipped.base, shipped, ids, N_NEW)
+    assert torch.equal(plain, out), "the shipped head changed the base's greedy output"
+    shipped_stats.append(s_shipped)
     if mine is not None:
         try:
             out, s_mine = self_speculate(base, head, ids, N_NEW)
@@ -376,6 +396,7 @@ table = [(f"{name} drafts for StoryLM-30M, k={k}", results[(name, k)]) for name 
 if mine is not None:
     table.append(("MTP head, your loop (2 passes/round)", pooled(mine)))
 table.append(("MTP head, mtp_generate", pooled(fused)))
+table.append(("shipped StoryLM-5M-MTP, mtp_generate", pooled(shipped_stats)))
 print(f"\n{'':40s} {'acceptance':>10s} {'tokens/pass':>12s}")
 for label, s in table:
     print(f"{label:40s} {s.acceptance_rate:10.2f} {s.tokens_per_pass:12.2f}")

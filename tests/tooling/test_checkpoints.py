@@ -20,6 +20,7 @@ from g2c.assets.artifacts import (
     ArtifactMissingError,
     ChecksumError,
     artifact_dir,
+    drafter_names,
     model_names,
     verify_artifact,
     write_artifact,
@@ -37,12 +38,16 @@ def flip_byte(path: Path, offset: int = -1) -> None:
 
 
 def fill(root: Path, tag: bytes = b"v1") -> Path:
-    """A complete artifacts tree: the real corpus and tokenizer, three stand-in models (bytes, not weights)."""
+    """A complete artifacts tree: the real corpus and tokenizer, stand-in models and drafters (bytes, not weights)."""
     shutil.copytree(artifact_dir("TinyStories-sample"), artifact_dir("TinyStories-sample", root))
     shutil.copytree(artifact_dir("StoryTokenizer"), artifact_dir("StoryTokenizer", root))
     for name in model_names():
         write_artifact(name, {"model.safetensors": tag + name.encode() * 50, "config.json": b"{}"},
                        {"name": name, "kind": "model", "val_loss": VAL_LOSS[name]}, root=root)
+    for name in drafter_names():
+        write_artifact(name, {"model.safetensors": tag + name.encode() * 20, "config.json": b"{}"},
+                       {"name": name, "kind": "model", "drafter": "mtp", "base": "StoryLM-30M",
+                        "val": {"val_agree": 0.5}}, root=root)
     return root
 
 
@@ -83,7 +88,7 @@ def test_verify_all_ok_prints_one_line_each(capsys, mirror):
     assert "vocab 4096" in lines[1]
     assert "val_loss 3.5000" in lines[2] and "val_loss 2.0000" in lines[4]
     assert "KB" in lines[1]
-    assert "5/5 artifacts OK" in out
+    assert "9/9 artifacts OK" in out
 
 
 def test_verify_corrupt_reports_and_fails(capsys, mirror):
@@ -93,14 +98,14 @@ def test_verify_corrupt_reports_and_fails(capsys, mirror):
     line = next(line for line in out.splitlines() if line.startswith("StoryLM-5M"))
     assert line.split()[1] == "CORRUPT"
     assert "checksum mismatch" in err and "--from DIR" in err and "$G2C_ARTIFACTS_URL" in err
-    assert "4/5 artifacts OK" in err
+    assert "8/9 artifacts OK" in err
 
 
 def test_verify_missing_reports_and_fails(capsys, mirror):
     shutil.rmtree(artifact_dir("StoryLM-30M", mirror))
     rc, out, err = run(capsys, "--root", mirror)
     assert rc == 1
-    assert "StoryLM-30M        MISSING" in out
+    assert "StoryLM-30M          MISSING" in out
     assert "./checkpoints.sh --train StoryLM-30M" in err
 
 
@@ -113,7 +118,7 @@ def test_verify_selected_names_case_insensitive(capsys, mirror):
 
 def test_verify_shipped_corpus(capsys):
     rc, out, _ = run(capsys, "tinystories-sample")
-    assert rc == 0 and out.startswith("TinyStories-sample OK")
+    assert rc == 0 and out.startswith("TinyStories-sample   OK")
     manifest = verify_artifact("TinyStories-sample")
     assert manifest["kind"] == "corpus" and manifest["license"] == "CDLA-Sharing-1.0"
     assert set(manifest["files"]) == {"tinystories-collected.txt.xz", "LICENSE.md"}
@@ -126,7 +131,7 @@ def test_verify_repairs_a_corrupted_corpus_from_a_mirror(capsys, mirror, tmp_pat
     root = fill(tmp_path / "root")
     flip_byte(artifact_dir("TinyStories-sample", root) / "tinystories-collected.txt.xz", 100)
     rc, out, err = run(capsys, "--root", root)
-    assert rc == 1 and "TinyStories-sample CORRUPT" in out and "checksum mismatch" in err
+    assert rc == 1 and "TinyStories-sample   CORRUPT" in out and "checksum mismatch" in err
     assert "--train TinyStories-sample" not in err  # data is restored, never trained
     rc, out, _ = run(capsys, "--root", root, "--from", mirror)
     assert rc == 0 and "was CORRUPT: installed from" in out
@@ -140,13 +145,13 @@ def test_train_refuses_the_corpus(capsys):
 
 def test_verify_shipped_tokenizer(capsys):
     rc, out, _ = run(capsys, "StoryTokenizer")
-    assert rc == 0 and out.startswith("StoryTokenizer     OK")
+    assert rc == 0 and out.startswith("StoryTokenizer       OK")
 
 
 def test_unknown_name_lists_names(capsys, mirror):
     rc, _, err = run(capsys, "StoryLM-2M", "--root", mirror)
     assert rc == 2
-    assert "unknown artifact 'StoryLM-2M'" in err and "StoryLM-30M, StoryTokenizer" in err
+    assert "unknown artifact 'StoryLM-2M'" in err and "StoryLM-30M-EAGLE, StoryTokenizer" in err
 
 
 # -- --from ----------------------------------------------------------------------------------
@@ -156,7 +161,7 @@ def test_from_installs_everything(capsys, mirror, root):
     assert rc == 0, out
     for name in checkpoints.all_names():
         assert verify_artifact(name, root)["files"] == verify_artifact(name, mirror)["files"]
-    assert out.count(f"installed from {mirror}") == 5
+    assert out.count(f"installed from {mirror}") == 9
     assert not [p for p in (root / "models").iterdir() if p.name.startswith(".")]  # no temp folder left
 
 
@@ -176,7 +181,7 @@ def test_from_refuses_to_overwrite_verified_without_force(capsys, mirror, tmp_pa
     mine = weights(root)
     rc, out, _ = run(capsys, "--root", root, "--from", mirror)
     assert rc == 0
-    assert out.count("already installed and verified; --force replaces it") == 5
+    assert out.count("already installed and verified; --force replaces it") == 9
     assert weights(root) == mine
     rc, out, _ = run(capsys, "--root", root, "--from", mirror, "--force")
     assert rc == 0
@@ -188,7 +193,7 @@ def test_from_repairs_a_corrupted_install_without_force(capsys, mirror, tmp_path
     flip_byte(artifact_dir("StoryLM-1M", root) / "model.safetensors")
     rc, out, _ = run(capsys, "--root", root, "--from", mirror)
     assert rc == 0
-    assert "StoryLM-1M         OK" in out
+    assert "StoryLM-1M           OK" in out
     verify_artifact("StoryLM-1M", root)
 
 
@@ -234,7 +239,7 @@ def test_url_downloads_missing_artifacts_over_http(capsys, monkeypatch, server, 
     monkeypatch.setenv(checkpoints.URL_ENV, server + "/")
     rc, out, _ = run(capsys, "--root", root)
     assert rc == 0, out
-    assert out.count(f"downloaded from {server}/") == 5
+    assert out.count(f"downloaded from {server}/") == 9
     assert weights(root, "StoryLM-30M") == weights(mirror, "StoryLM-30M")
 
 
@@ -267,7 +272,7 @@ def test_url_missing_artifact_on_server(capsys, monkeypatch, server, mirror, roo
     monkeypatch.setenv(checkpoints.URL_ENV, server)
     rc, out, err = run(capsys, "--root", root)
     assert rc == 1
-    assert "StoryLM-5M         MISSING" in out and "404" in err
+    assert "StoryLM-5M           MISSING" in out and "404" in err
 
 
 def test_url_manifest_with_unsafe_file_name_is_rejected(tmp_path, root):

@@ -121,24 +121,36 @@ class CachedTarget:
     the pending token(s) + the k' drafts (k'+1 rows reserved, a re-prefill first when they
     do not fit the window: ``g2c.kvcache.CachedScorer``); ``commit`` crops the cache to the
     committed context, rolling back the k' - accepted rejected rows by moving the pointer, and
-    reports the round to ``on_round`` as a ``g2c.kvcache.RoundRecord``. The scored block's
-    states are not returned: a drafter that needs the target's states over the whole window
-    (``wants_target_hidden``) runs uncached.
+    reports the round to ``on_round`` as a ``g2c.kvcache.RoundRecord``. With
+    ``want_hidden`` (a drafter with ``incremental_hidden``, e.g. ``EagleDrafter``) ``score``
+    also returns the final states of the rows this pass computed, the prompt's prefill rows
+    prepended on the first pass: exactly the committed positions the drafter has not seen.
     """
 
-    def __init__(self, target, *, drafter=None, on_round: Callable[[RoundRecord], None] | None = None) -> None:
+    def __init__(self, target, *, drafter=None, on_round: Callable[[RoundRecord], None] | None = None,
+                 want_hidden: bool = False) -> None:
         self.scorer = CachedScorer(target)
         self.drafter = drafter
         self.on_round = on_round
+        self.want_hidden = want_hidden
+        self._prefill_states = None
         self._draft: list[int] = []
         self._length = 0
 
     def start(self, prompt_ids: torch.Tensor) -> None:
-        self.scorer.prefill(prompt_ids)
+        self._prefill_states = self.scorer.prefill(prompt_ids)
 
     def score(self, context_ids: torch.Tensor, draft_ids: torch.Tensor):
         self._draft, self._length = draft_ids.tolist(), len(context_ids)
-        return self.scorer.extend(context_ids, self._draft, num_rows=len(self._draft) + 1), None   # (k'+1, V)
+        logits = self.scorer.extend(context_ids, self._draft, num_rows=len(self._draft) + 1)   # (k'+1, V)
+        if not self.want_hidden:
+            return logits, None
+        states = self.scorer.last_states                                           # (T, D) of the scored block
+        if self._prefill_states is not None:
+            if self.scorer.start == 0 and self.scorer.reserved == states.shape[0]:
+                states = torch.cat([self._prefill_states, states])
+            self._prefill_states = None
+        return logits, states
 
     def commit(self, context_ids: torch.Tensor, num_accepted: int) -> None:
         cache = self.scorer.cache
@@ -234,8 +246,10 @@ def speculative_sample(target, drafter, prompt_ids, max_new_tokens: int, *, k: i
             (``FullContextTarget``). True keeps the target's keys/values in a module 16
             ``KVCache`` (``CachedTarget``): each round is ONE cached pass over the pending
             token + the k' drafts, and the rejected rows are rolled back by pointer after
-            verification. Needs a ``TransformerLM`` target and a drafter without
-            ``wants_target_hidden``. Pair it with ``LMDrafter(model, use_cache=True)`` so the
+            verification. Needs a ``TransformerLM`` target, and a drafter without
+            ``wants_target_hidden`` or with ``incremental_hidden`` (``EagleDrafter``,
+            ``CachedMTPDrafter``: they get the states of the rows each pass committed). Pair
+            it with ``LMDrafter(model, use_cache=True)`` so the
             drafter caches too. Same tokens and counters as uncached while prompt + output
             + k fit the target's window (same generator draws: the logits agree to float
             rounding); past the window the cache re-prefills its last
@@ -295,7 +309,7 @@ def speculative_sample(target, drafter, prompt_ids, max_new_tokens: int, *, k: i
         raise ValueError(f"target max_seq_len={target.max_seq_len} leaves no room for a draft; need >= 2")
     controller = StaticK(k) if controller is None else controller
     want_hidden = bool(getattr(drafter, "wants_target_hidden", False))
-    if use_cache and want_hidden:
+    if use_cache and want_hidden and not getattr(drafter, "incremental_hidden", False):
         raise ValueError(f"use_cache=True cannot serve {type(drafter).__name__}: it drafts from the target's "
                          "states over the whole window every round, which a cached pass does not compute; "
                          "pass use_cache=False (or use g2c.kvcache.mtp_generate_cached for MTP)")
@@ -307,7 +321,8 @@ def speculative_sample(target, drafter, prompt_ids, max_new_tokens: int, *, k: i
     for m in models:
         m.eval()
     try:
-        target_state = (CachedTarget(target, drafter=drafter, on_round=on_round) if use_cache
+        target_state = (CachedTarget(target, drafter=drafter, on_round=on_round, want_hidden=want_hidden)
+                        if use_cache
                         else FullContextTarget(target, want_hidden=want_hidden))
         target_state.start(ids)           # the cached target prefills every prompt token but the last
         # BEGIN SOLUTION

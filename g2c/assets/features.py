@@ -1,0 +1,116 @@
+"""A frozen target's final states over a token stream, computed once and kept on disk.
+
+The drafters of ``g2c.assets.drafters`` all learn from a frozen model's view of the
+training stream: the distilled StoryLM-1M from StoryLM-30M's next-token distributions,
+the MTP heads and the EAGLE drafter from the base's final states h_t. Those come from one
+forward pass of the base over the stream, cut into non-overlapping windows of ``context``
+tokens (the states a window's position j sees are those of a j+1-token context, exactly
+what inference over that window computes). The pass is written to
+``runs/features/<base>/<split>-ctx<context>.f16`` (a float16 ``numpy.memmap`` of shape
+(num_windows * context, D)) with a ``.json`` record beside it; the logits are never stored:
+they are ``unembed(h)``, one matrix product away (StoryLM-30M: 1.6 GB of states instead of
+13 GB of logits for the training split).
+
+The pass is resumable (the record counts finished windows) and is redone when the base's
+weights change (the record holds their sha256).
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import torch
+
+from g2c.assets.artifacts import verify_artifact
+from g2c.assets.data import load_token_stream
+from g2c.course import REPO_ROOT
+
+FEATURES_DIR = REPO_ROOT / "runs" / "features"
+
+__all__ = ["FEATURES_DIR", "Features", "target_features"]
+
+
+class Features:
+    """A stream's tokens and the base's states, window by window.
+
+    Attributes:
+        ids: (N,) int64 CPU tensor, the first N = num_windows * context tokens of the stream.
+        states: (N, D) float16 ``numpy.memmap``; row i is the base's final (post-LayerNorm)
+            state at token i, computed inside i's window.
+        context: window length; ``num_windows``.
+    """
+
+    def __init__(self, ids: torch.Tensor, states: np.ndarray, context: int) -> None:
+        self.ids, self.states, self.context = ids, states, context
+        self.num_windows = ids.numel() // context
+
+    def batch(self, windows: torch.Tensor, device: torch.device | str = "cpu") -> tuple[torch.Tensor, torch.Tensor]:
+        """(ids (B, context) int64, states (B, context, D) float32) of the given window numbers, on ``device``."""
+        idx = (windows.view(-1, 1) * self.context + torch.arange(self.context)).view(-1)        # (B*context,)
+        ids = self.ids[idx].view(len(windows), self.context)
+        rows = np.sort(idx.numpy())
+        order = np.argsort(np.argsort(idx.numpy()))
+        states = torch.from_numpy(np.asarray(self.states[rows])[order].astype(np.float32))
+        return ids.to(device), states.view(len(windows), self.context, -1).to(device)
+
+
+@torch.no_grad()
+def target_features(base, base_name: str, split: str, *, context: int = 256, batch_size: int = 16,
+                    progress: bool = True, log=print) -> Features:
+    """The base's final states over ``split``'s token stream, computed (or resumed) once.
+
+    Args:
+        base: the loaded ``TransformerLM`` (eval mode, float32), ``base_name``'s weights.
+        base_name: its artifact name (the cache folder and the weights' sha256 come from it).
+        split: ``"train"`` or ``"val"`` (``./datasets.sh`` prepares them).
+        context: window length, <= ``base.max_seq_len``.
+        batch_size: windows per forward pass.
+
+    Returns:
+        ``Features`` over the first ``(len(stream) // context) * context`` tokens.
+
+    Raises:
+        ValueError: context outside [2, base.max_seq_len].
+        FileNotFoundError: the split is not prepared (run ``./datasets.sh``).
+    """
+    if not 2 <= context <= base.max_seq_len:
+        raise ValueError(f"context must be in [2, max_seq_len={base.max_seq_len}], got {context}")
+    stream = load_token_stream(split)
+    num_windows = len(stream) // context
+    ids = torch.from_numpy(np.asarray(stream[:num_windows * context]).astype(np.int64))
+    folder = FEATURES_DIR / base_name
+    folder.mkdir(parents=True, exist_ok=True)
+    path, record_path = folder / f"{split}-ctx{context}.f16", folder / f"{split}-ctx{context}.json"
+    weights = verify_artifact(base_name)["files"]["model.safetensors"]
+    want = {"base": base_name, "weights_sha256": weights, "split": split, "context": context,
+            "num_windows": num_windows, "dim": base.embedding_dim}
+    record = json.loads(record_path.read_text()) if record_path.is_file() else {}
+    done = record.get("done", 0) if {k: record.get(k) for k in want} == want and path.is_file() else 0
+    shape = (num_windows * context, base.embedding_dim)
+    states = np.memmap(path, dtype=np.float16, mode="r+" if done else "w+", shape=shape)
+    if done < num_windows:
+        from tqdm.auto import tqdm
+
+        log(f"features: {base_name} over {split} ({num_windows} windows of {context}), from window {done}")
+        device = base.token_embed.weight.device
+        bar = tqdm(total=num_windows, initial=done, desc=f"{base_name} states ({split})", disable=not progress)
+        while done < num_windows:
+            n = min(batch_size, num_windows - done)
+            x = ids[done * context:(done + n) * context].view(n, context).to(device)            # (n, context)
+            h = base.hidden_states(x).reshape(n * context, -1)                                   # (n*context, D)
+            states[done * context:(done + n) * context] = h.to(torch.float16).cpu().numpy()
+            done += n
+            if done % (8 * batch_size) == 0 or done == num_windows:
+                states.flush()
+                record_path.write_text(json.dumps({**want, "done": done}))
+            bar.update(n)
+        bar.close()
+    states = np.memmap(path, dtype=np.float16, mode="r", shape=shape)
+    return Features(ids, states, context)
+
+
+def feature_cache_path(base_name: str, split: str, context: int = 256) -> Path:
+    """Where ``target_features`` keeps ``base_name``'s states over ``split``."""
+    return FEATURES_DIR / base_name / f"{split}-ctx{context}.f16"

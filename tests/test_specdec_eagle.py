@@ -1,0 +1,247 @@
+"""EAGLE-style feature drafting (``g2c.specdec.eagle``): the head, its loss, and its cached
+drafter behind the speculative loop.
+
+Needs module 16 and specdec-sampling solved (``G2C_APPLY_SOLUTIONS=01-16,specdec,specdec-sampling``
+or ``all``) for the loop tests; the head and loss tests run on the provided code alone.
+
+Oracles:
+* losslessness: greedy output equals plain greedy decoding of the target, token for token,
+  with the target cached or not;
+* the drafter's incremental cache: after every ``commit`` the drafter's next feature equals
+  ``FeatureDrafter`` run from scratch over the target's TRUE states of the whole committed
+  context (a drafter that forgot to roll back its speculative rows, or fed a state to the
+  wrong position, fails it: ``test_forgotten_rollback_is_caught``);
+* cached vs uncached target: the same drafts and counters (greedy) and the same sequence
+  draw for draw (sampled, same seed), as for the LM drafters.
+
+Tiny random ``TransformerLM`` s (V = 32) keep every test to a fraction of a second.
+"""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from test_kvcache_speculative import V, _lm, _prompt
+
+from g2c.sampling import generate
+from g2c.specdec import MTPHead
+from g2c.specdec.drafters import MTPDrafter
+from g2c.specdec.eagle import CachedMTPDrafter, EagleDrafter, FeatureDrafter, eagle_loss
+from g2c.specdec.loop import speculative_sample
+
+
+def _head(target, seed: int = 0, scale: float = 1.0) -> FeatureDrafter:
+    head = FeatureDrafter(target, generator=torch.Generator().manual_seed(seed)).eval()
+    with torch.no_grad():
+        head.fuse.weight.mul_(scale)
+    return head
+
+
+def _spec(target, drafter, n=30, *, use_cache, seed=0, **kw):
+    passes = []
+    ids, stats = speculative_sample(target, drafter, kw.pop("prompt", _prompt()), n, use_cache=use_cache,
+                                    generator=torch.Generator().manual_seed(seed),
+                                    on_pass=lambda e, a: passes.append((list(e), a)), **kw)
+    return ids.tolist(), (stats.target_passes, stats.drafted, stats.accepted, stats.generated), passes
+
+
+_TRAINED = {}
+
+
+def _trained_head(target) -> FeatureDrafter:
+    """A head trained for 60 steps on the target's own greedy continuations (about a second):
+    it agrees with the target often enough that drafts get accepted."""
+    if id(target) not in _TRAINED:
+        from g2c.training import AdamW
+
+        g = torch.Generator().manual_seed(11)
+        prompts = torch.randint(0, V, (8, 4), generator=g)
+        ids = torch.stack([generate(target, p, 40, temperature=0.0) for p in prompts])          # (8, 44)
+        with torch.no_grad():
+            states = target.hidden_states(ids)
+        head = _head(target).train()
+        opt = AdamW(head.parameters(), lr=3e-3, weight_decay=0.0)
+        for _ in range(60):
+            out = eagle_loss(head, states, ids, generator=g)
+            opt.zero_grad()
+            out["loss"].backward()
+            opt.step()
+        _TRAINED[id(target)] = (target, head.eval())
+    return _TRAINED[id(target)][1]
+
+
+class _CheckedEagle(EagleDrafter):
+    """Compares the drafter's incremental state with a from-scratch run after every commit."""
+
+    checks = 0
+
+    def commit(self, context_ids, num_accepted, *, target_hidden=None):
+        super().commit(context_ids, num_accepted, target_hidden=target_hidden)
+        if self._out is None or len(context_ids) > self.window:
+            return
+        base = self.head.base
+        states = base.hidden_states(context_ids[:-1].unsqueeze(0))                       # (1, N-1, D)
+        want = self.head(states, context_ids[1:].unsqueeze(0))[0, -1]                    # predicts h_{N-1}
+        torch.testing.assert_close(self._out[1], want, atol=1e-4, rtol=1e-4)
+        type(self).checks += 1
+
+
+# -- the head and its loss -----------------------------------------------------------------------
+def test_feature_drafter_shapes_and_frozen_base():
+    target = _lm(2)
+    head = _head(target)
+    h = target.hidden_states(_prompt(6).unsqueeze(0))                                    # (1, 6, 16)
+    out = head(h, _prompt(6, seed=3).unsqueeze(0))
+    assert out.shape == (1, 6, 16)
+    assert head.logits(out).shape == (1, 6, V)
+    names = {n for n, _ in head.named_parameters()} if hasattr(head, "named_parameters") else None
+    assert all(p is not target.token_embed.weight for p in head.parameters())          # base stays frozen
+    assert names is None or not any(n.startswith("base") for n in names)
+    with pytest.raises(ValueError, match="FeatureDrafter expects hidden"):
+        head(h[0], _prompt(6).unsqueeze(0))
+
+
+def test_eagle_loss_alignment():
+    """A head that returns the TRUE next state has zero regression loss, agrees everywhere,
+    and its classification term is the target's own entropy; shifting by one position breaks it."""
+    target = _lm(2)
+    ids = torch.randint(0, V, (2, 12), generator=torch.Generator().manual_seed(1))
+    states = target.hidden_states(ids)
+    head = _head(target)
+
+    class Oracle(FeatureDrafter):
+        shift = 1
+
+        def forward(self, hidden, next_ids):       # row t must predict h_{t+1}
+            return states[:, self.shift:self.shift + hidden.shape[1]]
+
+    oracle = Oracle(target)
+    out = eagle_loss(oracle, states, ids, noise=0.0)
+    assert float(out["reg"].detach()) == 0.0 and float(out["agree"]) == 1.0
+    p = torch.softmax(target.unembed(states[:, 1:-1]), -1)
+    entropy = -(p * p.log()).sum(-1).mean()
+    torch.testing.assert_close(out["cls"], entropy, atol=1e-5, rtol=1e-5)
+    Oracle.shift = 0                                  # the classic off-by-one: predicting h_t itself
+    wrong = eagle_loss(oracle, states, ids, noise=0.0)
+    assert float(wrong["reg"].detach()) > 0.01 and float(wrong["agree"]) < 0.9
+    assert float(eagle_loss(head, states, ids, noise=0.0)["reg"]) > 0.01
+
+
+def test_eagle_training_lowers_the_loss():
+    """Twenty AdamW steps on one batch of the target's states: the regression term falls by more
+    than a third (0.44 -> 0.27 on this seed) and greedy agreement with the target rises from
+    about 0.01 (chance is 1/32) to about 0.4. (The total is dominated by the classification
+    term's floor, the target's own entropy, ~3.4 nats, so it is not the quantity to test.)"""
+    from g2c.training import AdamW
+
+    target = _lm(2)
+    ids = torch.randint(0, V, (4, 24), generator=torch.Generator().manual_seed(5))
+    with torch.no_grad():
+        states = target.hidden_states(ids)
+    head = _head(target).train()
+    opt = AdamW(head.parameters(), lr=3e-3, weight_decay=0.0)
+    g = torch.Generator().manual_seed(0)
+    first = eagle_loss(head, states, ids, noise=0.0)
+    for _ in range(20):
+        out = eagle_loss(head, states, ids, generator=g)
+        opt.zero_grad()
+        out["loss"].backward()
+        opt.step()
+    last = eagle_loss(head, states, ids, noise=0.0)
+    assert float(last["reg"]) < 0.67 * float(first["reg"])
+    assert float(last["agree"]) > float(first["agree"]) + 0.2
+
+
+# -- the drafter behind the loop ----------------------------------------------------------------
+@pytest.mark.parametrize("k", [1, 3, 5])
+@pytest.mark.parametrize("use_cache", [False, True])
+def test_eagle_greedy_is_lossless_and_incremental_state_is_exact(k, use_cache):
+    target = _lm(2)
+    want = generate(target, _prompt(), 30, temperature=0.0).tolist()
+    _CheckedEagle.checks = 0
+    got, stats, _ = _spec(target, _CheckedEagle(_trained_head(target)), k=k, temperature=0.0,
+                          use_cache=use_cache)
+    assert got == want
+    assert _CheckedEagle.checks >= stats[0] - 1          # checked after every pass
+    assert 0 < stats[2] < stats[1]                        # accepted some drafts and rejected some
+
+
+def test_eagle_cached_and_uncached_targets_agree():
+    target = _lm(2)
+    for case in (dict(temperature=0.0), dict(temperature=1.0), dict(temperature=0.8, top_k=5)):
+        for seed in range(3):
+            runs = [_spec(target, EagleDrafter(_head(target, scale=3.0), sample=True), use_cache=c, seed=seed,
+                          k=3, **case) for c in (False, True)]
+            assert runs[0] == runs[1], f"{case}, seed {seed}"
+
+
+def test_eagle_past_the_window_keeps_drafting():
+    """48-token window, 70 new tokens: the target and the drafter both re-prefill. Inside the
+    window the output is plain greedy decoding; past it every loop crops its context its own
+    way (module 16), so the check there is that the drafter resynchronises: it still gets
+    drafts accepted in the last 25 tokens, where a drafter fed misaligned states would not."""
+    target = _lm(2)
+    want = generate(target, _prompt(), 70, temperature=0.0).tolist()
+    for use_cache in (False, True):
+        got, stats, passes = _spec(target, EagleDrafter(_trained_head(target)), 70, k=4, temperature=0.0,
+                                   use_cache=use_cache)
+        assert got[:40] == want[:40]
+        assert stats[3] == 70 and len(got) == 75
+        tail, accepted = 0, 0
+        for emitted, num_accepted in reversed(passes):
+            if tail >= 25:
+                break
+            tail += len(emitted)
+            accepted += num_accepted
+        assert accepted > 0
+
+
+def test_forgotten_rollback_is_caught():
+    """The classic bug: keep the speculative rows of a rejected draft in the drafter's cache."""
+
+    class Leaky(_CheckedEagle):
+        def commit(self, context_ids, num_accepted, *, target_hidden=None):
+            self.cache.crop = lambda n: 0                 # never roll back
+            super().commit(context_ids, num_accepted, target_hidden=target_hidden)
+
+    target = _lm(2)
+    with pytest.raises(AssertionError):
+        _spec(target, Leaky(_head(target)), k=4, temperature=0.0, use_cache=True)
+
+
+def test_cached_mtp_drafter_equals_mtp_drafter():
+    target = _lm(2)
+    head = MTPHead(target, generator=torch.Generator().manual_seed(0)).eval()
+    for case in (dict(temperature=0.0), dict(temperature=1.0)):
+        want = _spec(target, MTPDrafter(head, sample=True), use_cache=False, k=1, **case)
+        for use_cache in (False, True):
+            assert _spec(target, CachedMTPDrafter(head, sample=True), use_cache=use_cache, k=1, **case) == want
+
+
+def test_mtp_drafter_still_refused_with_use_cache():
+    target = _lm(2)
+    head = MTPHead(target, generator=torch.Generator().manual_seed(0))
+    with pytest.raises(ValueError, match="use_cache=True cannot serve MTPDrafter"):
+        speculative_sample(target, MTPDrafter(head), _prompt(), 4, use_cache=True)
+
+
+# -- the shipped EAGLE drafter from the command line ---------------------------------------------
+@pytest.mark.ladder
+def test_cli_runs_the_shipped_eagle_drafter(capsys):
+    from g2c.specdec.__main__ import main
+
+    rc = main(["Once upon a time", "--drafter", "StoryLM-30M-EAGLE", "--max-new-tokens", "12",
+               "--color", "never", "--device", "cpu"])
+    out, err = capsys.readouterr()
+    assert rc == 0, err
+    assert out.startswith("Once upon a time") and "target_passes=" in out
+
+
+@pytest.mark.ladder
+def test_cli_head_drafter_needs_its_base(capsys):
+    from g2c.specdec.__main__ import main
+
+    rc = main(["Once", "--drafter", "storylm-30m-eagle", "--target", "StoryLM-5M", "--device", "cpu"])
+    _, err = capsys.readouterr()
+    assert rc == 1 and err.count("\n") == 1
+    assert "drafts from StoryLM-30M's hidden states; use --target StoryLM-30M" in err
