@@ -112,7 +112,8 @@ MODULES: tuple[CourseModule, ...] = (
         files=("g2c/specdec/drafters.py", "g2c/specdec/loop.py", "g2c/specdec/controllers.py"),
         lesson="docs/beyond/specdec-sampling.md",
         notebook="notebooks/clean/specdec-sampling-loop.ipynb",
-        tests=("tests/test_specdec_sampling.py", "tests/test_specdec_sampling_cached.py", "tests/test_specdec_eagle.py"),
+        tests=("tests/test_specdec_sampling.py", "tests/test_specdec_sampling_cached.py",
+               "tests/test_specdec_eagle.py"),
     ),
     CourseModule(
         id="specdec-trees",
