@@ -332,3 +332,21 @@ def test_help_lists_the_options(capsys):
     for word in ("--train", "--from", "--force", "G2C_ARTIFACTS_URL", "StoryLM-30M", "case-insensitive"):
         assert word in out
     assert "--root" not in out  # a hidden option for tests
+
+
+def test_train_selects_the_solutions_before_anything_imports_a_course_module():
+    """A fresh process: ``--train`` must apply every reference solution itself, even though the
+    parser's help lists the ladder's names (module 09's LADDER). Regression: building the parser
+    first imported module 09, and every ``./checkpoints.sh --train`` then refused to run."""
+    import os
+    import sys
+
+    code = ("import g2c, g2c.assets.checkpoints as c\n"
+            "from g2c.course import module_ids\n"
+            "c.train = lambda *a, **k: print('applied', set(module_ids()) <= set(g2c.APPLIED_SOLUTIONS)) or 0\n"
+            "raise SystemExit(c.main(['--train', 'StoryLM-1M']))\n")
+    env = {k: v for k, v in os.environ.items() if k != "G2C_APPLY_SOLUTIONS"}
+    proc = subprocess.run([sys.executable, "-c", code], cwd=REPO_ROOT, env=env, capture_output=True, text=True,
+                          timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    assert "applied True" in proc.stdout
