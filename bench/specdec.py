@@ -37,7 +37,7 @@ import time
 import torch
 
 import g2c.course.solved  # noqa: F401  (first: applies the answer key before course modules load)
-from g2c.assets.artifacts import ArtifactError, load_model
+from g2c.assets.artifacts import DRAFTERS, ArtifactError, canonical_name, load_model, model_names
 from g2c.assets.data import load_token_stream, validation_prompts
 from g2c.kvcache import cached_generate
 from g2c.nn import time_call
@@ -53,37 +53,64 @@ DRAFTER_HEADER = ("drafter", "target", "mode", "k", "lossless", "acceptance", "p
 DEFAULT_DRAFTERS = "StoryLM-1M,StoryLM-1M-distilled,StoryLM-5M,StoryLM-30M-EAGLE,StoryLM-30M-MTP,StoryLM-5M-MTP"
 
 
+FULL = dict(prompts=6, new_tokens=48, ks="1,2,4,8", repeats=2, mtp_steps=300)
+QUICK = dict(prompts=2, new_tokens=16, ks="1,4", repeats=1, mtp_steps=20)
+
+
 def parse_args(argv: list[str] | None):
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--target", default="StoryLM-30M")
+    ap.add_argument("--target", default="StoryLM-30M", help="a ladder model (head drafters use their own base)")
     ap.add_argument("--drafters", default=None,
-                    help=f"comma-separated (default: {DEFAULT_DRAFTERS}; --seed-table: StoryLM-1M,StoryLM-5M)")
-    ap.add_argument("--ks", default="1,2,4,8", help="draft lengths (--seed-table: for the first drafter only)")
-    ap.add_argument("--prompts", type=int, default=6)
+                    help=f"comma-separated, any case (default: {DEFAULT_DRAFTERS}; --seed-table: "
+                         "StoryLM-1M,StoryLM-5M)")
+    ap.add_argument("--ks", default=None, help="draft lengths, e.g. 1,2,4,8 (--seed-table: the first drafter's)")
+    ap.add_argument("--prompts", type=int, default=None, help="validation prompts (default 6; --quick 2)")
     ap.add_argument("--prompt-tokens", type=int, default=12)
-    ap.add_argument("--new-tokens", type=int, default=48)
-    ap.add_argument("--repeats", type=int, default=2)
+    ap.add_argument("--new-tokens", type=int, default=None, help="tokens per prompt (default 48; --quick 16)")
+    ap.add_argument("--repeats", type=int, default=None, help="timed runs after one warm-up (default 2; --quick 1)")
     ap.add_argument("--temperature", type=float, default=0.8, help="the sampled rows' temperature (default 0.8)")
     ap.add_argument("--seed-table", action="store_true",
                     help="the seed's table instead: uncached greedy, LM drafters, an MTP head trained in the run")
     ap.add_argument("--mtp-base", default="StoryLM-5M", help="--seed-table: base of the MTP head it trains")
-    ap.add_argument("--mtp-steps", type=int, default=300, help="--seed-table: steps of that head")
+    ap.add_argument("--mtp-steps", type=int, default=None, help="--seed-table: steps of that head (default 300)")
     ap.add_argument("--device", default="auto")
     ap.add_argument("--threads", type=int, default=None,
                     help="torch.set_num_threads(N) before timing (default: torch's choice); the count is printed. "
                          "On a shared machine, 1 thread avoids oversubscription")
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--out", default=None, help="also write the drafter table (markdown, with the command) here")
-    ap.add_argument("--quick", action="store_true", help="smoke run: 2 prompts, 16 tokens, k in {1, 4}, 1 repeat")
+    ap.add_argument("--quick", action="store_true",
+                    help="smoke run: 2 prompts, 16 tokens, k in {1, 4}, 1 repeat (options you give still win)")
     args = ap.parse_args(argv)
-    if args.quick:
-        args.prompts, args.new_tokens, args.ks, args.repeats, args.mtp_steps = 2, 16, "1,4", 1, 20
+    for key, value in (QUICK if args.quick else FULL).items():
+        if getattr(args, key) is None:
+            setattr(args, key, value)
+    try:
+        ks = [int(k) for k in args.ks.split(",")]
+    except ValueError:
+        ap.error(f"--ks {args.ks}: give comma-separated draft lengths, e.g. 1,2,4,8")
+    for flag, value in (("--ks", min(ks)), ("--prompts", args.prompts), ("--prompt-tokens", args.prompt_tokens),
+                        ("--new-tokens", args.new_tokens), ("--repeats", args.repeats)):
+        if value < 1:
+            ap.error(f"{flag} {value}: use 1 or more")
+    if args.mtp_steps < 0:
+        ap.error(f"--mtp-steps {args.mtp_steps}: use 0 (no MTP row) or more")
     if args.threads is not None and args.threads < 1:
         ap.error(f"--threads {args.threads}: use 1 or more")
     if not args.temperature > 0:
         ap.error(f"--temperature {args.temperature}: the sampled rows need a temperature > 0")
     if args.drafters is None:
         args.drafters = "StoryLM-1M,StoryLM-5M" if args.seed_table else DEFAULT_DRAFTERS
+    try:
+        args.target = canonical_name(args.target)
+        names = [canonical_name(d.strip()) for d in args.drafters.split(",") if d.strip()]
+    except ValueError as err:
+        ap.error(str(err))
+    if args.target not in model_names():
+        ap.error(f"--target {args.target}: use a ladder model ({', '.join(model_names())})")
+    if not names:
+        ap.error("--drafters: name at least one drafter")
+    args.drafters = ",".join(names)
     return args
 
 
@@ -145,10 +172,10 @@ class _Timed:
 
 
 def make_drafter(name: str, models: dict, sample: bool):
-    model = models[name]
-    if name.endswith("-EAGLE"):
+    model, kind = models[name], DRAFTERS.get(name, {}).get("kind", "lm")
+    if kind == "eagle":
         return EagleDrafter(model, sample=sample)
-    if name.endswith("-MTP"):
+    if kind == "mtp":
         return CachedMTPDrafter(model, sample=sample)
     return LMDrafter(model, sample=sample, use_cache=True)
 
@@ -179,7 +206,7 @@ def drafter_table(args, argv: list[str] | None = None) -> int:
     modes = [("greedy", 0.0), (f"T={args.temperature:g}", args.temperature)]
     baselines = {}
 
-    def plain(base, temperature):
+    def plain(base, base_name, temperature):
         key = (id(base), temperature)
         if key not in baselines:
             def run():
@@ -190,17 +217,20 @@ def drafter_table(args, argv: list[str] | None = None) -> int:
             outs = timing.result
             tokens = sum(len(o) - len(p) for o, p in zip(outs, prompts))
             baselines[key] = (timing.median_s, outs, tokens)
-            print(f"  plain cached {getattr(base, 'name', '')} {temperature}: {tokens / timing.median_s:.1f} tok/s",
-                  flush=True)
+            print(f"  plain cached {base_name}, T={temperature:g}: {tokens / timing.median_s:.1f} tok/s", flush=True)
         return baselines[key]
 
     rows = []
     for name in names:
-        base = models[name].base if name.endswith(("-MTP", "-EAGLE")) else target
-        base_name = args.target if base is target else name.rsplit("-", 1)[0]
+        kind = DRAFTERS.get(name, {}).get("kind", "lm")
+        base_name = DRAFTERS[name]["base"] if kind in ("mtp", "eagle") else args.target
+        base = models[name].base if kind in ("mtp", "eagle") else target
+        if base_name != args.target:
+            print(f"  note: {name} drafts from {base_name}'s states: its rows use {base_name} as the target",
+                  flush=True)
         for mode, temperature in modes:
-            plain_s, reference, plain_tokens = plain(base, temperature)
-            for k in ([1] if name.endswith("-MTP") else ks):
+            plain_s, reference, plain_tokens = plain(base, base_name, temperature)
+            for k in ([1] if kind == "mtp" else ks):
                 rounds, wrapped = [], []
 
                 def run():

@@ -148,7 +148,7 @@ def test_eagle_training_lowers_the_loss():
         out["loss"].backward()
         opt.step()
     last = eagle_loss(head, states, ids, noise=0.0)
-    assert float(last["reg"]) < 0.67 * float(first["reg"])
+    assert float(last["reg"].detach()) < 0.67 * float(first["reg"].detach())
     assert float(last["agree"]) > float(first["agree"]) + 0.2
 
 
@@ -245,3 +245,51 @@ def test_cli_head_drafter_needs_its_base(capsys):
     _, err = capsys.readouterr()
     assert rc == 1 and err.count("\n") == 1
     assert "drafts from StoryLM-30M's hidden states; use --target StoryLM-30M" in err
+
+
+# -- bad input: clear errors, before the first round -------------------------------------------
+def test_head_on_another_base_is_refused_before_drafting():
+    target, other = _lm(2), _lm(3, dim=8, layers=1)
+    for drafter in (EagleDrafter(_head(other)),
+                    CachedMTPDrafter(MTPHead(other, generator=torch.Generator().manual_seed(0))),
+                    MTPDrafter(MTPHead(other, generator=torch.Generator().manual_seed(0)))):
+        for use_cache in (False, True):
+            if use_cache and isinstance(drafter, MTPDrafter):
+                continue
+            with pytest.raises(ValueError, match=r"base with \(V, D\) = \(32, 8\), but the target has \(32, 16\)"):
+                speculative_sample(target, drafter, _prompt(), 4, use_cache=use_cache)
+
+
+def test_wrong_head_kind_is_a_type_error():
+    target = _lm(2)
+    mtp = MTPHead(target, generator=torch.Generator().manual_seed(0))
+    with pytest.raises(TypeError, match="EagleDrafter needs a FeatureDrafter"):
+        EagleDrafter(mtp)
+    with pytest.raises(TypeError, match="CachedMTPDrafter needs a MTPHead"):
+        CachedMTPDrafter(_head(target))
+    with pytest.raises(TypeError, match="got TransformerLM"):
+        EagleDrafter(target)
+
+
+def test_k_beyond_half_the_window_is_capped_not_an_overflow():
+    """k = 40 in a 48-token window: the drafter drafts at most 24 per round instead of overflowing
+    its cache. (Output equals plain greedy while prompt + output + draft fit the window, 19 tokens
+    here; past that the target re-prefills, module 16's policy, as for any drafter.)"""
+    target = _lm(2)
+    want = generate(target, _prompt(), 60, temperature=0.0).tolist()
+    got, stats, passes = _spec(target, EagleDrafter(_trained_head(target)), 60, k=40, temperature=0.0,
+                               use_cache=True)
+    assert got[:5 + 19] == want[:5 + 19] and stats[3] == 60
+    assert max(len(e) - 1 for e, _ in passes) <= 24 and stats[1] > 24
+
+
+def test_eagle_loss_and_head_validate_their_inputs():
+    target = _lm(2)
+    head = _head(target)
+    ids = torch.randint(0, V, (1, 2))
+    with pytest.raises(ValueError, match="T >= 3"):
+        eagle_loss(head, target.hidden_states(ids), ids)
+    h = target.hidden_states(_prompt(4).unsqueeze(0))
+    for bad in (torch.full((1, 4), 32), torch.zeros(1, 4)):
+        with pytest.raises(ValueError, match=r"integer ids in \[0, 32\)"):
+            head(h, bad)

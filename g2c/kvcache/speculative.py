@@ -95,7 +95,8 @@ def summarize_rounds(records: list[RoundRecord]) -> dict[str, float]:
 
 
 def _check_refill(refill_tokens: int | None, window: int, room: int, name: str) -> int:
-    refill = max(1, window // 2) if refill_tokens is None else refill_tokens
+    # The default keeps half the window, less when a long draft needs the room (k > window / 2).
+    refill = max(1, min(window // 2, window - room)) if refill_tokens is None else refill_tokens
     if isinstance(refill, bool) or not isinstance(refill, int) or not 1 <= refill <= window - room:
         raise ValueError(f"refill_tokens must be an int in [1, {name}.max_seq_len - {room} = {window - room}], "
                          f"got {refill_tokens!r}")

@@ -49,6 +49,7 @@ from g2c.nn import LayerNorm, Linear, Module
 from g2c.transformer import Block
 
 from .drafters import Drafter, Sampler
+from .mtp import MTPHead
 
 __all__ = ["CachedMTPDrafter", "EagleDrafter", "FeatureDrafter", "eagle_loss"]
 
@@ -105,12 +106,17 @@ class FeatureDrafter(Module):
             scores token t+2.
 
         Raises:
-            ValueError: hidden is not (B, T, D) with the base's D, or ids not (B, T).
+            ValueError: hidden is not (B, T, D) with the base's D, or ids not (B, T) integers in
+                [0, V).
         """
         if hidden.dim() != 3 or hidden.shape[-1] != self.base.embedding_dim \
                 or tuple(next_token_ids.shape) != tuple(hidden.shape[:2]):
             raise ValueError(f"FeatureDrafter expects hidden (B, T, D={self.base.embedding_dim}) and "
                              f"next_token_ids (B, T); got {tuple(hidden.shape)} and {tuple(next_token_ids.shape)}")
+        if next_token_ids.dtype.is_floating_point or next_token_ids.dtype == torch.bool or (
+                next_token_ids.numel() and not 0 <= int(next_token_ids.min()) <= int(next_token_ids.max())
+                < self.base.vocab_size):
+            raise ValueError(f"FeatureDrafter: next_token_ids must be integer ids in [0, {self.base.vocab_size})")
         return self.block(self.embed_next(hidden, next_token_ids))
 
     def logits(self, features: torch.Tensor) -> torch.Tensor:
@@ -131,6 +137,9 @@ def eagle_loss(head: FeatureDrafter, states: torch.Tensor, ids: torch.Tensor, *,
             0 turns it off (evaluation).
         generator: for the noise.
 
+    Raises:
+        ValueError: ids not (B, T) with T >= 3, or states not (B, T, D).
+
     Returns:
         dict of scalars: ``loss`` = ``reg`` + w_cls * ``cls``; ``reg`` SmoothL1 between the
         predicted and true h_{t+1}; ``cls`` cross-entropy of the drafter's next-token
@@ -138,6 +147,9 @@ def eagle_loss(head: FeatureDrafter, states: torch.Tensor, ids: torch.Tensor, *,
         positions where the drafter's argmax equals the target's (greedy acceptance of the
         first draft).
     """
+    if ids.dim() != 2 or ids.shape[1] < 3 or tuple(states.shape[:2]) != tuple(ids.shape):
+        raise ValueError(f"eagle_loss needs ids (B, T) with T >= 3 (a state two ahead) and states (B, T, D); "
+                         f"got ids {tuple(ids.shape)} and states {tuple(states.shape)}")
     inputs = states[:, :-2]                                                       # h_t, t = 0..T-3
     if noise > 0:
         u = torch.rand(inputs.shape, generator=generator, device="cpu").to(inputs.device)
@@ -164,7 +176,12 @@ class _CachedHeadDrafter(Drafter):
     incremental_hidden = True
     max_draft: int | None = None
 
+    head_type: type | None = None     # the head class a subclass serves (checked at construction)
+
     def __init__(self, head, *, sample: bool = False) -> None:
+        if self.head_type is not None and not isinstance(head, self.head_type):
+            raise TypeError(f"{type(self).__name__} needs a {self.head_type.__name__} (e.g. from load_model), "
+                            f"got {type(head).__name__}")
         self.head = head
         self.sample = bool(sample)
         base = head.base
@@ -220,6 +237,10 @@ class _CachedHeadDrafter(Drafter):
         new = length - 1 - self._fed                           # positions whose true state arrived
         if target_hidden is None or new < 1:
             return
+        if target_hidden.dim() != 2 or target_hidden.shape[-1] != self.head.base.embedding_dim:
+            raise ValueError(f"{type(self).__name__}: the target's states have shape {tuple(target_hidden.shape)}, "
+                             f"but the head reads (L, D={self.head.base.embedding_dim}) states of its own base; "
+                             "verify with the head's base (head.base) as the target")
         rows = target_hidden.float().cpu()
         if rows.shape[0] < new:                                 # older states lost: restart from these rows
             self._reset()
@@ -242,7 +263,7 @@ class _CachedHeadDrafter(Drafter):
     def propose(self, context_ids: torch.Tensor, k: int) -> tuple[torch.Tensor, torch.Tensor | None]:
         if self._out is None or self._out[0] != len(context_ids):
             return torch.zeros(0, dtype=torch.long), None
-        k = k if self.max_draft is None else min(k, self.max_draft)
+        k = min(k, self.window // 2) if self.max_draft is None else min(k, self.max_draft)   # room after a refill
         if self._true_rows + k > self.window:
             self._out = (len(context_ids), self._refill(context_ids, self.window // 2))
         return self._draft(self._out[1], k)
@@ -253,6 +274,9 @@ class _CachedHeadDrafter(Drafter):
 
 class EagleDrafter(_CachedHeadDrafter):
     """EAGLE drafting: k tokens per round, autoregressive in the target's feature space.
+
+    Drafts at most ``max_seq_len // 2`` tokens per round (128 on the ladder): its cache must
+    hold the re-prefilled half window plus the k - 1 speculative rows.
 
     Args:
         head: a trained ``FeatureDrafter`` whose base is the target the loop verifies with
@@ -266,6 +290,8 @@ class EagleDrafter(_CachedHeadDrafter):
     drafter appends only the rows it has not seen. The first ``propose`` of a sequence, before
     any target pass, returns an empty draft.
     """
+
+    head_type = FeatureDrafter
 
     def __repr__(self) -> str:
         return f"EagleDrafter(sample={self.sample})"
@@ -293,6 +319,7 @@ class CachedMTPDrafter(_CachedHeadDrafter):
     """
 
     max_draft = 1
+    head_type = MTPHead
 
     def __repr__(self) -> str:
         return f"CachedMTPDrafter(sample={self.sample})"

@@ -307,6 +307,13 @@ def speculative_sample(target, drafter, prompt_ids, max_new_tokens: int, *, k: i
                          "both must use the same tokenizer")
     if target.max_seq_len < 2:
         raise ValueError(f"target max_seq_len={target.max_seq_len} leaves no room for a draft; need >= 2")
+    head_base = getattr(getattr(drafter, "head", None), "base", None)
+    if head_base is not None and hasattr(target, "token_embed") and \
+            tuple(head_base.token_embed.weight.shape) != tuple(target.token_embed.weight.shape):
+        raise ValueError(f"{type(drafter).__name__}'s head drafts from the states of a base with (V, D) = "
+                         f"{tuple(head_base.token_embed.weight.shape)}, but the target has "
+                         f"{tuple(target.token_embed.weight.shape)}; pass the head's own base (head.base) as "
+                         "the target")
     controller = StaticK(k) if controller is None else controller
     want_hidden = bool(getattr(drafter, "wants_target_hidden", False))
     if use_cache and want_hidden and not getattr(drafter, "incremental_hidden", False):
