@@ -22,11 +22,16 @@ LADDER_MISSING = (
 )
 
 
-def ladder_paths(root: Path = REPO_ROOT) -> list[Path]:
-    """The weight files every ladder test needs: the ladder's and the shipped drafters'."""
+def ladder_artifacts() -> tuple[str, ...]:
+    """The models the ``ladder`` marker needs: the ladder and the drafters trained against it."""
     from g2c.assets.artifacts import DRAFTERS
 
-    return [root / "artifacts" / "models" / name / "model.safetensors" for name in LADDER + tuple(DRAFTERS)]
+    return LADDER + tuple(DRAFTERS)
+
+
+def ladder_paths(root: Path = REPO_ROOT) -> list[Path]:
+    """The weight files every ladder test needs: the ladder's and the shipped drafters'."""
+    return [root / "artifacts" / "models" / name / "model.safetensors" for name in ladder_artifacts()]
 
 
 def require_ladder(root: Path = REPO_ROOT) -> None:

@@ -109,7 +109,8 @@ MODULES: tuple[CourseModule, ...] = (
     CourseModule(
         id="specdec-sampling",
         title="Beyond: the sampled speculative loop, drafters and dynamic k",
-        files=("g2c/specdec/drafters.py", "g2c/specdec/loop.py", "g2c/specdec/controllers.py"),
+        files=("g2c/specdec/drafters.py", "g2c/specdec/loop.py", "g2c/specdec/controllers.py",
+               "g2c/specdec/eagle.py"),
         lesson="docs/beyond/specdec-sampling.md",
         notebook="notebooks/clean/specdec-sampling-loop.ipynb",
         tests=("tests/test_specdec_sampling.py", "tests/test_specdec_sampling_cached.py",

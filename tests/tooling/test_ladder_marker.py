@@ -8,7 +8,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from conftest import LADDER, LADDER_MISSING
+from conftest import LADDER_MISSING, ladder_artifacts
 
 REPO_ROOT = Path(__file__).resolve().parent.parent.parent
 
@@ -61,7 +61,7 @@ def test_ladder_marker_fails_when_artifacts_required(tmp_suite):
 
 
 def test_ladder_marker_runs_when_artifacts_present(tmp_suite):
-    for name in LADDER:
+    for name in ladder_artifacts():
         path = tmp_suite / "artifacts" / "models" / name / "model.safetensors"
         path.parent.mkdir(parents=True)
         path.write_bytes(b"")
