@@ -293,10 +293,19 @@ def drafter_manifests():
 
 
 def _val_windows(n: int = 4, context: int = 128):
-    from g2c.assets.data import load_token_stream
+    """(n, context) token ids of the first validation stories, read from the shipped corpus
+    (CI runs the tests before ./datasets.sh prepares data/)."""
+    from g2c.assets.artifacts import corpus_path, load_story_tokenizer
+    from g2c.assets.data import is_validation, read_stories
 
-    val = torch.as_tensor(load_token_stream("val")[:n * context].astype("int64"))
-    return val.view(n, context)
+    tok = load_story_tokenizer()
+    ids: list[int] = []
+    for story in read_stories(corpus_path()):
+        if is_validation(story):
+            ids += tok.encode(story) + [tok.eot_id]
+            if len(ids) >= n * context:
+                break
+    return torch.tensor(ids[:n * context]).view(n, context)
 
 
 @pytest.mark.ladder
