@@ -293,3 +293,15 @@ def test_eagle_loss_and_head_validate_their_inputs():
     for bad in (torch.full((1, 4), 32), torch.zeros(1, 4)):
         with pytest.raises(ValueError, match=r"integer ids in \[0, 32\)"):
             head(h, bad)
+
+
+@pytest.mark.ladder
+def test_cli_head_drafter_defaults_to_its_base(capsys):
+    from g2c.specdec.__main__ import main
+
+    rc = main(["Once upon a time", "--drafter", "StoryLM-5M-MTP", "-k", "4", "--max-new-tokens", "8",
+               "--color", "never", "--device", "cpu"])
+    out, err = capsys.readouterr()
+    assert rc == 0, err
+    assert "plain = tokens made by the target (StoryLM-5M)" in out
+    assert "(an MTP head drafts 1 token per pass)" in out

@@ -126,7 +126,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--drafter", default="StoryLM-1M",
                     help="a StoryLM, StoryLM-1M-distilled, StoryLM-30M-EAGLE or StoryLM-30M-MTP (they draft for "
                          "StoryLM-30M), StoryLM-5M-MTP (for StoryLM-5M), mtp (a head trained now) or ngram")
-    ap.add_argument("--target", default="StoryLM-30M")
+    ap.add_argument("--target", default=None,
+                    help="the model whose output is reproduced (default StoryLM-30M; for an MTP/EAGLE head "
+                         "drafter, the base it was trained on)")
     ap.add_argument("-k", type=int, default=4, help="draft tokens per target pass (default 4)")
     ap.add_argument("--max-new-tokens", type=int, default=60)
     ap.add_argument("--device", default="auto")
@@ -145,6 +147,12 @@ def main(argv: list[str] | None = None) -> int:
                          "speculative_sample(use_cache=True)); the cache is used when the models are "
                          "TransformerLMs, never for --drafter mtp")
     args = ap.parse_args(argv)
+    if args.target is None:
+        args.target = "StoryLM-30M"
+        if _is_head(args.drafter):
+            from g2c.assets.artifacts import DRAFTERS
+
+            args.target = {n.lower(): d["base"] for n, d in DRAFTERS.items()}.get(args.drafter.lower(), args.target)
     if args.k < 1:
         return fail(f"-k {args.k}: draft at least one token per target pass (-k 1 or more)")
     if args.max_new_tokens < 0:
@@ -229,8 +237,9 @@ def main(argv: list[str] | None = None) -> int:
     print(tokenizer.decode(prompt_ids) + body)
     print()
     print(legend)
+    k_note = " (an MTP head drafts 1 token per pass)" if args.k > 1 and args.drafter.lower().endswith("-mtp") else ""
     print(f"k={args.k}: {stats}" if not _uses_sampling_loop(args) else
-          f"k={args.k} ({args.controller}), temperature={args.temperature}, seed={args.seed}: {stats}")
+          f"k={args.k} ({args.controller}){k_note}, temperature={args.temperature}, seed={args.seed}: {stats}")
     if stats.generated:
         threads = torch.get_num_threads()
         print(f"{stats.generated / seconds:.1f} tok/s ({stats.generated} tokens in {seconds:.2f} s, "
