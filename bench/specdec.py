@@ -171,6 +171,12 @@ class _Timed:
         return out
 
 
+def markdown_table(header, rows) -> str:
+    """A markdown table: the header, the separator, one line per row."""
+    return "\n".join(["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
+                     + ["| " + " | ".join(row) + " |" for row in rows])
+
+
 def make_drafter(name: str, models: dict, sample: bool):
     model, kind = models[name], DRAFTERS.get(name, {}).get("kind", "lm")
     if kind == "eagle":
@@ -262,8 +268,7 @@ def drafter_table(args, argv: list[str] | None = None) -> int:
                              per_position(rounds, k), f"{total.tokens_per_pass:.2f}", f"{c:.3f}",
                              f"{plain_tps:.1f}", f"{spec_tps:.1f}", f"{spec_tps / plain_tps:.2f}x"))
                 print("  " + " | ".join(rows[-1]), flush=True)
-    table = "\n".join(["| " + " | ".join(DRAFTER_HEADER) + " |", "|" + "---|" * len(DRAFTER_HEADER)]
-                      + ["| " + " | ".join(row) + " |" for row in rows])
+    table = markdown_table(DRAFTER_HEADER, rows)
     note = (f"(device {device}, {torch.get_num_threads()} torch threads, {len(prompts)} validation prompts of "
             f"{args.prompt_tokens} tokens, {args.new_tokens} new tokens each, median of {args.repeats} after 1 "
             f"warm-up; plain = cached_generate of the row's target; sampled rows at T={args.temperature:g})")
@@ -320,9 +325,7 @@ def seed_table(args) -> int:
                 [mtp_generate(base, head, p, args.new_tokens, eos_id=eos) for p in prompts]), device, args.repeats)
             rows.append(table_row(f"MTP head ({args.mtp_steps} steps)", args.mtp_base, 1, base_reference, outs,
                                   stats_list, base_plain_s, spec_s))
-    print("\n| " + " | ".join(HEADER) + " |\n|" + "---|" * len(HEADER))
-    for row in rows:
-        print("| " + " | ".join(row) + " |")
+    print("\n" + markdown_table(HEADER, rows))
     print(f"\n(device {device}, {torch.get_num_threads()} torch threads, median of {args.repeats} after 1 warm-up)")
     return 0
 

@@ -29,7 +29,6 @@ check. Runs use the reference solutions (``./checkpoints.sh --train`` applies th
 from __future__ import annotations
 
 import json
-import math
 import time
 from pathlib import Path
 
@@ -66,10 +65,11 @@ DRAFTER_RECIPES: dict[str, dict] = {
 
 
 def _lr(step: int, r: dict) -> float:
-    if step < r["warmup_steps"]:
-        return r["max_lr"] * (step + 1) / r["warmup_steps"]
-    progress = min(1.0, (step - r["warmup_steps"]) / max(1, r["steps"] - r["warmup_steps"]))
-    return r["min_lr"] + 0.5 * (r["max_lr"] - r["min_lr"]) * (1 + math.cos(math.pi * progress))
+    """The recipe's learning rate at ``step``: the course's warmup + cosine schedule."""
+    from g2c.training import cosine_with_warmup
+
+    return cosine_with_warmup(step, warmup_steps=r["warmup_steps"], max_steps=r["steps"], max_lr=r["max_lr"],
+                              min_lr=r["min_lr"])
 
 
 def _kl_terms(student_logits: torch.Tensor, teacher_logits: torch.Tensor, targets: torch.Tensor) -> dict:

@@ -18,7 +18,6 @@ weights change (the record holds their sha256).
 from __future__ import annotations
 
 import json
-from pathlib import Path
 
 import numpy as np
 import torch
@@ -48,12 +47,10 @@ class Features:
 
     def batch(self, windows: torch.Tensor, device: torch.device | str = "cpu") -> tuple[torch.Tensor, torch.Tensor]:
         """(ids (B, context) int64, states (B, context, D) float32) of the given window numbers, on ``device``."""
-        idx = (windows.view(-1, 1) * self.context + torch.arange(self.context)).view(-1)        # (B*context,)
-        ids = self.ids[idx].view(len(windows), self.context)
-        rows = np.sort(idx.numpy())
-        order = np.argsort(np.argsort(idx.numpy()))
-        states = torch.from_numpy(np.asarray(self.states[rows])[order].astype(np.float32))
-        return ids.to(device), states.view(len(windows), self.context, -1).to(device)
+        c = self.context
+        ids = torch.stack([self.ids[w * c:(w + 1) * c] for w in windows.tolist()])               # (B, context)
+        states = np.stack([self.states[w * c:(w + 1) * c] for w in windows.tolist()])            # (B, context, D)
+        return ids.to(device), torch.from_numpy(states.astype(np.float32)).to(device)
 
 
 @torch.no_grad()
@@ -110,7 +107,3 @@ def target_features(base, base_name: str, split: str, *, context: int = 256, bat
     states = np.memmap(path, dtype=np.float16, mode="r", shape=shape)
     return Features(ids, states, context)
 
-
-def feature_cache_path(base_name: str, split: str, context: int = 256) -> Path:
-    """Where ``target_features`` keeps ``base_name``'s states over ``split``."""
-    return FEATURES_DIR / base_name / f"{split}-ctx{context}.f16"

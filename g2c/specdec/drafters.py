@@ -151,6 +151,13 @@ class Drafter:
     def propose(self, context_ids: torch.Tensor, k: int) -> tuple[torch.Tensor, torch.Tensor | None]:
         raise NotImplementedError(f"{type(self).__name__} must implement propose(context_ids, k)")
 
+    def _choose(self, logits: torch.Tensor) -> tuple[int, torch.Tensor | None]:
+        """(token, q row or None) from the drafter's logits (V,): the argmax unless the drafter
+        samples (``self.sample``) at a temperature > 0."""
+        if not getattr(self, "sample", False) or self.sampler.greedy:
+            return int(logits.argmax()), None
+        return self.sampler.choose(logits, self.generator)
+
     def commit(self, context_ids: torch.Tensor, num_accepted: int, *,
                target_hidden: torch.Tensor | None = None) -> None:
         return None
@@ -209,12 +216,6 @@ class LMDrafter(Drafter):
         super().start(prompt_ids, sampler=sampler, generator=generator)
         if self._scorer is not None:
             self._scorer.prefill(prompt_ids)          # every prompt token but the pending last one
-
-    def _choose(self, logits: torch.Tensor) -> tuple[int, torch.Tensor | None]:
-        """(token, q row or None) from the drafter's logits (V,)."""
-        if not self.sample or self.sampler.greedy:
-            return int(logits.argmax()), None
-        return self.sampler.choose(logits, self.generator)
 
     @torch.no_grad()
     def propose(self, context_ids: torch.Tensor, k: int) -> tuple[torch.Tensor, torch.Tensor | None]:
@@ -289,10 +290,7 @@ class MTPDrafter(Drafter):
         hidden = target_hidden[-num_states:].unsqueeze(0)                       # (1, L, D)
         following = context_ids[-num_states:].unsqueeze(0).to(hidden.device)   # (1, L): token t+1 for each h_t
         logits = self.head(hidden, following)[0, -1]                            # (V,) scores the next position
-        if self.sample:
-            token, q = self.sampler.choose(logits, self.generator)
-        else:
-            token, q = int(logits.argmax()), None
+        token, q = self._choose(logits)
         self._next = (len(context_ids), token, q)
 
 

@@ -206,11 +206,6 @@ class _CachedHeadDrafter(Drafter):
         super().start(prompt_ids, sampler=sampler, generator=generator)
         self._reset()
 
-    def _choose(self, logits: torch.Tensor) -> tuple[int, torch.Tensor | None]:
-        if not self.sample or self.sampler.greedy:
-            return int(logits.argmax()), None
-        return self.sampler.choose(logits, self.generator)
-
     def _run(self, hidden: torch.Tensor, next_ids: torch.Tensor) -> torch.Tensor:
         """Feed rows (L, D) + (L,) through the cached block; the block's outputs (L, D)."""
         device = self.cache.device

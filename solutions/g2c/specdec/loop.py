@@ -147,7 +147,7 @@ class CachedTarget:
             return logits, None
         states = self.scorer.last_states                                           # (T, D) of the scored block
         if self._prefill_states is not None:
-            if self.scorer.start == 0 and self.scorer.reserved == states.shape[0]:
+            if self.scorer.cache.length - self.scorer.reserved == self._prefill_states.shape[0]:  # no re-prefill
                 states = torch.cat([self._prefill_states, states])
             self._prefill_states = None
         return logits, states
