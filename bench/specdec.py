@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Speculative decoding on the StoryLM ladder: every drafter against StoryLM-30M, one run.
 
-    python bench/specdec.py                 # the drafter table (about 15 minutes on 2 CPU cores)
+    python bench/specdec.py                 # the drafter table (about 10 minutes on 2 CPU cores)
     python bench/specdec.py --quick         # a smoke run (a minute or two)
     python bench/specdec.py --seed-table    # the seed's uncached greedy table (docs/beyond/specdec.md)
 

@@ -25,7 +25,7 @@ from test_kvcache_speculative import V, _lm, _prompt
 
 from g2c.sampling import generate
 from g2c.specdec import MTPHead
-from g2c.specdec.drafters import MTPDrafter
+from g2c.specdec.drafters import LMDrafter, MTPDrafter
 from g2c.specdec.eagle import CachedMTPDrafter, EagleDrafter, FeatureDrafter, eagle_loss
 from g2c.specdec.loop import speculative_sample
 
@@ -305,3 +305,13 @@ def test_cli_head_drafter_defaults_to_its_base(capsys):
     assert rc == 0, err
     assert "plain = tokens made by the target (StoryLM-5M)" in out
     assert "(an MTP head drafts 1 token per pass)" in out
+
+
+def test_lm_and_mtp_drafters_refuse_an_eagle_head():
+    """Each head has its drafter: wrapping an EAGLE head as an LM or MTP drafter is a TypeError
+    at construction, not an AttributeError mid-loop or a silent acceptance of 0."""
+    head = _head(_lm(2))
+    with pytest.raises(TypeError, match="LMDrafter needs a language model"):
+        LMDrafter(head)
+    with pytest.raises(TypeError, match="MTPDrafter needs an MTPHead"):
+        MTPDrafter(head)

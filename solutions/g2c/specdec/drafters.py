@@ -195,6 +195,10 @@ class LMDrafter(Drafter):
     """
 
     def __init__(self, model, *, sample: bool = False, use_cache: bool = False) -> None:
+        if not all(hasattr(model, name) for name in ("vocab_size", "max_seq_len")):
+            raise TypeError(f"LMDrafter needs a language model (ids -> logits, with vocab_size and max_seq_len), "
+                            f"got {type(model).__name__}; a head that lives on the target's states has its own "
+                            "drafter (MTPDrafter, g2c.specdec.eagle.EagleDrafter)")
         self.model = model
         self.sample = bool(sample)
         self.use_cache = bool(use_cache)
@@ -259,6 +263,10 @@ class MTPDrafter(Drafter):
     wants_target_hidden = True
 
     def __init__(self, head, *, sample: bool = False) -> None:
+        if not all(hasattr(head, name) for name in ("base", "ln_final", "bias")):
+            raise TypeError(f"MTPDrafter needs an MTPHead (a head with base, ln_final and bias), got "
+                            f"{type(head).__name__}; an EAGLE FeatureDrafter drafts with "
+                            "g2c.specdec.eagle.EagleDrafter")
         self.head = head
         self.sample = bool(sample)
         self.vocab_size = head.base.vocab_size

@@ -278,8 +278,9 @@ def speculative_sample(target, drafter, prompt_ids, max_new_tokens: int, *, k: i
         TypeError: ``use_cache`` with a target that is not a ``TransformerLM``.
 
     Steps:
-        1. Validate (provided), build the ``Sampler``, put models in eval mode (restored in
-           ``finally``), ``drafter.start(...)``, a ``SpecStats``.
+        1. Provided: validation, the ``Sampler``, models in eval mode (restored in
+           ``finally``), ``target_state.start``. Yours: ``drafter.start(ids, sampler=...,
+           generator=...)`` and a ``SpecStats``.
         2. Each round: k_round = min(controller.next_k(), remaining budget,
            target.max_seq_len - 1); time ``drafter.propose(ids, k_round)`` and check it
            with ``_check_draft`` (provided).
