@@ -66,6 +66,9 @@ step "notebook freshness: python scripts/notebooks/build.py --check"
 step "scaffold contract: python scripts/contract.py --check"
 env -u G2C_APPLY_SOLUTIONS "$PY" scripts/contract.py --check
 
+step "module graph: python scripts/contract.py --graph (each module's tests pass once it and its prerequisites are solved)"
+env -u G2C_APPLY_SOLUTIONS "$PY" scripts/contract.py --graph
+
 step "full suite with solutions: G2C_APPLY_SOLUTIONS=all pytest"
 # The author run replaces any edited exercise file with the answer key on purpose.
 G2C_APPLY_SOLUTIONS=all G2C_QUIET=1 G2C_REPLACE_EDITED=1 "$PY" -m pytest -q -p no:cacheprovider
