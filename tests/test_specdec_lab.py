@@ -498,3 +498,30 @@ def test_batched_speculative_on_the_ladder_equals_greedy():
     for b, p in enumerate(prompts):
         assert res.outputs[b].tolist() == _greedy_alone(target, p, 16)
     assert res.target_passes < 16                      # the 1M drafter earns its keep
+
+
+@pytest.mark.parametrize("k", range(1, 7))
+def test_batched_speculative_equals_plain_decoding_at_the_window_edge(k):
+    """The shared window-edge rule (``g2c.specdec.draft_room``): a round drafts
+    min(k, window - longest active context) tokens for every row, none (a plain step) when a
+    context fills the window. With a model whose next token depends on every visible id
+    (``SumModLM``: sum mod 7, window 8) every row equals plain greedy decoding up to the
+    longest prompt + output = window + 1, for every k; one token more is refused, like
+    ``batched_greedy`` (no sliding window). Before, the loop refused any run with
+    prompt + budget + k + 1 > window."""
+    from specdec_mocks import SumModLM, windowed_greedy
+
+    from g2c.specdec.lab.batched import batched_greedy, batched_speculative_generate
+
+    target, drafter = SumModLM(max_seq_len=8), SumModLM(max_seq_len=8)
+    prompts = [[1, 2], [3], [4, 5, 6]]
+    n = 8 + 1 - 3                                          # the longest row's last context fills the window
+    want = [windowed_greedy(target, p, n) for p in prompts]
+    res = batched_speculative_generate(target, drafter, prompts, n, k=k)
+    assert [o.tolist() for o in res.outputs] == want
+    assert all(a == e - 1 for rounds in res.rounds for a, e in rounds[:-1])    # a perfect drafter: no rejection
+    assert [o.tolist() for o in batched_greedy(target, prompts, n).outputs] == want
+    for run in (lambda: batched_speculative_generate(target, drafter, prompts, n + 1, k=k),
+                lambda: batched_greedy(target, prompts, n + 1)):
+        with pytest.raises(ValueError, match=r"max_seq_len \+ 1 = 9 .*no sliding window"):
+            run()

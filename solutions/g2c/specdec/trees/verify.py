@@ -33,7 +33,7 @@ import torch
 
 from g2c.sampling.generate import as_token_ids
 
-from ..generate import SpecStats
+from ..generate import SpecStats, draft_room
 from .attention import cached_tree_forward, commit_tree_kv, tree_logits
 from .builders import build_dynamic_tree, build_static_tree
 from .tree import DraftTree, chain_choices, expected_tokens_per_pass, node_acceptance_probs, static_choices
@@ -227,17 +227,27 @@ def tree_speculative_generate(target, drafter, prompt_ids, max_new_tokens: int, 
         use_cache: keep the target's state in module 16's ``KVCache`` across passes: each
             pass runs the root and the tree only (``cached_tree_forward``), then
             ``commit_tree_kv`` gathers the accepted path into contiguous committed rows and
-            drops the rest. Needs a ``TransformerLM`` target and prompt + max_new_tokens
-            <= its ``max_seq_len`` (no sliding window). The drafter still recomputes.
+            drops the rest. Needs a ``TransformerLM`` target. Past the window the cache
+            re-prefills its last ``max_seq_len // 2`` tokens where ``cached_generate`` does.
+            The drafter still recomputes.
         target_cache: a ``KVCache.for_model(target)`` to use (implies ``use_cache``; it is
             reset, and after each pass holds every emitted token but the last).
 
     Returns:
-        (ids, stats): prompt + new tokens (CPU LongTensor), and a ``TreeStats``.
+        (ids, stats): prompt + new tokens (CPU LongTensor), and a ``TreeStats``. Greedy
+        (temperature 0), ids equals module 11's greedy ``generate`` token for token at any
+        length, or with ``use_cache`` module 16's greedy ``cached_generate`` (equal to
+        ``generate`` while prompt + output <= max_seq_len + 1).
+
+    The window edge (``g2c.specdec.draft_room``, the rule every loop shares): a pass holds
+    at most n' = min(num_nodes, max_seq_len - visible context) nodes (the first n' of the
+    tree, parents before children), so context + tree fit the window and no row loses
+    context; at n' = 0 the pass is a plain step (an empty tree: the target's own token from
+    the last ``max_seq_len`` tokens, or from the cache's context after a re-prefill).
 
     Raises:
         ValueError: bad prompt, budget, temperature, node budget, tree kind, or different
-            vocab sizes; with the cache, prompt + max_new_tokens > ``max_seq_len``.
+            vocab sizes.
         TypeError: ``use_cache`` with a target that is not a ``TransformerLM``.
     """
     ids = as_token_ids(prompt_ids, "prompt_ids")
@@ -259,9 +269,6 @@ def tree_speculative_generate(target, drafter, prompt_ids, max_new_tokens: int, 
     if use_cache:
         if not (hasattr(target, "blocks") and hasattr(target, "token_embed")):
             raise TypeError(f"use_cache needs a TransformerLM target, got {type(target).__name__}")
-        if ids.numel() + max_new_tokens > target.max_seq_len:
-            raise ValueError(f"use_cache: prompt {ids.numel()} + max_new_tokens {max_new_tokens} exceed the target's "
-                             f"max_seq_len={target.max_seq_len} (the cached tree loop has no sliding window)")
     modes = (target.training, drafter.training)
     target.eval()
     drafter.eval()
@@ -272,19 +279,28 @@ def tree_speculative_generate(target, drafter, prompt_ids, max_new_tokens: int, 
             from g2c.kvcache import KVCache, cached_forward
 
             cache = target_cache if target_cache is not None else KVCache.for_model(target)
+            start = max(0, ids.numel() - target.max_seq_len)                  # ids[start:] is the cache's context
             cache.reset()
-            if ids.numel() > 1:
-                cached_forward(target, ids[:-1].unsqueeze(0), cache)         # every prompt token but the root
+            if ids.numel() - start > 1:
+                cached_forward(target, ids[start:-1].unsqueeze(0), cache)    # every prompt token but the root
+        window = target.max_seq_len
         while num_new < max_new_tokens:
             remaining = max_new_tokens - num_new
-            max_depth = min(remaining - 1, target.max_seq_len - 1, drafter.max_seq_len - 1)
+            if use_cache and ids.numel() - start > window:                   # past the window: re-prefill
+                start = ids.numel() - max(1, window // 2)                    # (cached_generate's default)
+                cache.reset()
+                if ids.numel() - start > 1:
+                    cached_forward(target, ids[start:-1].unsqueeze(0), cache)
+            room = draft_room(num_nodes, ids.numel() - (start if use_cache else 0), window)  # nodes that fit
+            max_depth = min(remaining - 1, room, drafter.max_seq_len - 1)
             if max_depth < 1:
                 draft, passes = DraftTree.empty(), 0
             elif tree == "dynamic":
-                draft, passes = build_dynamic_tree(drafter, ids, num_nodes, width=width, max_depth=max_depth)
+                draft, passes = build_dynamic_tree(drafter, ids, room, width=width, max_depth=max_depth)
             else:
                 draft, passes = build_static_tree(drafter, ids, [c for c in shape if len(c) <= max_depth])
             draft = draft.truncate(max_depth)
+            draft = draft.subtree(list(range(min(room, draft.num_nodes))))   # the first `room` nodes
             if use_cache:
                 logits = cached_tree_forward(target, cache, int(ids[-1]), draft).cpu()   # (n+1, V)
             else:
