@@ -9,7 +9,7 @@ by hand (it is not part of CI):
    ``notebooks/work/<stem>.screenshot.ipynb`` (git-ignored);
 2. starts JupyterLab on 127.0.0.1 only, with a random token, a throw-away settings folder
    (every cell rendered, no windowing) and the environment of ``run_notebooks.py``
-   (``G2C_APPLY_SOLUTIONS=all``, ``G2C_QUICK=1`` unless ``--full``, ``G2C_QUIET=1``) plus
+   (``G2C_APPLY_SOLUTIONS=all`` unless ``--apply SEL``, ``G2C_QUICK=1`` unless ``--full``, ``G2C_QUIET=1``) plus
    ``G2C_WIDGETS=1`` (a frontend is there: notebooks show their widgets even in quick mode);
 3. opens the notebook in headless Chromium (playwright), runs Run > Run All Cells, waits until
    no cell is queued or running, optionally clicks every button with a given label
@@ -191,7 +191,7 @@ def run(args) -> int:
     for old in out.glob(f"{stem}-*.png"):
         old.unlink()
     token, port = secrets.token_hex(16), free_port()
-    env = dict(os.environ, G2C_APPLY_SOLUTIONS="all", G2C_QUIET="1", G2C_WIDGETS="1",
+    env = dict(os.environ, G2C_APPLY_SOLUTIONS=args.apply, G2C_QUIET="1", G2C_WIDGETS="1",
                PYTHONPATH=os.pathsep.join([str(ROOT)] + [p for p in [os.environ.get("PYTHONPATH")] if p]))
     env["G2C_QUICK"] = "0" if args.full else "1"
     errors: list[str] = []
@@ -248,6 +248,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--out", default=str(WORK / "screenshots"), help="folder for the PNGs (default: %(default)s)")
     ap.add_argument("--click", action="append", metavar="LABEL",
                     help="after the run, click every button with this label (repeatable), e.g. Simulate")
+    ap.add_argument("--apply", default="all", metavar="SEL",
+                    help="G2C_APPLY_SOLUTIONS for the kernel (default: %(default)s); leave a module out to see "
+                         "what a student with that module unwritten sees")
     ap.add_argument("--full", action="store_true", help="run without G2C_QUICK=1 (full-size loops: minutes)")
     ap.add_argument("--timeout", type=float, default=1200, help="seconds to wait for the cells (default: %(default)s)")
     ap.add_argument("--chromium", help="path of a Chromium executable (default: found on PATH)")

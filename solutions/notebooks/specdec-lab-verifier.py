@@ -133,7 +133,7 @@ if widgets is not None and FRONTEND:   # every picture goes into the widget's ou
             try:
                 play(alpha_w.value, k_w.value, c_w.value, n_w.value, seed=state["seed"])
             except NotImplementedError as err:   # shown in the widget (a callback's traceback would be hidden)
-                print(f"simulate_rounds is not written yet: {err}")
+                print(err)
         state["seed"] += 1
 
     button.on_click(on_click)
