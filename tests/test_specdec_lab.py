@@ -15,7 +15,14 @@ import math
 import pytest
 import torch
 
-from g2c.specdec.lab.simulate import PassRecorder, Rounds, fit_alpha, per_position_acceptance, simulate_rounds
+from g2c.specdec.lab.simulate import (
+    PassRecorder,
+    Rounds,
+    draw_rounds,
+    fit_alpha,
+    per_position_acceptance,
+    simulate_rounds,
+)
 from g2c.specdec.theory import (
     bimodal_itl,
     break_even_alpha,
@@ -330,6 +337,28 @@ def test_pass_recorder_drops_the_last_pass_of_each_run():
     assert rounds.accepted.tolist() == [2, 0] and rounds.emitted.tolist() == [3, 1]
     with pytest.raises(ValueError, match=r"accepted 2 drafts but k=1"):
         rec.rounds(k=1)
+
+
+def test_draw_rounds_labels_and_keeps_every_mark_visible():
+    from matplotlib.figure import Figure
+
+    # Rounds: a rejection at d1, a full match, a rejection at d3 (k = 4); draw only the first 2.
+    rounds = Rounds(accepted=torch.tensor([0, 4, 2]), emitted=torch.tensor([1, 5, 3]), k=4,
+                    source="simulated alpha=0.85")
+    ax = Figure().subplots()
+    draw_rounds(rounds, ax, max_rounds=2, alpha=0.8534)
+    title = ax.get_title()
+    assert "first 2 of 3 rounds drawn" in title and "tau=3.00 over all 3" in title
+    assert "alpha=0.85)" in title and "0.8534" not in title            # alpha rounded in the title
+    assert ax.get_ylabel().startswith("round") and ax.get_xlabel() == "draft position"
+    assert [t.get_text() for t in ax.get_legend().get_texts()] == [
+        "accepted draft", "rejected or aborted draft", "target's token (correction / bonus)"]
+    crosses, stars = [], []
+    for coll in ax.collections:                                           # scatter marks, one collection each
+        (crosses if coll.get_zorder() == 4 else stars).extend(map(tuple, coll.get_offsets().tolist()))
+    assert sorted(crosses) == [(0.5, 0.0), (1.5, 0.0), (2.5, 0.0), (3.5, 0.0)]  # row 1: d1..d4 rejected/aborted
+    assert sorted(stars) == [(0.8, 0.0), (4.5, -1.0)]                     # beside the rejected x; on "bonus"
+    assert not set(crosses) & set(stars)                                  # no star hides a cross
 
 
 @pytest.mark.ladder

@@ -27,6 +27,7 @@ import time
 
 import matplotlib.pyplot as plt
 import torch
+from tqdm.auto import tqdm  # progress bars: a widget under Jupyter, text elsewhere
 
 from g2c.assets.artifacts import load_model
 from g2c.nn import time_call
@@ -70,13 +71,13 @@ print(f"device {target.device}, {torch.get_num_threads()} CPU threads; target {t
 
 # %%
 drafter = drafters["StoryLM-1M"]
-for prompt in PROMPTS:
+for prompt in tqdm(PROMPTS, desc="plain vs speculative", unit="prompt"):
     ids = torch.tensor(tok.encode(prompt))
     plain = generate(target, ids, N_NEW, temperature=0.0)
     spec, stats = speculative_generate(target, drafter, ids, N_NEW, k=4)
     same = torch.equal(plain, spec) and tok.decode(plain.tolist()) == tok.decode(spec.tolist())
-    print(f"identical={same}  {stats}")
-    print("   ", tok.decode(spec.tolist()).replace(chr(10), " / "))
+    tqdm.write(f"identical={same}  {stats}")
+    tqdm.write("    " + tok.decode(spec.tolist()).replace(chr(10), " / "))
     assert same, "speculative decoding changed the target's greedy output"
 
 # %% [markdown]
@@ -122,12 +123,16 @@ def pooled(runs):
 
 
 results = {}
+bar = tqdm(total=len(drafters) * len(KS) * len(PROMPTS), desc="acceptance curve", unit="run")
 for name, drafter in drafters.items():
     for k in KS:
-        results[(name, k)] = pooled(
-            speculative_generate(target, drafter, torch.tensor(tok.encode(p)), N_NEW, k=k)[1] for p in PROMPTS)
-        s = results[(name, k)]
-        print(f"{name:11s} k={k}: acceptance {s.acceptance_rate:.2f}, tokens/pass {s.tokens_per_pass:.2f}")
+        runs = []
+        for p in PROMPTS:
+            runs.append(speculative_generate(target, drafter, torch.tensor(tok.encode(p)), N_NEW, k=k)[1])
+            bar.update()
+        results[(name, k)] = s = pooled(runs)
+        bar.write(f"{name:11s} k={k}: acceptance {s.acceptance_rate:.2f}, tokens/pass {s.tokens_per_pass:.2f}")
+bar.close()
 
 fig, ax = plt.subplots(figsize=(5, 3.2))
 for name in drafters:
@@ -188,11 +193,11 @@ REPEATS = 1 if QUICK else 3
 ids = torch.tensor(tok.encode(PROMPTS[0]))
 t_plain = timed(lambda: generate(target, ids, N_NEW, temperature=0.0), REPEATS)
 rows = [("plain (30M alone)", "-", N_NEW / t_plain, 1.0)]
-for name, drafter in drafters.items():
-    for k in (2, 4):
-        out = {}
-        t = timed(lambda: out.update(s=speculative_generate(target, drafter, ids, N_NEW, k=k)[1]), REPEATS)
-        rows.append((name, k, out["s"].generated / t, out["s"].tokens_per_pass))
+# The bar only moves between timed calls, never inside one.
+for name, drafter, k in tqdm([(n, d, k) for n, d in drafters.items() for k in (2, 4)], desc="timing", unit="row"):
+    out = {}
+    t = timed(lambda: out.update(s=speculative_generate(target, drafter, ids, N_NEW, k=k)[1]), REPEATS)
+    rows.append((name, k, out["s"].generated / t, out["s"].tokens_per_pass))
 print(f"(device {target.device}, {torch.get_num_threads()} torch threads, median of {REPEATS} after 1 warm-up)")
 print(f"{'drafter':18s} {'k':>2s} {'tok/s':>8s} {'tok/pass':>9s} {'speedup':>8s}")
 for name, k, tps, tpp in rows:
@@ -246,8 +251,10 @@ except FileNotFoundError as err:
 base = drafters["StoryLM-5M"]
 STEPS, B, T = (30, 8, 64) if QUICK else (300, 16, 128)
 t0 = time.perf_counter()
-head, history = train_mtp_head(base, train_ids, steps=STEPS, batch_size=B, seq_len=T, lr=1e-3,
-                               generator=torch.Generator().manual_seed(0))
+with tqdm(total=STEPS, desc="MTP head", unit="step") as bar:   # about 2-4 minutes on a CPU
+    head, history = train_mtp_head(base, train_ids, steps=STEPS, batch_size=B, seq_len=T, lr=1e-3,
+                                   generator=torch.Generator().manual_seed(0),
+                                   on_step=lambda r: (bar.update(), bar.set_postfix(loss=f"{r['loss']:.2f}")))
 print(f"trained the MTP head for {STEPS} steps in {time.perf_counter() - t0:.0f} s")
 
 
@@ -368,7 +375,7 @@ def self_speculate(base, head, prompt_ids, max_new_tokens):
 
 # %%
 mine, fused, shipped_stats = [], [], []
-for prompt in PROMPTS:
+for prompt in tqdm(PROMPTS, desc="self-speculation", unit="prompt"):
     ids = tok.encode(prompt)
     plain = generate(base, torch.tensor(ids), N_NEW, temperature=0.0)
     out, s_fused = mtp_generate(base, head, ids, N_NEW)
@@ -381,13 +388,13 @@ for prompt in PROMPTS:
         try:
             out, s_mine = self_speculate(base, head, ids, N_NEW)
         except NotImplementedError:
-            print("your loop: not written yet (the exercise above); showing mtp_generate only")
+            tqdm.write("your loop: not written yet (the exercise above); showing mtp_generate only")
             mine = None
         else:
             assert torch.equal(plain, out), "your self-speculation loop changed the base's greedy output"
             mine.append(s_mine)
-            print(f"identical=True   your loop:    {s_mine}")
-    print(f"identical=True   mtp_generate: {s_fused}")
+            tqdm.write(f"identical=True   your loop:    {s_mine}")
+    tqdm.write(f"identical=True   mtp_generate: {s_fused}")
 
 table = [(f"{name} drafts for StoryLM-30M, k={k}", results[(name, k)]) for name in drafters for k in (1, 4)]
 if mine is not None:
@@ -446,7 +453,7 @@ for label, s in table:
 # With draft cost c (one drafter forward in units of one target forward), each round costs
 # 1 + k·c target-equivalents and emits E[accepted] + 1 tokens. We measure c, compute the
 # emitted tokens per target-equivalent unit of the best run, and solve for the per-token
-# acceptance rate a at which k = 4 breaks even: (1 − a^(k+1)) / (1 − a) = 1 + k·c.
+# acceptance rate a at which k = 4 breaks even: $(1 - a^{k+1}) / (1 - a) = 1 + k c$.
 
 # %%
 def forward_time(model, n=64):

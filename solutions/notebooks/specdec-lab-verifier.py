@@ -13,7 +13,8 @@
 #    same way, and the measured per-position acceptance against the i.i.d. model.
 #
 # Lesson: `docs/beyond/specdec-lab.md`. `./notebook.sh specdec-lab` runs it on your own code, with
-# the answer key for the modules it needs that you have not edited. `G2C_QUICK=1` shrinks every loop (CI uses it); without a
+# the answer key for the modules it needs that you have not edited. Before you start:
+# `./checkpoints.sh` (section 3 loads the ladder). `G2C_QUICK=1` shrinks every loop (CI uses it); without a
 # Jupyter frontend the widget cell still draws one fixed simulation.
 
 # %%
@@ -48,7 +49,8 @@ _ = torch.manual_seed(0)
 #
 # Under the i.i.d. model each draft is accepted with probability α until the first
 # rejection, and the target's pass adds one token of its own, so a round emits
-# τ(α, k) = (1 − α^{k+1}) / (1 − α) tokens on average, never more than 1 / (1 − α).
+# $\tau(\alpha, k) = \dfrac{1 - \alpha^{k+1}}{1 - \alpha}$ tokens on average, never more than
+# $1 / (1 - \alpha)$.
 # The lecture's worked numbers, recomputed:
 
 # %%
@@ -90,16 +92,21 @@ print({a: choose_k(a, 0.05) for a in (0.3, 0.5, 0.7, 0.85, 0.95)})
 # Move the sliders and press **Simulate**. Each row is one round: green bars are accepted
 # drafts, the amber star is the target's own token (the correction at the first rejection,
 # or the bonus after a full match), red crosses are the rejected draft and the aborted tail.
-# The title puts your empirical τ next to theory. Can you make the empirical speed-up beat
+# The figure draws at most the first 20 rounds (its title says how many of how many); the title's
+# τ and the speed-up under the figure count every round. Can you make the empirical speed-up beat
 # theory? (Small samples are generous: try 10 rounds, then 1000.)
 
 # %%
-def play(alpha: float, k: int, c1: float, num_rounds: int, seed: int = 0, ax=None):
+def play(alpha: float, k: int, c1: float, num_rounds: int, seed: int = 0):
+    """Simulate first (an exercise error leaves no empty figure behind), then draw."""
     rounds = simulate_rounds(alpha, k, c1, num_rounds, generator=torch.Generator().manual_seed(seed))
-    ax = draw_rounds(rounds, ax, max_rounds=min(num_rounds, 20), alpha=alpha)
+    fig, ax = plt.subplots(figsize=(7, 6.5))
+    draw_rounds(rounds, ax, max_rounds=min(num_rounds, 20), alpha=alpha)
     theory = speedup_per_token(alpha, k, c1)
-    ax.set_xlabel(f"empirical speed-up {rounds.speedup:.2f}x vs theory {theory:.2f}x "
-                  f"(tau {rounds.tau:.2f} vs {expected_tokens_per_pass(alpha, k):.2f})", fontsize=9)
+    ax.set_xlabel(f"draft position\nempirical speed-up {rounds.speedup:.2f}x vs theory {theory:.2f}x "
+                  f"(tau {rounds.tau:.2f} vs {expected_tokens_per_pass(alpha, k):.2f}, all {num_rounds} rounds)",
+                  fontsize=9)
+    plt.show()
     return rounds
 
 
@@ -109,7 +116,9 @@ try:
 except ImportError:  # the notebook extra is not installed: static drawing only
     widgets = None
 
-if widgets is not None and not QUICK:
+# A frontend to click in: any run but the quick one (CI), or G2C_WIDGETS=1 (scripts/notebooks/screenshot.py).
+FRONTEND = not QUICK or os.environ.get("G2C_WIDGETS") == "1"
+if widgets is not None and FRONTEND:   # every picture goes into the widget's output, Simulate replaces it
     alpha_w = widgets.FloatSlider(value=0.85, min=0.0, max=1.0, step=0.01, description="alpha")
     k_w = widgets.IntSlider(value=4, min=1, max=12, description="k")
     c_w = widgets.FloatSlider(value=0.05, min=0.0, max=0.5, step=0.01, description="c per draft")
@@ -119,21 +128,20 @@ if widgets is not None and not QUICK:
     state = {"seed": 0}
 
     def on_click(_):
-        state["seed"] += 1
         with out:
             out.clear_output(wait=True)
-            fig, ax = plt.subplots(figsize=(7, 6))
-            play(alpha_w.value, k_w.value, c_w.value, n_w.value, seed=state["seed"], ax=ax)
-            plt.show()
+            try:
+                play(alpha_w.value, k_w.value, c_w.value, n_w.value, seed=state["seed"])
+            except NotImplementedError as err:   # shown in the widget (a callback's traceback would be hidden)
+                print(err)
+        state["seed"] += 1
 
     button.on_click(on_click)
     display(widgets.VBox([widgets.HBox([alpha_w, k_w]), widgets.HBox([c_w, n_w]), button, out]))
-
-# Without a frontend (CI, a plain script) the widgets above cannot be clicked: draw one fixed
-# simulation so the notebook always shows the picture.
-fig, ax = plt.subplots(figsize=(7, 6))
-fixed = play(0.85, 4, 0.05, 20, seed=0, ax=ax)
-plt.show()
+    on_click(None)   # the first picture (seed 0), drawn inside the widget: Simulate replaces it
+else:
+    # No widgets (CI, a plain script, G2C_QUICK=1): nothing to click, so draw one fixed simulation.
+    fixed = play(0.85, 4, 0.05, 20, seed=0)
 
 # %% [markdown]
 # ## 3. Real rounds: StoryLM-1M drafting for StoryLM-30M
@@ -144,8 +152,14 @@ plt.show()
 # which the budget may have cut short).
 
 # %%
-target, tok = load_model("StoryLM-30M", device=DEVICE)
-drafter, _ = load_model("StoryLM-1M", device=DEVICE)
+from tqdm.auto import tqdm
+
+try:
+    target, tok = load_model("StoryLM-30M", device=DEVICE)
+    drafter, _ = load_model("StoryLM-1M", device=DEVICE)
+except FileNotFoundError as err:   # ArtifactMissingError: the ladder is not on disk
+    raise RuntimeError("StoryLM-30M / StoryLM-1M not found: run ./checkpoints.sh in the repository root, "
+                       "then re-run this notebook from the top (Run > Run All Cells)") from err
 K = 4
 PROMPTS = ["Once upon a time", "Lily and her mom went to the park. They",
            "Tom had a big red ball. One day,", "The little bird was sad because"]
@@ -153,27 +167,31 @@ if QUICK:
     PROMPTS = PROMPTS[:2]
 NEW = 32 if QUICK else 96
 recorder = PassRecorder()
+bar = tqdm(total=len(PROMPTS) * NEW, desc="1M drafts for 30M", unit="tok")   # minutes on a CPU
 for text in PROMPTS:
     mine = PassRecorder()
 
     def both(emitted, num_accepted, mine=mine):
         recorder(emitted, num_accepted)
         mine(emitted, num_accepted)
+        bar.update(len(emitted))
 
     ids, stats = speculative_generate(target, drafter, tok.encode(text), NEW, k=K, on_pass=both)
     recorder.end_run()
     one = mine.rounds(k=K)
-    print(f"{text!r:45}: tau {one.tau:.2f}, alpha_hat {fit_alpha(one):.2f}")
+    bar.write(f"{text!r:45}: tau {one.tau:.2f}, alpha_hat {fit_alpha(one):.2f}")
+bar.close()
 real = recorder.rounds(k=K, c=0.05, source="1M -> 30M, measured")
 alpha_hat = fit_alpha(real)
 print(f"{real.num_rounds} rounds, measured tau {real.tau:.2f}; i.i.d. fit alpha_hat = {alpha_hat:.3f} "
       f"-> tau(alpha_hat, {K}) = {expected_tokens_per_pass(alpha_hat, K):.2f}; "
       f"SpecStats-style acceptance rate accepted/drafted = {real.accepted.sum().item() / (K * real.num_rounds):.3f}")
 
-fig, axes = plt.subplots(1, 2, figsize=(12, 6))
-draw_rounds(real, axes[0], max_rounds=20)
 sim = simulate_rounds(alpha_hat, K, 0.05, real.num_rounds, generator=torch.Generator().manual_seed(1))
+fig, axes = plt.subplots(1, 2, figsize=(12, 6.5))
+draw_rounds(real, axes[0], max_rounds=20)
 draw_rounds(sim, axes[1], max_rounds=20, alpha=alpha_hat)
+plt.tight_layout()
 plt.show()
 
 # %% [markdown]
@@ -195,10 +213,12 @@ print(f"rounds with 0..{K} accepted: measured {counts}, i.i.d. model {expected}"
 fig, ax = plt.subplots(figsize=(5, 3))
 ax.bar(range(1, K + 1), rates.tolist(), color="tab:green", label="measured")
 ax.axhline(alpha_hat, color="black", ls="--", label=f"i.i.d. alpha_hat = {alpha_hat:.2f}")
+ax.set_xticks(range(1, K + 1))
 ax.set_xlabel("draft position")
 ax.set_ylabel("P(accept | reached)")
-ax.set_ylim(0, 1)
-ax.legend()
+ax.set_ylim(0, 1.3)   # headroom: the legend sits above the bars
+ax.set_yticks([0, 0.25, 0.5, 0.75, 1.0])
+ax.legend(loc="upper center", ncol=2, fontsize=8)
 plt.show()
 
 # %% [markdown]

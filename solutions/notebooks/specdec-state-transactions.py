@@ -26,9 +26,11 @@ from g2c.recurrent import (DecodeState, RecurrentLM, fan_in_init_, gla_chunk, gl
 DEVICE = "auto"
 QUICK = os.environ.get("G2C_QUICK", "") not in ("", "0")
 device = resolve_device(DEVICE)
-torch.set_num_threads(1)
+THREADS = 1  # the models here are tiny: one thread is fastest, and a busy CPU does not stall it
+if THREADS:
+    torch.set_num_threads(THREADS)
 NUM_NEW = 24 if QUICK else 96
-print("device:", device, "| quick:", QUICK)
+print("device:", device, "| quick:", QUICK, "|", torch.get_num_threads(), "torch threads")
 
 
 def build(layout, heads=8, seed=1, dim=64, vocab=256):

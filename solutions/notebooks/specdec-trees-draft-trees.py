@@ -15,6 +15,7 @@
 import os
 
 import torch
+from tqdm.auto import tqdm  # progress bars: a widget under Jupyter, text elsewhere
 
 from g2c.assets import load_model
 from g2c.nn import resolve_device
@@ -122,12 +123,12 @@ print(f"accepted: {accepted!r}, then the target's {tok.decode([token])!r}")
 # %%
 new_tokens = 16 if QUICK else 48
 reference = generate(target, prompt, new_tokens, temperature=0.0).tolist()
-for n in ([4] if QUICK else [4, 8, 16]):
-    for kind in ("chain", "static", "dynamic"):
-        out, stats = tree_speculative_generate(target, drafter, prompt, new_tokens, tree=kind, num_nodes=n)
-        print(f"n={n:>2} {kind:>7}: same as greedy {out.tolist() == reference}; "
-              f"tokens/pass {stats.tokens_per_pass:.2f}; drafter passes/pass "
-              f"{stats.drafter_passes / stats.target_passes:.1f}")
+runs = [(n, kind) for n in ([4] if QUICK else [4, 8, 16]) for kind in ("chain", "static", "dynamic")]
+for n, kind in tqdm(runs, desc="trees", unit="run"):
+    out, stats = tree_speculative_generate(target, drafter, prompt, new_tokens, tree=kind, num_nodes=n)
+    tqdm.write(f"n={n:>2} {kind:>7}: same as greedy {out.tolist() == reference}; "
+               f"tokens/pass {stats.tokens_per_pass:.2f}; drafter passes/pass "
+               f"{stats.drafter_passes / stats.target_passes:.1f}")
 
 # %% [markdown]
 # **Question:** Medusa's "typical acceptance" accepts a drafted token whenever the target gives

@@ -112,7 +112,7 @@ def simulate_rounds(alpha: float, k: int, c: float, num_rounds: int, *, generato
     accepted = passes.long().cumprod(dim=1).sum(dim=1)                # (R,) leading run
     emitted = accepted + 1                                            # (R,) + correction/bonus
     # END SOLUTION
-    return Rounds(accepted=accepted, emitted=emitted, k=k, c=float(c), source=f"simulated alpha={alpha:g}")
+    return Rounds(accepted=accepted, emitted=emitted, k=k, c=float(c), source=f"simulated alpha={alpha:.2f}")
 
 
 class PassRecorder:
@@ -196,22 +196,31 @@ def fit_alpha(rounds: Rounds) -> float:
     return float(acc.sum()) / float(trials) if int(trials) else float("nan")
 
 
-def draw_rounds(rounds: Rounds, ax=None, *, max_rounds: int = 24, alpha: float | None = None):
+def draw_rounds(rounds: Rounds, ax=None, *, max_rounds: int = 24, alpha: float | None = None, legend: bool = True):
     """Draw rounds as rows: green bars accepted drafts, a red x each rejected or aborted
     draft, an amber star the target's own token (correction or bonus). Provided.
 
+    Row 1 (the first round) is at the top. At a rejection the star sits just right of the
+    red x of the rejected draft it replaces (so both stay visible); after a full match it sits
+    in the "bonus" column. The title says how many of the rounds are drawn and gives tau over
+    all of them.
+
     Args:
-        rounds: what to draw (the first ``max_rounds`` rounds).
+        rounds: what to draw (the first ``max_rounds`` rounds; tau counts every round).
         ax: a matplotlib Axes (a new figure if None).
+        max_rounds: how many rounds (rows) to draw at most.
         alpha: if given, the title adds theory tau(alpha, k) next to the measured tau.
+        legend: draw a legend for the three marks inside the Axes (upper right).
 
     Returns:
         the Axes.
     """
     import matplotlib.pyplot as plt
+    from matplotlib.lines import Line2D
+    from matplotlib.patches import Patch
 
     if ax is None:
-        _, ax = plt.subplots(figsize=(6, 0.28 * min(max_rounds, max(rounds.num_rounds, 1)) + 1.2))
+        _, ax = plt.subplots(figsize=(6, 0.28 * min(max_rounds, max(rounds.num_rounds, 1)) + 1.6))
     k = rounds.k
     shown = rounds.accepted[:max_rounds].tolist()
     for row, acc in enumerate(shown):
@@ -220,15 +229,29 @@ def draw_rounds(rounds: Rounds, ax=None, *, max_rounds: int = 24, alpha: float |
             ax.barh([y] * acc, [0.8] * acc, left=[i + 0.1 for i in range(acc)], height=0.6, color="tab:green")
         tail = list(range(acc, k))
         if tail:
-            ax.scatter([i + 0.5 for i in tail], [y] * len(tail), marker="x", color="tab:red", s=40)
-        ax.scatter([acc + 0.5], [y + (0.18 if acc < k else 0.0)], marker="*", color="orange", s=140,
-                   edgecolors="darkorange", zorder=3)
+            ax.scatter([i + 0.5 for i in tail], [y] * len(tail), marker="x", color="tab:red", s=40, zorder=4)
+        star_x = acc + (0.8 if acc < k else 0.5)  # beside the rejected draft's x, or centred on "bonus"
+        ax.scatter([star_x], [y], marker="*", color="orange", s=110, edgecolors="darkorange", zorder=3)
     ax.set_xlim(0, k + 1)
-    ax.set_ylim(-len(shown) + 0.4, 0.8)
+    ax.set_ylim(-len(shown) + 0.4, 0.8 + (1.6 if legend else 0.0))  # headroom for the legend
     ax.set_xticks([i + 0.5 for i in range(k + 1)], [f"d{i + 1}" for i in range(k)] + ["bonus"])
-    ax.set_yticks([])
-    title = f"{rounds.source}: k={k}, tau={rounds.tau:.2f} over {rounds.num_rounds} rounds"
+    ax.set_xlabel("draft position")
+    step = max(1, len(shown) // 10)
+    ticks = list(range(0, len(shown), step))
+    ax.set_yticks([-row for row in ticks], [str(row + 1) for row in ticks])
+    ax.set_ylabel("round (first at the top)")
+    if len(shown) == rounds.num_rounds:
+        title = f"{rounds.source}, k={k}: {rounds.num_rounds} rounds\ntau={rounds.tau:.2f}"
+    else:
+        title = (f"{rounds.source}, k={k}: first {len(shown)} of {rounds.num_rounds} rounds drawn\n"
+                 f"tau={rounds.tau:.2f} over all {rounds.num_rounds}")
     if alpha is not None:
-        title += f" (theory {expected_tokens_per_pass(alpha, k):.2f})"
+        title += f" (theory {expected_tokens_per_pass(alpha, k):.2f} at alpha={alpha:.2f})"
     ax.set_title(title, fontsize=9)
+    if legend:
+        handles = [Patch(color="tab:green", label="accepted draft"),
+                   Line2D([], [], marker="x", color="tab:red", ls="", label="rejected or aborted draft"),
+                   Line2D([], [], marker="*", color="orange", markeredgecolor="darkorange", markersize=11, ls="",
+                          label="target's token (correction / bonus)")]
+        ax.legend(handles=handles, loc="upper right", fontsize=7, ncol=3, framealpha=0.9)
     return ax
