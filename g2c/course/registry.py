@@ -94,8 +94,9 @@ MODULES: tuple[CourseModule, ...] = (
         "g2c/sampling/generate.py"], "sampling"),
     _m("16", "KV cache and incremental decoding",
        ["g2c/kvcache/__init__.py", "g2c/kvcache/cache.py", "g2c/kvcache/forward.py", "g2c/kvcache/generate.py",
-        "g2c/kvcache/ragged.py", "g2c/kvcache/speculative.py"], "kv-cache",
-       tests=["tests/test_kvcache.py", "tests/test_kvcache_ragged.py", "tests/test_kvcache_speculative.py"]),
+        "g2c/kvcache/ragged.py", "g2c/kvcache/speculative.py", "g2c/kvcache/fast.py"], "kv-cache",
+       tests=["tests/test_kvcache.py", "tests/test_kvcache_ragged.py", "tests/test_kvcache_speculative.py",
+              "tests/test_kvcache_fast.py"]),
     CourseModule(
         id="specdec",
         title="Beyond: speculative decoding and multi-token prediction",
