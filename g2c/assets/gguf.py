@@ -23,8 +23,8 @@ Layout (GGUF lists dimensions fastest-first; numpy shapes below are row-major):
 ``token_embd.weight`` (V, D), ``position_embd.weight`` (T, D), per block ``blk.N.attn_norm``
 and ``blk.N.ffn_norm`` (weight, bias: (D,)), ``blk.N.attn_qkv`` ((3D, D), (3D,)),
 ``blk.N.attn_output`` ((D, D), (D,)), ``blk.N.ffn_up`` ((4D, D), (4D,)), ``blk.N.ffn_down``
-((D, 4D), (D,)), ``output_norm`` (weight, bias), and ``output.weight`` (V, D), the tied
-unembedding written out (llama.cpp's GPT-2 loader uses it when present). The course
+((D, 4D), (D,)), ``output_norm`` (weight, bias); no ``output.weight``: the unembedding is tied,
+and llama.cpp's GPT-2 loader then reads ``token_embd`` (the converter writes it so too). The course
 ``Linear.weight`` is (out, in), which is exactly the GGUF row-major layout, so no transpose.
 
 ``read_gguf`` reads a file back into a ``TransformerLM`` (``check_gguf`` compares its logits
@@ -78,7 +78,6 @@ def gguf_tensors(model) -> dict[str, np.ndarray]:
             out[f"blk.{i}.{gname}.bias"] = a(lin.bias)
     out["output_norm.weight"] = a(model.ln_final.weight)
     out["output_norm.bias"] = a(model.ln_final.bias)
-    out["output.weight"] = a(model.token_embed.weight)
     return out
 
 
@@ -220,7 +219,8 @@ def export_gguf(name: str, path: str | Path, *, via: str = "auto", outtype: str 
         cfg = json.loads(cfg_path.read_text())
         cfg["n_ctx"] = cfg["n_positions"]            # GPT-2's context key, which the converter reads
         cfg_path.write_text(json.dumps(cfg, indent=2, sort_keys=True) + "\n")
-        cmd = [sys.executable, "-c", _CONVERT, str(src), str(hf), "--outfile", str(path), "--outtype", outtype]
+        cmd = [sys.executable, "-c", _CONVERT, str(src), str(hf), "--outfile", str(path), "--outtype", outtype,
+               "--model-name", name]
         done = subprocess.run(cmd, capture_output=True, text=True)
         if done.returncode != 0 or not path.exists():
             tail = "\n".join((done.stdout + done.stderr).strip().splitlines()[-8:])
