@@ -110,7 +110,7 @@ def run_llama(cmd: list[str]) -> tuple[str, str]:
 def llama_plain(args, model: Path, prompt: str) -> dict:
     out, err = run_llama([str(args.bin / "llama-completion"), "-m", str(model), "-p", prompt, "-n",
                           str(args.new_tokens), "--temp", "0", "-t", str(args.threads), "-c", "256", "-no-cnv",
-                          "--no-display-prompt", "--no-warmup"])
+                          "--no-display-prompt"])
     evals = _EVAL.findall(err)
     if not evals:
         raise SystemExit("bench/llamacpp.py: could not read llama-completion's timings (llama_perf_context_print)")
@@ -122,8 +122,8 @@ def llama_plain(args, model: Path, prompt: str) -> dict:
 def llama_spec(args, target: Path, drafter: Path, prompt: str) -> dict:
     out, err = run_llama([str(args.bin / "llama-speculative-simple"), "-m", str(target), "-md", str(drafter), "-p",
                           prompt, "-n", str(args.new_tokens), "--temp", "0", "-t", str(args.threads), "-td",
-                          str(args.threads), "-c", "256", "-cd", "256", "--draft-max", str(args.k), "--draft-min",
-                          "0", "--no-warmup"])
+                          str(args.threads), "-c", "256", "--draft-max", str(args.k), "--draft-min",
+                          "0"])
     decoded = _DECODED.search(err)
     target_part = err[err.rfind("target:"):]
     evals = _EVAL.findall(target_part)
