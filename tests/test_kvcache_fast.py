@@ -37,10 +37,11 @@ def _ids(n: int, *, vocab: int = 48, seed: int = 1) -> torch.Tensor:
     return torch.randint(0, vocab, (n,), generator=torch.Generator().manual_seed(seed))
 
 
-@pytest.mark.parametrize("pack", [True, False])
-def test_fast_logits_equal_teaching_path_fp32(pack):
+@pytest.mark.parametrize("pack,fused", [(True, True), (False, True), (True, False)])
+def test_fast_logits_equal_teaching_path_fp32(pack, fused):
     model = _tiny_lm()
-    fast = fast_model(model, pack=pack)
+    fast = fast_model(model, pack=pack, fused=fused)
+    assert (fast.cached_hidden_states is not None) == fused
     assert fast.packed == (pack and packed_kernels_available(torch.float32))
     ids = _ids(40).unsqueeze(0)
     slow_cache, fast_cache = KVCache.for_model(model), KVCache.for_model(fast)
@@ -127,6 +128,7 @@ def test_fast_model_is_a_snapshot_and_validates():
     model = _tiny_lm()
     fast = fast_model(model)
     assert fast_model(fast) is fast and isinstance(fast_model(fast, dtype="bf16"), FastLM)
+    assert fast_model(fast, fused=False) is not fast and fast_model(fast, fused=False).source is model
     ids = _ids(8).unsqueeze(0)
     before = fast(ids)
     with torch.no_grad():

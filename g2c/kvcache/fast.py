@@ -24,6 +24,13 @@ Only the per-position arithmetic changes:
   Elsewhere (CUDA, MPS, a torch without oneDNN) it is ``torch.nn.functional.linear``.
 * LayerNorm and GELU are torch's fused kernels (same maths: biased variance, eps 1e-5,
   exact erf GELU).
+* The pass itself (``FastLM.cached_hidden_states``, which module 16's
+  ``cached_hidden_states`` hands the work to when a model has one): one fused QKV product,
+  keys/values written straight into the ``KVCache`` buffers, torch's fused
+  ``scaled_dot_product_attention`` with an explicit causal mask carrying the cache offset,
+  no per-step validation beyond module 16's own. A decode step of a small model is ~100
+  tiny operations, so this matters most for drafters (``fused=False`` keeps the teaching
+  pass and only packs the products, to measure each part).
 * ``dtype=torch.bfloat16`` is a different model, on purpose: the weight products run in
   bfloat16 (weights rounded once, inputs rounded per product; on CPUs with AVX512-BF16/AMX
   the packed bfloat16 product is both half the bytes and flat in the row count), while the
@@ -189,6 +196,7 @@ class FastLM:
 
     Attributes:
         source: the ``TransformerLM`` it was built from (its embeddings are shared, not copied).
+        pack, fused: the ``fast_model`` switches it was built with.
         dtype: the weight products' dtype; ``stream_dtype`` the residual stream's (the
             source's parameter dtype; the KV cache uses it).
         vocab_size, embedding_dim, num_layers, num_heads, hidden_dim, max_seq_len, device,
@@ -199,8 +207,9 @@ class FastLM:
         TypeError: from ``fast_model``.
     """
 
-    def __init__(self, model, dtype: torch.dtype, pack: bool = True) -> None:
+    def __init__(self, model, dtype: torch.dtype, pack: bool = True, fused: bool = True) -> None:
         self.source = model
+        self.pack, self.fused = pack, fused
         self.dtype = dtype
         self.stream_dtype = model.token_embed.weight.dtype
         for name in ("vocab_size", "embedding_dim", "num_layers", "num_heads", "max_seq_len"):
@@ -226,6 +235,41 @@ class FastLM:
         linears = [self._unembed] + [lin for b in self.blocks for lin in (b.attn.qkv, b.attn.proj, b.mlp.fc,
                                                                           b.mlp.proj)]
         return sum(lin.nbytes for lin in linears)
+
+    @property
+    def cached_hidden_states(self):
+        """Module 16's ``cached_hidden_states`` calls this when present: the lean pass
+        ``_fused_pass`` (None when built with ``fused=False``: the teaching pass then runs
+        on the packed products)."""
+        return self._fused_pass if self.fused else None
+
+    @torch.no_grad()
+    def _fused_pass(self, ids: torch.Tensor, cache) -> torch.Tensor:
+        """Final states (B, T, D) of T new tokens; appends their keys/values and advances the
+        cache by T. Same maths as module 16's pass (the caller validated ids and cache):
+        embeddings at positions ``length ...``; per block LayerNorm, one fused QKV product,
+        keys/values written into the cache's buffers in place, attention over the visible
+        rows with torch's fused kernel (an explicit causal mask with the cache offset when
+        T > 1), output projection, LayerNorm, MLP; final LayerNorm."""
+        ids = ids.to(self.device)
+        B, T = ids.shape
+        start, end = cache.length, cache.length + T
+        H, D = self.num_heads, self.embedding_dim
+        x = F.embedding(ids, self.token_embed.weight) + self.pos_embed.weight[start:end]      # (B, T, D)
+        mask = None
+        if T > 1:      # query i (position start + i) sees keys 0 .. start + i
+            mask = torch.ones(T, end, dtype=torch.bool, device=x.device).tril(diagonal=start)
+        for layer, blk in enumerate(self.blocks):
+            h = blk.ln_1(x)
+            q, k, v = blk.attn.qkv(h).view(B, T, 3, H, D // H).permute(2, 0, 3, 1, 4)         # (B, H, T, d) each
+            keys, values = cache.keys_buffer[layer], cache.values_buffer[layer]
+            keys[:, :, start:end] = k
+            values[:, :, start:end] = v
+            y = F.scaled_dot_product_attention(q, keys[:, :, :end], values[:, :, :end], attn_mask=mask)
+            x = x + blk.attn.proj(y.transpose(1, 2).reshape(B, T, D))
+            x = x + blk.mlp(blk.ln_2(x))
+        cache.advance(T)
+        return self.ln_final(x)
 
     def train(self, mode: bool = True) -> "FastLM":
         """Inference only: ``train(False)`` is accepted (the loops' ``eval_mode``), True is refused.
@@ -266,7 +310,7 @@ class FastLM:
                 f"{self.weight_bytes / 1e6:.1f} MB per step)")
 
 
-def fast_model(model, *, dtype: torch.dtype | str | None = None, pack: bool = True) -> FastLM:
+def fast_model(model, *, dtype: torch.dtype | str | None = None, pack: bool = True, fused: bool = True) -> FastLM:
     """The fast path of a ``TransformerLM``: a ``FastLM`` with the same interface. Provided.
 
     Args:
@@ -279,6 +323,9 @@ def fast_model(model, *, dtype: torch.dtype | str | None = None, pack: bool = Tr
             see the module docstring) or ``torch.float16``; or their names as strings
             ("float32", "bfloat16", "float16", also "fp32", "bf16", "fp16").
         pack: False keeps torch's plain product (for measuring what the packing buys).
+        fused: True (default): module 16's ``cached_hidden_states`` hands the pass to the
+            FastLM's own lean loop (torch's fused attention, keys/values written in place);
+            False: the teaching pass runs, only its products are packed.
 
     Returns:
         A ``FastLM`` on the model's device. The weights are copied (and packed) now: later
@@ -295,7 +342,7 @@ def fast_model(model, *, dtype: torch.dtype | str | None = None, pack: bool = Tr
             raise ValueError(f"fast_model: unknown dtype {dtype!r}; use one of {', '.join(names)}")
         dtype = names[dtype.lower()]
     if isinstance(model, FastLM):
-        if dtype is None or dtype == model.dtype:
+        if dtype in (None, model.dtype) and pack == model.pack and fused == model.fused:
             return model
         model = model.source
     needed = ("blocks", "token_embed", "pos_embed", "ln_final", "num_layers", "num_heads", "embedding_dim",
@@ -306,4 +353,4 @@ def fast_model(model, *, dtype: torch.dtype | str | None = None, pack: bool = Tr
     dtype = model.token_embed.weight.dtype if dtype is None else dtype
     if dtype not in FAST_DTYPES:
         raise ValueError(f"fast_model: dtype must be one of {', '.join(str(d) for d in FAST_DTYPES)}, got {dtype!r}")
-    return FastLM(model, dtype, pack)
+    return FastLM(model, dtype, pack, fused)
