@@ -130,10 +130,13 @@ def test_fast_model_is_a_snapshot_and_validates():
     assert fast_model(fast) is fast and isinstance(fast_model(fast, dtype="bf16"), FastLM)
     assert fast_model(fast, fused=False) is not fast and fast_model(fast, fused=False).source is model
     ids = _ids(8).unsqueeze(0)
-    before = fast(ids)
+    before, one = fast(ids), fast(ids[:, :1])                        # 8 rows: packed; 1 row: plain weights
     with torch.no_grad():
         model.blocks[0].mlp.fc.weight.add_(1.0)
+        model.blocks[0].ln_1.weight.add_(1.0)
+        model.token_embed.weight.add_(1.0)
     torch.testing.assert_close(fast(ids), before)                    # copied at construction
+    torch.testing.assert_close(fast(ids[:, :1]), one)
     assert fast.train(False) is fast and fast.eval() is fast and fast.training is False
     with pytest.raises(ValueError, match="cannot be trained"):
         fast.train(True)

@@ -124,8 +124,8 @@ class PackedLinear:
                              f"and {None if bias is None else tuple(bias.shape)}")
         self.dtype = dtype
         self.out_features, self.in_features = weight.shape
-        w = weight.detach().to(dtype).contiguous()
-        self.bias = None if bias is None else bias.detach().to(dtype).contiguous()
+        w = weight.detach().to(dtype).contiguous().clone()           # a snapshot, never a view of the model
+        self.bias = None if bias is None else bias.detach().to(dtype).contiguous().clone()
         self.packed = None
         self.min_packed_rows = PACKED_MIN_ROWS.get(dtype, 1)
         if pack and w.device.type == "cpu" and packed_kernels_available(dtype):
@@ -151,9 +151,19 @@ class PackedLinear:
         return y.reshape(*lead, self.out_features).to(x.dtype)
 
 
+class _Table:
+    """An embedding table snapshot: ``weight`` (N, D) and a lookup."""
+
+    def __init__(self, emb) -> None:
+        self.weight = emb.weight.detach().clone()
+
+    def __call__(self, ids: torch.Tensor) -> torch.Tensor:
+        return F.embedding(ids, self.weight)
+
+
 class _FastLayerNorm:
     def __init__(self, ln) -> None:
-        self.weight, self.bias, self.eps = ln.weight.detach(), ln.bias.detach(), ln.eps
+        self.weight, self.bias, self.eps = ln.weight.detach().clone(), ln.bias.detach().clone(), ln.eps
         self.shape = (ln.weight.shape[0],)
 
     def __call__(self, x: torch.Tensor) -> torch.Tensor:
@@ -195,7 +205,7 @@ class FastLM:
     module 16's cached path on a fresh cache).
 
     Attributes:
-        source: the ``TransformerLM`` it was built from (its embeddings are shared, not copied).
+        source: the ``TransformerLM`` it was built from (every tensor is copied from it).
         pack, fused: the ``fast_model`` switches it was built with.
         dtype: the weight products' dtype; ``stream_dtype`` the residual stream's (the
             source's parameter dtype; the KV cache uses it).
@@ -215,7 +225,7 @@ class FastLM:
         for name in ("vocab_size", "embedding_dim", "num_layers", "num_heads", "max_seq_len"):
             setattr(self, name, getattr(model, name))
         self.hidden_dim = getattr(model, "hidden_dim", 4 * model.embedding_dim)
-        self.token_embed, self.pos_embed = model.token_embed, model.pos_embed
+        self.token_embed, self.pos_embed = _Table(model.token_embed), _Table(model.pos_embed)
         self.blocks = [_FastBlock(blk, dtype, pack) for blk in model.blocks]
         self.ln_final = _FastLayerNorm(model.ln_final)
         self._unembed = PackedLinear(model.token_embed.weight, None, dtype=dtype, pack=pack)   # tied, no bias
