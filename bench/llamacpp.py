@@ -152,7 +152,7 @@ def main(argv: list[str] | None = None) -> int:
     missing = [t for t in ("llama-completion", "llama-speculative-simple") if not (args.bin / t).exists()]
     if missing:
         raise SystemExit(f"bench/llamacpp.py: {', '.join(missing)} not found in {args.bin}: run "
-                         "python bench/setup_llamacpp.py first (a benchmark-only build, ~10 minutes)")
+                         "python bench/setup_llamacpp.py first (a benchmark-only build, 10-30 minutes on 2 cores)")
     torch.set_num_threads(args.threads)
     try:
         args.target, args.drafter = canonical_name(args.target), canonical_name(args.drafter)

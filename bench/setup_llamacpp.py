@@ -2,7 +2,7 @@
 """Build llama.cpp's command-line tools from PyPI's llama-cpp-python source distribution.
 
 A benchmark-only setup step (never run by ``./setup.sh`` or CI): it needs a C++ compiler,
-cmake and about 10 minutes of 2 CPU cores.
+cmake and 10-30 minutes of 2 CPU cores (27 minutes on the shared course VM).
 
     python bench/setup_llamacpp.py              # download, unpack, build into runs/llama.cpp/
     python bench/setup_llamacpp.py --jobs 4     # more parallel compile jobs
@@ -14,7 +14,8 @@ What it does, reproducibly (no hand edits):
    ``runs/llama.cpp/`` (the sdist vendors llama.cpp: sources, ``convert_hf_to_gguf.py``,
    ``gguf-py``, the speculative example and the server);
 2. unpack it there;
-3. ``cmake`` configure (Release, CPU only, no network features, no web UI download) and
+3. ``cmake`` configure (Release, CPU only unless ``--backend metal|cuda``, no network features,
+   no web UI download) and
    ``cmake --build --target`` of ``llama-completion`` (plain generation), ``llama-cli``,
    ``llama-speculative`` and ``llama-speculative-simple`` (draft-model speculative decoding),
    ``llama-server`` (the OpenAI-style server, with ``--model-draft``) and ``llama-bench``.
@@ -41,10 +42,11 @@ WORK = ROOT / "runs" / "llama.cpp"
 VERSION = "0.3.36"          # the llama-cpp-python release the numbers in docs/llamacpp.md come from
 TARGETS = ("llama-completion", "llama-cli", "llama-speculative", "llama-speculative-simple", "llama-server",
            "llama-bench")
-CMAKE_FLAGS = ("-DCMAKE_BUILD_TYPE=Release", "-DBUILD_SHARED_LIBS=OFF", "-DGGML_NATIVE=ON", "-DGGML_CUDA=OFF",
-               "-DGGML_METAL=OFF", "-DLLAMA_CURL=OFF", "-DLLAMA_OPENSSL=OFF", "-DLLAMA_BUILD_TESTS=OFF",
-               "-DLLAMA_BUILD_UI=OFF", "-DLLAMA_USE_PREBUILT_UI=OFF", "-DLLAMA_BUILD_EXAMPLES=ON",
-               "-DLLAMA_BUILD_TOOLS=ON", "-DLLAMA_BUILD_SERVER=ON")
+BACKENDS = {"cpu": ("-DGGML_CUDA=OFF", "-DGGML_METAL=OFF"), "metal": ("-DGGML_METAL=ON",),
+            "cuda": ("-DGGML_CUDA=ON",)}
+CMAKE_FLAGS = ("-DCMAKE_BUILD_TYPE=Release", "-DBUILD_SHARED_LIBS=OFF", "-DGGML_NATIVE=ON", "-DLLAMA_CURL=OFF",
+               "-DLLAMA_OPENSSL=OFF", "-DLLAMA_BUILD_TESTS=OFF", "-DLLAMA_BUILD_UI=OFF", "-DLLAMA_USE_PREBUILT_UI=OFF",
+               "-DLLAMA_BUILD_EXAMPLES=ON", "-DLLAMA_BUILD_TOOLS=ON", "-DLLAMA_BUILD_SERVER=ON")
 
 
 def source_dir(work: Path = WORK, version: str = VERSION) -> Path:
@@ -69,6 +71,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--version", default=VERSION, help=f"llama-cpp-python sdist version (default {VERSION})")
     ap.add_argument("--work", type=Path, default=WORK, help="build folder (default runs/llama.cpp, git-ignored)")
     ap.add_argument("--jobs", type=int, default=2, help="parallel compile jobs (default 2)")
+    ap.add_argument("--backend", choices=tuple(BACKENDS), default="cpu",
+                    help="cpu (default: what the benchmark compares), metal (Apple GPUs) or cuda (needs the CUDA "
+                         "toolkit)")
     ap.add_argument("--targets", default=",".join(TARGETS), help="comma-separated cmake targets")
     ap.add_argument("--force", action="store_true", help="download, unpack and build again")
     ap.add_argument("--print-dir", action="store_true", help="print the tools' folder and exit")
@@ -97,7 +102,7 @@ def main(argv: list[str] | None = None) -> int:
     build = work / "build"
     if args.force and build.exists():
         shutil.rmtree(build)
-    _run(["cmake", "-S", str(src), "-B", str(build), *CMAKE_FLAGS])
+    _run(["cmake", "-S", str(src), "-B", str(build), *CMAKE_FLAGS, *BACKENDS[args.backend]])
     targets = [t for t in args.targets.split(",") if t]
     _run(["cmake", "--build", str(build), "--config", "Release", "-j", str(args.jobs), "--target", *targets])
     missing = [t for t in targets if not (bin_dir(work) / t).exists()]
