@@ -85,3 +85,33 @@ def test_gguf_errors(tmp_path, tokenizer_json):
         write_gguf(wide, tmp_path / "z.gguf", tokenizer=tokenizer_json)
     with pytest.raises(TypeError, match="gguf_tensors needs a TransformerLM"):
         gguf_tensors(torch.nn.Linear(2, 2))
+
+
+def test_export_gguf_writer_route_on_a_shipped_model(tmp_path):
+    from g2c.assets.artifacts import load_model
+    from g2c.assets.gguf import export_gguf
+
+    path = export_gguf("StoryLM-1M", tmp_path / "s.gguf", via="writer")
+    model, _ = load_model("StoryLM-1M", device="cpu")
+    assert check_gguf(path, model) < 1e-6
+
+
+def test_export_gguf_errors(tmp_path):
+    from g2c.assets.gguf import export_gguf
+
+    with pytest.raises(ValueError, match="draft head on a base model"):
+        export_gguf("StoryLM-30M-MTP", tmp_path / "h.gguf", via="writer")
+    with pytest.raises(ValueError, match="via must be"):
+        export_gguf("StoryLM-1M", tmp_path / "v.gguf", via="pip")
+    with pytest.raises(ValueError, match="outtype must be one of"):
+        export_gguf("StoryLM-1M", tmp_path / "o.gguf", outtype="q8_0")
+    with pytest.raises(FileNotFoundError, match="setup_llamacpp.py"):
+        export_gguf("StoryLM-1M", tmp_path / "c.gguf", via="converter", llama_cpp=tmp_path)
+    other = tmp_path / "llama.gguf"
+    w = gguf.GGUFWriter(str(other), "llama")
+    w.write_header_to_file()
+    w.write_kv_data_to_file()
+    w.write_tensors_to_file()
+    w.close()
+    with pytest.raises(ValueError, match="architecture 'llama'"):
+        read_gguf(other)
