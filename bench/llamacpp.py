@@ -54,8 +54,9 @@ import g2c.course.solved  # noqa: F401  (first: applies the answer key before co
 from g2c.assets.artifacts import ArtifactError, canonical_name, load_model
 from g2c.assets.data import validation_prompts
 from g2c.assets.gguf import check_gguf, export_gguf, llama_cpp_source
-from g2c.kvcache import cached_generate, speculative_generate_cached
+from g2c.kvcache import cached_generate
 from g2c.kvcache.fast import fast_model
+from g2c.specdec.sampling.cached import speculative_generate_cached
 
 ROOT = Path(__file__).resolve().parents[1]
 BIN = ROOT / "runs" / "llama.cpp" / "build" / "bin"

@@ -55,9 +55,9 @@ from g2c.kvcache.fast import fast_model
 from g2c.nn import synchronize, time_call
 from g2c.sampling import generate
 from g2c.specdec import SpecStats, mtp_generate, speculative_generate, train_mtp_head
-from g2c.specdec.drafters import LMDrafter
-from g2c.specdec.eagle import CachedMTPDrafter, EagleDrafter
-from g2c.specdec.loop import speculative_sample
+from g2c.specdec.sampling.drafters import LMDrafter
+from g2c.specdec.sampling.eagle import CachedMTPDrafter, EagleDrafter
+from g2c.specdec.sampling.loop import speculative_sample
 from g2c.specdec.theory import speedup_per_round
 
 HEADER = ("drafter", "target", "k", "lossless", "acceptance", "tokens/pass", "plain tok/s", "spec tok/s", "speed-up")

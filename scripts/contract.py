@@ -2,17 +2,22 @@
 """The scaffold contract: how many tests of each file pass on the untouched scaffolds.
 
 Every test file has a recorded *pristine result* in ``tests/pristine.json``: the number of
-tests that pass and fail when no solution is applied. A test that passes on an empty
-scaffold must be testing provided code, by design; if that number changes, either a
-scaffold leaks part of an answer or a test lost its teeth.
+tests that pass and fail on the untouched scaffold of the module that owns the file, with the
+answer key applied to exactly that module's prerequisites (the closure of its ``requires``):
+what a student entering at that module sees from ``./test.sh ID`` before writing a line. Test
+files no module owns (tooling) run with no answer key at all. A test that passes there must be
+testing provided code, by design; if that number changes, either a scaffold leaks part of an
+answer, a test lost its teeth, or a test needs a module its owner does not declare.
 
     python scripts/contract.py --record   # run the suite once on the scaffolds, write tests/pristine.json
     python scripts/contract.py --check    # run it again and compare; exit 1 on any mismatch
     python scripts/contract.py --record tests/test_kvcache.py   # (re)record just these files
+    python scripts/contract.py --graph    # the module graph holds: each module's tests with exactly its
+                                          # prerequisites solved keep the pristine counts; solved too, all pass
 
-Both run the whole ``tests/`` suite in one pytest process with ``G2C_APPLY_SOLUTIONS``
-removed. Errors (collection or fixture errors) count as failures. A skipped test is a
-contract violation (the pristine run must exercise everything).
+Both run ``tests/`` in one pytest process per module (its files, its prerequisites solved) plus
+one for the unowned files (nothing solved). Errors (collection or fixture errors) count as
+failures. A skipped test is a contract violation (the pristine run must exercise everything).
 """
 
 from __future__ import annotations
@@ -66,16 +71,52 @@ def parse_junit(xml_text: str) -> tuple[dict[str, Counter], list[str]]:
     return counts, skips
 
 
-def run_pristine(root: Path = ROOT,
-                 paths: list[str] | None = None) -> tuple[dict[str, Counter], list[str], int]:
-    """Run ``tests/`` (or just ``paths``) once on the scaffolds; return per-file counts, skip lines,
-    pytest's exit code."""
+def groups(files: list[str], root: Path = ROOT) -> list[tuple[str, list[str]]]:
+    """``files`` grouped by the answer key their pristine run applies: (selector, files) pairs, one per owning
+    module (its prerequisites' selector), then the files no module owns ("")."""
+    sys.path.insert(0, str(root))
+    from g2c.course import MODULES, prerequisites, selector_for
+
+    out, claimed = [], set()
+    for m in MODULES:
+        mine = [f for f in files if f in m.tests]
+        claimed.update(mine)
+        if mine:
+            out.append((selector_for(prerequisites(m.id)), mine))
+    rest = [f for f in files if f not in claimed]
+    if rest:
+        out.append(("", rest))
+    return out
+
+
+def run_pristine(root: Path = ROOT, paths: list[str] | None = None) -> tuple[dict[str, Counter], list[str], int]:
+    """The pristine run of ``tests/`` (or just ``paths``): each module's files with exactly its prerequisites
+    solved, the unowned files with nothing solved; per-file counts, skip lines, the worst exit code."""
+    counts: dict[str, Counter] = defaultdict(Counter)
+    skips: list[str] = []
+    worst = 0
+    for selector, files in groups(paths or test_files(root), root):
+        c, s, rc = run_tests(root, files, selector)
+        for f, n in c.items():
+            counts[f].update(n)
+        skips += s
+        worst = max(worst, rc)
+    return counts, skips, worst
+
+
+def run_tests(root: Path = ROOT, paths: list[str] | None = None,
+              selector: str = "") -> tuple[dict[str, Counter], list[str], int]:
+    """Run ``tests/`` (or just ``paths``) once on the scaffolds, with the answer key applied to the modules
+    of ``selector`` (none by default); return per-file counts, skip lines, pytest's exit code."""
     with tempfile.TemporaryDirectory() as tmp:
         xml = Path(tmp) / "pristine.xml"
         cmd = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider",
                "--continue-on-collection-errors", f"--junitxml={xml}", "-o", "junit_family=xunit1",
                *(paths or ["tests"])]
-        proc = subprocess.run(cmd, cwd=root, env=pristine_env(root), capture_output=True, text=True)
+        env = pristine_env(root)
+        if selector:
+            env["G2C_APPLY_SOLUTIONS"] = selector
+        proc = subprocess.run(cmd, cwd=root, env=env, capture_output=True, text=True)
         if not xml.exists():
             sys.stdout.write(proc.stdout)
             sys.stderr.write(proc.stderr)
@@ -105,13 +146,63 @@ def compare(expected: dict[str, dict[str, int]], got: dict[str, dict[str, int]],
     return problems
 
 
+def graph_problems(module_id: str, root: Path = ROOT) -> list[str]:
+    """Check one module against the registry's graph by running its tests twice.
+
+    1. With exactly its prerequisites (the closure of ``requires``) solved, every test file keeps its
+       pristine pass/fail counts: the tests need nothing outside the closure, and the module's own
+       unwritten exercises are what fails.
+    2. With the module solved too, every test passes.
+    """
+    sys.path.insert(0, str(root))
+    from g2c.course import get_module, prerequisites, selector_for
+
+    m = get_module(module_id)
+    files = [t for t in m.tests if (root / t).is_file()]
+    if not files:
+        return [f"module {m.id}: no test files"]
+    expected = json.loads(PRISTINE.read_text(encoding="utf-8")) if PRISTINE.exists() else {}
+    closure = prerequisites(m.id)
+    problems = []
+    counts, skips, _ = run_tests(root, files, selector_for(closure))
+    got = as_record(counts, files)
+    for f in files:
+        if got.get(f) != expected.get(f):
+            problems.append(f"module {m.id}: {f} with its prerequisites solved ({', '.join(closure) or 'none'}) "
+                            f"gives {_fmt(got.get(f))} pass/fail, its pristine contract is {_fmt(expected.get(f))}")
+    counts, skips, _ = run_tests(root, files, selector_for([*closure, m.id]))
+    for f in files:
+        if counts[f]["failed"] or counts[f]["skipped"]:
+            problems.append(f"module {m.id}: {f} with the module and its prerequisites solved has "
+                            f"{counts[f]['failed']} failing and {counts[f]['skipped']} skipped tests; "
+                            "a prerequisite is missing from `requires` in g2c/course/registry.py")
+    return problems
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     mode = ap.add_mutually_exclusive_group(required=True)
     mode.add_argument("--record", action="store_true", help=f"write {PRISTINE.relative_to(ROOT)}")
     mode.add_argument("--check", action="store_true", help="compare with the recorded counts")
+    mode.add_argument("--graph", nargs="*", metavar="ID",
+                      help="check the module graph (default: every module): closure solved -> pristine counts, "
+                           "module solved too -> every test passes")
     ap.add_argument("files", nargs="*", help="only these test files (repo-relative); the others keep their record")
     args = ap.parse_args(argv)
+    if args.graph is not None:
+        sys.path.insert(0, str(ROOT))
+        from g2c.course import module_ids
+
+        problems = []
+        for module_id in args.graph or module_ids():
+            found = graph_problems(module_id)
+            print(f"graph: module {module_id}: {'ok' if not found else f'{len(found)} problem(s)'}", flush=True)
+            for p in found:
+                print(f"  {p}", flush=True)
+            problems += found
+        if problems:
+            print(f"module graph: {len(problems)} problem(s) above", file=sys.stderr)
+        return 1 if problems else 0
 
     files = [Path(f).as_posix() for f in args.files] or test_files()
     counts, skips, _ = run_pristine(paths=args.files or None)

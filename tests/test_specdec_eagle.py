@@ -1,4 +1,4 @@
-"""EAGLE-style feature drafting (``g2c.specdec.eagle``): the head, its loss, and its cached
+"""EAGLE-style feature drafting (``g2c.specdec.sampling.eagle``): the head, its loss, and its cached
 drafter behind the speculative loop.
 
 Needs module 16 and specdec-sampling solved (``G2C_APPLY_SOLUTIONS=01-16,specdec,specdec-sampling``
@@ -21,13 +21,14 @@ from __future__ import annotations
 
 import pytest
 import torch
-from test_kvcache_speculative import V, _lm, _prompt
+from test_specdec_cached import V, _lm, _prompt
 
+from g2c.kvcache import cached_generate
 from g2c.sampling import generate
 from g2c.specdec import MTPHead
-from g2c.specdec.drafters import LMDrafter, MTPDrafter
-from g2c.specdec.eagle import CachedMTPDrafter, EagleDrafter, FeatureDrafter, eagle_loss
-from g2c.specdec.loop import speculative_sample
+from g2c.specdec.sampling.drafters import LMDrafter, MTPDrafter
+from g2c.specdec.sampling.eagle import CachedMTPDrafter, EagleDrafter, FeatureDrafter, eagle_loss
+from g2c.specdec.sampling.loop import speculative_sample
 
 
 def _head(target, seed: int = 0, scale: float = 1.0) -> FeatureDrafter:
@@ -176,24 +177,32 @@ def test_eagle_cached_and_uncached_targets_agree():
 
 
 def test_eagle_past_the_window_keeps_drafting():
-    """48-token window, 70 new tokens: the target and the drafter both re-prefill. Inside the
-    window the output is plain greedy decoding; past it every loop crops its context its own
-    way (module 16), so the check there is that the drafter resynchronises: it still gets
-    drafts accepted in the last 25 tokens, where a drafter fed misaligned states would not."""
+    """48-token window, 70 new tokens. The window-edge rule (``draft_room``): uncached, the
+    loop is plain greedy decoding at any length and past the window every pass is a plain
+    step (no drafts); cached, the target and the drafter both re-prefill where module 16's
+    ``cached_generate`` does, so the output is ``cached_generate``'s and drafting resumes: the
+    drafter resynchronises and still gets drafts accepted in the last 25 tokens, where a
+    drafter fed misaligned states would not."""
     target = _lm(2)
-    want = generate(target, _prompt(), 70, temperature=0.0).tolist()
+    want = {False: generate(target, _prompt(), 70, temperature=0.0).tolist(),
+            True: cached_generate(target, _prompt(), 70, temperature=0.0).tolist()}
+    assert want[False][:49] == want[True][:49]          # the same while prompt + output <= window + 1
     for use_cache in (False, True):
         got, stats, passes = _spec(target, EagleDrafter(_trained_head(target)), 70, k=4, temperature=0.0,
                                    use_cache=use_cache)
-        assert got[:40] == want[:40]
+        assert got == want[use_cache]
         assert stats[3] == 70 and len(got) == 75
-        tail, accepted = 0, 0
+        tail, accepted, multi = 0, 0, 0
         for emitted, num_accepted in reversed(passes):
             if tail >= 25:
                 break
             tail += len(emitted)
             accepted += num_accepted
-        assert accepted > 0
+            multi += len(emitted) > 1                      # passes that emitted more than one token
+        if use_cache:
+            assert accepted > 0
+        else:
+            assert accepted == multi == 0                   # past the window: plain steps only
 
 
 def test_forgotten_rollback_is_caught():

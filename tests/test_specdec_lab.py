@@ -15,7 +15,7 @@ import math
 import pytest
 import torch
 
-from g2c.specdec.simulate import PassRecorder, Rounds, fit_alpha, per_position_acceptance, simulate_rounds
+from g2c.specdec.lab.simulate import PassRecorder, Rounds, fit_alpha, per_position_acceptance, simulate_rounds
 from g2c.specdec.theory import (
     bimodal_itl,
     break_even_alpha,
@@ -404,7 +404,7 @@ def _ragged_prompts(batch: int, seed: int, vocab: int = 32) -> list[list[int]]:
 
 
 def test_ragged_forward_matches_the_plain_forward_per_row():
-    from g2c.specdec.batched import RaggedKV, ragged_forward
+    from g2c.specdec.lab.batched import RaggedKV, ragged_forward
 
     model = _tiny_lm(0)
     prompts = _ragged_prompts(3, 1)
@@ -418,7 +418,7 @@ def test_ragged_forward_matches_the_plain_forward_per_row():
 @pytest.mark.parametrize("batch", [1, 3, 8])
 @pytest.mark.parametrize("k", [1, 4])
 def test_batched_speculative_equals_independent_greedy_runs(batch, k):
-    from g2c.specdec.batched import batched_speculative_generate
+    from g2c.specdec.lab.batched import batched_speculative_generate
 
     target = _tiny_lm(1)
     prompts = _ragged_prompts(batch, 10 + batch)
@@ -430,7 +430,7 @@ def test_batched_speculative_equals_independent_greedy_runs(batch, k):
 
 
 def test_batched_speculative_rows_commit_ragged_prefixes():
-    from g2c.specdec.batched import batched_speculative_generate
+    from g2c.specdec.lab.batched import batched_speculative_generate
 
     target = _tiny_lm(3)
     prompts = _ragged_prompts(8, 5)
@@ -448,7 +448,7 @@ def test_batched_speculative_rows_commit_ragged_prefixes():
 
 
 def test_batched_speculative_stops_rows_at_eos_independently():
-    from g2c.specdec.batched import batched_speculative_generate
+    from g2c.specdec.lab.batched import batched_speculative_generate
 
     target = _tiny_lm(5)
     drafter = _noisy_copy(target, 6)
@@ -463,7 +463,7 @@ def test_batched_speculative_stops_rows_at_eos_independently():
 
 
 def test_batched_greedy_equals_independent_greedy_runs():
-    from g2c.specdec.batched import batched_greedy
+    from g2c.specdec.lab.batched import batched_greedy
 
     model = _tiny_lm(7)
     prompts = _ragged_prompts(5, 8)
@@ -473,7 +473,7 @@ def test_batched_greedy_equals_independent_greedy_runs():
 
 
 def test_batched_speculative_validates_inputs():
-    from g2c.specdec.batched import batched_speculative_generate
+    from g2c.specdec.lab.batched import batched_speculative_generate
 
     target = _tiny_lm(1)
     with pytest.raises(ValueError, match=r"k must be an int >= 1"):
@@ -489,7 +489,7 @@ def test_batched_speculative_validates_inputs():
 @pytest.mark.ladder
 def test_batched_speculative_on_the_ladder_equals_greedy():
     from g2c.assets import load_model
-    from g2c.specdec.batched import batched_speculative_generate
+    from g2c.specdec.lab.batched import batched_speculative_generate
 
     target, tok = load_model("StoryLM-30M", device="cpu")
     drafter, _ = load_model("StoryLM-1M", device="cpu")
@@ -498,3 +498,30 @@ def test_batched_speculative_on_the_ladder_equals_greedy():
     for b, p in enumerate(prompts):
         assert res.outputs[b].tolist() == _greedy_alone(target, p, 16)
     assert res.target_passes < 16                      # the 1M drafter earns its keep
+
+
+@pytest.mark.parametrize("k", range(1, 7))
+def test_batched_speculative_equals_plain_decoding_at_the_window_edge(k):
+    """The shared window-edge rule (``g2c.specdec.draft_room``): a round drafts
+    min(k, window - longest active context) tokens for every row, none (a plain step) when a
+    context fills the window. With a model whose next token depends on every visible id
+    (``SumModLM``: sum mod 7, window 8) every row equals plain greedy decoding up to the
+    longest prompt + output = window + 1, for every k; one token more is refused, like
+    ``batched_greedy`` (no sliding window). Before, the loop refused any run with
+    prompt + budget + k + 1 > window."""
+    from specdec_mocks import SumModLM, windowed_greedy
+
+    from g2c.specdec.lab.batched import batched_greedy, batched_speculative_generate
+
+    target, drafter = SumModLM(max_seq_len=8), SumModLM(max_seq_len=8)
+    prompts = [[1, 2], [3], [4, 5, 6]]
+    n = 8 + 1 - 3                                          # the longest row's last context fills the window
+    want = [windowed_greedy(target, p, n) for p in prompts]
+    res = batched_speculative_generate(target, drafter, prompts, n, k=k)
+    assert [o.tolist() for o in res.outputs] == want
+    assert all(a == e - 1 for rounds in res.rounds for a, e in rounds[:-1])    # a perfect drafter: no rejection
+    assert [o.tolist() for o in batched_greedy(target, prompts, n).outputs] == want
+    for run in (lambda: batched_speculative_generate(target, drafter, prompts, n + 1, k=k),
+                lambda: batched_greedy(target, prompts, n + 1)):
+        with pytest.raises(ValueError, match=r"max_seq_len \+ 1 = 9 .*no sliding window"):
+            run()

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import pytest
 import torch
+from specdec_mocks import SumModLM, windowed_greedy
 
 from g2c.sampling import generate
 from g2c.specdec import MTPHead, mtp_generate, mtp_metrics, train_mtp_head
@@ -168,3 +169,17 @@ def test_mtp_generate_equals_generate_on_the_ladder():
     out, stats = mtp_generate(base, head, prompt, 24, eos_id=tok.eot_id)
     assert out.tolist() == generate(base, torch.tensor(prompt), 24, temperature=0.0, eos_id=tok.eot_id).tolist()
     assert stats.generated == len(out) - len(prompt)
+
+
+@pytest.mark.parametrize("prompt", [[1, 2], [3, 1, 4, 1, 5, 2, 6, 5, 3, 5]])
+def test_mtp_generate_equals_generate_at_the_window_edge(prompt):
+    """The shared window-edge rule (``draft_room``): a guess is verified only while context +
+    guess fit the window, so with a model whose next token depends on every visible id
+    (``SumModLM``, window 8) the output is plain greedy decoding up to the edge and past it;
+    before, the guess pass cropped one context token and the run diverged at the edge."""
+    base = SumModLM(max_seq_len=8)
+    head = MTPHead(base, generator=torch.Generator().manual_seed(0))
+    for n in (7, 15):
+        out, stats = mtp_generate(base, head, prompt, n)
+        assert out.tolist() == windowed_greedy(base, prompt, n), f"{n} tokens"
+        assert stats.generated == n

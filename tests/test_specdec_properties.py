@@ -20,9 +20,17 @@ from device_mocks import (
 )
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from specdec_mocks import TableLM, chain_table, follow_chain
+from specdec_mocks import SumModLM, TableLM, chain_table, follow_chain, random_next_of, windowed_greedy
 
-from g2c.specdec import SpecStats, draft_greedy, greedy_verify, mtp_propose, speculative_generate, speculative_verify
+from g2c.specdec import (
+    SpecStats,
+    draft_greedy,
+    draft_room,
+    greedy_verify,
+    mtp_propose,
+    speculative_generate,
+    speculative_verify,
+)
 
 SETTINGS = settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 
@@ -75,9 +83,15 @@ def test_speculative_generate_is_always_the_target_greedy_chain(case):
     assert stats.drafted <= case["k"] * stats.target_passes
     assert all(call.shape[1] <= case["target_window"] for call in target.calls)
     if case["budget"] and case["target_next"] == case["drafter_next"] and case["eos_id"] is None:
-        assert stats.acceptance_rate == 1.0
-        k_eff = min(case["k"], case["target_window"] - 1)
-        assert stats.target_passes == -(-case["budget"] // (k_eff + 1))
+        assert stats.acceptance_rate == (1.0 if stats.drafted else 0.0)
+        # The window-edge rule (draft_room): a pass drafts min(k, budget left, window - context);
+        # a perfect drafter then emits every draft plus the bonus token.
+        passes, length, made = 0, len(case["prompt"]), 0
+        while made < case["budget"]:
+            drafts = max(0, min(case["k"], case["budget"] - made, case["target_window"] - length))
+            emitted = min(drafts + 1, case["budget"] - made)
+            passes, length, made = passes + 1, length + emitted, made + emitted
+        assert stats.target_passes == passes
 
 
 @SETTINGS
@@ -415,3 +429,48 @@ def test_verifiers_refuse_nan_scores_and_non_probabilities():
             speculative_verify(draft, bad, q, generator=torch.Generator().manual_seed(0))
     with pytest.raises(ValueError, match="draft_probs must hold probabilities"):
         speculative_verify(draft, good, torch.tensor([[0.0, 0.0, 0.0]]), generator=torch.Generator().manual_seed(0))
+
+
+# -- the window edge ------------------------------------------------------------------------
+# SumModLM's next token is the sum of the ids it sees, mod 7: unlike a table LM, any row that
+# loses context (a crop at the window edge) changes the output. Window 8, prompt [1, 2].
+# 7 new tokens is the longest run whose every token's context fits the window
+# (prompt + output = window + 1); 15 runs well past it.
+WINDOW, EDGE_PROMPT = 8, [1, 2]
+
+
+def test_sum_mod_mock_follows_its_rule():
+    model = SumModLM(max_seq_len=WINDOW)
+    ids = torch.tensor([[1, 2, 3, 6, 5, 3, 6, 5]])
+    assert model(ids)[0].argmax(-1).tolist() == [sum(ids[0, :t + 1].tolist()) % 7 for t in range(8)]
+    assert windowed_greedy(model, EDGE_PROMPT, 7) == [1, 2, 3, 6, 5, 3, 6, 5, 3]    # issue 20's example
+    assert windowed_greedy(model, EDGE_PROMPT, 8)[-1] == (sum([2, 3, 6, 5, 3, 6, 5, 3]) % 7)   # slid by one
+
+
+def test_draft_room_is_the_window_edge_rule():
+    assert [draft_room(4, n, 8) for n in (2, 4, 5, 7, 8, 12)] == [4, 4, 3, 1, 0, 0]
+    assert draft_room(0, 2, 8) == 0 and draft_room(3, 2, 4) == 2
+
+
+@pytest.mark.parametrize("k", range(1, 7))
+def test_speculative_generate_equals_generate_at_the_window_edge(k):
+    """Every k, up to the window edge and past it: the output is plain greedy decoding with
+    module 11's crop (the rule-only oracle ``windowed_greedy``). Before the shared rule the
+    loop cropped the context to make room for k drafts, and its rows saw less than plain
+    decoding does (k = 3 gave [..., 3, 5, 3, 6] for [..., 3, 6, 5, 3]). A perfect drafter is
+    never rejected, and past the window every pass is a plain step (no drafts)."""
+    target = SumModLM(max_seq_len=WINDOW)
+    g = torch.Generator().manual_seed(k)
+    drafters = {"perfect": SumModLM(max_seq_len=WINDOW), "short window": SumModLM(max_seq_len=3),
+                "table": TableLM(chain_table(random_next_of(7, g), generator=g), max_seq_len=WINDOW)}
+    for name, drafter in drafters.items():
+        for n in (7, 15):
+            out, stats = speculative_generate(target, drafter, EDGE_PROMPT, n, k=k)
+            assert out.tolist() == windowed_greedy(target, EDGE_PROMPT, n), f"{name} drafter, {n} tokens"
+            if name == "perfect":
+                assert stats.acceptance_rate == 1.0
+                plain = n - (WINDOW + 1 - len(EDGE_PROMPT))          # tokens whose context slid
+                assert stats.target_passes >= plain + 1 and stats.generated == n
+    long_prompt = [3, 1, 4, 1, 5, 2, 6, 5, 3, 5]                          # longer than the window
+    out, stats = speculative_generate(target, drafters["perfect"], long_prompt, 5, k=k)
+    assert out.tolist() == windowed_greedy(target, long_prompt, 5) and stats.drafted == 0

@@ -32,11 +32,11 @@ from collections import Counter
 
 import pytest
 import torch
-from specdec_mocks import TableLM, chain_table, random_next_of
+from specdec_mocks import SumModLM, TableLM, chain_table, random_next_of, windowed_greedy
 
-import g2c.specdec.loop as loop_mod
+import g2c.specdec.sampling.loop as loop_mod
 from g2c.specdec import MTPHead, SpecStats, draft_greedy, mtp_propose, speculative_generate
-from g2c.specdec.controllers import (
+from g2c.specdec.sampling.controllers import (
     CostModelK,
     HeuristicK,
     StaticK,
@@ -44,8 +44,8 @@ from g2c.specdec.controllers import (
     optimal_k,
     speedup,
 )
-from g2c.specdec.drafters import Drafter, LMDrafter, MTPDrafter, NGramDrafter, Sampler, ngram_lookup
-from g2c.specdec.loop import speculative_sample, verify_round
+from g2c.specdec.sampling.drafters import Drafter, LMDrafter, MTPDrafter, NGramDrafter, Sampler, ngram_lookup
+from g2c.specdec.sampling.loop import speculative_sample, verify_round
 from g2c.transformer import TransformerLM
 
 V = 4
@@ -611,3 +611,32 @@ def test_cli_runs_every_drafter_sampled(drafter, capsys):
     assert main(argv) == 0
     assert capsys.readouterr().out == first          # same seed, same text and counters
     assert "temperature=0.8, seed=0" in first and "generated=" in first
+
+
+@pytest.mark.parametrize("k", range(1, 7))
+def test_speculative_sample_equals_generate_at_the_window_edge(k):
+    """The shared window-edge rule (``g2c.specdec.draft_room``): each round drafts at most
+    what fits the target's window, and at none the drafter is not asked (a plain step). With
+    a model whose next token depends on every visible id (``SumModLM``: sum mod 7, window 8,
+    prompt [1, 2]) the uncached loop at temperature 0 is plain greedy decoding with module
+    11's crop, for every k, every drafter and a controller, up to the edge and past it.
+    Before, the loop cropped the context to make room for k drafts (k = 3 gave
+    [..., 3, 5, 3, 6] for [..., 3, 6, 5, 3])."""
+    target = SumModLM(max_seq_len=8)
+    drafters = {"LM": lambda: LMDrafter(SumModLM(max_seq_len=8)),
+                "LM, window 3": lambda: LMDrafter(SumModLM(max_seq_len=3)),
+                "n-gram": lambda: NGramDrafter()}
+    for name, make in drafters.items():
+        for n in (7, 15):
+            for controller in (None, HeuristicK(k)):
+                out, stats = speculative_sample(target, make(), [1, 2], n, k=k, temperature=0.0,
+                                                controller=controller)
+                assert out.tolist() == windowed_greedy(target, [1, 2], n), f"{name} drafter, {n} tokens"
+                assert stats.generated == n
+    # A perfect drafter is never rejected: every row sees the context plain decoding sees.
+    _, stats = speculative_sample(target, LMDrafter(SumModLM(max_seq_len=8)), [1, 2], 15, k=k, temperature=0.0)
+    drafted, length = 0, 2
+    while length < 2 + 15:                                # draft_room(min(k, budget), length, 8), all accepted
+        d = max(0, min(k, 17 - length, 8 - length))
+        drafted, length = drafted + d, length + min(d + 1, 17 - length)
+    assert stats.acceptance_rate == 1.0 and stats.drafted == drafted

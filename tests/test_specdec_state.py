@@ -433,3 +433,29 @@ def test_speculation_is_lossless_in_tokens_and_state(strategy, layout, seed, k, 
                                                     on_round=check_against_reference(layout, seed, snaps), **kw)
     assert ids.tolist() == ref[:len(PROMPT) + num_new].tolist()
     assert stats.generated == num_new and txn.costs.rounds == stats.target_passes
+
+
+@pytest.mark.parametrize("k", range(1, 7))
+def test_stateful_loop_equals_plain_decoding_at_the_window_edge(k):
+    """The shared window-edge rule (``g2c.specdec.draft_room``) with attention layers (window
+    8): a round drafts min(k, budget, window - context) tokens, none (a plain step) when the
+    context fills the window, so the run reaches prompt + output = window + 1, the last
+    token's context filling the window, and equals ``plain_greedy`` (which no longer feeds
+    the newest token) for every k and strategy; one token more is refused by both (a
+    recurrent state cannot slide a window). Before, both refused prompt + output > window."""
+    target = fan_in_init_(RecurrentLM(V, D, 2, H, layout="RA", max_seq_len=8),
+                          generator=torch.Generator().manual_seed(3)).eval()
+    n = 8 + 1 - len(PROMPT)
+    want = plain_greedy(target, PROMPT, n)
+    assert len(want) == 9 and len(set(want[len(PROMPT):].tolist())) > 1     # a run that is not one repeated id
+    perfect = lambda ctx, kk: plain_greedy(target, ctx, kk)[-kk:]          # noqa: E731
+    for strategy in STRATEGIES:
+        for name, draft in (("perfect", perfect), ("other model", greedy_drafter(model("RRR", 1)))):
+            ids, stats, _ = speculative_generate_stateful(target, draft, PROMPT, n, k=k, strategy=strategy)
+            assert ids.tolist() == want.tolist(), f"{strategy}, {name} drafter"
+            if name == "perfect":
+                assert stats.acceptance_rate == 1.0
+        with pytest.raises(ValueError, match=r"max_seq_len=8 \+ 1"):
+            speculative_generate_stateful(target, perfect, PROMPT, n + 1, k=k, strategy=strategy)
+    with pytest.raises(ValueError, match=r"max_seq_len=8 \+ 1"):
+        plain_greedy(target, PROMPT, n + 1)

@@ -16,10 +16,9 @@ import math
 
 import pytest
 import torch
-from specdec_mocks import TableLM, chain_table, follow_chain, random_next_of
+from specdec_mocks import SumModLM, TableLM, chain_table, follow_chain, random_next_of, refill_greedy, windowed_greedy
 
-from g2c.specdec.tree_attention import cached_tree_forward, commit_tree_kv, tree_attention_mask, tree_forward
-from g2c.specdec.tree_verify import greedy_tree_verify, tree_speculative_generate, tree_speculative_verify
+from g2c.kvcache import cached_generate
 from g2c.specdec.trees import (
     DraftTree,
     build_dynamic_tree,
@@ -28,6 +27,8 @@ from g2c.specdec.trees import (
     expected_tokens_per_pass,
     static_choices,
 )
+from g2c.specdec.trees.attention import cached_tree_forward, commit_tree_kv, tree_attention_mask, tree_forward
+from g2c.specdec.trees.verify import greedy_tree_verify, tree_speculative_generate, tree_speculative_verify
 from g2c.transformer import TransformerLM
 
 NEG = float("-inf")
@@ -269,8 +270,9 @@ def test_cached_tree_loop_is_a_state_transaction(kind):
         assert stats.kv_bytes_moved == 0                                    # accepted drafts already in place
     else:
         assert stats.kv_bytes_moved > 0                                     # off-first-branch paths were gathered
-    with pytest.raises(ValueError, match="max_seq_len"):
-        tree_speculative_generate(target, drafter, prompt, 40, tree=kind, use_cache=True)
+    # Past the window the cached tree loop re-prefills where module 16's cached_generate does.
+    past, _ = tree_speculative_generate(target, drafter, prompt, 40, tree=kind, use_cache=True)
+    assert past.tolist() == cached_generate(target, prompt, 40, temperature=0.0).tolist()
 
 
 # -- greedy walk ----------------------------------------------------------------------------
@@ -418,6 +420,41 @@ def test_tree_speculative_verify_matches_target_distribution():
     assert (freqs - p).abs().max() > 3 * tol, freqs.tolist()
 
 
+
+def _one_hot_q_verify(tree: DraftTree, probs: torch.Tensor, generator) -> tuple[list[int], int]:
+    """The planted wrong variant: ignore ``proposal_probs`` and treat every q as one-hot at
+    its child's token. Its output is still distributed as p (it is the rule for deterministic
+    drafts), so only the acceptance rate shows the mistake."""
+    return tree_speculative_verify(DraftTree(tree.tokens, tree.parents), probs, generator=generator)
+
+
+def test_tree_speculative_verify_uses_the_proposal_probs():
+    """Acceptance, not just the distribution: with children drawn from q, SpecInfer's rule
+    accepts x with min(1, p(x)/q(x)). Two i.i.d. children of q = [0.1, 0.2, 0.3, 0.4] under
+    p = [0.5, 0.3, 0.2, 0]: the first is accepted with sum min(p, q) = 0.5; after a rejection
+    p' = normalize(max(0, p - q)) = [0.8, 0.2, 0, 0] and the second with sum min(p', q) = 0.3,
+    so a child is accepted with 0.5 + 0.5 * 0.3 = 0.65. Treating q as one-hot accepts x with
+    p(x) only: about 0.30 (0.17 for the first child). Tolerance: the rate is a mean of N = 4,000
+    Bernoulli(0.65) draws, std 0.0075; we allow 0.04 (over 5 std), and the wrong variant sits
+    0.35 away (more than 8x the tolerance)."""
+    p = torch.tensor([0.5, 0.3, 0.2, 0.0])
+    q = torch.tensor([0.1, 0.2, 0.3, 0.4])
+    probs = torch.stack([p, torch.full((4,), 0.25), torch.full((4,), 0.25)])   # (n+1, V), 2 children
+    n, tol, want = 4000, 0.04, 0.65
+
+    def rate(verify) -> float:
+        g = torch.Generator().manual_seed(11)
+        accepted = 0
+        for _ in range(n):
+            kids = torch.multinomial(q, 2, replacement=True, generator=g)
+            path, _ = verify(DraftTree(kids, torch.tensor([-1, -1]), q.expand(2, 4).clone()), probs, generator=g)
+            accepted += bool(path)
+        return accepted / n
+
+    assert abs(rate(tree_speculative_verify) - want) < tol
+    assert rate(_one_hot_q_verify) < want - 8 * tol                          # the planted wrong variant: ~0.30
+
+
 def test_tree_speculative_verify_bonus_at_leaf():
     # p == one-hot at the drafted token: always accepted, then the bonus comes from the leaf's row.
     t = DraftTree(torch.tensor([2]), torch.tensor([-1]))
@@ -493,3 +530,23 @@ def test_tree_greedy_equals_plain_greedy_on_ladder():
     assert tree.num_nodes == 8
     static, passes = build_static_tree(drafter, torch.tensor(prompt), static_choices(8))
     assert static.num_nodes == 8 and passes == static.max_depth
+
+
+@pytest.mark.parametrize("num_nodes", range(1, 7))
+def test_tree_loop_equals_plain_decoding_at_the_window_edge(num_nodes):
+    """The shared window-edge rule (``g2c.specdec.draft_room``) for trees: a pass holds at most
+    min(num_nodes, window - visible context) nodes, so no node's row loses context. With a
+    model whose next token depends on every visible id (``SumModLM``: sum mod 7, window 8,
+    prompt [1, 2]) the greedy tree loop is module 11's plain greedy decoding uncached, and
+    module 16's ``cached_generate`` (re-prefill at the same points) cached, for every tree
+    kind and node budget, up to the window edge and past it. Before, an uncached tree cropped
+    the context by its depth and the cached loop refused to run past the window."""
+    target, drafter = SumModLM(max_seq_len=8), SumModLM(max_seq_len=8)
+    for n in (7, 15):
+        for kind in ("chain", "static", "dynamic"):
+            for use_cache in (False, True):
+                out, stats = tree_speculative_generate(target, drafter, [1, 2], n, tree=kind, num_nodes=num_nodes,
+                                                       width=2, use_cache=use_cache)
+                want = (refill_greedy if use_cache else windowed_greedy)(target, [1, 2], n)
+                assert out.tolist() == want, f"{kind}, use_cache={use_cache}, {n} tokens"
+                assert stats.generated == n

@@ -200,7 +200,7 @@ class FastLM:
 
     Build it with ``fast_model(model, dtype=...)``. Every module 16 function and every
     cached loop that takes a ``TransformerLM`` takes a ``FastLM`` (``cached_forward``,
-    ``cached_generate``, ``KVCache.for_model``, ``CachedScorer``, the cached speculative
+    ``cached_generate``, ``KVCache.for_model``, the Beyond side's ``CachedScorer`` and cached speculative
     loops); calling it on (B, T) ids returns (B, T, V) logits like the model (run through
     module 16's cached path on a fresh cache).
 

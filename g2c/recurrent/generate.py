@@ -17,7 +17,7 @@ from collections.abc import Callable
 import torch
 
 from g2c.sampling.generate import as_token_ids
-from g2c.specdec import SpecStats, draft_greedy, greedy_verify
+from g2c.specdec import SpecStats, draft_greedy, draft_room, greedy_verify
 
 from .model import DecodeState, RecurrentLM
 from .recompute import RecomputeTransaction
@@ -52,9 +52,10 @@ def greedy_drafter(model) -> Drafter:
 def _check_budget(model: RecurrentLM, num_prompt: int, max_new_tokens: int) -> None:
     if isinstance(max_new_tokens, bool) or not isinstance(max_new_tokens, int) or max_new_tokens < 0:
         raise ValueError(f"max_new_tokens must be an int >= 0, got {max_new_tokens!r}")
-    if model.attention_layers and num_prompt + max_new_tokens > model.max_seq_len:
+    if model.attention_layers and num_prompt + max_new_tokens > model.max_seq_len + 1:
         raise ValueError(f"prompt ({num_prompt}) + max_new_tokens ({max_new_tokens}) exceeds the attention "
-                         f"layers' max_seq_len={model.max_seq_len}; generate fewer tokens")
+                         f"layers' max_seq_len={model.max_seq_len} + 1 (the last token's context must fit; a "
+                         "recurrent state cannot slide a window); generate fewer tokens")
 
 
 @torch.no_grad()
@@ -73,8 +74,10 @@ def plain_greedy(model: RecurrentLM, prompt_ids, max_new_tokens: int, *,
         LongTensor (N,) on the CPU: the prompt and the new tokens.
 
     Raises:
-        ValueError: an empty prompt, max_new_tokens < 0, or prompt + budget beyond the
-            attention layers' ``max_seq_len``.
+        ValueError: an empty prompt, max_new_tokens < 0, or (with attention layers) prompt +
+            budget beyond ``max_seq_len + 1``: the newest token is never fed, so the last
+            token's context fills the window at most; a recurrent state summarises the whole
+            history and has no sliding window, so longer runs are refused.
     """
     ids = as_token_ids(prompt_ids, "prompt_ids")
     _check_budget(model, ids.numel(), max_new_tokens)
@@ -83,11 +86,12 @@ def plain_greedy(model: RecurrentLM, prompt_ids, max_new_tokens: int, *,
     try:
         state = DecodeState(model)
         logits = state.feed(ids)[-1]
-        for _ in range(max_new_tokens):
+        for step in range(max_new_tokens):
             ids = torch.cat([ids, logits.argmax().cpu().view(1)])
             if on_token is not None:
                 on_token(state, ids)
-            logits = state.feed(ids[-1:])[-1]
+            if step < max_new_tokens - 1:                    # the newest token is fed only when needed
+                logits = state.feed(ids[-1:])[-1]
     finally:
         model.train(mode)
     return ids
@@ -101,7 +105,10 @@ def speculative_generate_stateful(target: RecurrentLM, draft: Drafter, prompt_id
                                   **strategy_kwargs) -> tuple[torch.Tensor, SpecStats, StateTransaction]:
     """Greedy speculative decoding with the target's state committed by a transaction.
 
-    Each round: draft k_step = min(k, remaining budget) tokens; ``txn.begin()``;
+    Each round: draft k_step = ``g2c.specdec.draft_room(min(k, remaining budget), len(ids),
+    max_seq_len)`` tokens (the window-edge rule every loop shares; only with attention
+    layers, a pure recurrent layout has no window); at k_step = 0 the round is a plain step
+    (the pending token alone, no draft); ``txn.begin()``;
     ``txn.advance([last emitted] + draft)`` gives the k_step + 1 verification rows;
     ``greedy_verify``; cut the emitted tokens to the budget and after ``eos_id``; commit
     the positions that precede the last emitted token (``commit(len(emitted) - 1)``). The
@@ -128,7 +135,8 @@ def speculative_generate_stateful(target: RecurrentLM, draft: Drafter, prompt_id
 
     Raises:
         ValueError: bad prompt, k or budget (messages name "prompt_ids", "k",
-            "max_new_tokens" or "max_seq_len"); a draft that is not k token ids ("draft");
+            "max_new_tokens" or "max_seq_len"; prompt + budget may be at most max_seq_len + 1
+            with attention layers, as ``plain_greedy``); a draft that is not k token ids ("draft");
             an unknown strategy name.
     """
     ids = as_token_ids(prompt_ids, "prompt_ids")
@@ -146,14 +154,18 @@ def speculative_generate_stateful(target: RecurrentLM, draft: Drafter, prompt_id
         num_new = 0
         while num_new < max_new_tokens:
             remaining = max_new_tokens - num_new
-            k_step = min(k, remaining)
-            proposal = torch.as_tensor(draft(ids, k_step)).long().cpu().view(-1)
+            k_step = draft_room(min(k, remaining), len(ids), target.max_seq_len) if target.attention_layers \
+                else min(k, remaining)
+            proposal = torch.as_tensor(draft(ids, k_step) if k_step else []).long().cpu().view(-1)
             if proposal.numel() != k_step:
                 raise ValueError(f"draft returned {proposal.numel()} tokens for k={k_step}; "
                                  "it must return exactly k ids")
             txn.begin()
             logits = txn.advance(torch.cat([ids[-1:], proposal]))            # (k+1, V)
-            num_accepted, token = greedy_verify(proposal, logits)
+            if k_step == 0:                                                   # window full: a plain step
+                num_accepted, token = 0, int(logits[-1].argmax())
+            else:
+                num_accepted, token = greedy_verify(proposal, logits)
             emitted = (proposal[:num_accepted].tolist() + [token])[:remaining]
             hit_eos = eos_id is not None and eos_id in emitted
             if hit_eos:

@@ -8,10 +8,10 @@ inside a frozen target (``train_mtp_head``) and ``mtp_generate`` lets it draft f
 base. Run ``python -m g2c.specdec "Once upon a time"`` to watch it work.
 """
 
-from .generate import SpecStats, draft_greedy, speculative_generate
+from .generate import SpecStats, draft_greedy, draft_room, speculative_generate
 from .mtp import MTPHead, hidden_states, mtp_generate, mtp_loss, mtp_metrics, mtp_propose, train_mtp_head
 from .verify import greedy_verify, speculative_verify
 
-__all__ = sorted(["MTPHead", "SpecStats", "draft_greedy", "greedy_verify", "hidden_states", "mtp_generate",
-                  "mtp_loss", "mtp_metrics", "mtp_propose", "speculative_generate", "speculative_verify",
-                  "train_mtp_head"])
+__all__ = sorted(["MTPHead", "SpecStats", "draft_greedy", "draft_room", "greedy_verify", "hidden_states",
+                  "mtp_generate", "mtp_loss", "mtp_metrics", "mtp_propose", "speculative_generate",
+                  "speculative_verify", "train_mtp_head"])

@@ -34,7 +34,7 @@ from g2c.sampling.model import check_language_model, eval_mode
 
 from .verify import greedy_verify
 
-__all__ = ["SpecStats", "draft_greedy", "speculative_generate"]
+__all__ = ["SpecStats", "draft_greedy", "draft_room", "speculative_generate"]
 
 
 @dataclass
@@ -133,6 +133,38 @@ def draft_greedy(drafter, ctx_ids, k: int) -> torch.Tensor:
     return ids[-k:]
 
 
+def draft_room(k: int, context_len: int, window: int) -> int:
+    """The window-edge rule every speculative loop shares: how many drafts fit this pass. Provided.
+
+    A verification pass scores the visible context plus k' drafts as ONE block of at most
+    ``window`` (the target's ``max_seq_len``) positions. For the pass to be lossless, every
+    row must see exactly the context plain decoding would see for that token; that holds when
+    the whole visible context and the drafts fit the window, so
+
+        k' = min(k, window - context_len), and 0 when the context already fills the window.
+
+    k' = 0 makes the pass a *plain step*: no draft, the target's own next token from the
+    same visible context its plain counterpart uses (uncached loops: the last ``window``
+    tokens, as module 11's ``generate``; cached loops: the cache's context, re-prefilled
+    like module 16's ``cached_generate`` first when it is past the window). So speculation
+    pauses at the window edge, every loop equals its plain counterpart token for token at any
+    length, and an uncached loop stays on plain steps past the window (its plain counterpart
+    slides the window one token at a time, which one block cannot reproduce) while a cached
+    loop drafts again after each re-prefill. ``docs/beyond/specdec.md`` ("Contracts the
+    loops share") states the rule once; each loop's docstring points here.
+
+    Args:
+        k: drafts wanted this pass (already cut to the budget), an int >= 0.
+        context_len: tokens the target sees before the drafts (the whole context for an
+            uncached loop, the cache's visible context for a cached one).
+        window: the target's ``max_seq_len``, >= 1.
+
+    Returns:
+        int in [0, k].
+    """
+    return max(0, min(k, window - context_len))
+
+
 @torch.no_grad()
 def speculative_generate(target, drafter, prompt_ids, max_new_tokens: int, *, k: int = 4,
                          eos_id: int | None = None,
@@ -154,9 +186,10 @@ def speculative_generate(target, drafter, prompt_ids, max_new_tokens: int, *, k:
 
     Returns:
         (ids, stats): LongTensor (N,) on the CPU, the prompt followed by the new tokens;
-        and a ``SpecStats`` with one ``record`` per target pass. While prompt + output
-        fit in the target's window, ids equals
-        ``g2c.sampling.generate(target, prompt_ids, max_new_tokens, temperature=0.0, eos_id=eos_id)``.
+        and a ``SpecStats`` with one ``record`` per target pass. ids equals
+        ``g2c.sampling.generate(target, prompt_ids, max_new_tokens, temperature=0.0, eos_id=eos_id)``
+        token for token at any length: a pass drafts only what fits the target's window
+        (``draft_room``), and once the context fills the window every pass is a plain step.
 
     Raises:
         TypeError: target or drafter lacks ``vocab_size``, ``max_seq_len`` or ``device``
@@ -176,13 +209,17 @@ def speculative_generate(target, drafter, prompt_ids, max_new_tokens: int, *, k:
            window. Run the loop inside ``with eval_mode(target, drafter):`` (provided), which
            restores both modes even when a model raises
            (``test_speculative_generate_restores_modes_when_a_model_raises``). Start a ``SpecStats``.
-        2. Loop while the budget is not used up. Draft k_step = min(k, remaining budget,
-           target.max_seq_len - 1) tokens with ``draft_greedy`` (provided; CPU ids).
-        3. One target pass over the context cropped to its last max_seq_len - k_step tokens,
-           followed by the draft: (1, T + k_step), on ``target.device``. Its last k_step + 1
-           rows are the verification rows for ``greedy_verify``; hand it the draft on the
-           same device as those rows
-           (``test_speculative_generate_hands_the_verifier_one_device``).
+        2. Loop while the budget is not used up. k_step = ``draft_room(min(k, remaining
+           budget), len(context), target.max_seq_len)`` (provided: the window-edge rule every
+           loop shares); draft k_step tokens with ``draft_greedy`` (provided; CPU ids).
+        3. One target pass over the context followed by the draft: (1, T + k_step), on
+           ``target.device`` (it fits the window by step 2, so no row loses context). Its
+           last k_step + 1 rows are the verification rows for ``greedy_verify``; hand it the
+           draft on the same device as those rows
+           (``test_speculative_generate_hands_the_verifier_one_device``). When k_step is 0
+           the context fills the window: take a plain step instead, one pass over the last
+           max_seq_len tokens whose argmax is the token, with no draft and no verification
+           (``test_speculative_generate_equals_generate_at_the_window_edge``).
         4. Emitted = accepted drafts + correction/bonus token; cut it to the remaining
            budget (``test_speculative_generate_respects_budget``) and after the first
            ``eos_id`` (``test_speculative_generate_stops_at_eos``).
@@ -209,11 +246,15 @@ def speculative_generate(target, drafter, prompt_ids, max_new_tokens: int, *, k:
     with eval_mode(target, drafter):
         while num_new < max_new_tokens:
             remaining = max_new_tokens - num_new
-            k_step = min(k, remaining, target.max_seq_len - 1)
-            draft = draft_greedy(drafter, ids, k_step)                      # (k,) CPU
-            block = torch.cat([ids[-(target.max_seq_len - k_step):], draft]).to(target.device)  # (T + k,)
-            logits = target(block.unsqueeze(0))[0, -(k_step + 1):]          # (k+1, V) on target.device
-            num_accepted, token = greedy_verify(block[-k_step:], logits)    # draft and rows on one device
+            k_step = draft_room(min(k, remaining), len(ids), target.max_seq_len)
+            if k_step == 0:                                                 # window full: a plain step
+                window = ids[-target.max_seq_len:].unsqueeze(0).to(target.device)   # (1, T)
+                draft, num_accepted, token = ids[:0], 0, int(target(window)[0, -1].argmax())
+            else:
+                draft = draft_greedy(drafter, ids, k_step)                  # (k,) CPU
+                block = torch.cat([ids, draft]).to(target.device)           # (T + k,), fits the window
+                logits = target(block.unsqueeze(0))[0, -(k_step + 1):]      # (k+1, V) on target.device
+                num_accepted, token = greedy_verify(block[-k_step:], logits)  # draft and rows on one device
             emitted = draft[:num_accepted].tolist() + [token]
             emitted = emitted[:remaining]
             hit_eos = eos_id is not None and eos_id in emitted

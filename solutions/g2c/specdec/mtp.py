@@ -32,7 +32,7 @@ from g2c.sampling.model import eval_mode
 from g2c.training import AdamW
 from g2c.transformer import Block
 
-from .generate import SpecStats
+from .generate import SpecStats, draft_room
 from .verify import greedy_verify
 
 __all__ = ["MTPHead", "hidden_states", "mtp_generate", "mtp_loss", "mtp_metrics", "mtp_propose", "train_mtp_head"]
@@ -304,6 +304,11 @@ def mtp_generate(base, head: MTPHead, prompt_ids, max_new_tokens: int, *,
     The first pass has no guess and emits the base's next token. So each pass emits 1 or 2
     tokens and drafting costs one head call (no second model, no extra trunk pass).
 
+    The window edge follows ``g2c.specdec.draft_room``, the rule every loop shares: the guess
+    is verified only while context + guess fit ``base.max_seq_len``; once the context fills
+    the window every pass is a plain step over its last ``max_seq_len`` tokens (no guess
+    verified), exactly module 11's crop.
+
     Args:
         base: the ``TransformerLM`` whose greedy output we want.
         head: an ``MTPHead`` built on ``base`` (trained, or not: the output is the same).
@@ -313,9 +318,10 @@ def mtp_generate(base, head: MTPHead, prompt_ids, max_new_tokens: int, *,
 
     Returns:
         (ids, stats): LongTensor (N,) on the CPU, the prompt followed by the new tokens, and a
-        ``SpecStats`` with one record per base pass (the first pass drafts nothing). While
-        prompt + output fit in ``base.max_seq_len``, ids equals
-        ``g2c.sampling.generate(base, prompt_ids, max_new_tokens, temperature=0.0, eos_id=eos_id)``.
+        ``SpecStats`` with one record per base pass (the first pass and plain steps at the
+        window edge draft nothing). ids equals
+        ``g2c.sampling.generate(base, prompt_ids, max_new_tokens, temperature=0.0, eos_id=eos_id)``
+        token for token at any length.
 
     Raises:
         ValueError: prompt_ids empty, not 1-D, not integer or outside [0, V) ("prompt_ids"); max_new_tokens not
@@ -337,10 +343,11 @@ def mtp_generate(base, head: MTPHead, prompt_ids, max_new_tokens: int, *,
     with eval_mode(base, head):                                                  # modes restored, also on errors
         while stats.generated < max_new_tokens:
             remaining = max_new_tokens - stats.generated
-            block = ids[-window:] if guess is None else torch.cat([ids[-(window - 1):], torch.tensor([guess])])
+            k_step = draft_room(0 if guess is None else 1, len(ids), window)     # the shared window-edge rule
+            block = ids[-window:] if k_step == 0 else torch.cat([ids, torch.tensor([guess])])
             x = block.unsqueeze(0).to(base.device)                               # (1, T)
             hidden = hidden_states(base, x)                                      # (1, T, D)
-            if guess is None:
+            if k_step == 0:                                                      # first pass, or window full
                 token = int(base.unembed(hidden[0, -1]).argmax())
                 num_accepted, emitted, keep = 0, [token], hidden.shape[1]
             else:
@@ -352,7 +359,7 @@ def mtp_generate(base, head: MTPHead, prompt_ids, max_new_tokens: int, *,
             hit_eos = eos_id is not None and eos_id in emitted
             if hit_eos:
                 emitted = emitted[:emitted.index(eos_id) + 1]
-            stats.record(drafted=0 if guess is None else 1, accepted=min(num_accepted, len(emitted)),
+            stats.record(drafted=k_step, accepted=min(num_accepted, len(emitted)),
                          generated=len(emitted))
             ids = torch.cat([ids, torch.tensor(emitted, dtype=torch.long)])
             if hit_eos or stats.generated >= max_new_tokens:

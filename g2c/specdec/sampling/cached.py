@@ -17,11 +17,11 @@ Invariant after every round: each cache holds the keys/values of every committed
 except the last one, which is *pending* (it was produced by the last logit row, so its own
 keys/values have not been computed yet); the next pass feeds it first. So the committed
 rows equal what plain cached decoding of the same tokens builds, and one more step from the
-rolled-back cache gives the logits of a fresh prefill (tests/test_kvcache_speculative.py).
+rolled-back cache gives the logits of a fresh prefill (tests/test_specdec_cached.py).
 
 Both models' side of the transaction is one provided class, ``CachedScorer`` (prefill, one
 cached pass over pending + extra tokens, draft row by row, commit = pointer rollback,
-re-prefill past the window). The specdec-sampling loop (``g2c.specdec.loop.speculative_sample
+re-prefill past the window). The specdec-sampling loop (``g2c.specdec.sampling.loop.speculative_sample
 (..., use_cache=True)`` and ``LMDrafter(..., use_cache=True)``) uses the same class.
 
 Source: Leviathan, Kalman, Matias (ICML 2023) and Chen et al. (2023) for draft-then-verify;
@@ -39,13 +39,12 @@ from dataclasses import dataclass, field
 
 import torch
 
+from g2c.kvcache.cache import KVCache
+from g2c.kvcache.forward import cached_block, cached_hidden_states, unembed
 from g2c.sampling.generate import as_token_ids
 from g2c.sampling.model import check_language_model, eval_mode
-from g2c.specdec.generate import SpecStats
+from g2c.specdec.generate import SpecStats, draft_room
 from g2c.specdec.verify import greedy_verify
-
-from .cache import KVCache
-from .forward import cached_block, cached_hidden_states, unembed
 
 __all__ = ["CachedScorer", "RoundRecord", "mtp_generate_cached", "speculative_generate_cached", "summarize_rounds"]
 
@@ -94,12 +93,12 @@ def summarize_rounds(records: list[RoundRecord]) -> dict[str, float]:
             "mean_rows_reserved": reserved / n if n else 0.0, "mean_rows_rolled_back": rolled / n if n else 0.0}
 
 
-def _check_refill(refill_tokens: int | None, window: int, room: int, name: str) -> int:
-    # The default keeps half the window, less when a long draft needs the room (k > window / 2).
-    refill = max(1, min(window // 2, window - room)) if refill_tokens is None else refill_tokens
-    if isinstance(refill, bool) or not isinstance(refill, int) or not 1 <= refill <= window - room:
-        raise ValueError(f"refill_tokens must be an int in [1, {name}.max_seq_len - {room} = {window - room}], "
-                         f"got {refill_tokens!r}")
+def _check_refill(refill_tokens: int | None, window: int, name: str) -> int:
+    # cached_generate's range and default: drafts never need room kept free, because draft_room
+    # shrinks them to what fits after the re-prefill (none at all when refill_tokens = window).
+    refill = max(1, window // 2) if refill_tokens is None else refill_tokens
+    if isinstance(refill, bool) or not isinstance(refill, int) or not 1 <= refill <= window:
+        raise ValueError(f"refill_tokens must be an int in [1, {name}.max_seq_len = {window}], got {refill_tokens!r}")
     return refill
 
 
@@ -276,21 +275,30 @@ def speculative_generate_cached(target, drafter, prompt_ids, max_new_tokens: int
             the call, modes restored).
         prompt_ids: 1-D int tensor or list, length >= 1 (cropped to the target's window).
         max_new_tokens: budget, >= 0; never exceeded.
-        k: drafts per target pass, >= 1 (fewer near the end of the budget or the window).
+        k: drafts per target pass, >= 1 (fewer near the end of the budget or the window:
+            ``g2c.specdec.draft_room``).
         eos_id: stop right after emitting this id (included).
         on_pass: ``on_pass(emitted, num_accepted)`` after each target pass, as in
             ``g2c.specdec.speculative_generate``.
         on_round: ``on_round(record)`` with a ``RoundRecord`` after each target pass, after
             the rollback (the caches in it are live: read, do not keep).
-        refill_tokens: tokens re-prefilled into an empty cache when a model's window is full,
-            in [1, max_seq_len - k] (default ``max_seq_len // 2``), for each model.
+        refill_tokens: tokens re-prefilled into an empty cache when a model's context has
+            outgrown its window, in [1, max_seq_len] (default ``max_seq_len // 2``, at least
+            1, as ``cached_generate``), for each model.
 
     Returns:
         (ids, stats): LongTensor (N,) on the CPU, prompt + new tokens; a ``SpecStats`` with one
-        ``record`` per target pass. While prompt + output fit in the target's window, ids equals
-        ``g2c.specdec.speculative_generate(target, drafter, prompt_ids, max_new_tokens, k=k,
-        eos_id=eos_id)[0]`` and the target's greedy ``generate``. Past the window the target
-        re-prefills its last ``refill_tokens`` tokens (like ``cached_generate``).
+        ``record`` per target pass. ids equals the target's greedy ``cached_generate(target,
+        prompt_ids, max_new_tokens, temperature=0.0, eos_id=eos_id, refill_tokens=refill_tokens)``
+        token for token at any length, for every k; while prompt + output <= max_seq_len + 1
+        that is also ``g2c.specdec.speculative_generate(target, drafter, prompt_ids,
+        max_new_tokens, k=k, eos_id=eos_id)[0]`` and the greedy ``generate``.
+
+    The window edge (``g2c.specdec.draft_room``, the rule every loop shares): a pass drafts
+    k' = min(k, budget, max_seq_len - visible context) tokens. At k' = 0 (the context fills
+    the window) it is a plain step: the pending token alone, the target's own next token.
+    When the committed context has outgrown the window, the target first re-prefills its last
+    ``refill_tokens`` tokens, exactly where ``cached_generate`` does, and drafting resumes.
 
     Raises:
         ValueError: prompt_ids empty or not 1-D ("prompt_ids"); k not an int >= 1 ("k must be
@@ -311,8 +319,8 @@ def speculative_generate_cached(target, drafter, prompt_ids, max_new_tokens: int
     if window < k + 2:
         raise ValueError(f"target max_seq_len={window} must be >= k + 2 = {k + 2} to verify k drafts after "
                          "a pending token; lower k")
-    t_refill = _check_refill(refill_tokens, window, k, "target")
-    d_refill = _check_refill(refill_tokens, drafter.max_seq_len, 1, "drafter") if refill_tokens is not None \
+    t_refill = _check_refill(refill_tokens, window, "target")
+    d_refill = _check_refill(refill_tokens, drafter.max_seq_len, "drafter") if refill_tokens is not None \
         else max(1, drafter.max_seq_len // 2)
     with eval_mode(target, drafter):  # modes restored on exit, also when a model raises
         ids = ids_t.tolist()[-window:] if len(ids_t) > window else ids_t.tolist()
@@ -327,12 +335,15 @@ def speculative_generate_cached(target, drafter, prompt_ids, max_new_tokens: int
         num_new = 0
         while num_new < max_new_tokens:
             remaining = max_new_tokens - num_new
-            if tgt.room(ids) < 1:                                                  # no room for a draft
+            if tgt.room(ids) < 0:                        # past the window: re-prefill like cached_generate
                 tgt.refill(ids)
-            k_step = min(k, remaining, tgt.room(ids))
+            k_step = draft_room(min(k, remaining), len(ids) - tgt.start, window)  # what fits
             draft, _ = dr.draft(ids, k_step)                                       # k_step ids
             logits = tgt.extend(ids, draft, num_rows=k_step + 1)                   # (k+1, V), one pass
-            num_accepted, token = greedy_verify(torch.tensor(draft), logits.float())
+            if k_step == 0:                                                        # a plain step
+                num_accepted, token = 0, int(logits[-1].argmax())
+            else:
+                num_accepted, token = greedy_verify(torch.tensor(draft), logits.float())
             emitted, hit_eos = _cut(draft[:num_accepted] + [token], remaining, eos_id)
             num_emitted_drafts = min(num_accepted, len(emitted))
             ids = ids + emitted
@@ -381,7 +392,10 @@ def mtp_generate_cached(base, head, prompt_ids, max_new_tokens: int, *, eos_id: 
     one-layer cache over the same positions) guesses the token after the last emitted one,
     and the rows of committed positions stay in both caches (the guess's row is cropped when
     it was rejected). The first pass (and a re-prefill past the window) runs the context and
-    emits the base's next token with no draft.
+    emits the base's next token with no draft; so does a pass whose guess does not fit the
+    window (``g2c.specdec.draft_room``: the context fills it), which runs the context it
+    has again. Past the window the base re-prefills its last ``refill_tokens`` tokens where
+    ``cached_generate`` does.
 
     Args:
         base: the frozen ``TransformerLM``; head: an ``MTPHead`` on it (``g2c.specdec.mtp``).
@@ -389,8 +403,10 @@ def mtp_generate_cached(base, head, prompt_ids, max_new_tokens: int, *, eos_id: 
             ``speculative_generate_cached`` (the record's ``drafter_cache`` is the head's).
 
     Returns:
-        (ids, stats): ids equals the base's greedy ``generate`` inside the window; stats has
-        one record per trunk pass (prefill passes record drafted=0).
+        (ids, stats): ids equals the base's greedy ``cached_generate`` (same
+        ``refill_tokens``) token for token at any length, hence its greedy ``generate`` while
+        prompt + output <= max_seq_len + 1; stats has one record per trunk pass (prefill
+        passes record drafted=0).
 
     Raises:
         ValueError: as ``speculative_generate_cached`` (bad prompt, budget, refill_tokens,
@@ -403,7 +419,7 @@ def mtp_generate_cached(base, head, prompt_ids, max_new_tokens: int, *, eos_id: 
     window = base.max_seq_len
     if window < 3:
         raise ValueError(f"base max_seq_len={window} must be >= 3 for MTP self-speculation")
-    refill = _check_refill(refill_tokens, window, 1, "base")
+    refill = _check_refill(refill_tokens, window, "base")
     with eval_mode(base, head):  # modes restored on exit, also when a model raises
         prompt = ids_t.tolist()
         ids = prompt[-window:]
@@ -416,9 +432,9 @@ def mtp_generate_cached(base, head, prompt_ids, max_new_tokens: int, *, eos_id: 
         start, guess, num_new = 0, None, 0
         while num_new < max_new_tokens:
             remaining = max_new_tokens - num_new
-            if guess is None or cache.length + 2 > window:                  # (re-)prefill pass
-                if guess is not None:
-                    start = len(ids) - refill
+            if guess is not None and len(ids) - start > window:            # past the window: re-prefill
+                start, guess = len(ids) - refill, None
+            if guess is None or draft_room(1, len(ids) - start, window) == 0:  # (re-)prefill pass
                 cache.reset()
                 hcache.reset()
                 before = 0

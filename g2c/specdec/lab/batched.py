@@ -22,8 +22,12 @@ forward with per-row positions and a key-padding mask). What this loop does with
 - Finished rows (budget used up, or end-of-sequence) leave the batch: ``cache.keep(rows)``
   index-selects every buffer down to the active rows.
 
-No sliding window: prompt + max_new_tokens + k + 1 must fit in the target's and drafter's
-``max_seq_len``.
+The window edge (``g2c.specdec.draft_room``, the rule every loop shares): a round drafts
+k' = min(k, max_seq_len - longest active context) tokens for every row (the smaller of the
+two models' windows), so no row's context is ever cropped; at k' = 0 the round is a plain
+step (pending token only, no drafter call). There is no sliding window (like
+``batched_greedy``, the plain counterpart): prompt + max_new_tokens may be at most
+``max_seq_len + 1`` (the last token's context fills the window), and both loops refuse more.
 
 Output per row is exactly the target's greedy continuation (greedy verification; Leviathan,
 Kalman, Matias, ICML 2023, section 2.3), up to float32 round-off in the masked batched
@@ -42,6 +46,7 @@ from dataclasses import dataclass, field
 import torch
 
 from g2c.kvcache.ragged import RaggedKVCache, ragged_forward
+from g2c.specdec.generate import draft_room
 
 __all__ = ["BatchedResult", "RaggedKV", "batched_greedy", "batched_speculative_generate", "ragged_forward"]
 
@@ -73,7 +78,7 @@ class BatchedResult:
     target_passes: int = 0
 
 
-def _check(model_list, prompts, max_new_tokens: int, extra: int) -> list[torch.Tensor]:
+def _check(model_list, prompts, max_new_tokens: int) -> list[torch.Tensor]:
     if isinstance(max_new_tokens, bool) or not isinstance(max_new_tokens, int) or max_new_tokens < 0:
         raise ValueError(f"max_new_tokens must be an int >= 0, got {max_new_tokens!r}")
     if not isinstance(prompts, Sequence) or len(prompts) == 0:
@@ -86,9 +91,10 @@ def _check(model_list, prompts, max_new_tokens: int, extra: int) -> list[torch.T
         out.append(t)
     longest = max(t.numel() for t in out)
     for m in model_list:
-        if longest + max_new_tokens + extra > m.max_seq_len:
-            raise ValueError(f"longest prompt {longest} + max_new_tokens {max_new_tokens} + {extra} verify rows "
-                             f"exceed max_seq_len={m.max_seq_len}; the batched loop has no sliding window")
+        if longest + max_new_tokens > m.max_seq_len + 1:
+            raise ValueError(f"longest prompt {longest} + max_new_tokens {max_new_tokens} exceed max_seq_len + 1 = "
+                             f"{m.max_seq_len + 1} (the last token's context must fit the window); the batched loop "
+                             "has no sliding window: generate fewer tokens")
     return out
 
 
@@ -128,9 +134,9 @@ def batched_greedy(model, prompts, max_new_tokens: int, *, eos_id: int | None = 
 
     Raises:
         ValueError: empty prompts, a prompt not 1-D, max_new_tokens < 0, or a prompt +
-            budget longer than ``max_seq_len``.
+            budget longer than ``max_seq_len + 1``.
     """
-    prompts = _check([model], prompts, max_new_tokens, 1)
+    prompts = _check([model], prompts, max_new_tokens)
     mode = model.training
     model.eval()
     try:
@@ -175,10 +181,12 @@ def batched_speculative_generate(target, drafter, prompts, max_new_tokens: int, 
                                  ) -> BatchedResult:
     """Greedy speculative decoding of B prompts at once, each row committing its own prefix.
 
-    Each round: the drafter proposes k tokens for every active row (k batched drafter
+    Each round: the drafter proposes k' tokens for every active row (k' batched drafter
     steps on its own ragged cache), the target scores every row's pending token + draft in
-    one (B, k+1) forward, and row b keeps its accepted prefix plus the target's correction
+    one (B, k'+1) forward, and row b keeps its accepted prefix plus the target's correction
     or bonus token. Rows finish independently (budget or ``eos_id``) and leave the batch.
+    k' = ``g2c.specdec.draft_room(k, longest active context, max_seq_len)``: k until the
+    window edge, then less, 0 (a plain step) when a context fills the window.
 
     Args:
         target, drafter: ``TransformerLM`` models with the same vocabulary.
@@ -192,18 +200,20 @@ def batched_speculative_generate(target, drafter, prompts, max_new_tokens: int, 
 
     Returns:
         ``BatchedResult``: outputs[b] equals greedy decoding of prompts[b] with the target
-        alone (``test_batched_speculative_equals_independent_greedy_runs``).
+        alone (``test_batched_speculative_equals_independent_greedy_runs``), for every k up
+        to prompt + max_new_tokens = max_seq_len + 1.
 
     Raises:
         ValueError: k not an int >= 1; vocabularies differ ("vocab_size"); and as
-            ``batched_greedy``.
+            ``batched_greedy`` (for either model's window).
     """
     if isinstance(k, bool) or not isinstance(k, int) or k < 1:
         raise ValueError(f"k must be an int >= 1 (draft tokens per round), got {k!r}")
     if drafter.vocab_size != target.vocab_size:
         raise ValueError(f"drafter vocab_size {drafter.vocab_size} differs from target vocab_size "
                          f"{target.vocab_size}; both must use the same tokenizer")
-    prompts = _check([target, drafter], prompts, max_new_tokens, k + 1)
+    prompts = _check([target, drafter], prompts, max_new_tokens)
+    window = min(target.max_seq_len, drafter.max_seq_len)
     modes = (target.training, drafter.training)
     target.eval()
     drafter.eval()
@@ -223,26 +233,28 @@ def batched_speculative_generate(target, drafter, prompts, max_new_tokens: int, 
         new = [0] * B
         while active:
             n = len(active)
-            # 1. Draft: the drafter's cache may lag one token behind (after a full match its
-            #    last draft was never fed back); feed every uncached token, right-padded.
-            behind = [seqs[b][int(dcache.lengths[i]):] for i, b in enumerate(active)]     # 1 or 2 ids each
-            fed = torch.tensor([len(x) for x in behind])
-            logits = ragged_forward(drafter, _pad(behind), dcache)                           # (n, T, V)
-            dcache.crop(dcache.lengths - logits.shape[1] + fed)                              # drop the pads
-            last_col = fed - 1
-            draft = torch.empty(n, k, dtype=torch.long)                                      # (n, k)
-            draft[:, 0] = logits[torch.arange(n), last_col.to(logits.device)].argmax(-1).cpu()
-            for j in range(1, k):
-                step = ragged_forward(drafter, draft[:, j - 1:j], dcache)                    # (n, 1, V)
-                draft[:, j] = step[:, -1].argmax(-1).cpu()
-            # 2. Verify: pending token + k drafts per row, one target pass.
-            block = torch.cat([torch.tensor([[seqs[b][-1]] for b in active]), draft], dim=1)  # (n, k+1)
-            greedy = ragged_forward(target, block, tcache).argmax(-1).cpu()                   # (n, k+1)
+            kr = draft_room(k, max(len(seqs[b]) for b in active), window)                    # what fits
+            draft = torch.empty(n, kr, dtype=torch.long)                                     # (n, k')
+            if kr > 0:
+                # 1. Draft: the drafter's cache may lag behind (after a full match its last
+                #    draft was never fed back); feed every uncached token, right-padded.
+                behind = [seqs[b][int(dcache.lengths[i]):] for i, b in enumerate(active)]  # 1 or 2 ids each
+                fed = torch.tensor([len(x) for x in behind])
+                logits = ragged_forward(drafter, _pad(behind), dcache)                       # (n, T, V)
+                dcache.crop(dcache.lengths - logits.shape[1] + fed)                          # drop the pads
+                last_col = fed - 1
+                draft[:, 0] = logits[torch.arange(n), last_col.to(logits.device)].argmax(-1).cpu()
+                for j in range(1, kr):
+                    step = ragged_forward(drafter, draft[:, j - 1:j], dcache)                # (n, 1, V)
+                    draft[:, j] = step[:, -1].argmax(-1).cpu()
+            # 2. Verify: pending token + k' drafts per row, one target pass.
+            block = torch.cat([torch.tensor([[seqs[b][-1]] for b in active]), draft], dim=1)  # (n, k'+1)
+            greedy = ragged_forward(target, block, tcache).argmax(-1).cpu()                   # (n, k'+1)
             _sync(target)
             now = time.perf_counter()
             res.target_passes += 1
             # 3. Accept per row: the longest prefix where draft == target's argmax.
-            match = (draft == greedy[:, :k]).long().cumprod(dim=1)                           # (n, k)
+            match = (draft == greedy[:, :kr]).long().cumprod(dim=1)                          # (n, k')
             accepted = match.sum(dim=1)                                                      # (n,)
             emitted_all, acc_all, keep = [], [], []
             for i, b in enumerate(active):
@@ -263,8 +275,9 @@ def batched_speculative_generate(target, drafter, prompts, max_new_tokens: int, 
             # 4. Ragged commit = per-row pointer rollback (module 16's crop, one length per
             #    row): the target cached pending + k drafts and keeps pending + accepted; the
             #    drafter cached pending + k-1 drafts and keeps what of that is accepted.
-            tcache.crop(tcache.lengths - k + accepted)
-            dcache.crop(dcache.lengths - (k - 1) + torch.clamp(accepted, max=k - 1))
+            tcache.crop(tcache.lengths - kr + accepted)
+            if kr > 0:
+                dcache.crop(dcache.lengths - (kr - 1) + torch.clamp(accepted, max=kr - 1))
             if on_round is not None:
                 on_round(list(active), emitted_all, acc_all)
             if len(keep) < n:

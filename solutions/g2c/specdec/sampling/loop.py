@@ -1,7 +1,7 @@
 """Beyond (specdec-sampling): one speculative loop for every drafter, greedy and sampled.
 
 ``speculative_generate`` (module specdec) is greedy and hard-wires an LM drafter. This loop
-takes any drafter behind the protocol of ``g2c.specdec.drafters`` and any of module 11's
+takes any drafter behind the protocol of ``g2c.specdec.sampling.drafters`` and any of module 11's
 sampling settings. Each round:
 
 1. the controller picks k; the drafter proposes k' <= k tokens (and their q rows, or None
@@ -40,14 +40,14 @@ from collections.abc import Callable
 
 import torch
 
-from g2c.kvcache.speculative import CachedScorer, RoundRecord
 from g2c.nn import synchronize
 from g2c.sampling.generate import as_token_ids
+from g2c.specdec.sampling.cached import CachedScorer, RoundRecord
 
+from ..generate import SpecStats, draft_room
+from ..verify import greedy_verify, speculative_verify
 from .controllers import StaticK
 from .drafters import Sampler
-from .generate import SpecStats
-from .verify import greedy_verify, speculative_verify
 
 __all__ = ["CachedTarget", "FullContextTarget", "speculative_sample", "verify_round"]
 
@@ -94,7 +94,7 @@ class FullContextTarget:
 
     Same three verbs as a drafter: ``start`` (nothing to do), ``score`` (one pass over the
     context cropped to ``max_seq_len - k'`` tokens + the draft), ``commit`` (nothing to roll
-    back: the next pass recomputes everything).
+    back: the next pass recomputes everything), and ``visible`` for the window-edge rule.
     """
 
     def __init__(self, target, *, want_hidden: bool = False) -> None:
@@ -103,6 +103,11 @@ class FullContextTarget:
 
     def start(self, prompt_ids: torch.Tensor) -> None:
         return None
+
+    def visible(self, context_ids: torch.Tensor) -> int:
+        """Tokens the next pass sees before the drafts: the whole context (``draft_room`` keeps
+        the drafts to what fits; with none, ``score`` crops to the last ``max_seq_len``)."""
+        return len(context_ids)
 
     def score(self, context_ids: torch.Tensor, draft_ids: torch.Tensor):
         """(logits (k'+1, V), states (T, D) of the whole scored block or None)."""
@@ -139,6 +144,14 @@ class CachedTarget:
 
     def start(self, prompt_ids: torch.Tensor) -> None:
         self._prefill_states = self.scorer.prefill(prompt_ids)
+
+    def visible(self, context_ids: torch.Tensor) -> int:
+        """Tokens the next pass sees before the drafts: the cache's context. When the committed
+        context has outgrown the window, re-prefill first (``CachedScorer.refill``: the last
+        ``refill_tokens`` tokens, module 16's ``cached_generate`` rule)."""
+        if self.scorer.room(context_ids) < 0:
+            self.scorer.refill(context_ids)
+        return len(context_ids) - self.scorer.start
 
     def score(self, context_ids: torch.Tensor, draft_ids: torch.Tensor):
         self._draft, self._length = draft_ids.tolist(), len(context_ids)
@@ -227,7 +240,7 @@ def speculative_sample(target, drafter, prompt_ids, max_new_tokens: int, *, k: i
         target: ids (1, T) -> logits (1, T, V), with ``max_seq_len``, ``device``,
             ``vocab_size``, ``training``/``train``/``eval``; a ``TransformerLM`` when the
             drafter ``wants_target_hidden`` (its ``hidden_states`` are shared).
-        drafter: any object following the drafter protocol (``g2c.specdec.drafters``):
+        drafter: any object following the drafter protocol (``g2c.specdec.sampling.drafters``):
             ``LMDrafter``, ``MTPDrafter``, ``NGramDrafter``, or your own.
         prompt_ids: 1-D int tensor or list, length >= 1.
         max_new_tokens: budget, >= 0; never exceeded.
@@ -237,7 +250,7 @@ def speculative_sample(target, drafter, prompt_ids, max_new_tokens: int, *, k: i
         generator: CPU ``torch.Generator`` for every random draw (drafting, the uniforms,
             resampling): the same seed gives the same output.
         eos_id: stop right after emitting this id (included in the output).
-        controller: chooses k per round (``g2c.specdec.controllers``: ``StaticK``,
+        controller: chooses k per round (``g2c.specdec.sampling.controllers``: ``StaticK``,
             ``HeuristicK``, ``CostModelK``); None means ``StaticK(k)``. It never changes
             the distribution of the output, only the number of passes.
         on_pass: ``on_pass(emitted, num_accepted)`` after each target pass, as in
@@ -251,21 +264,29 @@ def speculative_sample(target, drafter, prompt_ids, max_new_tokens: int, *, k: i
             ``CachedMTPDrafter``: they get the states of the rows each pass committed). Pair
             it with ``LMDrafter(model, use_cache=True)`` so the
             drafter caches too. Same tokens and counters as uncached while prompt + output
-            + k fit the target's window (same generator draws: the logits agree to float
-            rounding); past the window the cache re-prefills its last
-            min(max_seq_len // 2, max_seq_len - k') tokens (module 16's policy) where the
-            uncached target slides, so the output there differs from the uncached loop's.
+            <= max_seq_len + 1 (same generator draws: the logits agree to float rounding);
+            past the window the cache re-prefills its last max_seq_len // 2 tokens (module
+            16's ``cached_generate`` policy) where the uncached target slides, so the output
+            there differs from the uncached loop's.
         on_round: with ``use_cache`` only: ``on_round(record)`` after each round's rollback,
             a ``g2c.kvcache.RoundRecord`` (KV rows reserved / rolled back, the live caches:
             read them during the call, do not keep them).
 
     Returns:
         (ids, stats): LongTensor (N,) on the CPU, the prompt then the new tokens; a
-        ``SpecStats`` with one ``record`` per target pass. While prompt + output fit in the
-        target's window, ids is distributed as ``g2c.sampling.generate(target, prompt_ids,
-        max_new_tokens, temperature=..., top_k=..., top_p=..., eos_id=eos_id)``; at
-        temperature 0 with ``LMDrafter(drafter_model)`` it equals
-        ``speculative_generate(target, drafter_model, ...)`` exactly, stats included.
+        ``SpecStats`` with one ``record`` per target pass. Uncached, ids is distributed as
+        ``g2c.sampling.generate(target, prompt_ids, max_new_tokens, temperature=..., top_k=...,
+        top_p=..., eos_id=eos_id)`` at any length (at temperature 0: equal token for token);
+        with ``LMDrafter(drafter_model)`` at temperature 0 it equals
+        ``speculative_generate(target, drafter_model, ...)`` exactly, stats included. With
+        ``use_cache`` the window follows module 16's ``cached_generate`` instead (greedy:
+        equal to it token for token, and to ``g2c.specdec.sampling.speculative_generate_cached``),
+        which is the uncached output while prompt + output <= max_seq_len + 1.
+
+    The window edge: each round drafts at most what fits,
+    k' = ``g2c.specdec.draft_room(min(k, budget), target_state.visible(ids), max_seq_len)``;
+    at k' = 0 the drafter is not asked and the round is a plain step (the rule every loop
+    shares; ``docs/beyond/specdec.md``, "Contracts the loops share").
 
     Raises:
         ValueError: prompt_ids empty or not 1-D ("prompt_ids"); k or a controller's k
@@ -281,9 +302,12 @@ def speculative_sample(target, drafter, prompt_ids, max_new_tokens: int, *, k: i
         1. Provided: validation, the ``Sampler``, models in eval mode (restored in
            ``finally``), ``target_state.start``. Yours: ``drafter.start(ids, sampler=...,
            generator=...)`` and a ``SpecStats``.
-        2. Each round: k_round = min(controller.next_k(), remaining budget,
-           target.max_seq_len - 1); time ``drafter.propose(ids, k_round)`` and check it
-           with ``_check_draft`` (provided).
+        2. Each round: k_round = ``draft_room(min(controller.next_k(), remaining budget),
+           target_state.visible(ids), target.max_seq_len)`` (provided; the cached target
+           re-prefills here when past the window); time ``drafter.propose(ids, k_round)`` and
+           check it with ``_check_draft`` (provided). At k_round = 0 skip ``propose``: the
+           draft is empty, q None, and the round is a plain step
+           (``test_speculative_sample_equals_generate_at_the_window_edge``).
         3. Time ``target_state.score(ids, draft)`` (provided: one pass over the context cropped
            to max_seq_len - k' tokens + the draft, or one cached pass): k'+1 logits rows, and
            the scored block's states (T, D) or None.
@@ -344,10 +368,13 @@ def speculative_sample(target, drafter, prompt_ids, max_new_tokens: int, *, k: i
             k_next = controller.next_k()
             if isinstance(k_next, bool) or not isinstance(k_next, int) or k_next < 1:
                 raise ValueError(f"k must be an int >= 1; controller {controller!r} returned {k_next!r}")
-            k_round = min(k_next, remaining, window - 1)
+            k_round = draft_room(min(k_next, remaining), target_state.visible(ids), window)
             synchronize(device)
             t0 = time.perf_counter()
-            draft, q = _check_draft(drafter, *drafter.propose(ids, k_round), k_round, target.vocab_size)
+            if k_round == 0:                     # the context fills the window: a plain step
+                draft, q = torch.zeros(0, dtype=torch.long), None
+            else:
+                draft, q = _check_draft(drafter, *drafter.propose(ids, k_round), k_round, target.vocab_size)
             k_draft = draft.numel()
             synchronize(device)
             t1 = time.perf_counter()

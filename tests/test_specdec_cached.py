@@ -14,17 +14,13 @@ from __future__ import annotations
 
 import pytest
 import torch
+from specdec_mocks import SumModLM, refill_greedy, windowed_greedy
 
-from g2c.kvcache import (
-    KVCache,
-    cached_forward,
-    mtp_generate_cached,
-    prefill,
-    speculative_generate_cached,
-    summarize_rounds,
-)
+from g2c.kvcache import KVCache, cached_forward, cached_generate, prefill
 from g2c.sampling import generate
 from g2c.specdec import MTPHead, SpecStats, mtp_propose, speculative_generate
+from g2c.specdec.sampling import LMDrafter, mtp_generate_cached, speculative_generate_cached, summarize_rounds
+from g2c.specdec.sampling.loop import speculative_sample
 from g2c.transformer import TransformerLM
 
 V = 32
@@ -206,7 +202,7 @@ def test_mtp_cached_head_matches_uncached_head():
         ids = rec.ids
         h = base.hidden_states(ids[:-1].unsqueeze(0))                 # (1, N-1, D)
         hcache = KVCache(1, 1, base.num_heads, base.embedding_dim // base.num_heads, base.max_seq_len)
-        from g2c.kvcache.speculative import _head_logits
+        from g2c.specdec.sampling.cached import _head_logits
         _head_logits(head, base, h, ids[1:].tolist(), hcache)
         assert rec.drafter_cache.length == hcache.length
         torch.testing.assert_close(rec.drafter_cache.keys(0), hcache.keys(0), atol=1e-5, rtol=0)
@@ -221,3 +217,44 @@ def test_mtp_cached_accepts_when_head_is_right():
     # A random head is mostly wrong: one token per pass then (acceptance near 0).
     assert 0 <= stats.acceptance_rate <= 1
     assert stats.tokens_per_pass == pytest.approx(stats.generated / stats.target_passes)
+
+
+@pytest.mark.parametrize("k", range(1, 7))
+def test_every_cached_loop_equals_cached_generate_at_the_window_edge(k):
+    """The shared window-edge rule (``g2c.specdec.draft_room``) on a model whose next token
+    depends on every visible id (``SumModLM``: sum mod 7, window 8, prompt [1, 2]).
+
+    Up to prompt + output = window + 1 every cached loop is plain greedy decoding; past it the
+    cached loops re-prefill exactly where module 16's ``cached_generate`` does (its last
+    ``refill_tokens`` tokens), so each equals ``cached_generate`` token for token, and the
+    cached sampled loop at temperature 0 equals ``speculative_generate_cached`` (the lesson's
+    claim). Before the rule, k = 3 gave [..., 3, 6, 5, 3] for the issue's example only by luck
+    of k: k = 1 gave [..., 6, 5, 5] (a re-prefill one token early) and the sampled cached loop
+    [..., 3, 3, 6, 5]. The oracle ``refill_greedy`` uses the rule alone."""
+    target, drafter = SumModLM(max_seq_len=8), SumModLM(max_seq_len=8)
+    short = SumModLM(max_seq_len=3)                                       # a drafter that re-prefills often
+    head = MTPHead(target, generator=torch.Generator().manual_seed(0))
+    prompt = [1, 2]
+    for n in (7, 15):
+        want = refill_greedy(target, prompt, n)
+        assert cached_generate(target, prompt, n, temperature=0.0).tolist() == want        # the mock, cached
+        if n == 7:
+            assert want == windowed_greedy(target, prompt, n) == [1, 2, 3, 6, 5, 3, 6, 5, 3]
+        for d in (drafter, short):
+            ids, stats = speculative_generate_cached(target, d, prompt, n, k=k)
+            assert ids.tolist() == want, f"speculative_generate_cached, {n} tokens, drafter window {d.max_seq_len}"
+            sampled, s_stats = speculative_sample(target, LMDrafter(d, use_cache=True), prompt, n, k=k,
+                                                  temperature=0.0, use_cache=True)
+            assert sampled.tolist() == want, f"speculative_sample(use_cache=True), {n} tokens"
+            assert (s_stats.target_passes, s_stats.drafted, s_stats.accepted) == \
+                (stats.target_passes, stats.drafted, stats.accepted)            # counter for counter
+        assert stats.generated == n
+        for refill in (1, 3, 8):                                          # every refill_tokens in [1, window]
+            ids, _ = speculative_generate_cached(target, drafter, prompt, n, k=k, refill_tokens=refill)
+            assert ids.tolist() == refill_greedy(target, prompt, n, refill) == \
+                cached_generate(target, prompt, n, temperature=0.0, refill_tokens=refill).tolist()
+        ids, _ = mtp_generate_cached(target, head, prompt, n, refill_tokens=min(k, 8))
+        assert ids.tolist() == refill_greedy(target, prompt, n, min(k, 8)), f"mtp_generate_cached, {n} tokens"
+    long_prompt = [3, 1, 4, 1, 5, 2, 6, 5, 3, 5]                          # longer than the window
+    ids, stats = speculative_generate_cached(target, drafter, long_prompt, 6, k=k)
+    assert ids.tolist() == refill_greedy(target, long_prompt, 6)

@@ -32,7 +32,7 @@ many target passes it takes.
 
 from __future__ import annotations
 
-from .theory import expected_tokens_per_pass, speedup_per_token
+from ..theory import expected_tokens_per_pass, speedup_per_token
 
 __all__ = ["CostModelK", "HeuristicK", "StaticK", "expected_tokens_per_round", "optimal_k", "speedup"]
 
