@@ -17,13 +17,22 @@ KV cache (``cached_generate``: the baseline every speed-up divides), then
 
 Columns: lossless (greedy: prompts whose output equals plain greedy decoding, token for
 token; sampled: "-"), acceptance rate (accepted / drafted), per-position acceptance (the
-fraction of rounds that drafted >= i tokens whose i-th draft was accepted, i = 1..k), tokens
-per target pass, c (the drafter's seconds per drafted token, its ``propose`` and ``commit``
-together, over the target's seconds per token when it decodes alone), plain and
-speculative tok/s and the speed-up.
+fraction of rounds that drafted >= i tokens whose i-th draft was accepted, i = 1..k), tau
+(tokens per target pass), c/round (the drafter's seconds per round, its ``propose`` and
+``commit`` together, over the target's seconds per token when it decodes alone), verify v
+(the target's verification pass, timed on its own, in the same one-row steps: 1.0 would make
+verification free), the law tau / (1 + c) (``g2c.specdec.theory.speedup_per_round``) and the
+same law with the measured verify cost, tau / (v + c) (``speedup_per_round(tau / v, c / v)``;
+what it misses of the measured speed-up is the loop's own Python), then plain and
+speculative tok/s and the measured speed-up, in wall time and in this process's CPU time (c
+and v are CPU seconds on a CPU: robust when other jobs share the cores). Every speed-up is
+over plain CACHED decoding (``cached_generate``) of the row's target on the teaching path,
+same dtype (float32) and threads. ``--fast`` adds the fast path (``g2c.kvcache.fast``): plain cached decoding on it
+and the greedy LM-drafter rows with a fast target and drafter (rows marked "(fast)").
 
-Timing (CONVENTIONS §7): one warm-up run, then the median of ``--repeats`` runs, the device
-synchronised before every clock read (``g2c.nn.time_call``). Threads: torch's default
+Timing (CONVENTIONS §7): every row, the plain baselines included, is timed interleaved with
+the others: one warm-up call per row, then ``--repeats`` rounds of one call per row, the
+median per row, the device synchronised before every clock read. Threads: torch's default
 unless ``--threads``; the count is printed. Reference solutions are applied
 (``import g2c.course.solved``), so the numbers measure the answer key.
 """
@@ -31,6 +40,7 @@ unless ``--threads``; the count is printed. Reference solutions are applied
 from __future__ import annotations
 
 import argparse
+import statistics
 import sys
 import time
 
@@ -40,17 +50,22 @@ import g2c.course.solved  # noqa: F401  (first: applies the answer key before co
 from g2c.assets.artifacts import DRAFTERS, ArtifactError, canonical_name, load_model, model_names
 from g2c.assets.data import load_token_stream, validation_prompts
 from g2c.kvcache import cached_generate
-from g2c.nn import time_call
+from g2c.kvcache import cached_hidden_states as _cached_hidden_states
+from g2c.kvcache.fast import fast_model
+from g2c.nn import synchronize, time_call
 from g2c.sampling import generate
 from g2c.specdec import SpecStats, mtp_generate, speculative_generate, train_mtp_head
 from g2c.specdec.sampling.drafters import LMDrafter
 from g2c.specdec.sampling.eagle import CachedMTPDrafter, EagleDrafter
 from g2c.specdec.sampling.loop import speculative_sample
+from g2c.specdec.theory import speedup_per_round
 
 HEADER = ("drafter", "target", "k", "lossless", "acceptance", "tokens/pass", "plain tok/s", "spec tok/s", "speed-up")
 DRAFTER_HEADER = ("drafter", "target", "mode", "k", "lossless", "acceptance", "per-position acceptance",
-                  "tokens/pass", "c", "plain tok/s", "spec tok/s", "speed-up")
-DEFAULT_DRAFTERS = "StoryLM-1M,StoryLM-1M-distilled,StoryLM-5M,StoryLM-30M-EAGLE,StoryLM-30M-MTP,StoryLM-5M-MTP"
+                  "tau (tokens/pass)", "c/round", "verify (steps)", "law tau/(1+c)", "law tau/(v+c)", "plain tok/s",
+                  "spec tok/s", "speed-up", "speed-up (CPU time)")
+# The best shipped drafter first (StoryLM-1M-distilled: the highest tokens per pass at StoryLM-1M's cost).
+DEFAULT_DRAFTERS = "StoryLM-1M-distilled,StoryLM-1M,StoryLM-5M,StoryLM-30M-EAGLE,StoryLM-30M-MTP,StoryLM-5M-MTP"
 
 
 FULL = dict(prompts=6, new_tokens=48, ks="1,2,4,8", repeats=2, mtp_steps=300)
@@ -78,6 +93,9 @@ def parse_args(argv: list[str] | None):
                     help="torch.set_num_threads(N) before timing (default: torch's choice); the count is printed. "
                          "On a shared machine, 1 thread avoids oversubscription")
     ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--fast", action="store_true",
+                    help="add the fast path (g2c.kvcache.fast, float32): plain cached decoding and the greedy "
+                         "LM-drafter rows with fast target and drafter")
     ap.add_argument("--out", default=None, help="also write the drafter table (markdown, with the command) here")
     ap.add_argument("--quick", action="store_true",
                     help="smoke run: 2 prompts, 16 tokens, k in {1, 4}, 1 repeat (options you give still win)")
@@ -146,10 +164,11 @@ def train_head(base, args):
 
 
 class _Timed:
-    """Wraps a drafter: sums the seconds of its ``propose`` and ``commit`` and the tokens drafted."""
+    """Wraps a drafter: sums the seconds of its ``propose`` and ``commit`` and the tokens drafted
+    (``clock``: ``time.perf_counter``, or ``time.process_time`` for CPU seconds)."""
 
-    def __init__(self, drafter) -> None:
-        self.inner, self.seconds, self.drafted = drafter, 0.0, 0
+    def __init__(self, drafter, clock=time.perf_counter) -> None:
+        self.inner, self.seconds, self.drafted, self.clock = drafter, 0.0, 0, clock
 
     def __getattr__(self, name):
         return getattr(self.inner, name)
@@ -158,16 +177,40 @@ class _Timed:
         return self.inner.start(*a, **kw)
 
     def propose(self, context_ids, k):
-        t0 = time.perf_counter()
+        t0 = self.clock()
         out = self.inner.propose(context_ids, k)
-        self.seconds += time.perf_counter() - t0
+        self.seconds += self.clock() - t0
         self.drafted += len(out[0])
         return out
 
     def commit(self, *a, **kw):
-        t0 = time.perf_counter()
+        t0 = self.clock()
         out = self.inner.commit(*a, **kw)
-        self.seconds += time.perf_counter() - t0
+        self.seconds += self.clock() - t0
+        return out
+
+
+class _TimedTarget:
+    """Wraps a target model: records (rows, seconds) of every cached pass it runs.
+
+    The cached loops call module 16's ``cached_hidden_states(model, ids, cache)``, which hands
+    the pass to a model's own ``cached_hidden_states`` when it has one: this wrapper has one,
+    times the real pass (the wrapped model's, teaching or fast) and forwards everything else.
+    """
+
+    def __init__(self, model, clock=time.perf_counter) -> None:
+        self.inner, self.clock, self.passes = model, clock, []
+
+    def __getattr__(self, name):
+        return getattr(self.inner, name)
+
+    def __call__(self, *a, **kw):
+        return self.inner(*a, **kw)
+
+    def cached_hidden_states(self, ids, cache):
+        t0 = self.clock()
+        out = _cached_hidden_states(self.inner, ids, cache)
+        self.passes.append((ids.shape[1], self.clock() - t0))
         return out
 
 
@@ -195,8 +238,42 @@ def per_position(rounds: list[tuple[int, int]], k: int) -> str:
     return "/".join(out)
 
 
+def _interleaved(calls: dict, device, repeats: int) -> dict:
+    """Time every row interleaved (CONVENTIONS §7): one warm-up call per row, then ``repeats``
+    rounds of one call per row. ``calls`` maps a key to a function returning (result, extra);
+    returns {key: (median seconds, last result, [extra of every timed call], median CPU seconds)}.
+    CPU seconds (``time.process_time``) count this process's work, not its waiting for a core:
+    with one thread on a shared machine they are the robust measure."""
+    for fn in calls.values():                                       # warm-up every row
+        fn()
+    seen = {key: ([], None, [], []) for key in calls}
+    for _ in range(repeats):                                        # rounds of one call per row
+        for key, fn in calls.items():
+            synchronize(device)
+            t0, c0 = time.perf_counter(), time.process_time()
+            result, extra = fn()
+            synchronize(device)
+            times, _, extras, cpu = seen[key]
+            times.append(time.perf_counter() - t0)
+            cpu.append(time.process_time() - c0)
+            extras.append(extra)
+            seen[key] = (times, result, extras, cpu)
+    return {key: (statistics.median(t), r, e, statistics.median(c)) for key, (t, r, e, c) in seen.items()}
+
+
 def drafter_table(args, argv: list[str] | None = None) -> int:
-    """Every drafter x k x {greedy, sampled} with the KV cache, against cached plain decoding."""
+    """Every drafter x k x {greedy, sampled} with the KV cache, against cached plain decoding.
+
+    Every row (the plain baselines included) is timed interleaved with the others: warm-up
+    every row, then ``--repeats`` rounds of one call per row, the median per row. Per
+    speculative row: tau (tokens per target pass), c (the drafter's seconds per ROUND over
+    the target's one-row step), v (one verification pass, timed by wrapping the target, in
+    one-row steps), the law tau / (1 + c) (``speedup_per_round``: verification free) and the
+    same law with the measured verify cost, tau / (v + c)
+    (``speedup_per_round(tau / v, c / v)``), next to the measured speed-up. ``--fast`` adds the
+    fast path (``g2c.kvcache.fast.fast_model``, float32, same logits): plain cached decoding on
+    it and every greedy LM-drafter row with fast target and drafter; their speed-up is still
+    over plain cached decoding on the teaching path (same dtype and threads)."""
     ks = [int(k) for k in args.ks.split(",")]
     names = [d for d in args.drafters.split(",") if d]
     try:
@@ -207,26 +284,49 @@ def drafter_table(args, argv: list[str] | None = None) -> int:
         raise SystemExit(f"bench/specdec.py: {err}") from err
     device, eos = target.device, tokenizer.eot_id
     print(f"# bench/specdec.py: {len(prompts)} val prompts x {args.new_tokens} new tokens, device {device}, "
-          f"{torch.get_num_threads()} threads, median of {args.repeats} after 1 warm-up, sampled rows at "
-          f"T={args.temperature}", flush=True)
+          f"{torch.get_num_threads()} threads, rows timed interleaved: 1 warm-up each, then median of "
+          f"{args.repeats} rounds; sampled rows at T={args.temperature}", flush=True)
     modes = [("greedy", 0.0), (f"T={args.temperature:g}", args.temperature)]
-    baselines = {}
+    # c and v: CPU seconds on a CPU (robust when other jobs share the cores), wall seconds elsewhere
+    on_cpu = torch.device(device).type == "cpu"
+    clock = time.process_time if on_cpu else time.perf_counter
+    fast = {}                                                       # teaching model id -> its FastLM
+    if args.fast:
+        fast[id(target)] = fast_model(target)
+        for name in names:
+            if DRAFTERS.get(name, {}).get("kind", "lm") == "lm":
+                fast[id(models[name])] = fast_model(models[name])
 
-    def plain(base, base_name, temperature):
-        key = (id(base), temperature)
-        if key not in baselines:
-            def run():
-                return [cached_generate(base, p, args.new_tokens, temperature=temperature, eos_id=eos,
-                                        generator=torch.Generator().manual_seed(args.seed + i))
-                        for i, p in enumerate(prompts)]
-            timing = time_call(run, device=device, warmup=1, repeats=args.repeats)
-            outs = timing.result
-            tokens = sum(len(o) - len(p) for o, p in zip(outs, prompts))
-            baselines[key] = (timing.median_s, outs, tokens)
-            print(f"  plain cached {base_name}, T={temperature:g}: {tokens / timing.median_s:.1f} tok/s", flush=True)
-        return baselines[key]
+    def plain_call(base, temperature):
+        def run():
+            return [cached_generate(base, p, args.new_tokens, temperature=temperature, eos_id=eos,
+                                    generator=torch.Generator().manual_seed(args.seed + i))
+                    for i, p in enumerate(prompts)], None
+        return run
 
-    rows = []
+    def spec_call(base, name, k, temperature, drafter_model):
+        timed_base = _TimedTarget(base, clock)
+
+        def run():
+            rounds, wrapped, outs, stats = [], [], [], []
+            timed_base.passes.clear()
+            for i, p in enumerate(prompts):
+                if drafter_model is None:
+                    d = _Timed(make_drafter(name, models, sample=temperature > 0), clock)
+                else:
+                    d = _Timed(LMDrafter(drafter_model, sample=temperature > 0, use_cache=True), clock)
+                wrapped.append(d)
+                out, s = speculative_sample(
+                    timed_base, d, p, args.new_tokens, k=k, temperature=temperature, eos_id=eos,
+                    generator=torch.Generator().manual_seed(args.seed + i), use_cache=True,
+                    on_round=lambda r: rounds.append((len(r.draft), r.accepted)))
+                outs.append(out)
+                stats.append(s)
+            verify = [sec for rows, sec in timed_base.passes if 2 <= rows <= k + 2]   # verification passes
+            return (outs, stats, rounds), (sum(d.seconds for d in wrapped), sum(verify) / max(1, len(verify)))
+        return run
+
+    calls, plans = {}, []
     for name in names:
         kind = DRAFTERS.get(name, {}).get("kind", "lm")
         base_name = DRAFTERS[name]["base"] if kind in ("mtp", "eagle") else args.target
@@ -235,43 +335,62 @@ def drafter_table(args, argv: list[str] | None = None) -> int:
             print(f"  note: {name} drafts from {base_name}'s states: its rows use {base_name} as the target",
                   flush=True)
         for mode, temperature in modes:
-            plain_s, reference, plain_tokens = plain(base, base_name, temperature)
+            calls.setdefault(("plain", base_name, temperature), plain_call(base, temperature))
+            if id(base) in fast and temperature == 0:
+                calls.setdefault(("plain fast", base_name, temperature), plain_call(fast[id(base)], temperature))
             for k in ([1] if kind == "mtp" else ks):
-                rounds, wrapped = [], []
+                key = ("spec", name, mode, k)
+                calls[key] = spec_call(base, name, k, temperature, None)
+                plans.append((key, name, base, base_name, mode, temperature, k, ""))
+                if temperature == 0 and id(base) in fast and id(models[name]) in fast:
+                    fkey = ("spec fast", name, mode, k)
+                    calls[fkey] = spec_call(fast[id(base)], name, k, temperature, fast[id(models[name])])
+                    plans.append((fkey, name, base, base_name, mode, temperature, k, " (fast)"))
+    print(f"  timing {len(calls)} rows interleaved ...", flush=True)
+    timed_rows = _interleaved(calls, device, args.repeats)
 
-                def run():
-                    rounds.clear()
-                    wrapped.clear()
-                    outs, stats = [], []
-                    for i, p in enumerate(prompts):
-                        d = _Timed(make_drafter(name, models, sample=temperature > 0))
-                        wrapped.append(d)
-                        out, s = speculative_sample(
-                            base, d, p, args.new_tokens, k=k, temperature=temperature, eos_id=eos,
-                            generator=torch.Generator().manual_seed(args.seed + i), use_cache=True,
-                            on_round=lambda r: rounds.append((len(r.draft), r.accepted)))
-                        outs.append(out)
-                        stats.append(s)
-                    return outs, stats
-
-                timing = time_call(run, device=device, warmup=1, repeats=args.repeats)
-                outs, stats_list = timing.result
-                total = sum(stats_list, SpecStats())
-                spec_tps = total.generated / timing.median_s
-                plain_tps = plain_tokens / plain_s
-                draft_s = sum(d.seconds for d in wrapped)
-                drafted = sum(d.drafted for d in wrapped)
-                c = (draft_s / drafted) / (plain_s / plain_tokens) if drafted else float("nan")
-                lossless = (f"{sum(o.tolist() == r.tolist() for o, r in zip(outs, reference))}/{len(outs)}"
-                            if temperature == 0 else "-")
-                rows.append((name, base_name, mode, str(k), lossless, f"{total.acceptance_rate:.3f}",
-                             per_position(rounds, k), f"{total.tokens_per_pass:.2f}", f"{c:.3f}",
-                             f"{plain_tps:.1f}", f"{spec_tps:.1f}", f"{spec_tps / plain_tps:.2f}x"))
-                print("  " + " | ".join(rows[-1]), flush=True)
+    rows = []
+    for (_, base_name, temperature), (plain_s, outs, _, _) in [(k, v) for k, v in timed_rows.items()
+                                                                if k[0] == "plain"]:
+        tokens = sum(len(o) - len(p) for o, p in zip(outs, prompts))
+        print(f"  plain cached {base_name}, T={temperature:g}: {tokens / plain_s:.1f} tok/s", flush=True)
+        fkey = ("plain fast", base_name, temperature)
+        if fkey in timed_rows:
+            fast_s, fast_outs, _, fast_cpu = timed_rows[fkey]
+            plain_cpu = timed_rows[("plain", base_name, temperature)][3]
+            same = sum(a.tolist() == b.tolist() for a, b in zip(fast_outs, outs))
+            print(f"  plain cached {base_name}, fast path, T={temperature:g}: {tokens / fast_s:.1f} tok/s "
+                  f"({plain_s / fast_s:.2f}x the teaching path, {plain_cpu / fast_cpu:.2f}x in CPU time; outputs "
+                  f"equal {same}/{len(outs)})", flush=True)
+    for key, name, base, base_name, mode, temperature, k, tag in plans:
+        plain_s, reference, _, plain_cpu = timed_rows[("plain", base_name, temperature)]
+        plain_tokens = sum(len(o) - len(p) for o, p in zip(reference, prompts))
+        spec_s, (outs, stats_list, rounds), draft_seconds, spec_cpu = timed_rows[key]
+        total = sum(stats_list, SpecStats())
+        num_rounds = max(1, total.target_passes)
+        step_s = plain_cpu / plain_tokens if on_cpu else plain_s / plain_tokens   # one plain cached step
+        draft_s = statistics.median(d for d, _ in draft_seconds)
+        c = draft_s / num_rounds / step_s                            # drafter cost per round, in target steps
+        v = statistics.median(t for _, t in draft_seconds) / step_s  # one verification pass, in target steps
+        tau = total.tokens_per_pass
+        law = speedup_per_round(tau, c)
+        law_v = speedup_per_round(tau / v, c / v) if v > 0 else float("nan")
+        spec_tps, plain_tps = total.generated / spec_s, plain_tokens / plain_s
+        lossless = (f"{sum(o.tolist() == r.tolist() for o, r in zip(outs, reference))}/{len(outs)}"
+                    if temperature == 0 else "-")
+        rows.append((name + tag, base_name, mode, str(k), lossless, f"{total.acceptance_rate:.3f}",
+                     per_position(rounds, k), f"{tau:.2f}", f"{c:.2f}", f"{v:.2f}", f"{law:.2f}x",
+                     f"{law_v:.2f}x", f"{plain_tps:.1f}", f"{spec_tps:.1f}", f"{spec_tps / plain_tps:.2f}x",
+                     f"{plain_cpu / spec_cpu:.2f}x"))
+        print("  " + " | ".join(rows[-1]), flush=True)
     table = markdown_table(DRAFTER_HEADER, rows)
     note = (f"(device {device}, {torch.get_num_threads()} torch threads, {len(prompts)} validation prompts of "
-            f"{args.prompt_tokens} tokens, {args.new_tokens} new tokens each, median of {args.repeats} after 1 "
-            f"warm-up; plain = cached_generate of the row's target; sampled rows at T={args.temperature:g})")
+            f"{args.prompt_tokens} tokens, {args.new_tokens} new tokens each; every row timed interleaved: 1 "
+            f"warm-up, then the median of {args.repeats} rounds; plain = cached_generate of the row's target on "
+            f"the teaching path; c = drafter seconds per round / plain step, v = one verification pass / "
+            f"plain step ({'CPU' if on_cpu else 'wall'} seconds), law = tau/(1+c), law(v) = tau/(v+c); "
+            f"speed-up (CPU time) = plain CPU seconds / speculative CPU seconds; sampled rows at "
+            f"T={args.temperature:g})")
     print("\n" + table + "\n\n" + note)
     if args.out:
         command = "python bench/specdec.py " + " ".join(sys.argv[1:] if argv is None else argv)

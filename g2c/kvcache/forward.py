@@ -121,8 +121,16 @@ def cached_hidden_states(model, ids: torch.Tensor, cache: KVCache) -> torch.Tens
         ValueError: ids not (B, T) integers with T >= 1; B or the layer count differ from
             the cache's; ``cache.length + T`` exceeds ``max_seq_len``.
         TypeError: cache is not a ``KVCache``.
+
+    A model may bring its own implementation of this pass as a ``cached_hidden_states(ids,
+    cache)`` method with the same contract: the fast path ``g2c.kvcache.fast.FastLM`` does
+    (packed weights, torch's fused attention); a ``TransformerLM`` has none and runs the code
+    below.
     """
     _check_step(model, ids, cache)
+    own = getattr(model, "cached_hidden_states", None)
+    if own is not None:
+        return own(ids, cache)
     ids = ids.to(model.token_embed.weight.device)
     T = ids.shape[1]
     positions = torch.arange(cache.length, cache.length + T, device=ids.device)   # (T,)

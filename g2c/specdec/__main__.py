@@ -5,6 +5,7 @@ speculative decoding, and prints the continuation with the accepted draft tokens
 apart from the tokens the target made itself (correction and bonus tokens): green on a
 terminal, ``[in brackets]`` otherwise. Then the ``SpecStats``.
 
+    python -m g2c.specdec "Once upon a time"                      # StoryLM-1M-distilled drafts for StoryLM-30M
     python -m g2c.specdec "Once upon a time" --drafter StoryLM-1M --target StoryLM-30M -k 4
     python -m g2c.specdec "Once upon a time" --drafter StoryLM-30M-EAGLE -k 4     # feature-level drafting
 
@@ -133,9 +134,10 @@ def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog="python -m g2c.specdec", description=__doc__,
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("prompt", nargs="?", default="Once upon a time")
-    ap.add_argument("--drafter", default="StoryLM-1M",
-                    help="a StoryLM, StoryLM-1M-distilled, StoryLM-30M-EAGLE or StoryLM-30M-MTP (they draft for "
-                         "StoryLM-30M), StoryLM-5M-MTP (for StoryLM-5M), mtp (a head trained now) or ngram")
+    ap.add_argument("--drafter", default="StoryLM-1M-distilled",
+                    help="default StoryLM-1M-distilled (the best shipped drafter); a StoryLM, StoryLM-30M-EAGLE or "
+                         "StoryLM-30M-MTP (they draft for StoryLM-30M), StoryLM-5M-MTP (for StoryLM-5M), mtp (a head "
+                         "trained now) or ngram")
     ap.add_argument("--target", default=None,
                     help="the model whose output is reproduced (default StoryLM-30M; for an MTP/EAGLE head "
                          "drafter, the base it was trained on)")
