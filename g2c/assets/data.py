@@ -255,10 +255,18 @@ def tokenize_splits(tokenizer, *, data_dir: Path = DATA_DIR, force: bool = False
     tok_sha = hashlib.sha256(tokenizer.to_tokenizers().to_str().encode()).hexdigest()
     meta_path = data_dir / "tokens.json"
     if meta_path.exists() and not force:
-        meta = json.loads(meta_path.read_text())
-        if meta.get("tokenizer_sha256") == tok_sha and all((data_dir / f"{s}.bin").exists() for s in ("train", "val")):
-            return meta["tokens"]
-    counts = {}
+        try:
+            meta = json.loads(meta_path.read_text())
+            same_tokenizer = meta.get("tokenizer_sha256") == tok_sha
+        except (ValueError, UnicodeDecodeError, AttributeError):
+            meta, same_tokenizer = {}, False
+            log(f"datasets: {meta_path} is corrupted; re-tokenizing")
+        if same_tokenizer:
+            problems = [p for p in (_stream_problem(s, data_dir, meta) for s in ("train", "val")) if p]
+            if not problems:
+                return {s: int(meta["tokens"][s]) for s in ("train", "val")}
+            log(f"datasets: {'; '.join(problems)}; re-tokenizing")
+    counts, files = {}, {}
     for split in ("train", "val"):
         stories = load_split_text(split, data_dir=data_dir)
         ids: list[int] = []
@@ -269,9 +277,12 @@ def tokenize_splits(tokenizer, *, data_dir: Path = DATA_DIR, force: bool = False
         arr = np.asarray(ids, dtype=np.uint16)
         tmp = data_dir / f"{split}.bin.tmp"
         arr.tofile(tmp)
+        files[f"{split}.bin"] = {"sha256": sha256_file(tmp), "bytes": tmp.stat().st_size}
         tmp.replace(data_dir / f"{split}.bin")
         counts[split] = int(arr.size)
-    meta_path.write_text(json.dumps({"tokenizer_sha256": tok_sha, "tokens": counts}, indent=2) + "\n")
+    tmp = data_dir / "tokens.json.tmp"
+    tmp.write_text(json.dumps({"tokenizer_sha256": tok_sha, "tokens": counts, "files": files}, indent=2) + "\n")
+    tmp.replace(meta_path)
     log(f"datasets: tokenized train {counts['train']:,} / val {counts['val']:,} tokens")
     return counts
 
@@ -293,15 +304,53 @@ def validation_prompts(tokenizer, n: int, num_tokens: int, *, data_dir: Path = D
     return out
 
 
+_VERIFIED: dict[tuple, bool] = {}  # (path, size, mtime_ns, sha256) already hashed in this process
+
+
+def _stream_problem(split: str, data_dir: Path, meta: dict) -> str | None:
+    """Why the cached ``<split>.bin`` cannot be trusted, or None when it matches the size and
+    sha256 that ``tokens.json`` recorded for it (hashed once per process per file version)."""
+    path = Path(data_dir) / f"{split}.bin"
+    record = meta.get("files", {}).get(path.name) if isinstance(meta.get("files"), dict) else None
+    if not path.is_file():
+        return f"{path} is missing"
+    if not isinstance(record, dict) or not isinstance(meta.get("tokens"), dict) or split not in meta["tokens"]:
+        return f"{path} has no recorded sha256 in tokens.json (made by an older ./datasets.sh)"
+    stat = path.stat()
+    if stat.st_size != record.get("bytes"):
+        return f"{path} has {stat.st_size:,} bytes, tokens.json recorded {record.get('bytes')!r} (truncated?)"
+    key = (str(path.resolve()), stat.st_size, stat.st_mtime_ns, record.get("sha256"))
+    if key not in _VERIFIED:
+        if sha256_file(path) != record.get("sha256"):
+            return f"{path} does not match the sha256 recorded in tokens.json (corrupted)"
+        _VERIFIED[key] = True
+    return None
+
+
 def load_token_stream(split: str, *, data_dir: Path = DATA_DIR) -> np.memmap:
-    """The cached ``uint16`` stream of a split, memory-mapped.
+    """The cached ``uint16`` stream of a split, memory-mapped, after checking it against the
+    size and sha256 recorded in ``tokens.json`` (a truncated or bit-flipped cache is refused).
 
     Raises:
+        ValueError: ``split`` is not ``"train"`` or ``"val"``.
         FileNotFoundError: not tokenized yet (``./datasets.sh`` does it once the tokenizer exists).
+        ValueError: the cache does not match its record (or has none): the message names the file
+            and says to run ``./datasets.sh``, which re-tokenizes it.
     """
+    if split not in ("train", "val"):
+        raise ValueError(f"split {split!r} is not 'train' or 'val'")
     path = Path(data_dir) / f"{split}.bin"
-    if not path.exists():
-        raise FileNotFoundError(f"{path} is missing: run ./datasets.sh (it tokenizes once the StoryTokenizer exists)")
+    meta_path = Path(data_dir) / "tokens.json"
+    if not path.exists() or not meta_path.exists():
+        raise FileNotFoundError(f"{path if not path.exists() else meta_path} is missing: run ./datasets.sh "
+                                "(it tokenizes once the StoryTokenizer exists)")
+    try:
+        meta = json.loads(meta_path.read_text())
+    except (ValueError, UnicodeDecodeError) as exc:
+        raise ValueError(f"{meta_path} is corrupted ({exc}): run ./datasets.sh to re-tokenize") from exc
+    problem = _stream_problem(split, Path(data_dir), meta if isinstance(meta, dict) else {})
+    if problem:
+        raise ValueError(f"token cache refused: {problem}. Run ./datasets.sh to re-tokenize it")
     return np.memmap(path, dtype=np.uint16, mode="r")
 
 

@@ -343,3 +343,31 @@ def test_load_split_text_missing_names_datasets_sh(tmp_path):
 def test_load_token_stream_missing_names_datasets_sh(tmp_path):
     with pytest.raises(FileNotFoundError, match="datasets.sh"):
         data.load_token_stream("val", data_dir=tmp_path)
+
+
+@pytest.mark.parametrize("damage", ["truncate", "flip", "no_record"])
+def test_damaged_token_cache_is_redone_never_trusted(corpus, tmp_path, tiny_tokenizer, damage):
+    """Family 6: a truncated or bit-flipped ``*.bin`` (or one without a recorded sha256) is refused
+    by ``load_token_stream`` with the fix, and ``tokenize_splits`` redoes it instead of reusing it."""
+    out = tmp_path / "out"
+    prepare(corpus, out_dir=out, log=quiet)
+    first = tokenize_splits(tiny_tokenizer, data_dir=out, log=quiet)
+    good = (out / "train.bin").read_bytes()
+    if damage == "truncate":
+        (out / "train.bin").write_bytes(good[:-2])
+        match = r"train\.bin has [\d,]+ bytes, tokens\.json recorded \d+ \(truncated\?\)\. Run \./datasets\.sh"
+    elif damage == "flip":
+        (out / "train.bin").write_bytes(good[:10] + bytes([good[10] ^ 1]) + good[11:])
+        match = r"train\.bin does not match the sha256 recorded in tokens\.json .*Run \./datasets\.sh"
+    else:
+        meta = json.loads((out / "tokens.json").read_text())
+        del meta["files"]
+        (out / "tokens.json").write_text(json.dumps(meta))
+        match = r"train\.bin has no recorded sha256 .*Run \./datasets\.sh"
+    with pytest.raises(ValueError, match=match):
+        data.load_token_stream("train", data_dir=out)
+    lines = []
+    assert tokenize_splits(tiny_tokenizer, data_dir=out, log=lines.append) == first
+    assert any("re-tokenizing" in line for line in lines)
+    assert (out / "train.bin").read_bytes() == good
+    assert data.load_token_stream("train", data_dir=out).tolist() == np.frombuffer(good, np.uint16).tolist()
