@@ -44,8 +44,8 @@ CORPUS = "TinyStories-sample"  # the embedded default source (a verified artifac
 VAL_PERCENT = 5
 TINY_STORIES = 10_000  # stories taken from the Hugging Face train split with --tiny
 
-__all__ = ["DATA_DIR", "is_validation", "load_split_text", "load_token_stream", "prepare", "read_stories",
-           "split_stories", "tokenize_splits", "validation_prompts"]
+__all__ = ["DATA_DIR", "check_source_file", "is_validation", "load_split_text", "load_token_stream", "prepare",
+           "read_stories", "split_stories", "tokenize_splits", "validation_prompts"]
 
 
 def read_stories(path: str | Path) -> list[str]:
@@ -56,14 +56,28 @@ def read_stories(path: str | Path) -> list[str]:
 
     Raises:
         FileNotFoundError: no such file.
-        ValueError: the file holds no story.
+        ValueError: the path is a directory or not a regular file (a device, a pipe); a ``.xz``
+            file that is not xz data or is truncated; text that is not UTF-8 (the message gives
+            the byte offset); a file that holds no story. Each message names the file and the fix.
+        PermissionError: the file cannot be read.
     """
-    path = Path(path)
-    if not path.is_file():
-        raise FileNotFoundError(f"TinyStories source {path} does not exist")
-    opener = lzma.open if path.suffix == ".xz" else open
-    with opener(path, "rt", encoding="utf-8") as f:
-        text = f.read()
+    path = check_source_file(path)
+    try:
+        if path.suffix == ".xz":
+            with lzma.open(path, "rb") as f:
+                raw = f.read()
+        else:
+            raw = path.read_bytes()
+    except lzma.LZMAError as exc:
+        raise ValueError(f"{path} is not an xz file ({exc}): pass the plain .txt, or compress it with `xz -k`") from exc
+    except EOFError as exc:
+        raise ValueError(f"{path} is a truncated xz file (it ends before the compressed stream does): copy or "
+                         "download it again") from exc
+    try:
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise ValueError(f"{path} is not UTF-8 text (byte {exc.start}: {raw[exc.start:exc.start + 4]!r}): convert it, "
+                         f"e.g. `iconv -f latin1 -t utf-8 {path.name} > stories.txt`, then pass that file") from exc
     stories, current = [], []
     for line in text.split("\n"):
         if line.strip() == EOT:
@@ -76,6 +90,24 @@ def read_stories(path: str | Path) -> list[str]:
     if not stories:
         raise ValueError(f"{path} holds no stories (expected stories separated by a line {EOT})")
     return stories
+
+
+def check_source_file(path: str | Path) -> Path:
+    """``path`` as a ``Path`` when it is a regular file a source can be read from.
+
+    Raises:
+        FileNotFoundError: nothing at ``path``.
+        ValueError: a directory, or not a regular file (a device, a pipe, a socket).
+    """
+    path = Path(path)
+    if path.is_dir():
+        raise ValueError(f"TinyStories source {path} is a directory: pass a .txt or .txt.xz file inside it")
+    if not path.exists():
+        raise FileNotFoundError(f"TinyStories source {path} does not exist: pass an existing .txt or .txt.xz file")
+    if not path.is_file():
+        raise ValueError(f"TinyStories source {path} is not a regular file (a device or a pipe?): pass a .txt or "
+                         ".txt.xz file")
+    return path
 
 
 def is_validation(story: str) -> bool:
@@ -166,8 +198,8 @@ def prepare(source: str | Path | None = None, *, tiny: bool = False, hub: bool =
                          "pick one (unset G2C_TINYSTORIES to use --hub)")
     out_dir = Path(out_dir)
     manifest_path = out_dir / "manifest.json"
-    if source and not Path(source).is_file():
-        raise FileNotFoundError(f"TinyStories source {source} does not exist")
+    if source:
+        check_source_file(source)
     if source:
         src_id = {"kind": "file", "path": str(Path(source).resolve()), "sha256": sha256_file(Path(source))}
     elif hub:
@@ -374,7 +406,7 @@ Already prepared data is kept ("nothing to do"); --force redoes it.""")
     args = ap.parse_args(argv)
     try:
         manifest = prepare(args.source, tiny=args.tiny, hub=args.hub, force=args.force)
-    except (FileNotFoundError, ValueError, RuntimeError) as exc:
+    except (OSError, ValueError, RuntimeError) as exc:  # FileNotFoundError and PermissionError are OSErrors
         print(f"datasets: error: {exc}", file=sys.stderr)
         return 1
     try:
@@ -383,7 +415,12 @@ Already prepared data is kept ("nothing to do"); --force redoes it.""")
     except (FileNotFoundError, ValueError) as exc:
         print(f"datasets: token cache not built ({exc})")
         return 0
-    counts = tokenize_splits(tok, force=args.force and not manifest.get("skipped"))
+    try:
+        counts = tokenize_splits(tok, force=args.force and not manifest.get("skipped"))
+    except (OSError, ValueError) as exc:
+        print(f"datasets: error: tokenizing failed: {exc}; run ./datasets.sh --force to redo the split",
+              file=sys.stderr)
+        return 1
     print(f"datasets: token streams ready: train {counts['train']:,}, val {counts['val']:,} tokens")
     return 0
 

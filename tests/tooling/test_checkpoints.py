@@ -410,3 +410,14 @@ def test_train_selects_the_solutions_before_anything_imports_a_course_module():
                           timeout=120)
     assert proc.returncode == 0, proc.stderr
     assert "applied True" in proc.stdout
+
+
+@pytest.mark.parametrize("manifest", ['{"files": 3}', '[1, 2]', '{"files": {"model.safetensors": null}}'])
+def test_from_mirror_with_a_manifest_of_the_wrong_structure_is_one_line(capsys, mirror, root, manifest):
+    (artifact_dir("StoryLM-1M", mirror) / "manifest.json").write_text(manifest)
+    rc, out, err = run(capsys, "storylm-1m", "--root", root, "--from", mirror)
+    assert rc == 1
+    assert "install failed, see below" in out
+    lines = [line for line in err.splitlines() if line.strip()]
+    assert "unusable" in lines[0] and ("wrong structure" in lines[0] or "not a 64-digit sha256" in lines[0])
+    assert "Traceback" not in err and not artifact_dir("StoryLM-1M", root).exists()
