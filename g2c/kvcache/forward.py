@@ -97,6 +97,16 @@ def _check_step(model, ids: torch.Tensor, cache: KVCache) -> None:
     if cache.num_layers != model.num_layers:
         raise ValueError(f"the cache has {cache.num_layers} layers but the model {model.num_layers}; "
                          "build it with KVCache.for_model(model)")
+    head_dim = model.embedding_dim // model.num_heads
+    if (cache.num_heads, cache.head_dim) != (model.num_heads, head_dim):
+        raise ValueError(f"the cache holds {cache.num_heads} heads of {cache.head_dim} but the model has "
+                         f"{model.num_heads} of {head_dim}: it was built for another model; build it with "
+                         "KVCache.for_model(model)")
+    weight = model.token_embed.weight
+    if cache.dtype != weight.dtype or cache.device != weight.device:
+        raise ValueError(f"the cache is {cache.dtype} on {cache.device} but the model computes in {weight.dtype} on "
+                         f"{weight.device} (keys would be rounded or moved silently); build it with "
+                         "KVCache.for_model(model), or move the model")
     end = cache.length + ids.shape[1]
     if end > min(cache.max_seq_len, model.max_seq_len):
         raise ValueError(f"cached_forward: {cache.length} cached + {ids.shape[1]} new positions exceed "

@@ -17,6 +17,7 @@ from collections.abc import Callable
 import torch
 
 from g2c.sampling.generate import as_token_ids
+from g2c.sampling.model import check_count
 from g2c.specdec import SpecStats, draft_greedy, greedy_verify
 
 from .model import DecodeState, RecurrentLM
@@ -50,8 +51,7 @@ def greedy_drafter(model) -> Drafter:
 
 
 def _check_budget(model: RecurrentLM, num_prompt: int, max_new_tokens: int) -> None:
-    if isinstance(max_new_tokens, bool) or not isinstance(max_new_tokens, int) or max_new_tokens < 0:
-        raise ValueError(f"max_new_tokens must be an int >= 0, got {max_new_tokens!r}")
+    max_new_tokens = check_count(max_new_tokens, "max_new_tokens")
     if model.attention_layers and num_prompt + max_new_tokens > model.max_seq_len:
         raise ValueError(f"prompt ({num_prompt}) + max_new_tokens ({max_new_tokens}) exceeds the attention "
                          f"layers' max_seq_len={model.max_seq_len}; generate fewer tokens")
@@ -76,7 +76,7 @@ def plain_greedy(model: RecurrentLM, prompt_ids, max_new_tokens: int, *,
         ValueError: an empty prompt, max_new_tokens < 0, or prompt + budget beyond the
             attention layers' ``max_seq_len``.
     """
-    ids = as_token_ids(prompt_ids, "prompt_ids")
+    ids = as_token_ids(prompt_ids, "prompt_ids", vocab_size=model.vocab_size)
     _check_budget(model, ids.numel(), max_new_tokens)
     mode = model.training
     model.eval()
@@ -131,7 +131,7 @@ def speculative_generate_stateful(target: RecurrentLM, draft: Drafter, prompt_id
             "max_new_tokens" or "max_seq_len"); a draft that is not k token ids ("draft");
             an unknown strategy name.
     """
-    ids = as_token_ids(prompt_ids, "prompt_ids")
+    ids = as_token_ids(prompt_ids, "prompt_ids", vocab_size=target.vocab_size)
     if isinstance(k, bool) or not isinstance(k, int) or k < 1:
         raise ValueError(f"k must be >= 1 draft tokens per round (an int), got {k!r}")
     _check_budget(target, ids.numel(), max_new_tokens)

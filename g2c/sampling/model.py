@@ -15,13 +15,16 @@ Shape letters: T time, V vocabulary.
 
 from __future__ import annotations
 
+import math
+import operator
 from typing import Protocol, runtime_checkable
 
 import torch
 
 from g2c.nn import eval_mode  # re-exported: the loops' mode switch lives with Module (module 03)
 
-__all__ = ["LanguageModel", "check_language_model", "check_token_ids", "eval_mode"]
+__all__ = ["LanguageModel", "check_count", "check_generator", "check_language_model", "check_temperature",
+           "check_token_ids", "eval_mode"]
 
 REQUIRED = ("vocab_size", "max_seq_len", "device")
 
@@ -89,3 +92,56 @@ def check_token_ids(ids: torch.Tensor, vocab_size: int, name: str) -> None:
         bad = low if low < 0 else high
         raise ValueError(f"{name} holds token id {bad}, outside the vocabulary [0, {vocab_size}); "
                          f"ids must come from the model's tokenizer")
+
+
+# -- the argument checks every loop shares (one place: a new loop calls these where values enter) --
+
+def check_count(value, name: str, *, minimum: int | None = 0) -> int:
+    """An integer argument (a token budget, a draft length, a cache advance) as a Python int.
+
+    Python ints, NumPy integers and 0-d integer tensors are accepted; a float (even ``2.0``),
+    ``None``, a bool or a string is refused rather than truncated or compared later. With
+    ``minimum=None`` only the type is checked (the caller owns the range rule).
+
+    Raises:
+        TypeError: not an integer; the message names ``name``, the value and its type.
+        ValueError: below ``minimum``; the message names ``name``, the value and the rule.
+    """
+    try:
+        if isinstance(value, bool):
+            raise TypeError
+        number = operator.index(value)
+    except TypeError:
+        rule = "an int" if minimum is None else f"an int >= {minimum}"
+        raise TypeError(f"{name} must be {rule}, got {type(value).__name__} {value!r}; pass a whole number") from None
+    if minimum is not None and number < minimum:
+        raise ValueError(f"{name} must be an int >= {minimum}, got {number}")
+    return number
+
+
+def check_generator(generator, name: str = "generator") -> None:
+    """``generator`` must be None or a ``torch.Generator`` (a seed is not one).
+
+    Raises:
+        TypeError: anything else; the message says how to make one from a seed.
+    """
+    if generator is not None and not isinstance(generator, torch.Generator):
+        raise TypeError(f"{name} must be a torch.Generator or None, got {type(generator).__name__} {generator!r}; "
+                        "use torch.Generator().manual_seed(seed)")
+
+
+def check_temperature(temperature, name: str = "temperature") -> float:
+    """A sampling temperature as a float: finite and >= 0 (0 = greedy).
+
+    Raises:
+        TypeError: not a real number (a string, None, a tensor with more than one element).
+        ValueError: negative, NaN or infinite; the message names the value and the rule.
+    """
+    if isinstance(temperature, torch.Tensor) and temperature.numel() == 1:
+        temperature = temperature.item()
+    if isinstance(temperature, bool) or not isinstance(temperature, (int, float)):
+        raise TypeError(f"{name} must be a real number >= 0 (0 = greedy), got {type(temperature).__name__} "
+                        f"{temperature!r}")
+    if not (math.isfinite(temperature) and temperature >= 0):
+        raise ValueError(f"{name} must be >= 0 and finite (0 = greedy), got {temperature}")
+    return float(temperature)

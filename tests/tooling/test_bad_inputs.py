@@ -1,10 +1,21 @@
-"""Standing guard: every script's bad options stop at parse time with one line, exit 2.
+"""Standing guard (issue 22): every public entry point x every bad-input class.
 
-SCRIPTS lists every command-line script (``bench/*.py`` and the ``g2c/assets`` entry points);
-a new script is covered once it is listed (``test_every_script_is_listed`` fails until it is).
-Each is run in-process (the running solution selection is kept: ``g2c.course.solved``) with
-``BAD_OPTIONS``: a negative count, a non-number, an unknown choice, NaN where a finite number is
-needed, an unknown model and an unavailable device, wherever the script has such an option.
+Python API: ``LOOPS`` lists the decoding loops of the lessons (module 11's ``generate``,
+module 16's ``cached_generate``, ``speculative_generate_cached``, ``mtp_generate_cached``, the
+Beyond loops ``speculative_generate``, ``speculative_sample``, ``mtp_generate``,
+``tree_speculative_generate``, ``batched_greedy``, ``batched_speculative_generate``, and the
+recurrent ``plain_greedy`` and ``speculative_generate_stateful``), each as a call on tiny
+models with one argument replaced. ``BAD_ARGS`` holds the argument classes: a float, ``None``
+or a negative budget; an empty, float, negative-id or out-of-vocabulary prompt; a NaN or
+infinite temperature and a non-``Generator`` generator (where the loop samples). Every pair
+must raise ValueError/TypeError with a one-line message naming the argument, before any model
+call. A new loop is covered once it is added to ``LOOPS``.
+
+Scripts: ``SCRIPTS`` lists every command-line script (``bench/*.py`` and the ``g2c/assets``
+entry points); ``test_every_script_is_listed`` fails until a new one is listed. Each is run
+in-process (the running solution selection is kept: ``g2c.course.solved``) with its bad
+options: a negative count, a non-number, an unknown choice, NaN or inf where a finite number
+is needed, an unknown model, an unavailable device, an unknown option.
 """
 
 from __future__ import annotations
@@ -109,3 +120,163 @@ def test_script_bad_option_is_one_line_and_a_nonzero_exit(script, case):
     errors = [line for line in err.splitlines() if "error" in line]
     assert len(errors) == 1 and re.search(match, errors[0]), err
     assert "Traceback" not in err and not out.strip(), out
+
+
+# -- the Python API: every loop x every bad argument ------------------------------------------
+
+V = 16
+
+
+def _lm(seed: int = 0):
+    import torch
+
+    from g2c.transformer import TransformerLM
+
+    return TransformerLM(V, 8, 1, 2, 32, generator=torch.Generator().manual_seed(seed)).eval()
+
+
+def _recurrent():
+    import torch
+
+    from g2c.recurrent import RecurrentLM, fan_in_init_
+
+    return fan_in_init_(RecurrentLM(V, 16, 2, 2, layout="RA", max_seq_len=32),
+                        generator=torch.Generator().manual_seed(0)).eval()
+
+
+def _loops():
+    """name -> (call(prompt, max_new_tokens, **extra), the extra keyword arguments it samples with)."""
+    import torch
+
+    from g2c.kvcache import cached_generate
+    from g2c.kvcache.speculative import mtp_generate_cached, speculative_generate_cached
+    from g2c.recurrent import greedy_drafter, plain_greedy, speculative_generate_stateful
+    from g2c.sampling import generate
+    from g2c.specdec import MTPHead, mtp_generate, speculative_generate
+    from g2c.specdec.batched import batched_greedy, batched_speculative_generate
+    from g2c.specdec.drafters import LMDrafter
+    from g2c.specdec.loop import speculative_sample
+    from g2c.specdec.tree_verify import tree_speculative_generate
+
+    target, draft = _lm(0), _lm(1)
+    head = MTPHead(target, generator=torch.Generator().manual_seed(2))
+    rec = _recurrent()
+    sampled = SAMPLED
+    return {
+        "generate": (lambda p, n, **kw: generate(target, p, n, **kw), sampled),
+        "cached_generate": (lambda p, n, **kw: cached_generate(target, p, n, **kw), sampled),
+        "speculative_generate": (lambda p, n, **kw: speculative_generate(target, draft, p, n, k=2, **kw), ()),
+        "speculative_sample": (lambda p, n, **kw: speculative_sample(target, LMDrafter(draft), p, n, k=2, **kw),
+                               sampled),
+        "speculative_generate_cached": (lambda p, n, **kw: speculative_generate_cached(target, draft, p, n, k=2,
+                                                                                       **kw), ()),
+        "mtp_generate": (lambda p, n, **kw: mtp_generate(target, head, p, n, **kw), ()),
+        "mtp_generate_cached": (lambda p, n, **kw: mtp_generate_cached(target, head, p, n, **kw), ()),
+        "tree_speculative_generate": (lambda p, n, **kw: tree_speculative_generate(target, draft, p, n, num_nodes=4,
+                                                                                   **kw), sampled),
+        "batched_greedy": (lambda p, n, **kw: batched_greedy(target, [p], n, **kw), ()),
+        "batched_speculative_generate": (lambda p, n, **kw: batched_speculative_generate(target, draft, [p], n, k=2,
+                                                                                         **kw), ()),
+        "plain_greedy": (lambda p, n, **kw: plain_greedy(rec, p, n, **kw), ()),
+        "speculative_generate_stateful": (lambda p, n, **kw: speculative_generate_stateful(
+            rec, greedy_drafter(rec), p, n, k=2, **kw), ()),
+    }
+
+
+SAMPLED = ("temperature", "generator")
+# loop -> the sampling knobs it takes (greedy-only loops take none); the calls live in _loops()
+LOOPS: dict[str, tuple[str, ...]] = {
+    "generate": SAMPLED, "cached_generate": SAMPLED, "speculative_generate": (), "speculative_sample": SAMPLED,
+    "speculative_generate_cached": (), "mtp_generate": (), "mtp_generate_cached": (),
+    "tree_speculative_generate": SAMPLED, "batched_greedy": (), "batched_speculative_generate": (),
+    "plain_greedy": (), "speculative_generate_stateful": (),
+}
+
+# class -> (prompt, max_new_tokens, extra kwargs, the keyword it needs or None, error, match)
+BAD_ARGS = {
+    "float budget": ([1, 2], 2.5, {}, None, TypeError, r"max_new_tokens must be an int.*got float 2\.5"),
+    "None budget": ([1, 2], None, {}, None, TypeError, r"max_new_tokens must be an int.*got NoneType None"),
+    "negative budget": ([1, 2], -1, {}, None, ValueError, r"max_new_tokens must be (an int )?>= 0"),
+    "empty prompt": ([], 3, {}, None, ValueError, r"must be a non-empty 1-D sequence of token ids"),
+    "float prompt": ([1.5, 2.0], 3, {}, None, ValueError, r"must hold integer token ids, got dtype torch\.float"),
+    "negative id": ([1, -1], 3, {}, None, ValueError, r"holds token id -1, outside the vocabulary \[0, 16\)"),
+    "out-of-vocabulary id": ([1, V], 3, {}, None, ValueError, r"holds token id 16, outside the vocabulary \[0, 16\)"),
+    "NaN temperature": ([1, 2], 3, {"temperature": float("nan")}, "temperature", ValueError,
+                        r"temperature must be >= 0 and finite"),
+    "infinite temperature": ([1, 2], 3, {"temperature": float("inf")}, "temperature", ValueError,
+                             r"temperature must be >= 0 and finite"),
+    "seed as generator": ([1, 2], 3, {"temperature": 1.0, "generator": 0}, "generator", TypeError,
+                          r"generator must be a torch\.Generator or None, got int 0; use torch\.Generator\(\)"),
+}
+
+
+@pytest.fixture(scope="module")
+def loops():
+    return _loops()
+
+
+def test_every_loop_is_listed(loops):
+    assert set(loops) == set(LOOPS)
+
+
+@pytest.mark.parametrize("loop, case", [(loop, case) for loop, knobs in LOOPS.items() for case, bad in BAD_ARGS.items()
+                                        if bad[3] is None or bad[3] in knobs])
+def test_loop_bad_argument_is_a_one_line_error(loops, loop, case):
+    prompt, budget, extra, _, error, match = BAD_ARGS[case]
+    with pytest.raises(error, match=match) as info:
+        loops[loop][0](prompt, budget, **extra)
+    assert "\n" not in str(info.value)
+
+
+# -- caches and counts that enter elsewhere ----------------------------------------------------
+
+def test_cache_from_another_model_or_dtype_is_refused():
+    import torch
+
+    from g2c.kvcache import KVCache, cached_forward, cached_generate
+    from g2c.transformer import TransformerLM
+
+    model = _lm()
+    other = TransformerLM(V, 16, 1, 4, 32, generator=torch.Generator().manual_seed(0))
+    ids = torch.tensor([[1, 2]])
+    with pytest.raises(ValueError, match=r"the cache holds 4 heads of 4 but the model has 2 of 4: it was built for "
+                                         r"another model; build it with KVCache\.for_model\(model\)"):
+        cached_forward(model, ids, KVCache.for_model(other))
+    with pytest.raises(ValueError, match=r"the cache is torch\.float16 on cpu but the model computes in "
+                                         r"torch\.float32"):
+        cached_forward(model, ids, KVCache.for_model(model, dtype=torch.float16))
+    with pytest.raises(ValueError, match=r"built for another model"):
+        cached_generate(model, [1, 2], 3, cache=KVCache.for_model(other))
+
+
+@pytest.mark.parametrize("value, error, match", [
+    (2.5, TypeError, r"KVCache\.advance: num_new must be an int, got float 2\.5"),
+    (None, TypeError, r"num_new must be an int, got NoneType None"),
+    (-1, ValueError, r"KVCache\.advance: cannot move length 0 by -1"),
+])
+def test_cache_advance_refuses_a_non_count(value, error, match):
+    from g2c.kvcache import KVCache
+
+    cache = KVCache(1, 1, 1, 2, 8)
+    with pytest.raises(error, match=match):
+        cache.advance(value)
+    assert cache.length == 0
+
+
+def test_shared_validators_name_the_argument_and_the_fix():
+    import numpy as np
+    import torch
+
+    from g2c.sampling.model import check_count, check_generator, check_temperature
+
+    assert check_count(np.int64(3), "k", minimum=1) == 3 and check_count(torch.tensor(2), "n") == 2
+    with pytest.raises(TypeError, match=r"k must be an int >= 1, got bool True; pass a whole number"):
+        check_count(True, "k", minimum=1)
+    with pytest.raises(TypeError, match=r"n must be an int >= 0, got str '3'"):
+        check_count("3", "n")
+    with pytest.raises(TypeError, match=r"generator must be a torch\.Generator or None, got int 7; use "
+                                        r"torch\.Generator\(\)\.manual_seed\(seed\)"):
+        check_generator(7)
+    with pytest.raises(TypeError, match=r"temperature must be a real number >= 0 \(0 = greedy\), got str"):
+        check_temperature("hot")
+    assert check_temperature(torch.tensor(0.5)) == 0.5

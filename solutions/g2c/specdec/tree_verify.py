@@ -32,6 +32,7 @@ from dataclasses import dataclass
 import torch
 
 from g2c.sampling.generate import as_token_ids
+from g2c.sampling.model import check_count, check_generator, check_temperature
 
 from .generate import SpecStats
 from .tree_attention import cached_tree_forward, commit_tree_kv, tree_logits
@@ -247,13 +248,12 @@ def tree_speculative_generate(target, drafter, prompt_ids, max_new_tokens: int, 
             vocab sizes; with the cache, prompt + max_new_tokens > ``max_seq_len``.
         TypeError: ``use_cache`` with a target that is not a ``TransformerLM``.
     """
-    ids = as_token_ids(prompt_ids, "prompt_ids")
-    if max_new_tokens < 0:
-        raise ValueError(f"max_new_tokens must be >= 0, got {max_new_tokens}")
+    ids = as_token_ids(prompt_ids, "prompt_ids", vocab_size=target.vocab_size)
+    max_new_tokens = check_count(max_new_tokens, "max_new_tokens")
     if isinstance(num_nodes, bool) or not isinstance(num_nodes, int) or num_nodes < 1:
         raise ValueError(f"num_nodes must be an int >= 1 (the draft nodes per target pass), got {num_nodes!r}")
-    if temperature < 0:
-        raise ValueError(f"temperature must be >= 0 (0 = greedy), got {temperature}")
+    temperature = check_temperature(temperature)
+    check_generator(generator)
     if tree not in ("chain", "static", "dynamic"):
         raise ValueError(f"tree must be 'chain', 'static' or 'dynamic', got {tree!r}")
     if drafter.vocab_size != target.vocab_size:
