@@ -1,8 +1,10 @@
 #!/usr/bin/env bash
-# Students (you edited exercise files under g2c/):
-#   ./test.sh                      grade YOUR code for the modules you worked on, per module
-#                                  (the author-only checks are skipped; nothing is modified)
-#   ./test.sh --progress           table of every module: tests passed / total on your code
+# Students:
+#   ./test.sh 16                   grade module 16 on YOUR code; the answer key stands in only for
+#                                  the modules 16 needs that you have not edited (never your code)
+#   ./test.sh 16 --solve 11        the same, with 11's answer key too although you edited 11
+#   ./test.sh                      (once you edited exercise files) grade the modules you worked on
+#   ./test.sh --progress           table of every module in graph order
 #   ./test.sh tests/test_nn.py     just `pytest tests/test_nn.py` on YOUR code (no solutions
 #                                  applied unless you export G2C_APPLY_SOLUTIONS yourself)
 # Authors and CI (the scaffolds are as generated, e.g. a clean clone):
@@ -28,6 +30,12 @@ case "${1:-}" in
     --progress) exec env G2C_QUIET=1 "$PY" -m g2c.course progress ;;
     --author) author=1; shift ;;
 esac
+
+# `./test.sh ID [ID ...] [--solve ID]`: grade modules by id (the registry's ids: 03, 16, specdec, ...).
+if [ "$#" -gt 0 ] && G2C_QUIET=1 "$PY" -c 'import sys; from g2c.course import module_ids
+sys.exit(0 if sys.argv[1].lower() in module_ids() else 1)' "$1" 2>/dev/null; then
+    exec env G2C_QUIET=1 "$PY" -m g2c.course grade "$@"
+fi
 
 if [ "$#" -gt 0 ]; then
     exec "$PY" -m pytest "$@"
@@ -59,7 +67,8 @@ step "scaffold contract: python scripts/contract.py --check"
 env -u G2C_APPLY_SOLUTIONS "$PY" scripts/contract.py --check
 
 step "full suite with solutions: G2C_APPLY_SOLUTIONS=all pytest"
-G2C_APPLY_SOLUTIONS=all G2C_QUIET=1 "$PY" -m pytest -q -p no:cacheprovider
+# The author run replaces any edited exercise file with the answer key on purpose.
+G2C_APPLY_SOLUTIONS=all G2C_QUIET=1 G2C_REPLACE_EDITED=1 "$PY" -m pytest -q -p no:cacheprovider
 
 step "data for the notebooks: ./datasets.sh (idempotent)"
 # The specdec notebook trains an MTP head on the training split. Without $G2C_TINYSTORIES this

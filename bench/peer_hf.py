@@ -45,17 +45,12 @@ import g2c.course.solved  # noqa: F401  (first: applies the answer key before co
 from g2c.assets import ArtifactError, load_model
 from g2c.assets.cli import choice_list, count, int_list, model_list, model_name
 from g2c.assets.data import load_token_stream
-from g2c.kvcache import (
-    KVCache,
-    cached_forward,
-    cached_generate,
-    mtp_generate_cached,
-    speculative_generate_cached,
-)
+from g2c.kvcache import KVCache, cached_forward, cached_generate
 from g2c.nn import time_call
 from g2c.sampling import generate
 from g2c.specdec import greedy_verify, speculative_generate
 from g2c.specdec.mtp import train_mtp_head
+from g2c.specdec.sampling import mtp_generate_cached, speculative_generate_cached
 from g2c.transformer.export import to_hf_gpt2
 
 PROMPTS = [

@@ -8,7 +8,7 @@
 
 Lab 8 of the lecture, scaled to the StoryLM ladder: StoryLM-30M serves B requests at once,
 plain batched greedy decoding against batched speculative decoding with StoryLM-1M drafting
-k in {1, 2, 4} tokens (``g2c.specdec.batched``: ragged per-row commits, lossless per row),
+k in {1, 2, 4} tokens (``g2c.specdec.lab.batched``: ragged per-row commits, lossless per row),
 at B in {1, 8, 32, 64}, on two prompt sets of different entropy:
 
 - ``endings``: story endings ("And they all lived happily ever after."), after which the
@@ -50,7 +50,7 @@ import torch
 import g2c.course.solved  # noqa: F401  (first: applies the answer key before course modules load)
 from g2c.assets import load_model
 from g2c.assets.cli import count, device_name, int_list, model_name
-from g2c.specdec.batched import batched_greedy, batched_speculative_generate
+from g2c.specdec.lab.batched import batched_greedy, batched_speculative_generate
 
 PROMPT_SETS = {
     # Story endings: the ladder continues with <|endoftext|> and its stock opening

@@ -43,9 +43,9 @@ from g2c.kvcache import cached_generate
 from g2c.nn import time_call
 from g2c.sampling import generate
 from g2c.specdec import SpecStats, mtp_generate, speculative_generate, train_mtp_head
-from g2c.specdec.drafters import LMDrafter
-from g2c.specdec.eagle import CachedMTPDrafter, EagleDrafter
-from g2c.specdec.loop import speculative_sample
+from g2c.specdec.sampling.drafters import LMDrafter
+from g2c.specdec.sampling.eagle import CachedMTPDrafter, EagleDrafter
+from g2c.specdec.sampling.loop import speculative_sample
 
 HEADER = ("drafter", "target", "k", "lossless", "acceptance", "tokens/pass", "plain tok/s", "spec tok/s", "speed-up")
 DRAFTER_HEADER = ("drafter", "target", "mode", "k", "lossless", "acceptance", "per-position acceptance",

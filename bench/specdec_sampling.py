@@ -44,9 +44,9 @@ from g2c.kvcache import cached_generate
 from g2c.nn import time_call
 from g2c.sampling import generate
 from g2c.specdec import SpecStats
-from g2c.specdec.controllers import CostModelK, StaticK
-from g2c.specdec.drafters import LMDrafter, MTPDrafter, NGramDrafter
-from g2c.specdec.loop import speculative_sample
+from g2c.specdec.sampling.controllers import CostModelK, StaticK
+from g2c.specdec.sampling.drafters import LMDrafter, MTPDrafter, NGramDrafter
+from g2c.specdec.sampling.loop import speculative_sample
 
 COPY_HEAVY = [   # repeated sentences, refrains, lists: the continuation tends to copy the context
     'Lily said, "I love my mom. I love my dad. I love my dog." Then Lily said it again: "I love my mom.',

@@ -37,7 +37,7 @@ from g2c.assets.cli import choice_list, count, device_name, int_list, model_name
 from g2c.assets.data import validation_prompts
 from g2c.nn import time_call
 from g2c.sampling import generate
-from g2c.specdec.tree_verify import TreeStats, tree_speculative_generate
+from g2c.specdec.trees.verify import TreeStats, tree_speculative_generate
 
 FALLBACK_PROMPTS = [
     "Once upon a time, there was a little girl named Lily. She loved to play",

@@ -9,6 +9,8 @@ scaffold leaks part of an answer or a test lost its teeth.
     python scripts/contract.py --record   # run the suite once on the scaffolds, write tests/pristine.json
     python scripts/contract.py --check    # run it again and compare; exit 1 on any mismatch
     python scripts/contract.py --record tests/test_kvcache.py   # (re)record just these files
+    python scripts/contract.py --graph    # the module graph holds: each module's tests with exactly its
+                                          # prerequisites solved keep the pristine counts; solved too, all pass
 
 Both run the whole ``tests/`` suite in one pytest process with ``G2C_APPLY_SOLUTIONS``
 removed. Errors (collection or fixture errors) count as failures. A skipped test is a
@@ -66,16 +68,19 @@ def parse_junit(xml_text: str) -> tuple[dict[str, Counter], list[str]]:
     return counts, skips
 
 
-def run_pristine(root: Path = ROOT,
-                 paths: list[str] | None = None) -> tuple[dict[str, Counter], list[str], int]:
-    """Run ``tests/`` (or just ``paths``) once on the scaffolds; return per-file counts, skip lines,
-    pytest's exit code."""
+def run_pristine(root: Path = ROOT, paths: list[str] | None = None,
+                 selector: str = "") -> tuple[dict[str, Counter], list[str], int]:
+    """Run ``tests/`` (or just ``paths``) once on the scaffolds, with the answer key applied to the modules
+    of ``selector`` (none by default); return per-file counts, skip lines, pytest's exit code."""
     with tempfile.TemporaryDirectory() as tmp:
         xml = Path(tmp) / "pristine.xml"
         cmd = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider",
                "--continue-on-collection-errors", f"--junitxml={xml}", "-o", "junit_family=xunit1",
                *(paths or ["tests"])]
-        proc = subprocess.run(cmd, cwd=root, env=pristine_env(root), capture_output=True, text=True)
+        env = pristine_env(root)
+        if selector:
+            env["G2C_APPLY_SOLUTIONS"] = selector
+        proc = subprocess.run(cmd, cwd=root, env=env, capture_output=True, text=True)
         if not xml.exists():
             sys.stdout.write(proc.stdout)
             sys.stderr.write(proc.stderr)
@@ -105,13 +110,61 @@ def compare(expected: dict[str, dict[str, int]], got: dict[str, dict[str, int]],
     return problems
 
 
+def graph_problems(module_id: str, root: Path = ROOT) -> list[str]:
+    """Check one module against the registry's graph by running its tests twice.
+
+    1. With exactly its prerequisites (the closure of ``requires``) solved, every test file keeps its
+       pristine pass/fail counts: the tests need nothing outside the closure, and the module's own
+       unwritten exercises are what fails.
+    2. With the module solved too, every test passes.
+    """
+    sys.path.insert(0, str(root))
+    from g2c.course import get_module, prerequisites, selector_for
+
+    m = get_module(module_id)
+    files = [t for t in m.tests if (root / t).is_file()]
+    if not files:
+        return [f"module {m.id}: no test files"]
+    expected = json.loads(PRISTINE.read_text(encoding="utf-8")) if PRISTINE.exists() else {}
+    closure = prerequisites(m.id)
+    problems = []
+    counts, skips, _ = run_pristine(root, files, selector_for(closure))
+    got = as_record(counts, files)
+    for f in files:
+        if got.get(f) != expected.get(f):
+            problems.append(f"module {m.id}: {f} with its prerequisites solved ({', '.join(closure) or 'none'}) "
+                            f"gives {_fmt(got.get(f))} pass/fail, its pristine contract is {_fmt(expected.get(f))}")
+    counts, skips, _ = run_pristine(root, files, selector_for([*closure, m.id]))
+    for f in files:
+        if counts[f]["failed"] or counts[f]["skipped"]:
+            problems.append(f"module {m.id}: {f} with the module and its prerequisites solved has "
+                            f"{counts[f]['failed']} failing and {counts[f]['skipped']} skipped tests; "
+                            "a prerequisite is missing from `requires` in g2c/course/registry.py")
+    return problems
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     mode = ap.add_mutually_exclusive_group(required=True)
     mode.add_argument("--record", action="store_true", help=f"write {PRISTINE.relative_to(ROOT)}")
     mode.add_argument("--check", action="store_true", help="compare with the recorded counts")
+    mode.add_argument("--graph", nargs="*", metavar="ID",
+                      help="check the module graph (default: every module): closure solved -> pristine counts, "
+                           "module solved too -> every test passes")
     ap.add_argument("files", nargs="*", help="only these test files (repo-relative); the others keep their record")
     args = ap.parse_args(argv)
+    if args.graph is not None:
+        sys.path.insert(0, str(ROOT))
+        from g2c.course import module_ids
+
+        problems = []
+        for module_id in args.graph or module_ids():
+            found = graph_problems(module_id)
+            print(f"graph: module {module_id}: {'ok' if not found else f'{len(found)} problem(s)'}", flush=True)
+            problems += found
+        for p in problems:
+            print(f"  {p}", file=sys.stderr)
+        return 1 if problems else 0
 
     files = [Path(f).as_posix() for f in args.files] or test_files()
     counts, skips, _ = run_pristine(paths=args.files or None)

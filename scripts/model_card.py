@@ -188,8 +188,8 @@ CPU budget went to the drafters.
 
 ## Drafters
 
-Learned from the ladder by `g2c/assets/drafters.py` (recipes `DRAFTER_RECIPES`), each on
-the frozen base's final states over the training split (`g2c/assets/features.py`: one
+Learned from the ladder by `g2c/assets/recipes/drafters.py` (recipes `DRAFTER_RECIPES`), each on
+the frozen base's final states over the training split (`g2c/assets/recipes/features.py`: one
 forward pass of the base, 256-token windows). Validation: the first 64 validation windows
 during training, the whole validation split for the numbers below; the weights with the best
 validation objective are kept and a run stops after 3 checks without improvement.
@@ -206,7 +206,7 @@ teacher-forced proxy of greedy acceptance.
   Zhou et al. 2024). "1 - TV" is the expected acceptance rate of a sampled draft at T = 1.
 - **StoryLM-5M-MTP, StoryLM-30M-MTP** (`mtp`): the course's `MTPHead` (one block + the tied
   unembedding) on the frozen base (Gloeckle et al. 2024).
-- **StoryLM-30M-EAGLE** (`eagle`): `g2c.specdec.eagle.FeatureDrafter`: fuse(h_t, emb(x_t+1)) ->
+- **StoryLM-30M-EAGLE** (`eagle`): `g2c.specdec.sampling.eagle.FeatureDrafter`: fuse(h_t, emb(x_t+1)) ->
   one block -> predicted h_t+1, decoded by StoryLM-30M's unembedding; loss SmoothL1 + 0.1 x CE
   with U(-0.1, 0.1) input noise (Li et al., EAGLE, ICML 2024, §4).
 

@@ -28,6 +28,7 @@ sys.path.insert(0, str(ROOT))
 from g2c.course.scaffolds import (  # noqa: E402
     BACKUP_DIR,
     HEADER,
+    LINT,
     RECORD,
     REGENERATE,
     backup,
@@ -37,7 +38,7 @@ from g2c.course.scaffolds import (  # noqa: E402
     status,
 )
 
-__all__ = ["HEADER", "expected", "main", "scaffold_text"]
+__all__ = ["HEADER", "LINT", "expected", "main", "scaffold_text"]
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -51,24 +51,45 @@ def pytest_runtest_setup(item: pytest.Item) -> None:
         require_ladder()
 
 
+REPLACE_EDITED = "G2C_REPLACE_EDITED"
+
+
 @functools.cache
 def _solutions_lines() -> tuple[str, ...]:
-    """Whose code runs: the modules served from the answer key, and a warning when that includes a
-    module the student edited (then its tests grade the answer key, not the student's work)."""
+    """Whose code runs: the modules served from the answer key."""
     import g2c
     from g2c.course import SOLUTIONS_ENV
-    from g2c.course.hook import _replaced_own_work
 
     if not g2c.APPLIED_SOLUTIONS:
         return ()
-    lines = [f"g2c: reference solutions applied for modules {', '.join(g2c.APPLIED_SOLUTIONS)} "
-             f"({SOLUTIONS_ENV}={os.environ.get(SOLUTIONS_ENV, '')!r})"]
-    replaced = _replaced_own_work(g2c.APPLIED_SOLUTIONS)
-    if replaced:
-        lines.append(f"g2c: WARNING: module(s) {', '.join(replaced)} that you edited run the ANSWER KEY here, not "
-                     f"your code; select only the modules before yours (python -m g2c.course prereqs "
-                     f"{replaced[-1]} prints the selector)")
-    return tuple(lines)
+    return (f"g2c: reference solutions applied for modules {', '.join(g2c.APPLIED_SOLUTIONS)} "
+            f"({SOLUTIONS_ENV}={os.environ.get(SOLUTIONS_ENV, '')!r})",)
+
+
+def replaced_own_work_message(applied: list[str], worked: list[str]) -> str | None:
+    """The one-line refusal when the answer key would replace modules the student edited, else None."""
+    from g2c.course import SOLUTIONS_ENV
+
+    mine = [i for i in applied if i in worked]
+    if not mine:
+        return None
+    first = mine[0]
+    return (f"g2c: {SOLUTIONS_ENV} selects module(s) {', '.join(mine)} that you edited, so their tests would grade "
+            f"the answer key, not your code. Grade with ./test.sh {first} (the answer key only for the modules "
+            f"{first} needs that you have not edited), or set {REPLACE_EDITED}=1 to run the answer key anyway.")
+
+
+def pytest_configure(config) -> None:
+    # Refuse before collecting: a selector that names an edited module would silently grade the answer key.
+    import g2c
+
+    if not g2c.APPLIED_SOLUTIONS or os.environ.get(REPLACE_EDITED, "") == "1":
+        return
+    from g2c.course.scaffolds import worked_modules
+
+    msg = replaced_own_work_message(list(g2c.APPLIED_SOLUTIONS), worked_modules())
+    if msg:
+        pytest.exit(msg, returncode=4)
 
 
 def pytest_report_header(config) -> list[str]:
@@ -76,9 +97,9 @@ def pytest_report_header(config) -> list[str]:
 
 
 def pytest_terminal_summary(terminalreporter) -> None:
-    # Repeated at the end (the header scrolls away, and -q hides it) whenever a student's module is replaced.
+    # Repeated at the end (the header scrolls away, and -q hides it).
     lines = _solutions_lines()
-    if len(lines) > 1:
+    if lines:
         terminalreporter.write_sep("=", "whose code ran")
         for line in lines:
             terminalreporter.write_line(line)
@@ -88,7 +109,7 @@ def pytest_terminal_summary(terminalreporter) -> None:
 
 # The Beyond modules' and module 16's test files (the loops that run on a user's GPU/MPS); the
 # numbered modules 03-11 run their own device tests (test_nn.py, test_sampling.py).
-FAKE_DEVICE_FILES = ("test_kvcache.py", "test_kvcache_ragged.py", "test_kvcache_speculative.py", "test_specdec.py",
+FAKE_DEVICE_FILES = ("test_kvcache.py", "test_kvcache_ragged.py", "test_specdec_cached.py", "test_specdec.py",
                      "test_specdec_cli.py", "test_specdec_eagle.py", "test_specdec_lab.py", "test_specdec_mtp.py",
                      "test_specdec_sampling.py", "test_specdec_sampling_cached.py", "test_specdec_state.py",
                      "test_specdec_trees.py", "test_bench_serving_lab.py")

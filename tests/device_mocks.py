@@ -99,8 +99,8 @@ def _plain_all(out):
     if isinstance(out, AccelTensor):
         return _plain(out)
     if isinstance(out, (list, tuple)) and any(isinstance(t, AccelTensor) for t in out):
-        return type(out)(_plain(t) if isinstance(t, AccelTensor) else t for t in out) \
-            if not hasattr(out, "_fields") else type(out)(*(_plain(t) if isinstance(t, AccelTensor) else t for t in out))
+        items = [_plain(t) if isinstance(t, AccelTensor) else t for t in out]
+        return type(out)(*items) if hasattr(out, "_fields") else type(out)(items)
     return out
 
 

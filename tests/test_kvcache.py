@@ -219,6 +219,30 @@ def test_cached_generate_stops_at_eos_and_budget():
     assert cached_generate(model, prompt, 0).tolist() == prompt.tolist()
 
 
+def test_cached_generate_never_scores_the_token_it_stops_at():
+    # The last emitted token (budget or eos) is never fed: its K/V would be work for a step that does not
+    # happen. The cache then holds every emitted token but the last.
+    model = _tiny_lm(seed=2, max_seq_len=32, sharpen=5.0)
+    prompt = _ids(5, seed=7)
+    for kwargs in ({}, {"eos_id": generate(model, prompt, 12, temperature=0.0)[9].item()}):
+        cache = KVCache.for_model(model)
+        out = cached_generate(model, prompt, 12, temperature=0.0, cache=cache, **kwargs)
+        assert cache.length == len(out) - 1, (kwargs, cache.length, len(out))
+
+
+def test_cached_generate_repetition_penalty_covers_tokens_outside_the_window():
+    # Like module 11, the penalty covers every token so far, also those cropped out of the window. Token 27
+    # is the model's greedy choice after the last 10 prompt tokens and appears only at position 0, outside
+    # the window: the rule penalises it (the choice moves to 0); a penalty over the window alone keeps 27.
+    model = _tiny_lm(seed=4, max_seq_len=10, sharpen=5.0)
+    tail = _ids(13, seed=13).tolist()
+    assert 27 not in tail and int(model(torch.tensor([tail[-10:]]))[0, -1].argmax()) == 27
+    prompt = [27, *tail]
+    got = cached_generate(model, prompt, 3, temperature=0.0, repetition_penalty=1e3, refill_tokens=10).tolist()
+    assert got[len(prompt)] == 0
+    assert got == generate(model, prompt, 3, temperature=0.0, repetition_penalty=1e3).tolist()
+
+
 def test_cached_generate_full_refill_matches_generate_past_window():
     # refill_tokens = max_seq_len re-prefills the whole window each step past it: module 11 exactly.
     model = _tiny_lm(seed=4, max_seq_len=10, sharpen=5.0)

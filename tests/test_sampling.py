@@ -312,6 +312,18 @@ def test_generate_repetition_penalty_changes_the_greedy_choice():
     assert generate(model, [1], 1, temperature=0.0, repetition_penalty=2.0).tolist() == [1, 2]
 
 
+def test_generate_repetition_penalty_covers_tokens_outside_the_window():
+    # "Every token so far": token 1 sits only before the last max_seq_len = 4 tokens, so the model no
+    # longer sees it, but the penalty still halves its logit (2.0 -> 1.0) and token 2 (1.5) wins. A
+    # penalty over the cropped window alone would keep token 1.
+    table = torch.zeros(V, V)
+    table[0, 1], table[0, 2] = 2.0, 1.5
+    model = Recorder(table, max_seq_len=4)
+    prompt = [1, 0, 0, 0, 0]
+    assert generate(model, prompt, 1, temperature=0.0).tolist() == prompt + [1]
+    assert generate(model, prompt, 1, temperature=0.0, repetition_penalty=2.0).tolist() == prompt + [2]
+
+
 @pytest.mark.parametrize("prompt, kwargs, match", [
     ([1], {"temperature": -0.5}, "temperature must be >= 0"),
     ([1], {"top_k": 0}, "top_k must be >= 1"),

@@ -1,4 +1,4 @@
-"""EAGLE-style feature drafting (``g2c.specdec.eagle``): the head, its loss, and its cached
+"""EAGLE-style feature drafting (``g2c.specdec.sampling.eagle``): the head, its loss, and its cached
 drafter behind the speculative loop.
 
 Needs module 16 and specdec-sampling solved (``G2C_APPLY_SOLUTIONS=01-16,specdec,specdec-sampling``
@@ -21,13 +21,13 @@ from __future__ import annotations
 
 import pytest
 import torch
-from test_kvcache_speculative import V, _lm, _prompt
+from test_specdec_cached import V, _lm, _prompt
 
 from g2c.sampling import generate
 from g2c.specdec import MTPHead
-from g2c.specdec.drafters import LMDrafter, MTPDrafter
-from g2c.specdec.eagle import CachedMTPDrafter, EagleDrafter, FeatureDrafter, eagle_loss
-from g2c.specdec.loop import speculative_sample
+from g2c.specdec.sampling.drafters import LMDrafter, MTPDrafter
+from g2c.specdec.sampling.eagle import CachedMTPDrafter, EagleDrafter, FeatureDrafter, eagle_loss
+from g2c.specdec.sampling.loop import speculative_sample
 
 
 def _head(target, seed: int = 0, scale: float = 1.0) -> FeatureDrafter:

@@ -15,7 +15,7 @@ import math
 import pytest
 import torch
 
-from g2c.specdec.simulate import PassRecorder, Rounds, fit_alpha, per_position_acceptance, simulate_rounds
+from g2c.specdec.lab.simulate import PassRecorder, Rounds, fit_alpha, per_position_acceptance, simulate_rounds
 from g2c.specdec.theory import (
     bimodal_itl,
     break_even_alpha,
@@ -404,7 +404,7 @@ def _ragged_prompts(batch: int, seed: int, vocab: int = 32) -> list[list[int]]:
 
 
 def test_ragged_forward_matches_the_plain_forward_per_row():
-    from g2c.specdec.batched import RaggedKV, ragged_forward
+    from g2c.specdec.lab.batched import RaggedKV, ragged_forward
 
     model = _tiny_lm(0)
     prompts = _ragged_prompts(3, 1)
@@ -418,7 +418,7 @@ def test_ragged_forward_matches_the_plain_forward_per_row():
 @pytest.mark.parametrize("batch", [1, 3, 8])
 @pytest.mark.parametrize("k", [1, 4])
 def test_batched_speculative_equals_independent_greedy_runs(batch, k):
-    from g2c.specdec.batched import batched_speculative_generate
+    from g2c.specdec.lab.batched import batched_speculative_generate
 
     target = _tiny_lm(1)
     prompts = _ragged_prompts(batch, 10 + batch)
@@ -430,7 +430,7 @@ def test_batched_speculative_equals_independent_greedy_runs(batch, k):
 
 
 def test_batched_speculative_rows_commit_ragged_prefixes():
-    from g2c.specdec.batched import batched_speculative_generate
+    from g2c.specdec.lab.batched import batched_speculative_generate
 
     target = _tiny_lm(3)
     prompts = _ragged_prompts(8, 5)
@@ -448,7 +448,7 @@ def test_batched_speculative_rows_commit_ragged_prefixes():
 
 
 def test_batched_speculative_stops_rows_at_eos_independently():
-    from g2c.specdec.batched import batched_speculative_generate
+    from g2c.specdec.lab.batched import batched_speculative_generate
 
     target = _tiny_lm(5)
     drafter = _noisy_copy(target, 6)
@@ -463,7 +463,7 @@ def test_batched_speculative_stops_rows_at_eos_independently():
 
 
 def test_batched_greedy_equals_independent_greedy_runs():
-    from g2c.specdec.batched import batched_greedy
+    from g2c.specdec.lab.batched import batched_greedy
 
     model = _tiny_lm(7)
     prompts = _ragged_prompts(5, 8)
@@ -473,7 +473,7 @@ def test_batched_greedy_equals_independent_greedy_runs():
 
 
 def test_batched_speculative_validates_inputs():
-    from g2c.specdec.batched import batched_speculative_generate
+    from g2c.specdec.lab.batched import batched_speculative_generate
 
     target = _tiny_lm(1)
     with pytest.raises(ValueError, match=r"k must be an int >= 1"):
@@ -489,7 +489,7 @@ def test_batched_speculative_validates_inputs():
 @pytest.mark.ladder
 def test_batched_speculative_on_the_ladder_equals_greedy():
     from g2c.assets import load_model
-    from g2c.specdec.batched import batched_speculative_generate
+    from g2c.specdec.lab.batched import batched_speculative_generate
 
     target, tok = load_model("StoryLM-30M", device="cpu")
     drafter, _ = load_model("StoryLM-1M", device="cpu")

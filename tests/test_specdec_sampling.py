@@ -34,9 +34,9 @@ import pytest
 import torch
 from specdec_mocks import TableLM, chain_table, random_next_of
 
-import g2c.specdec.loop as loop_mod
+import g2c.specdec.sampling.loop as loop_mod
 from g2c.specdec import MTPHead, SpecStats, draft_greedy, mtp_propose, speculative_generate
-from g2c.specdec.controllers import (
+from g2c.specdec.sampling.controllers import (
     CostModelK,
     HeuristicK,
     StaticK,
@@ -44,8 +44,8 @@ from g2c.specdec.controllers import (
     optimal_k,
     speedup,
 )
-from g2c.specdec.drafters import Drafter, LMDrafter, MTPDrafter, NGramDrafter, Sampler, ngram_lookup
-from g2c.specdec.loop import speculative_sample, verify_round
+from g2c.specdec.sampling.drafters import Drafter, LMDrafter, MTPDrafter, NGramDrafter, Sampler, ngram_lookup
+from g2c.specdec.sampling.loop import speculative_sample, verify_round
 from g2c.transformer import TransformerLM
 
 V = 4

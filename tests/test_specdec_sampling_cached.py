@@ -15,7 +15,7 @@ Oracles:
   sequences for every seed carry that over exactly. A cache bug that keeps the output's
   distribution but changes a draft (a drafter that forgets to roll back) is caught too,
   and ``test_wrong_rollbacks_are_rejected`` shows both classic rollback bugs fail the check;
-* the committed state: ``assert_committed_state`` from tests/test_kvcache_speculative.py
+* the committed state: ``assert_committed_state`` from tests/test_specdec_cached.py
   (after every round the target's committed rows equal plain cached decoding of the emitted
   tokens within 1e-5, and one more step equals a fresh forward within 1e-4).
 
@@ -27,14 +27,15 @@ from __future__ import annotations
 import pytest
 import torch
 from specdec_mocks import TableLM, chain_table
-from test_kvcache_speculative import V, _lm, _prompt, assert_committed_state
+from test_specdec_cached import V, _lm, _prompt, assert_committed_state
 
-import g2c.kvcache.speculative as kv_spec
-from g2c.kvcache import CachedScorer, prefill, speculative_generate_cached, summarize_rounds
+import g2c.specdec.sampling.cached as kv_spec
+from g2c.kvcache import prefill
 from g2c.specdec import MTPHead, speculative_generate
-from g2c.specdec.controllers import HeuristicK, StaticK
-from g2c.specdec.drafters import LMDrafter, MTPDrafter, NGramDrafter
-from g2c.specdec.loop import speculative_sample
+from g2c.specdec.sampling import CachedScorer, speculative_generate_cached, summarize_rounds
+from g2c.specdec.sampling.controllers import HeuristicK, StaticK
+from g2c.specdec.sampling.drafters import LMDrafter, MTPDrafter, NGramDrafter
+from g2c.specdec.sampling.loop import speculative_sample
 from g2c.transformer import TransformerLM
 
 

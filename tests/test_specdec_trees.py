@@ -18,8 +18,6 @@ import pytest
 import torch
 from specdec_mocks import TableLM, chain_table, follow_chain, random_next_of
 
-from g2c.specdec.tree_attention import cached_tree_forward, commit_tree_kv, tree_attention_mask, tree_forward
-from g2c.specdec.tree_verify import greedy_tree_verify, tree_speculative_generate, tree_speculative_verify
 from g2c.specdec.trees import (
     DraftTree,
     build_dynamic_tree,
@@ -28,6 +26,8 @@ from g2c.specdec.trees import (
     expected_tokens_per_pass,
     static_choices,
 )
+from g2c.specdec.trees.attention import cached_tree_forward, commit_tree_kv, tree_attention_mask, tree_forward
+from g2c.specdec.trees.verify import greedy_tree_verify, tree_speculative_generate, tree_speculative_verify
 from g2c.transformer import TransformerLM
 
 NEG = float("-inf")

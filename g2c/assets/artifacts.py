@@ -29,7 +29,7 @@ ARTIFACTS_DIR = REPO_ROOT / "artifacts"
 TOKENIZER_NAMES = ("StoryTokenizer",)
 CORPUS_NAMES = ("TinyStories-sample",)
 CORPUS_FILE = "tinystories-collected.txt.xz"  # the corpus inside artifacts/corpora/TinyStories-sample/
-# The shipped drafters (recipes in g2c/assets/drafters.py), each tied to the ladder model it
+# The shipped drafters (recipes in g2c/assets/recipes/drafters.py), each tied to the ladder model it
 # serves: "lm" is a standalone TransformerLM (same tokenizer), "mtp" an MTPHead and "eagle" a
 # FeatureDrafter on the frozen base, loaded together with it.
 DRAFTERS: dict[str, dict] = {
@@ -338,7 +338,7 @@ def load_model(name: str, *, device: str | torch.device = "auto", root: Path | N
     Returns:
         (model, tokenizer). A ladder model or ``StoryLM-1M-distilled`` is a
         ``TransformerLM``; ``*-MTP`` is a ``g2c.specdec.MTPHead`` and ``*-EAGLE`` a
-        ``g2c.specdec.eagle.FeatureDrafter``, each on its frozen base (``head.base``, loaded
+        ``g2c.specdec.sampling.eagle.FeatureDrafter``, each on its frozen base (``head.base``, loaded
         from its own artifact, same device and dtype).
 
     Raises:
@@ -370,7 +370,7 @@ def load_model(name: str, *, device: str | torch.device = "auto", root: Path | N
         if kind == "mtp":
             from g2c.specdec import MTPHead as head_class
         else:
-            from g2c.specdec.eagle import FeatureDrafter as head_class
+            from g2c.specdec.sampling.eagle import FeatureDrafter as head_class
         model = head_class(base, generator=torch.Generator().manual_seed(0)).to("cpu")  # weights replaced below
         tokenizer_name = None
     model.load_state_dict({k: v.float() for k, v in state.items()})

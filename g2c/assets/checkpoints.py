@@ -1,7 +1,7 @@
 """``./checkpoints.sh``: verify, install or retrain the shipped artifacts.
 
 The artifacts: the TinyStories sample (a corpus: data, never trained), the StoryTokenizer,
-the StoryLM ladder and the drafters trained against it (``g2c/assets/drafters.py``).
+the StoryLM ladder and the drafters trained against it (``g2c/assets/recipes/drafters.py``).
 
 Usage (``python -m g2c.assets.checkpoints`` is the same)::
 
@@ -10,8 +10,8 @@ Usage (``python -m g2c.assets.checkpoints`` is the same)::
     G2C_ARTIFACTS_URL=https://host/path ./checkpoints.sh
                                           download missing or corrupted artifacts
     ./checkpoints.sh --from DIR --force   also replace verified artifacts
-    ./checkpoints.sh --train [NAME...]    retrain with the recipes in g2c/assets/ladder.py and
-                                          g2c/assets/drafters.py (not the corpus)
+    ./checkpoints.sh --train [NAME...]    retrain with the recipes in g2c/assets/recipes/ladder.py and
+                                          g2c/assets/recipes/drafters.py (not the corpus)
 
 A missing or corrupted artifact is restored from the first source available: ``--from
 DIR``, then ``$G2C_ARTIFACTS_URL``, then the copy committed in git (``HEAD``). Every
@@ -360,8 +360,8 @@ examples:
                                            (the TinyStories sample is data: verified and restored, never trained)""")
     ap.add_argument("names", nargs="*", metavar="NAME", help="artifacts to act on (default: all)")
     ap.add_argument("--train", nargs="*", metavar="NAME",
-                    help="retrain these (default: all, tokenizer first) with the recipes in g2c/assets/ladder.py "
-                         "and g2c/assets/drafters.py; "
+                    help="retrain these (default: all, tokenizer first) with the recipes in "
+                         "g2c/assets/recipes/ (ladder.py, drafters.py); "
                          "needs ./datasets.sh first; applies G2C_APPLY_SOLUTIONS=all")
     ap.add_argument("--from", dest="source", metavar="DIR", help="install from a mirror laid out like artifacts/")
     ap.add_argument("--force", action="store_true", help="replace verified artifacts (install or retrain)")

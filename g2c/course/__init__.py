@@ -11,14 +11,17 @@ from .registry import (
     SOLUTIONS_ENV,
     SOLUTIONS_ROOT,
     CourseModule,
+    dependents,
     get_module,
+    grading_selection,
     module_for_file,
     module_ids,
     parse_selection,
     prerequisites,
     prerequisites_selector,
+    selector_for,
 )
 
 __all__ = sorted(["MODULES", "REPO_ROOT", "SOLUTIONS_ENV", "SOLUTIONS_ROOT", "CourseModule", "get_module",
-                  "module_for_file", "module_ids", "parse_selection", "prerequisites",
-                  "prerequisites_selector"])
+                  "dependents", "grading_selection", "module_for_file", "module_ids", "parse_selection",
+                  "prerequisites", "prerequisites_selector", "selector_for"])

@@ -1,9 +1,15 @@
 """``python -m g2c.course``: the student's view of the course.
 
-    python -m g2c.course progress        table of modules x tests passed / total on your own code
-    python -m g2c.course grade [ID ...]  grade these modules (default: the ones you edited); exit 1 if one fails
-    python -m g2c.course worked          the modules whose exercise files you edited (space-separated)
-    python -m g2c.course prereqs ID      the G2C_APPLY_SOLUTIONS selector for the modules before ID
+    python -m g2c.course grade [ID ...]      grade these modules on your code (default: the ones you edited);
+                                             exit 1 if one fails. Same as ./test.sh ID
+    python -m g2c.course grade 16 --solve 11 the same, with the answer key for 11 too although you edited it
+    python -m g2c.course progress            every module in graph order: your modules graded, the rest untouched
+    python -m g2c.course graph               the module graph: each module and what it needs
+    python -m g2c.course worked              the modules whose exercise files you edited (space-separated)
+    python -m g2c.course prereqs ID          the G2C_APPLY_SOLUTIONS selector of ID's prerequisites
+
+Grading applies the answer key to exactly the modules the graded one needs (the closure of its
+``requires``) that you have not edited, and never to your own code.
 """
 
 from __future__ import annotations
@@ -11,66 +17,106 @@ from __future__ import annotations
 import argparse
 import sys
 
-from .progress import format_table, legend, modules_with_tests, run_tests, selector_line
-from .registry import SOLUTIONS_ENV, get_module, prerequisites_selector
-from .scaffolds import worked_modules
+from .progress import format_table, grade, legend, untouched_result
+from .registry import MODULES, get_module, prerequisites, prerequisites_selector
+from .scaffolds import grade_command, worked_modules
+
+
+def graph_lines() -> list[str]:
+    """The module graph in course order: ``id  <- requires  (needs: closure)``."""
+    width = max(len(m.id) for m in MODULES)
+    out = []
+    for m in MODULES:
+        req = ", ".join(m.requires) or "-"
+        out.append(f"{m.id.ljust(width)}  <- {req}" + (f"   (all it needs: {', '.join(prerequisites(m.id))})"
+                                                       if len(prerequisites(m.id)) > len(m.requires) else ""))
+    return out
+
+
+def report(results, worked: list[str]) -> list[str]:
+    """One line per module that is not done: what fails in the student's code, and what is blocked by whom."""
+    lines = []
+    for r in results:
+        if r.total == 0:
+            tests = " ".join(get_module(r.id).tests)
+            lines.append(f"module {r.id}: no tests ran; run them to see why: ./test.sh {tests}")
+            continue
+        if r.own_failures:
+            lines.append(f"module {r.id}: {r.own_failures} of {r.total} tests fail in your code. See them: "
+                         f"./test.sh {' '.join(get_module(r.id).tests)} -x  (with the answer key as when grading: "
+                         f"{grade_command(r.id)})")
+        for pre, n in r.blocked:
+            lines.append(f"module {r.id}: {n} tests fail because module {pre} (which {r.id} needs"
+                         f"{', and you edited' if pre in worked else ''}) has an unwritten exercise: finish {pre} "
+                         f"({grade_command(pre)}), or grade {r.id} with {pre}'s answer key: "
+                         f"{grade_command(r.id)} --solve {pre}")
+    return lines
+
+
+def _grade(ids: list[str], solve: list[str]) -> int:
+    worked = worked_modules()
+    ids = [get_module(i).id for i in ids] or worked
+    if not ids:
+        print("grade: you have not edited any exercise file yet; name a module (e.g. ./test.sh 16) or run "
+              "./test.sh --progress")
+        return 0
+    print(f"grading your own code for module(s) {', '.join(ids)}; the answer key stands in only for the modules "
+          "they need that you have not edited", flush=True)
+    results = grade(ids, worked=worked, solve=solve, echo=True)
+    print(format_table(results, worked))
+    print(legend(worked))
+    for r in results:
+        print(f"module {r.id}: answer key applied to {', '.join(r.applied) if r.applied else 'nothing'}")
+    bad = [r for r in results if r.failed or r.total == 0]
+    for line in report(results, worked):
+        print(line)
+    if not bad:
+        print(f"all {sum(r.total for r in results)} tests of your module(s) pass")
+    return 1 if bad else 0
 
 
 def _progress() -> int:
     worked = worked_modules()
-    print("running every module's tests on your own code (no reference solutions; about a minute or two)...",
+    print("grading the modules you edited on your own code (the others show their untouched counts)...",
           flush=True)
-    results, _ = run_tests(modules_with_tests())
+    graded = {r.id: r for r in grade(worked, worked=worked)} if worked else {}
+    results = [graded.get(m.id) or untouched_result(m.id) for m in MODULES if m.tests]
     print(format_table(results, worked))
     print(legend(worked))
+    for line in report([r for r in results if r.id in graded], worked):
+        print(line)
     return 0
-
-
-def _grade(ids: list[str]) -> int:
-    worked = worked_modules()
-    ids = [get_module(i).id for i in ids] or worked
-    if not ids:
-        print("grade: you have not edited any exercise file yet; name modules (e.g. `grade 03`) or run "
-              "`python -m g2c.course progress`")
-        return 0
-    print(f"grading your own code for module(s) {', '.join(ids)} (no reference solutions applied to them)",
-          flush=True)
-    results, applied = run_tests(ids, keep_selector=True, echo=True)
-    if applied:
-        print(f"reference solutions applied to the other modules from your {SOLUTIONS_ENV}: {', '.join(applied)}")
-    print(format_table(results, worked))
-    print(legend(worked))
-    bad = [r for r in results if r.failed or r.total == 0]
-    for r in bad:
-        print(f"module {r.id}: {r.failed} of {r.total} tests fail on your code. Run them: "
-              f"./test.sh {' '.join(get_module(r.id).tests)}  ({selector_line(r.id)}).")
-    if not bad:
-        print(f"all {sum(r.total for r in results)} tests of your module(s) pass")
-    return 1 if bad else 0
 
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog="python -m g2c.course", description=__doc__,
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
     sub = ap.add_subparsers(dest="cmd", required=True)
-    sub.add_parser("progress", help="table of modules x tests passed / total on your own code")
+    sub.add_parser("progress", help="every module in graph order: your modules graded, the rest untouched")
     g = sub.add_parser("grade", help="grade modules on your own code (default: those you edited)")
     g.add_argument("ids", nargs="*", metavar="ID")
+    g.add_argument("--solve", default="", metavar="ID[,ID]",
+                   help="also apply the answer key to these prerequisites although you edited them")
+    sub.add_parser("graph", help="the module graph: what each module needs")
     sub.add_parser("worked", help="the modules whose exercise files you edited")
-    p = sub.add_parser("prereqs", help=f"the {SOLUTIONS_ENV} selector for the modules before ID")
+    p = sub.add_parser("prereqs", help="the G2C_APPLY_SOLUTIONS selector of ID's prerequisites")
     p.add_argument("id", metavar="ID")
     args = ap.parse_args(argv)
     try:
         if args.cmd == "progress":
             return _progress()
         if args.cmd == "grade":
-            return _grade(args.ids)
+            return _grade(args.ids, [s for s in args.solve.split(",") if s.strip()])
+        if args.cmd == "graph":
+            print("\n".join(graph_lines()))
+            return 0
         if args.cmd == "worked":
             print(" ".join(worked_modules()))
             return 0
         module = get_module(args.id)
         print(prerequisites_selector(module.id))
-        print(selector_line(module.id), file=sys.stderr)
+        print(f"module {module.id} needs {', '.join(prerequisites(module.id)) or 'no other module'}; grade it with "
+              f"{grade_command(module.id)} (it never applies the answer key to a module you edited)", file=sys.stderr)
         return 0
     except (ValueError, RuntimeError) as exc:
         print(f"python -m g2c.course: {exc}", file=sys.stderr)

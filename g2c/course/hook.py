@@ -70,8 +70,8 @@ def install() -> list[str]:
                   f"({ENV_VAR}={os.environ.get(ENV_VAR)!r}; G2C_QUIET=1 hides this)", file=sys.stderr)
             replaced = _replaced_own_work(selected)
             if replaced:
-                print(f"g2c: this replaces your own code for module(s) {', '.join(replaced)}; to run yours, select "
-                      f"only the modules before it (python -m g2c.course prereqs {replaced[-1]} prints the selector)",
+                print(f"g2c: this replaces your own code for module(s) {', '.join(replaced)}; to grade yours, run "
+                      f"./test.sh {replaced[-1]} (the answer key only for what it needs that you have not edited)",
                       file=sys.stderr)
     return selected
 

@@ -6,10 +6,11 @@ Each course module has a clean notebook under ``notebooks/clean/`` (its Answer c
 its code exercises raising ``NotImplementedError``). You work in a copy under
 ``notebooks/work/`` (git ignores it), created from the clean one the first time.
 ``--fresh`` moves your old copy to ``notebooks/work/archive/<stem>-YYYYmmdd-HHMMSS.ipynb``
-and starts again from the clean notebook. ``--apply SEL`` starts Jupyter on your copy with
-``G2C_APPLY_SOLUTIONS=SEL`` (same grammar as the environment variable; an exported
-``G2C_APPLY_SOLUTIONS`` is honoured too), e.g. ``--apply 01-16`` at specdec keeps your own
-specdec code and solves the modules before it.
+and starts again from the clean notebook. By default your copy runs with the answer key
+applied to the modules this one needs that you have not edited (the same set ``./test.sh ID``
+grades with; one line says which); your own code, this module's included, stays yours.
+``--apply SEL`` uses ``G2C_APPLY_SOLUTIONS=SEL`` instead (same grammar as the environment
+variable; an exported ``G2C_APPLY_SOLUTIONS`` is honoured too); ``--apply 0`` applies nothing.
 
 ``--solutions`` opens the *solved* copy ``notebooks/work/<stem>.solved.ipynb`` instead: worked
 answers, rubrics and exercise code, built from the answer key ``solutions/notebooks/<stem>.py``
@@ -28,8 +29,8 @@ import sys
 import time
 from pathlib import Path
 
-from .registry import REPO_ROOT, SOLUTIONS_ENV, get_module, parse_selection
-from .scaffolds import stack_hints
+from .registry import REPO_ROOT, SOLUTIONS_ENV, get_module, parse_selection, selector_for
+from .scaffolds import default_selection, stack_hints
 
 ENV_VAR = SOLUTIONS_ENV
 
@@ -144,7 +145,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--fresh", action="store_true",
                     help="archive the working copy and start from the clean one")
     ap.add_argument("--apply", default=None, metavar="SEL",
-                    help="open your copy with these modules' reference solutions applied (e.g. 01-11 or 03,03b)")
+                    help="open your copy with these modules' reference solutions applied instead of the default "
+                         "(the prerequisites you have not edited); e.g. 03,03b, or 0 for none")
     ap.add_argument("--solutions", nargs="?", const="all", default=None, metavar="SEL",
                     help="open the solved notebook (worked answers, rubrics, code), solutions applied "
                          "(default: all; or e.g. 01-11)")
@@ -154,7 +156,11 @@ def main(argv: list[str] | None = None) -> int:
         get_module(args.module_id)
         if args.solutions is not None and args.apply is not None:
             raise ValueError("--solutions opens the solved notebook and --apply your own copy; give one of them")
-        env = launch_env(args.solutions if args.solutions is not None else args.apply)
+        chosen = args.solutions if args.solutions is not None else args.apply
+        default = chosen is None and ENV_VAR not in os.environ
+        if default:
+            chosen = selector_for(default_selection(args.module_id))
+        env = launch_env(chosen)
         if args.solutions is not None:
             path = prepare_solved_copy(args.module_id, fresh=args.fresh)
         else:
@@ -167,7 +173,9 @@ def main(argv: list[str] | None = None) -> int:
     selected = parse_selection(env.get(ENV_VAR, ""))
     rel = path.relative_to(REPO_ROOT).as_posix() if path.is_relative_to(REPO_ROOT) else str(path)
     print(f"{'solved copy' if args.solutions is not None else 'working copy'}: {rel}")
-    print(f"solutions applied: {', '.join(selected) if selected else 'none'}")
+    print(f"solutions applied: {', '.join(selected) if selected else 'none'}"
+          + (f" (by default: the modules {args.module_id} needs that you have not edited; --apply SEL overrides)"
+             if default else ""))
     for line in stack_hints(args.module_id, selected):
         print(line)
     if args.no_launch:

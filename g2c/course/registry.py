@@ -31,6 +31,10 @@ class CourseModule:
         notebook: repo-relative path of the clean notebook.
         tests: repo-relative paths of the test files that own the module's contract
             (``tests/test_<slug>.py`` for the numbered modules).
+        requires: ids of the modules whose exercise code this one runs (its lesson's "Before you
+            start"), each earlier in the registry. What a module needs is the transitive closure
+            (``prerequisites``), computed, never typed; a tooling test runs every module's tests
+            with exactly that closure solved.
     """
 
     id: str
@@ -39,6 +43,7 @@ class CourseModule:
     lesson: str
     notebook: str
     tests: tuple[str, ...] = ()
+    requires: tuple[str, ...] = ()
 
     @property
     def number(self) -> int | None:
@@ -47,101 +52,103 @@ class CourseModule:
         return int(m.group(1)) if m else None
 
     @property
+    def beyond(self) -> bool:
+        """A Beyond module (no number): outside the numbered course, nothing numbered imports it."""
+        return self.number is None
+
+    @property
     def slug(self) -> str:
         """The notebook's file stem without the id, e.g. ``"nn"``."""
         return Path(self.notebook).stem.split("-", 1)[1]
 
 
-def _m(id: str, title: str, files: list[str], slug: str, lesson_dir: str = "modules",
+def _m(id: str, title: str, files: list[str], slug: str, requires: list[str], *,
        tests: list[str] | None = None) -> CourseModule:
+    """A numbered module: lesson ``docs/modules/<id>-<slug>.md``, notebook ``notebooks/clean/<id>-<slug>.ipynb``."""
     return CourseModule(
         id=id,
         title=title,
         files=tuple(files),
-        lesson=(f"docs/{lesson_dir}/{id}-{slug}.md" if lesson_dir == "modules"
-                else f"docs/{lesson_dir}/{slug}.md"),
+        lesson=f"docs/modules/{id}-{slug}.md",
         notebook=f"notebooks/clean/{id}-{slug}.ipynb",
         tests=tuple(tests) if tests else (f"tests/test_{slug.replace('-', '_')}.py",),
+        requires=tuple(requires),
+    )
+
+
+def _beyond(id: str, title: str, package: str, names: list[str], notebook_slug: str, requires: list[str], *,
+            tests: list[str]) -> CourseModule:
+    """A Beyond module after the seed's: it owns one folder, ``package`` (every ``names`` file in it)."""
+    return CourseModule(
+        id=id,
+        title=title,
+        files=tuple(f"{package}/{n}.py" for n in names),
+        lesson=f"docs/beyond/{id}.md",
+        notebook=f"notebooks/clean/{id}-{notebook_slug}.ipynb",
+        tests=tuple(tests),
+        requires=tuple(requires),
     )
 
 
 MODULES: tuple[CourseModule, ...] = (
     _m("03", "Neural-network building blocks",
        ["g2c/nn/__init__.py", "g2c/nn/module.py", "g2c/nn/layers.py", "g2c/nn/device.py",
-        "g2c/nn/timing.py"], "nn"),
+        "g2c/nn/timing.py"], "nn", []),
     _m("03b", "Training controls: AdamW, gradient clipping, warmup + cosine",
        ["g2c/training/__init__.py", "g2c/training/adamw.py", "g2c/training/clip.py",
-        "g2c/training/schedule.py"], "training"),
+        "g2c/training/schedule.py"], "training", []),
     _m("04", "Byte-level BPE tokenizer",
-       ["g2c/tokenizer/__init__.py", "g2c/tokenizer/bpe.py"], "tokenizer"),
+       ["g2c/tokenizer/__init__.py", "g2c/tokenizer/bpe.py"], "tokenizer", []),
     _m("05", "Token embeddings and learned positions",
-       ["g2c/embeddings/__init__.py", "g2c/embeddings/embeddings.py"], "embeddings"),
+       ["g2c/embeddings/__init__.py", "g2c/embeddings/embeddings.py"], "embeddings", ["03"]),
     _m("06", "Next-token prediction: cross-entropy and perplexity",
-       ["g2c/lm/__init__.py", "g2c/lm/loss.py"], "lm"),
+       ["g2c/lm/__init__.py", "g2c/lm/loss.py"], "lm", ["04"]),
     _m("07", "Causal self-attention",
-       ["g2c/attention/__init__.py", "g2c/attention/causal.py"], "causal-attention"),
+       ["g2c/attention/__init__.py", "g2c/attention/causal.py"], "causal-attention", ["03"]),
     _m("08", "Multi-head attention",
-       ["g2c/attention/multihead.py"], "multihead-attention"),
+       ["g2c/attention/multihead.py"], "multihead-attention", ["07"]),
     _m("09", "Transformer block and TransformerLM",
        ["g2c/transformer/__init__.py", "g2c/transformer/block.py", "g2c/transformer/model.py",
-        "g2c/transformer/config.py", "g2c/transformer/export.py"], "transformer"),
+        "g2c/transformer/config.py", "g2c/transformer/export.py"], "transformer", ["05", "08"]),
     _m("09b", "Pretraining objective: batches, loss, stream splits",
-       ["g2c/pretraining/__init__.py", "g2c/pretraining/objective.py"], "pretraining"),
+       ["g2c/pretraining/__init__.py", "g2c/pretraining/objective.py"], "pretraining", ["06", "09"]),
     _m("10", "The trainer loop and checkpoints",
-       ["g2c/pretraining/trainer.py"], "trainer"),
+       ["g2c/pretraining/trainer.py"], "trainer", ["03b", "09b"]),
     _m("11", "Sampling: temperature, top-k, top-p, repetition penalty, generate",
        ["g2c/sampling/__init__.py", "g2c/sampling/model.py", "g2c/sampling/warpers.py",
-        "g2c/sampling/generate.py"], "sampling"),
+        "g2c/sampling/generate.py"], "sampling", ["04", "09"]),
     _m("16", "KV cache and incremental decoding",
        ["g2c/kvcache/__init__.py", "g2c/kvcache/cache.py", "g2c/kvcache/forward.py", "g2c/kvcache/generate.py",
-        "g2c/kvcache/ragged.py", "g2c/kvcache/speculative.py"], "kv-cache",
-       tests=["tests/test_kvcache.py", "tests/test_kvcache_ragged.py", "tests/test_kvcache_speculative.py"]),
+        "g2c/kvcache/ragged.py"], "kv-cache", ["11"],
+       tests=["tests/test_kvcache.py", "tests/test_kvcache_ragged.py"]),
+    # The seed's Beyond module keeps the seed's files where the seed puts them (g2c/specdec/*.py);
+    # theory.py (the speed-up law every later Beyond module uses) sits with them.
     CourseModule(
         id="specdec",
         title="Beyond: speculative decoding and multi-token prediction",
         files=("g2c/specdec/__init__.py", "g2c/specdec/verify.py", "g2c/specdec/generate.py",
-               "g2c/specdec/mtp.py", "g2c/specdec/__main__.py"),
+               "g2c/specdec/mtp.py", "g2c/specdec/theory.py", "g2c/specdec/__main__.py"),
         lesson="docs/beyond/specdec.md",
         notebook="notebooks/clean/specdec-draft-and-verify.ipynb",
-        tests=("tests/test_specdec.py", "tests/test_specdec_properties.py", "tests/test_specdec_mtp.py",
-               "tests/test_specdec_cli.py"),
+        tests=("tests/test_specdec.py", "tests/test_specdec_properties.py", "tests/test_specdec_mtp.py"),
+        requires=("03b", "09", "11"),
     ),
-    CourseModule(
-        id="specdec-sampling",
-        title="Beyond: the sampled speculative loop, drafters and dynamic k",
-        files=("g2c/specdec/drafters.py", "g2c/specdec/loop.py", "g2c/specdec/controllers.py",
-               "g2c/specdec/eagle.py"),
-        lesson="docs/beyond/specdec-sampling.md",
-        notebook="notebooks/clean/specdec-sampling-loop.ipynb",
-        tests=("tests/test_specdec_sampling.py", "tests/test_specdec_sampling_cached.py",
-               "tests/test_specdec_eagle.py"),
-    ),
-    CourseModule(
-        id="specdec-trees",
-        title="Beyond: tree drafts and tree verification",
-        files=("g2c/specdec/trees.py", "g2c/specdec/tree_attention.py", "g2c/specdec/tree_verify.py"),
-        lesson="docs/beyond/specdec-trees.md",
-        notebook="notebooks/clean/specdec-trees-draft-trees.ipynb",
-        tests=("tests/test_specdec_trees.py",),
-    ),
-    CourseModule(
-        id="specdec-lab",
-        title="Beyond: the speculative-decoding calculator, Be the Verifier, and the serving lab",
-        files=("g2c/specdec/theory.py", "g2c/specdec/simulate.py", "g2c/specdec/batched.py"),
-        lesson="docs/beyond/specdec-lab.md",
-        notebook="notebooks/clean/specdec-lab-verifier.ipynb",
-        tests=("tests/test_specdec_lab.py", "tests/test_bench_serving_lab.py"),
-    ),
-    CourseModule(
-        id="specdec-state",
-        title="Beyond: recurrent state under speculation",
-        files=("g2c/recurrent/__init__.py", "g2c/recurrent/scan.py", "g2c/recurrent/model.py",
-               "g2c/recurrent/transaction.py", "g2c/recurrent/snapshot.py", "g2c/recurrent/replay.py",
-               "g2c/recurrent/recompute.py", "g2c/recurrent/generate.py"),
-        lesson="docs/beyond/specdec-state.md",
-        notebook="notebooks/clean/specdec-state-transactions.ipynb",
-        tests=("tests/test_specdec_state.py",),
-    ),
+    _beyond("specdec-sampling", "Beyond: the sampled speculative loop, drafters and dynamic k",
+            "g2c/specdec/sampling", ["__init__", "cached", "controllers", "drafters", "eagle", "loop"],
+            "loop", ["16", "specdec"],
+            tests=["tests/test_specdec_cached.py", "tests/test_specdec_sampling.py",
+                   "tests/test_specdec_sampling_cached.py", "tests/test_specdec_eagle.py",
+                   "tests/test_specdec_cli.py"]),
+    _beyond("specdec-trees", "Beyond: tree drafts and tree verification",
+            "g2c/specdec/trees", ["__init__", "tree", "attention", "builders", "verify"],
+            "draft-trees", ["16", "specdec"], tests=["tests/test_specdec_trees.py"]),
+    _beyond("specdec-lab", "Beyond: the speculative-decoding calculator, Be the Verifier, and the serving lab",
+            "g2c/specdec/lab", ["__init__", "simulate", "batched"], "verifier", ["16", "specdec"],
+            tests=["tests/test_specdec_lab.py", "tests/test_bench_serving_lab.py"]),
+    _beyond("specdec-state", "Beyond: recurrent state under speculation",
+            "g2c/recurrent", ["__init__", "scan", "model", "transaction", "snapshot", "replay", "recompute",
+                              "generate"], "transactions", ["16", "specdec"],
+            tests=["tests/test_specdec_state.py"]),
 )
 
 
@@ -213,35 +220,90 @@ def parse_selection(spec: str | None) -> list[str]:
 
 
 def prerequisites(module_id: str) -> list[str]:
-    """The ids of every module before ``module_id`` in course order (what it builds on).
+    """The ids of every module ``module_id`` builds on: the transitive closure of ``requires``, in course order.
+
+    This is what grading applies the answer key to (minus the modules the student edited), and
+    what the module's tests and notebook may use besides the module itself.
 
     Raises:
         ValueError: unknown id (the message lists the valid ids).
     """
-    ids = module_ids()
-    return ids[:ids.index(get_module(module_id).id)]
+    seen: set[str] = set()
+    todo = list(get_module(module_id).requires)
+    while todo:
+        i = todo.pop()
+        if i not in seen:
+            seen.add(i)
+            todo.extend(get_module(i).requires)
+    return [i for i in module_ids() if i in seen]
+
+
+def dependents(module_id: str) -> list[str]:
+    """The ids of every module that builds on ``module_id`` (directly or not), in course order."""
+    target = get_module(module_id).id
+    return [m.id for m in MODULES if target in prerequisites(m.id)]
+
+
+def grading_selection(module_id: str, worked: list[str] | tuple[str, ...] = ()) -> list[str]:
+    """The modules whose answer key grading ``module_id`` applies: its prerequisites the student has not edited.
+
+    Never the graded module, never a module in ``worked`` (the student's own code stays theirs).
+    """
+    own = set(worked) | {get_module(module_id).id}
+    return [i for i in prerequisites(module_id) if i not in own]
+
+
+def selector_for(ids: list[str]) -> str:
+    """The shortest ``G2C_APPLY_SOLUTIONS`` value that selects exactly ``ids`` (ranges where they fit).
+
+    ``["03", "03b", ..., "11"]`` -> ``"01-11"``; ``["05", "08"]`` -> ``"05,08"``; ``[]`` -> ``""``.
+    """
+    wanted = [i for i in module_ids() if i in set(ids)]
+    best = ",".join(wanted)
+    numbers = sorted({m.number for m in MODULES if m.number is not None})
+    for lo in numbers:
+        for hi in numbers:
+            if hi <= lo:
+                continue
+            covered = parse_selection(f"{lo:02d}-{hi:02d}")
+            if not set(covered) <= set(wanted):
+                break
+            rest = [i for i in wanted if i not in covered]
+            candidate = ",".join([f"{lo:02d}-{hi:02d}", *rest])
+            if len(candidate) < len(best):
+                best = candidate
+    assert parse_selection(best) == wanted, (ids, best)
+    return best
 
 
 def prerequisites_selector(module_id: str) -> str:
-    """The shortest ``G2C_APPLY_SOLUTIONS`` value that selects exactly the modules before ``module_id``.
+    """The shortest ``G2C_APPLY_SOLUTIONS`` value that selects exactly the prerequisites of ``module_id``.
 
     It applies the reference solutions of everything the module builds on and keeps the
-    student's own code for the module itself: ``"01-11"`` for specdec, ``"01-10"`` for 11,
-    ``"03"`` for 03b, ``"01-08,09"`` for 09b (a range would include 09b itself), ``""`` for 03.
+    student's own code for the module itself (``python -m g2c.course prereqs ID`` prints it).
+    Students never need it: ``./test.sh ID`` grades with it, minus the modules they edited.
 
     Raises:
         ValueError: unknown id.
     """
-    wanted = prerequisites(module_id)
-    best = ",".join(wanted)
-    numbers = sorted({m.number for m in MODULES if m.number is not None})
-    for hi in numbers:
-        covered = parse_selection(f"01-{hi:02d}")
-        if not set(covered) <= set(wanted):
-            break
-        rest = [i for i in wanted if i not in covered]
-        candidate = ",".join([f"01-{hi:02d}", *rest])
-        if len(candidate) <= len(best):
-            best = candidate
-    assert parse_selection(best) == wanted, (module_id, best)
-    return best
+    return selector_for(prerequisites(module_id))
+
+
+def check_graph() -> None:
+    """Raise ValueError unless every ``requires`` names an earlier module (so the graph has no cycle).
+
+    Also checks that ids and owned files are unique.
+    """
+    ids = module_ids()
+    if len(set(ids)) != len(ids):
+        raise ValueError("registry: duplicate module ids")
+    files = [f for m in MODULES for f in m.files]
+    if len(set(files)) != len(files):
+        raise ValueError("registry: a file is owned by two modules")
+    for pos, m in enumerate(MODULES):
+        for r in m.requires:
+            if r not in ids[:pos]:
+                raise ValueError(f"registry: module {m.id} requires {r!r}, which is not an earlier module id")
+
+
+check_graph()

@@ -26,7 +26,7 @@ file adds the masked variant beside module 16's ``cached_attention``: ``masked_a
 (softmax(q kᵀ / sqrt(d)) with disallowed scores set to -inf, any boolean mask) and
 ``masked_cached_attention`` / ``masked_hidden_states``, the same sub-layer and trunk as
 ``cached_attention`` / ``cached_hidden_states`` with explicit positions and mask. The ragged
-batch and the draft tree (``g2c.specdec.tree_attention.cached_tree_forward``) both run on it.
+batch and the draft tree (``g2c.specdec.trees.attention.cached_tree_forward``) both run on it.
 
 Source: per-request lengths and key-padding masks as in Orca (Yu et al., OSDI 2022,
 iteration-level scheduling) and vLLM (Kwon et al., SOSP 2023); the attention is Vaswani et

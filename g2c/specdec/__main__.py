@@ -23,18 +23,28 @@ import time
 from itertools import groupby
 
 GREEN, RESET = "\033[32m", "\033[0m"
-# The modules before specdec (the registry's prerequisites selector; a tooling test keeps them equal).
-# Course packages never import the registry, so it is spelled out here.
-PREREQUISITES = "01-16"
 NEEDS_SOLUTIONS = (
-    "python -m g2c.specdec runs your own code, and part of it is not written yet:\n  {err}\n"
-    "If that is your g2c/specdec, finish it (tests/test_specdec.py checks it). If it is a module before "
-    f"specdec, run with G2C_APPLY_SOLUTIONS={PREREQUISITES}: it applies the reference solutions of modules "
-    "03-11 and 16 (the KV cache this command uses) and keeps your own g2c/specdec. Sampling "
-    "(--temperature > 0), --drafter ngram/mtp/StoryLM-30M-EAGLE and --controller run the specdec-sampling "
-    "module's loop: "
-    f"add it in front, e.g. G2C_APPLY_SOLUTIONS=specdec-sampling,{PREREQUISITES}, unless you are writing it."
+    "python -m g2c.specdec runs your own code, and part of it is not written yet:\n  {err}\n{advice}"
 )
+
+
+def unwritten_advice(err: NotImplementedError) -> str:
+    """What to do when an exercise this command runs is unwritten: finish it, or run with the answer key for
+    every module the student has not edited (computed from the registry; never one they edited)."""
+    import re
+
+    from g2c.course import module_ids, selector_for
+    from g2c.course.scaffolds import worked_modules
+
+    m = re.search(r"module ([0-9a-z][0-9a-z-]*): ", str(err))
+    owner = m.group(1) if m else None
+    worked = worked_modules()
+    untouched = [i for i in module_ids() if i not in worked]
+    lines = [f"Finish module {owner} and grade it with ./test.sh {owner}." if owner else ""]
+    if untouched and owner not in worked:
+        lines.append(f"Or run this command with the answer key for the modules you have not edited: "
+                     f"G2C_APPLY_SOLUTIONS={selector_for(untouched)} python -m g2c.specdec ...")
+    return " ".join(line for line in lines if line)
 
 
 def render(tokenizer, prompt_ids: list[int], passes: list[tuple[list[int], int]], *, color: bool) -> str:
@@ -73,19 +83,19 @@ def _is_head(name: str) -> bool:
 
 
 def _sampled_run(args, target, drafter_model, prompt_ids, eos_id, *, on_pass, use_cache=False):
-    """Wrap the named drafter, build the controller, run ``g2c.specdec.loop.speculative_sample``
+    """Wrap the named drafter, build the controller, run ``g2c.specdec.sampling.loop.speculative_sample``
     (with module 16's KV cache on the target and an LM drafter when ``use_cache``)."""
     import torch
 
-    from g2c.specdec.controllers import CostModelK, HeuristicK, StaticK
-    from g2c.specdec.drafters import LMDrafter, MTPDrafter, NGramDrafter
-    from g2c.specdec.loop import speculative_sample
+    from g2c.specdec.sampling.controllers import CostModelK, HeuristicK, StaticK
+    from g2c.specdec.sampling.drafters import LMDrafter, MTPDrafter, NGramDrafter
+    from g2c.specdec.sampling.loop import speculative_sample
 
     name = args.drafter.lower()
     if name == "ngram":
         drafter = NGramDrafter()
     elif _is_head(name):
-        from g2c.specdec.eagle import CachedMTPDrafter, EagleDrafter
+        from g2c.specdec.sampling.eagle import CachedMTPDrafter, EagleDrafter
 
         make = EagleDrafter if name.endswith("-eagle") else CachedMTPDrafter
         drafter = make(drafter_model, sample=args.temperature > 0)
@@ -143,7 +153,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--mtp-steps", type=int, default=60, help="--drafter mtp: steps to train a head on the target")
     ap.add_argument("--no-cache", action="store_true",
                     help="recompute the whole context every pass instead of keeping module 16's KV cache "
-                         "(greedy: g2c.kvcache.speculative_generate_cached; sampled, n-gram or dynamic k: "
+                         "(greedy: g2c.specdec.sampling.cached_generate_cached; sampled, n-gram or dynamic k: "
                          "speculative_sample(use_cache=True)); the cache is used when the models are "
                          "TransformerLMs, never for --drafter mtp")
     args = ap.parse_args(argv)
@@ -210,13 +220,13 @@ def main(argv: list[str] | None = None) -> int:
         else:
             loop = speculative_generate
             if cached:  # module 16: both models keep a KV cache, rollback by pointer
-                from g2c.kvcache import speculative_generate_cached as loop
+                from g2c.specdec.sampling.cached import speculative_generate_cached as loop
             out, stats = loop(target, drafter, prompt_ids, args.max_new_tokens, k=args.k, eos_id=tokenizer.eot_id,
                               on_pass=lambda emitted, n: passes.append((list(emitted), n)))
         synchronize(target.device)
         seconds = time.perf_counter() - started
     except NotImplementedError as err:
-        print(NEEDS_SOLUTIONS.format(err=err), file=sys.stderr)
+        print(NEEDS_SOLUTIONS.format(err=err, advice=unwritten_advice(err)), file=sys.stderr)
         return 2
     except (ArtifactError, ValueError) as err:
         print(f"python -m g2c.specdec: {err}", file=sys.stderr)

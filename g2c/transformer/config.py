@@ -1,7 +1,7 @@
 """Module 09: model configurations and the StoryLM ladder presets (CONVENTIONS §4).
 
 ``LADDER`` is the one definition of the ladder: the artifact loader, the training recipes
-(``g2c/assets/ladder.py``, keyed by these names) and the tests all read it.
+(``g2c/assets/recipes/ladder.py``, keyed by these names) and the tests all read it.
 """
 
 from __future__ import annotations

@@ -4,11 +4,12 @@
 # Module 11's `generate` re-scores the whole context for every new token. A causal model never
 # lets an old position see a new one, so the keys and values of old positions never change:
 # keep them, and each new token costs one row instead of the whole context. This notebook
-# builds that intuition on the StoryLM ladder: you decode by hand with a `KVCache`, measure
-# what the cache buys, and watch speculative decoding commit and roll back cache rows.
+# builds that intuition on the StoryLM ladder: you decode by hand with a `KVCache` and measure
+# what the cache buys. (Speculative decoding on this cache, where rollback is a pointer move,
+# is the Beyond module specdec-sampling's: `./notebook.sh specdec-sampling`.)
 #
-# Run it with your own module 16 and the modules it uses solved (`./notebook.sh 16 --apply 01-11,specdec`);
-# `./notebook.sh 16 --solutions` opens the solved copy. Lesson: `docs/modules/16-kv-cache.md`.
+# `./notebook.sh 16` runs it with your own module 16 and the answer key for the modules it needs
+# that you have not edited; `./notebook.sh 16 --solutions` opens the solved copy. Lesson: `docs/modules/16-kv-cache.md`.
 # `G2C_QUICK=1` shrinks every loop (CI uses it).
 
 # %%
@@ -19,7 +20,7 @@ import time
 import torch
 
 from g2c.assets import load_model
-from g2c.kvcache import KVCache, cached_forward, cached_generate, speculative_generate_cached, summarize_rounds
+from g2c.kvcache import KVCache, cached_forward, cached_generate
 from g2c.nn import resolve_device, synchronize
 from g2c.sampling import generate
 
@@ -71,8 +72,11 @@ for name in ("StoryLM-1M", "StoryLM-5M", "StoryLM-30M"):
 # ## 2. Decode by hand
 #
 # Prefill the prompt into an empty cache, then feed ONE token at a time with `cached_forward`,
-# choosing the argmax each step. Collect the logits of every step in `steps` (a list of (V,)
-# tensors) and the tokens in `ids`. The check below compares them with full recomputes.
+# choosing the argmax each step. Collect in `steps` the (V,) logits row each new token was
+# chosen from, in order: `steps[0]` is the **last row of the prefill** (the logits after the
+# prompt, which choose the first new token), `steps[i]` the row of the i-th one-token pass; so
+# `len(steps) == n_new`. Append the tokens to `ids`. The check below compares `steps[i]` with row
+# `len(prompt) - 1 + i` of one full pass.
 
 # %%
 prompt = tok.encode("Once upon a time, there was a little")
@@ -92,7 +96,9 @@ with torch.no_grad():
 worst = max(float((s - full[len(prompt) - 1 + i]).abs().max()) for i, s in enumerate(steps))
 print(tok.decode(ids))
 print(f"largest |cached - full| logit difference: {worst:.2e}  (cache length {cache.length})")
-assert worst < 1e-3 and ids == generate(target, prompt, n_new, temperature=0.0).tolist()
+assert len(steps) == n_new, f"steps holds {len(steps)} rows, expected n_new = {n_new} (steps[0] = the prefill's last row)"
+assert worst < 1e-3, f"steps[i] differs from the full pass by {worst:.2e}: is steps[0] the prefill's last row?"
+assert ids == generate(target, prompt, n_new, temperature=0.0).tolist(), "ids differ from module 11's greedy generate"
 
 # %% [markdown]
 # ## 3. What the cache buys
@@ -153,48 +159,7 @@ for n in lengths:
 # <!-- END RUBRIC -->
 
 # %% [markdown]
-# ## 4. Speculative decoding as a state transaction
-#
-# `speculative_generate_cached` drafts with the drafter's cache, verifies k drafts in one
-# cached target pass (k+1 rows), then crops both caches to the committed boundary. `on_round`
-# sees each round's accounting.
-
-# %%
-records = []
-out, stats = speculative_generate_cached(target, drafter, prompt, 16 if QUICK else 48, k=4,
-                                         on_round=records.append)
-print(tok.decode(out.tolist()))
-print(stats)
-for r in records[:6]:
-    print(f"draft {r.draft} accepted {r.accepted}: reserved {r.kv_rows_reserved} rows, "
-          f"rolled back {r.kv_rows_rolled_back}, bytes moved {r.rollback_bytes_moved}, length {r.committed_length}")
-print(summarize_rounds(records))
-
-# %% [markdown]
-# **Question:** After a round, the target's cache holds every committed token but the last.
-# Why not the last one too? And why can the rows of rejected drafts, still sitting in the
-# buffer, never leak into a later step?
-
-# %% [markdown]
-# **Answer:**
-# <!-- BEGIN ANSWER -->
-# The last committed token is the correction or bonus token: the target produced it from the
-# logits of the previous row, so its own keys and values have never been computed. It is
-# *pending*: the next verification pass feeds it first, followed by the new drafts, which is
-# why every pass reserves k+1 rows. The rejected rows are past the pointer after `crop`:
-# every read slices `[:length]` (plus the rows being written by the current append), and the
-# next `append` writes exactly at the pointer, overwriting them before anything could attend to
-# them. The test `test_rejected_rows_can_never_be_read` fills those rows with NaN after every
-# round and still gets the exact greedy output.
-# <!-- END ANSWER -->
-# <!-- BEGIN RUBRIC -->
-# Full marks: pending token argument (its K/V need a pass that has not happened); reads bounded
-# by the pointer; next append overwrites from the pointer; rollback copies 0 bytes. Mentions
-# that the committed rows equal plain cached decoding (the state half of losslessness).
-# <!-- END RUBRIC -->
-
-# %% [markdown]
-# ## 5. Half precision
+# ## 4. Half precision
 #
 # The artifacts are float16 on disk; `load_model(..., dtype=torch.bfloat16)` halves the bytes a
 # decode step reads. Greedy output can change where two logits nearly tie.

@@ -7,11 +7,8 @@
 # the target's greedy text. This notebook runs it on the StoryLM ladder: StoryLM-1M and -5M
 # draft for StoryLM-30M; then StoryLM-5M drafts for itself with a multi-token-prediction head.
 #
-# - Your own code everywhere: `./notebook.sh specdec`.
-# - Entering at this module without your own modules 03-11 and 16: `./notebook.sh specdec --apply 01-16`
-#   (the same as `G2C_APPLY_SOLUTIONS=01-16 ./notebook.sh specdec`). It solves the modules before
-#   this one and keeps *your* `g2c/specdec`; `01-16,specdec` or `all` would replace the code you
-#   are writing with the answer key.
+# - `./notebook.sh specdec` opens your copy with *your* `g2c/specdec` and the answer key for the
+#   modules it needs (09, 11, 03b and what they build on) that you have not edited; it says which.
 # - The worked version (answers, rubrics, the exercise code): `./notebook.sh specdec --solutions`.
 #
 # Before you start: `./checkpoints.sh` (the ladder) and `./datasets.sh` (section 4 trains on the

@@ -12,8 +12,8 @@
 # 3. **Real rounds**: StoryLM-1M drafting for StoryLM-30M, recorded with `on_pass`, drawn the
 #    same way, and the measured per-position acceptance against the i.i.d. model.
 #
-# Lesson: `docs/beyond/specdec-lab.md`. Run with your own code, or with
-# `G2C_APPLY_SOLUTIONS=all`. `G2C_QUICK=1` shrinks every loop (CI uses it); without a
+# Lesson: `docs/beyond/specdec-lab.md`. `./notebook.sh specdec-lab` runs it on your own code, with
+# the answer key for the modules it needs that you have not edited. `G2C_QUICK=1` shrinks every loop (CI uses it); without a
 # Jupyter frontend the widget cell still draws one fixed simulation.
 
 # %%
@@ -24,7 +24,7 @@ import torch
 
 from g2c.assets import load_model
 from g2c.specdec import speculative_generate
-from g2c.specdec.simulate import PassRecorder, draw_rounds, fit_alpha, per_position_acceptance, simulate_rounds
+from g2c.specdec.lab.simulate import PassRecorder, draw_rounds, fit_alpha, per_position_acceptance, simulate_rounds
 from g2c.specdec.theory import (
     bimodal_itl,
     emitted_distribution,

@@ -8,7 +8,8 @@
 # cost-model controller choose k.
 #
 # Lesson: `docs/beyond/specdec-sampling.md`. Run your own module with the stack solved:
-# `./notebook.sh specdec-sampling --apply 01-16,specdec` (`--solutions` opens the solved copy).
+# `./notebook.sh specdec-sampling` (the answer key stands in for the modules it needs that you have
+# not edited; `--solutions` opens the solved copy).
 # `G2C_QUICK=1` shrinks every loop (CI uses it).
 
 # %%
@@ -17,9 +18,9 @@ import os
 import torch
 
 from g2c.assets import load_model
-from g2c.specdec.controllers import CostModelK, optimal_k
-from g2c.specdec.drafters import Drafter, LMDrafter, NGramDrafter, Sampler
-from g2c.specdec.loop import speculative_sample
+from g2c.specdec.sampling.controllers import CostModelK, optimal_k
+from g2c.specdec.sampling.drafters import Drafter, LMDrafter, NGramDrafter, Sampler
+from g2c.specdec.sampling.loop import speculative_sample
 
 QUICK = os.environ.get("G2C_QUICK") == "1"
 DEVICE = "auto"
@@ -177,4 +178,47 @@ for c in (0.0, 0.05, 0.2, 0.5):
 # trades the saturating numerator against 1 + k c (optimum 3–5 for α 0.6–0.7); the ordering of
 # `on_pass` and `update` in the loop. Expect α̂ ≈ 0.6–0.7 and ĉ ≈ 0.05–0.3 on a CPU (it depends on
 # load), optimal k 3–6 for the 1M drafter.
+# <!-- END RUBRIC -->
+
+# %% [markdown]
+# ## 4. The greedy loop on the KV cache: speculation as a state transaction
+#
+# `speculative_generate_cached` (provided, `g2c/specdec/sampling/cached.py`) drafts with the
+# drafter's module 16 cache, verifies k drafts in one cached target pass (k+1 rows), then crops
+# both caches to the committed boundary. `on_round` sees each round's accounting.
+
+# %%
+from g2c.specdec.sampling.cached import speculative_generate_cached, summarize_rounds
+
+records = []
+out, stats = speculative_generate_cached(target, small, torch.tensor(prompt), 16 if QUICK else 48, k=4,
+                                         on_round=records.append)
+print(tok.decode(out.tolist()))
+print(stats)
+for r in records[:6]:
+    print(f"draft {r.draft} accepted {r.accepted}: reserved {r.kv_rows_reserved} rows, "
+          f"rolled back {r.kv_rows_rolled_back}, bytes moved {r.rollback_bytes_moved}, length {r.committed_length}")
+print(summarize_rounds(records))
+
+# %% [markdown]
+# **Question:** After a round, the target's cache holds every committed token but the last.
+# Why not the last one too? And why can the rows of rejected drafts, still sitting in the
+# buffer, never leak into a later step?
+
+# %% [markdown]
+# **Answer:**
+# <!-- BEGIN ANSWER -->
+# The last committed token is the correction or bonus token: the target produced it from the
+# logits of the previous row, so its own keys and values have never been computed. It is
+# *pending*: the next verification pass feeds it first, followed by the new drafts, which is
+# why every pass reserves k+1 rows. The rejected rows are past the pointer after `crop`:
+# every read slices `[:length]` (plus the rows being written by the current append), and the
+# next `append` writes exactly at the pointer, overwriting them before anything could attend to
+# them. The test `test_rejected_rows_can_never_be_read` fills those rows with NaN after every
+# round and still gets the exact greedy output.
+# <!-- END ANSWER -->
+# <!-- BEGIN RUBRIC -->
+# Full marks: pending token argument (its K/V need a pass that has not happened); reads bounded
+# by the pointer; next append overwrites from the pointer; rollback copies 0 bytes. Mentions
+# that the committed rows equal plain cached decoding (the state half of losslessness).
 # <!-- END RUBRIC -->

@@ -19,8 +19,8 @@ import torch
 from g2c.assets import load_model
 from g2c.nn import resolve_device
 from g2c.sampling import generate
-from g2c.specdec.tree_attention import tree_attention_mask, tree_forward, tree_logits
-from g2c.specdec.tree_verify import greedy_tree_verify, tree_speculative_generate
+from g2c.specdec.trees.attention import tree_attention_mask, tree_forward, tree_logits
+from g2c.specdec.trees.verify import greedy_tree_verify, tree_speculative_generate
 from g2c.specdec.trees import (
     build_dynamic_tree,
     expected_tokens_per_pass,

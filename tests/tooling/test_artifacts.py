@@ -313,7 +313,7 @@ def test_load_model_refuses_unknown_or_unavailable_devices(device, match):
         artifacts._device(device)
 
 
-# -- the shipped drafters (g2c/assets/drafters.py) ---------------------------------------------
+# -- the shipped drafters (g2c/assets/recipes/drafters.py) ---------------------------------------------
 
 @pytest.fixture(scope="module")
 def drafter_manifests():
@@ -339,7 +339,7 @@ def _val_windows(n: int = 4, context: int = 128):
 @pytest.mark.ladder
 def test_drafters_load_on_their_base(drafter_manifests):
     from g2c.specdec import MTPHead
-    from g2c.specdec.eagle import FeatureDrafter
+    from g2c.specdec.sampling.eagle import FeatureDrafter
     from g2c.transformer import TransformerLM
 
     kinds = {"lm": TransformerLM, "mtp": MTPHead, "eagle": FeatureDrafter}
@@ -355,7 +355,7 @@ def test_drafters_load_on_their_base(drafter_manifests):
 
 @pytest.mark.ladder
 def test_drafter_manifests_record_their_recipe(drafter_manifests):
-    from g2c.assets.drafters import DRAFTER_RECIPES
+    from g2c.assets.recipes.drafters import DRAFTER_RECIPES
 
     for name, m in drafter_manifests.items():
         recipe = {k: m["recipe"][k] for k in DRAFTER_RECIPES[name]}
@@ -391,8 +391,8 @@ def test_distilled_drafter_is_closer_to_the_target():
 @pytest.mark.ladder
 def test_eagle_drafter_on_the_target_is_lossless_and_accepted():
     from g2c.kvcache import cached_generate
-    from g2c.specdec.eagle import EagleDrafter
-    from g2c.specdec.loop import speculative_sample
+    from g2c.specdec.sampling.eagle import EagleDrafter
+    from g2c.specdec.sampling.loop import speculative_sample
 
     head, tok = load_model("StoryLM-30M-EAGLE", device="cpu")
     prompt = _val_windows(1, 16)[0]

@@ -1,8 +1,8 @@
 """Standing guard (issue 22): every public entry point x every bad-input class.
 
 Python API: ``LOOPS`` lists the decoding loops of the lessons (module 11's ``generate``,
-module 16's ``cached_generate``, ``speculative_generate_cached``, ``mtp_generate_cached``, the
-Beyond loops ``speculative_generate``, ``speculative_sample``, ``mtp_generate``,
+module 16's ``cached_generate``, the Beyond loops ``speculative_generate_cached``,
+``mtp_generate_cached``, ``speculative_generate``, ``speculative_sample``, ``mtp_generate``,
 ``tree_speculative_generate``, ``batched_greedy``, ``batched_speculative_generate``, and the
 recurrent ``plain_greedy`` and ``speculative_generate_stateful``), each as a call on tiny
 models with one argument replaced. ``BAD_ARGS`` holds the argument classes: a float, ``None``
@@ -149,14 +149,14 @@ def _loops():
     import torch
 
     from g2c.kvcache import cached_generate
-    from g2c.kvcache.speculative import mtp_generate_cached, speculative_generate_cached
     from g2c.recurrent import greedy_drafter, plain_greedy, speculative_generate_stateful
     from g2c.sampling import generate
     from g2c.specdec import MTPHead, mtp_generate, speculative_generate
-    from g2c.specdec.batched import batched_greedy, batched_speculative_generate
-    from g2c.specdec.drafters import LMDrafter
-    from g2c.specdec.loop import speculative_sample
-    from g2c.specdec.tree_verify import tree_speculative_generate
+    from g2c.specdec.lab.batched import batched_greedy, batched_speculative_generate
+    from g2c.specdec.sampling.cached import mtp_generate_cached, speculative_generate_cached
+    from g2c.specdec.sampling.drafters import LMDrafter
+    from g2c.specdec.sampling.loop import speculative_sample
+    from g2c.specdec.trees.verify import tree_speculative_generate
 
     target, draft = _lm(0), _lm(1)
     head = MTPHead(target, generator=torch.Generator().manual_seed(2))

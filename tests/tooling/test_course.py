@@ -125,3 +125,20 @@ def test_readme_module_table_matches_registry():
     )
     for m in MODULES:
         assert f"| {m.id} | {m.title} |" in text
+        assert f"`./test.sh {m.id}`" in text                    # the one grading command per module
+    assert "```mermaid" in text and "m_16 --> m_11" in text      # the module graph, generated
+    contributing = (REPO_ROOT / "docs" / "CONTRIBUTING.md").read_text(encoding="utf-8")
+    assert readme_table.contributing_with_layers(contributing) == contributing, (
+        "docs/CONTRIBUTING.md layer map is stale: run `python scripts/readme_table.py --write`")
+
+
+def test_registry_graph_requires_earlier_modules_and_closure_is_computed(monkeypatch):
+    from g2c.course import registry
+
+    assert registry.prerequisites("16") == ["03", "04", "05", "07", "08", "09", "11"]
+    assert registry.dependents("specdec") == ["specdec-sampling", "specdec-trees", "specdec-lab", "specdec-state"]
+    assert registry.grading_selection("16", ["09", "16"]) == ["03", "04", "05", "07", "08", "11"]
+    bad = (*registry.MODULES[:2], registry.CourseModule("zz", "Z", ("g2c/zz.py",), "l", "n", (), ("specdec",)))
+    monkeypatch.setattr(registry, "MODULES", bad)
+    with pytest.raises(ValueError, match="module zz requires 'specdec', which is not an earlier module id"):
+        registry.check_graph()

@@ -1,4 +1,4 @@
-"""The drafter recipes' machinery (g2c/assets/drafters.py, g2c/assets/features.py) on tiny data.
+"""The drafter recipes' machinery (g2c/assets/recipes/drafters.py, g2c/assets/recipes/features.py) on tiny data.
 
 The shipped drafters themselves are checked in tests/tooling/test_artifacts.py (ladder marker).
 """
@@ -13,7 +13,7 @@ import pytest
 import torch
 
 from g2c.assets import features as F
-from g2c.assets.drafters import DRAFTER_RECIPES, _kl_terms, _lr
+from g2c.assets.recipes.drafters import DRAFTER_RECIPES, _kl_terms, _lr
 from g2c.transformer import TransformerLM
 
 

@@ -11,7 +11,7 @@ import torch
 from safetensors.torch import load_file
 
 from g2c.assets.artifacts import artifact_dir, model_names
-from g2c.assets.ladder import RECIPES
+from g2c.assets.recipes.ladder import RECIPES
 from g2c.course import MODULES, REPO_ROOT
 from g2c.transformer import LADDER, StoryLMConfig
 
@@ -37,10 +37,12 @@ def test_every_course_package_file_belongs_to_a_registry_module():
             assert rel in owned, f"{rel} is in a course package but no registry module owns it"
 
 
-def _imports(path: Path) -> list[str]:
+def _imports(path: Path, root: Path = REPO_ROOT) -> list[str]:
     """Absolute dotted names imported by a file (relative imports resolved against its package)."""
     tree = ast.parse(path.read_text(encoding="utf-8"))
-    pkg_parts = path.relative_to(REPO_ROOT).with_suffix("").parts[:-1]
+    pkg_parts = path.relative_to(root).with_suffix("").parts[:-1]
+    if pkg_parts[:1] == ("solutions",):
+        pkg_parts = pkg_parts[1:]
     out = []
     for node in ast.walk(tree):
         if isinstance(node, ast.Import):
@@ -109,3 +111,135 @@ def test_every_ladder_model_builds_from_its_config_json_and_loads_its_weights(na
     assert not missing, f"weights and model disagree on {sorted(missing)}"
     model.load_state_dict({k: v.float() for k, v in state.items()})
     assert all(torch.isfinite(p).all() for p in model.parameters())
+
+
+# -- one room per module: numbered modules never import Beyond ones; a folder per Beyond module; no cycles --
+
+def _owner_of_import(name: str):
+    """The registry module that owns the file a dotted ``g2c...`` name refers to (a module, a package or a
+    name inside one), or None for tooling and non-course names."""
+    from g2c.course import module_for_file
+
+    parts = name.split(".")
+    for i in range(len(parts), 1, -1):
+        base = "/".join(parts[:i])
+        for cand in (f"{base}.py", f"{base}/__init__.py"):
+            m = module_for_file(cand)
+            if m is not None:
+                return m
+    return None
+
+
+def _module_sources(m) -> list[Path]:
+    """A module's own files (scaffold and answer key) and its test files."""
+    paths = [REPO_ROOT / f for f in m.files] + [REPO_ROOT / "solutions" / f for f in m.files]
+    return [p for p in paths + [REPO_ROOT / t for t in m.tests] if p.is_file()]
+
+
+def test_numbered_modules_never_import_a_beyond_module():
+    bad = []
+    for m in MODULES:
+        if m.beyond:
+            continue
+        for path in _module_sources(m):
+            for name in _imports(path):
+                owner = _owner_of_import(name)
+                if owner is not None and owner.beyond:
+                    bad.append(f"{path.relative_to(REPO_ROOT)} (module {m.id}) imports {name} (module {owner.id})")
+    assert not bad, "a numbered module reaches into the Beyond side:\n" + "\n".join(sorted(set(bad)))
+
+
+def test_modules_import_only_themselves_and_their_prerequisites():
+    # A module's files and tests may use code of the modules it needs (the closure of `requires`).
+    # A package __init__ re-exporting its own package's files (g2c/attention/__init__.py names module 08's
+    # multihead.py) is not a use.
+    from g2c.course import prerequisites
+
+    bad = []
+    for m in MODULES:
+        allowed = {m.id, *prerequisites(m.id)}
+        for path in _module_sources(m):
+            own_pkg = path.parent
+            for name in _imports(path):
+                owner = _owner_of_import(name)
+                if owner is None or owner.id in allowed:
+                    continue
+                if path.name == "__init__.py" and any((REPO_ROOT / f).parent == own_pkg.relative_to(
+                        REPO_ROOT / "solutions" if "solutions" in path.parts else REPO_ROOT) or
+                        (REPO_ROOT / f).parent == own_pkg for f in owner.files):
+                    continue
+                if path.name == "__main__.py":   # a command-line front end (python -m ...), tested by its own module
+                    continue
+                bad.append(f"{path.relative_to(REPO_ROOT)} (module {m.id}) imports {name} (module {owner.id}, "
+                           f"not among {m.id}'s prerequisites)")
+    assert not bad, "add the module to `requires` or move the code:\n" + "\n".join(sorted(set(bad)))
+
+
+def test_each_beyond_module_after_the_seed_owns_exactly_one_folder():
+    for m in MODULES:
+        if not m.beyond or m.id == "specdec":
+            continue
+        folders = {Path(f).parent for f in m.files}
+        assert len(folders) == 1, f"module {m.id} owns files in {sorted(map(str, folders))}: one folder each"
+        folder = REPO_ROOT / folders.pop()
+        on_disk = {p.relative_to(REPO_ROOT).as_posix() for p in folder.glob("*.py")}
+        assert on_disk == set(m.files), f"{folder.relative_to(REPO_ROOT)} holds {sorted(on_disk ^ set(m.files))} " \
+                                        f"that module {m.id} does not own (or misses files it owns)"
+        assert (folder / "__init__.py").is_file()
+
+
+def find_import_cycle(root: Path) -> list[str]:
+    """An import cycle among the modules of ``root/g2c`` (dotted names, first repeated at the end), or []."""
+    graph: dict[str, set[str]] = {}
+    for path in (root / "g2c").rglob("*.py"):
+        mod = ".".join(path.relative_to(root).with_suffix("").parts).removesuffix(".__init__")
+        deps = set()
+        for name in _imports(path, root):
+            parts = name.split(".")
+            for i in range(len(parts), 1, -1):
+                rel = Path(*parts[:i])
+                if (root / f"{rel}.py").is_file() or (root / rel / "__init__.py").is_file():
+                    cand = ".".join(parts[:i])
+                    # a package's __init__ importing its own submodules is how packages work, not a cycle
+                    if cand != mod and not cand.startswith(mod + ".") and not mod.startswith(cand + "."):
+                        deps.add(cand)
+                    break
+        graph[mod] = deps
+    state: dict[str, int] = {}
+
+    def visit(a: str, stack: list[str]) -> list[str]:
+        state[a] = 1
+        for b in sorted(graph.get(a, ())):
+            if state.get(b) == 1:
+                return stack[stack.index(b):] + [b]
+            if b not in state:
+                found = visit(b, stack + [b])
+                if found:
+                    return found
+        state[a] = 2
+        return []
+
+    for a in sorted(graph):
+        if a not in state:
+            found = visit(a, [a])
+            if found:
+                return found
+    return []
+
+
+def test_no_import_cycle_inside_g2c():
+    cycle = find_import_cycle(REPO_ROOT)
+    assert not cycle, "import cycle inside g2c/: " + " -> ".join(cycle)
+
+
+def test_import_cycle_detector_sees_a_cycle(tmp_path):
+    # The check above must be able to fail: two files of one package importing each other are a cycle.
+    pkg = tmp_path / "g2c" / "loopy"
+    pkg.mkdir(parents=True)
+    (tmp_path / "g2c" / "__init__.py").write_text("")
+    (pkg / "__init__.py").write_text("from .a import x\n")
+    (pkg / "a.py").write_text("x = 1\n\n\ndef f():\n    from .b import y\n    return y\n")
+    (pkg / "b.py").write_text("from .a import x\ny = x\n")
+    assert find_import_cycle(tmp_path) == ["g2c.loopy.a", "g2c.loopy.b", "g2c.loopy.a"]
+    (pkg / "a.py").write_text("x = 1\n")
+    assert find_import_cycle(tmp_path) == []

@@ -74,3 +74,25 @@ def test_new_module_refuses_existing_ids_and_files(tmp_repo):
 
 def test_slugify_drops_beyond_and_punctuation():
     assert new_module.slugify("Beyond: KV cache & decoding") == "kv-cache-decoding"
+
+
+def test_new_beyond_module_gets_its_own_sub_package_and_requires(tmp_repo):
+    proc = _run(tmp_repo, "specdec-widgets", "Beyond: widgets", "--requires", "03,specdec")
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    for rel in ("g2c/specdec/widgets/__init__.py", "g2c/specdec/widgets/core.py",
+                "solutions/g2c/specdec/widgets/core.py", "tests/test_specdec_widgets.py",
+                "docs/beyond/specdec-widgets.md", "solutions/notebooks/specdec-widgets-widgets.py"):
+        assert (tmp_repo / rel).is_file(), rel
+    registry = (tmp_repo / "g2c/course/registry.py").read_text()
+    assert "requires=('03', 'specdec'," in registry
+    assert "./test.sh specdec-widgets" in (tmp_repo / "docs/beyond/specdec-widgets.md").read_text()
+    assert "./notebook.sh specdec-widgets" in (tmp_repo / "solutions/notebooks/specdec-widgets-widgets.py").read_text()
+    # the folder is the module's: a second Beyond module may not move in
+    again = _run(tmp_repo, "specdec-gadgets", "Beyond: gadgets", "--package", "specdec/widgets", "--no-record")
+    assert again.returncode == 1 and "owns its own folder" in again.stderr
+
+
+def test_new_module_refuses_unknown_requires(tmp_repo):
+    proc = _run(tmp_repo, "specdec-widgets", "Beyond: widgets", "--requires", "99", "--no-record")
+    assert proc.returncode == 1 and "--requires 99: not a module" in proc.stderr
+    assert "specdec-widgets" not in (tmp_repo / "g2c/course/registry.py").read_text()

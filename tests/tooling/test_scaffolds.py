@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from g2c.course import REPO_ROOT
+from g2c.course import REPO_ROOT, prerequisites
 
 _spec = importlib.util.spec_from_file_location("g2c_scaffolds_script", REPO_ROOT / "scripts" / "scaffolds.py")
 scaffolds = importlib.util.module_from_spec(_spec)
@@ -78,29 +78,24 @@ def test_scaffold_text_message_names_module_and_qualname():
     assert namespace["helper"](1) == 2
 
 
-@pytest.mark.parametrize("rel, selector", [
-    ("g2c/sampling/generate.py", "01-10"),       # module 11
-    ("g2c/transformer/model.py", "01-08"),       # module 09
-    ("g2c/pretraining/objective.py", "01-08,09"),  # module 09b: a range to 09 would select 09b itself
-    ("g2c/training/adamw.py", "03"),             # module 03b
-    ("g2c/specdec/verify.py", "01-16"),          # specdec: 03-11 and 16 (the KV cache) come before it
+@pytest.mark.parametrize("rel, module", [
+    ("g2c/sampling/generate.py", "11"),
+    ("g2c/transformer/model.py", "09"),
+    ("g2c/pretraining/objective.py", "09b"),
+    ("g2c/training/adamw.py", "03b"),
+    ("g2c/specdec/verify.py", "specdec"),
+    ("g2c/specdec/trees/attention.py", "specdec-trees"),
 ])
-def test_scaffold_message_names_the_prerequisites_selector_and_keeps_own_code(rel, selector):
+def test_scaffold_message_names_the_grading_command_and_no_selector(rel, module):
     msg = _message(rel)
-    assert f"G2C_APPLY_SOLUTIONS={selector} applies the reference solutions of the modules before" in msg
-    assert "keeps your own code" in msg
-    module = msg.split(":")[0].split()[1]
-    assert f"G2C_APPLY_SOLUTIONS={module} " not in msg and f"G2C_APPLY_SOLUTIONS={module}." not in msg
-
-
-def test_scaffold_message_of_a_stack_module_names_the_specdec_selector():
-    # a student at specdec who has not written module 09 sees this message: it names 01-16
-    msg = _message("g2c/transformer/model.py")
-    assert "G2C_APPLY_SOLUTIONS=01-16 for specdec" in msg
-    assert "python -m g2c.course prereqs ID" in msg
-    assert "builds on no other" in _message("g2c/nn/layers.py")
-    for bad in ("=all", "=specdec", ",specdec for specdec "):  # specdec's own code is never selected
-        assert bad not in msg
+    assert msg.startswith(f"module {module}: ")
+    assert f"grade module {module} with ./test.sh {module}" in msg
+    assert "G2C_APPLY_SOLUTIONS" not in msg and "--apply" not in msg   # a selector could name an edited module
+    needs = prerequisites(module)
+    if needs:
+        assert f"the modules it needs ({', '.join(needs)}) except those you edited" in msg
+    else:
+        assert "builds on no other module" in msg
 
 
 def test_scaffold_lines_fit_ruff_line_length():
@@ -114,10 +109,18 @@ def test_scaffold_text_keeps_everything_outside_markers():
     out = scaffolds.scaffold_text(SOLUTION, REL)
     kept = [line for line in SOLUTION.splitlines()]
     start = kept.index("        # BEGIN SOLUTION")
-    assert out.splitlines()[0] == scaffolds.HEADER.rstrip("\n")   # the generated-file lint header
-    assert out.splitlines()[1:start + 1] == kept[:start]
+    # the student's first line is the module docstring; the lint relaxation follows it
+    assert out.splitlines()[0] == kept[0] == '"""A docstring that stays."""'
+    assert out.splitlines()[1] == scaffolds.LINT.rstrip("\n")
+    assert out.splitlines()[2:start + 1] == kept[1:start]
     assert out.endswith("    )\n")
-    assert scaffolds.scaffold_text("x = 1\n", REL) == scaffolds.HEADER + "x = 1\n"
+    assert scaffolds.scaffold_text("x = 1\n", REL) == scaffolds.LINT + "x = 1\n"   # no docstring: first
+
+
+def test_every_shipped_scaffold_opens_with_its_module_docstring():
+    for path, text in scaffolds.expected().items():
+        assert text.startswith('"""'), f"{path} does not open with its docstring"
+        assert scaffolds.LINT in text
 
 
 @pytest.mark.parametrize("bad", [

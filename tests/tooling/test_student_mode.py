@@ -15,9 +15,9 @@ from pathlib import Path
 import pytest
 from repo_copy import REPO_ROOT, copy_repo, env_for
 
-from g2c.course import MODULES, get_module, prerequisites_selector
+from g2c.course import MODULES, get_module, grading_selection, prerequisites, prerequisites_selector
 from g2c.course.progress import ModuleResult, format_table, parse_junit
-from g2c.course.scaffolds import stack_hints, status, unfinished
+from g2c.course.scaffolds import expected, stack_hints, status
 
 LOSS = "g2c/lm/loss.py"  # module 06: two exercises, 9 tests in tests/test_lm.py, 1 passes untouched
 
@@ -75,8 +75,9 @@ def test_test_sh_fails_on_a_failing_student_module(student_repo):
     before = digest(path)
     res = sh(student_repo, "./test.sh")
     assert res.returncode == 1, res.stdout
-    assert "module 06:" in res.stdout and "tests fail on your code" in res.stdout
-    assert "./test.sh tests/test_lm.py" in res.stdout and "G2C_APPLY_SOLUTIONS=01-05" in res.stdout
+    assert "module 06:" in res.stdout and "tests fail in your code" in res.stdout
+    assert "./test.sh tests/test_lm.py" in res.stdout and "./test.sh 06" in res.stdout
+    assert "module 06: answer key applied to 04" in res.stdout   # 06 needs the tokenizer of 04, nothing else
     assert digest(path) == before
 
 
@@ -90,13 +91,51 @@ def test_scaffolds_refuse_to_overwrite_the_student_file(student_repo):
     assert not (student_repo / ".g2c-backup").exists()
 
 
-def test_grade_keeps_exported_prerequisites_but_never_the_graded_module(student_repo):
+def test_test_sh_id_grades_one_module_with_exactly_its_unedited_prerequisites(student_repo):
+    # 06 is the student's; grading 09b (which needs 06 and 09) applies the answer key to 03-05, 07-09 but
+    # never to the student's 06, and the 09b tests then run on the student's 06 plus 09b's untouched stubs.
+    res = sh(student_repo, "./test.sh", "09b")
+    assert "module 09b: answer key applied to 03, 04, 05, 07, 08, 09" in res.stdout, res.stdout
+    assert grading_selection("09b", ["06"]) == ["03", "04", "05", "07", "08", "09"]
+    assert res.returncode == 1                                   # 09b itself is unwritten
+    assert "tests fail in your code" in res.stdout
+
+
+def test_grade_names_the_unwritten_prerequisite_the_student_edited(student_repo):
+    # The student wrote module 09 and touched module 05 (a comment) without writing it: grading 09 must
+    # blame 05 (named, with the command that grades 09 with 05 solved), not the student's 09.
+    written = ["g2c/transformer/block.py", "g2c/transformer/model.py"]
+    emb = student_repo / "g2c/embeddings/embeddings.py"
+    saved = {rel: (student_repo / rel).read_text() for rel in [*written, "g2c/embeddings/embeddings.py"]}
+    try:
+        for rel in written:
+            (student_repo / rel).write_text((student_repo / "solutions" / rel).read_text())
+        emb.write_text(saved["g2c/embeddings/embeddings.py"] + "\n# started module 05\n")
+        res = sh(student_repo, "./test.sh", "09")
+        solved = sh(student_repo, "./test.sh", "09", "--solve", "05")
+    finally:
+        for rel, text in saved.items():
+            (student_repo / rel).write_text(text)
+    out = res.stdout
+    assert res.returncode == 1
+    assert re.search(r"module 09: \d+ tests fail because module 05 \(which 09 needs, and you edited\)", out), out
+    assert "./test.sh 09 --solve 05" in out and "./test.sh 05" in out
+    assert "tests fail in your code" not in out                   # the student's 09 is right
+    assert solved.returncode == 0, solved.stdout + solved.stderr  # with 05's answer key: all pass
+    assert "module 09: answer key applied to 03, 05, 07, 08" in solved.stdout
+
+
+def test_plain_pytest_refuses_a_selector_that_names_an_edited_module(student_repo):
     env = env_for(student_repo, G2C_APPLY_SOLUTIONS="01-06")
-    res = subprocess.run([".venv/bin/python", "-m", "g2c.course", "grade"], cwd=student_repo, env=env,
+    res = subprocess.run([".venv/bin/python", "-m", "pytest", "-q", "tests/test_lm.py"], cwd=student_repo, env=env,
+                         capture_output=True, text=True, timeout=600)
+    assert res.returncode == 4, res.stdout + res.stderr
+    out = res.stdout + res.stderr
+    assert "selects module(s) 06 that you edited" in out and "./test.sh 06" in out and "G2C_REPLACE_EDITED=1" in out
+    env["G2C_REPLACE_EDITED"] = "1"   # the explicit opt-in
+    res = subprocess.run([".venv/bin/python", "-m", "pytest", "-q", "tests/test_lm.py"], cwd=student_repo, env=env,
                          capture_output=True, text=True, timeout=600)
     assert res.returncode == 0, res.stdout + res.stderr
-    assert "applied to the other modules from your G2C_APPLY_SOLUTIONS: 03, 03b, 04, 05" in res.stdout
-    assert "9/9" in res.stdout  # the student's own module 06, not the answer key
 
 
 def test_freshness_check_names_the_edited_file(student_repo):
@@ -107,18 +146,18 @@ def test_freshness_check_names_the_edited_file(student_repo):
 
 # -- the progress view ---------------------------------------------------------------------------
 
-def test_progress_cli_prints_a_module_table(student_repo, monkeypatch, capsys):
+def test_progress_cli_grades_worked_modules_and_shows_the_rest_untouched(monkeypatch, capsys):
     from g2c.course import __main__ as cli
 
-    monkeypatch.setattr(cli, "modules_with_tests", lambda: ["06", "07"])
     monkeypatch.setattr(cli, "worked_modules", lambda: ["06"])
-    monkeypatch.setattr(cli, "run_tests", lambda ids: ([
-        ModuleResult("06", "Next-token prediction", 9, 0, 0, 1),
-        ModuleResult("07", "Causal self-attention", 2, 10, 0, 2)], []))
+    monkeypatch.setattr(cli, "grade", lambda ids, worked: [ModuleResult("06", "Next-token prediction", 9, 0, 0, 1)])
     assert cli.main(["progress"]) == 0
     out = capsys.readouterr().out
     assert "06*" in out and "9/9" in out and "done" in out
-    assert "2/12" in out and "not started" in out
+    rows = [line.split()[0] for line in out.splitlines() if line[:1].isalnum()]
+    order = [r.rstrip("*") for r in rows if r.rstrip("*") in {m.id for m in MODULES}]
+    assert order == [m.id for m in MODULES]                # graph (= course) order, every module
+    assert "not started" in out
 
 
 def test_format_table_states():
@@ -141,54 +180,78 @@ def test_parse_junit_counts_per_file():
     assert dict(counts["tests/test_nn.py"]) == {"failed": 1}
 
 
+def test_parse_junit_names_the_module_whose_exercise_is_unwritten():
+    xml = """<testsuites><testsuite>
+      <testcase file="tests/test_kvcache.py" name="a"><failure message="NotImplementedError: module 11:
+      generate in g2c/sampling/generate.py is not implemented yet. Write it"/></testcase>
+      <testcase file="tests/test_kvcache.py" name="b"><failure message="AssertionError">x</failure></testcase>
+    </testsuite></testsuites>"""
+    counts = parse_junit(xml)["tests/test_kvcache.py"]
+    assert counts["failed"] == 2 and counts["unwritten:11"] == 1
+    r = ModuleResult("16", "KV", 0, 2, 0, 0, (("11", 1),))
+    assert r.own_failures == 1
+
+
 # -- the prerequisites hints ---------------------------------------------------------------------
 
-def test_prereqs_cli_prints_the_selector():
-    res = subprocess.run([sys.executable, "-m", "g2c.course", "prereqs", "specdec"], cwd=REPO_ROOT,
+def test_prereqs_cli_prints_the_selector_and_the_grading_command():
+    res = subprocess.run([sys.executable, "-m", "g2c.course", "prereqs", "16"], cwd=REPO_ROOT,
                          capture_output=True, text=True, timeout=120, env=env_for(REPO_ROOT))
-    assert res.returncode == 0 and res.stdout.strip() == "01-16"
-    assert "keeps your own code" in res.stderr
+    assert res.returncode == 0 and res.stdout.strip() == prerequisites_selector("16") == "03,04,05,07,08,09,11"
+    assert "./test.sh 16" in res.stderr
 
 
-def test_specdec_cli_hint_names_the_prerequisites_selector():
-    from g2c.specdec.__main__ import NEEDS_SOLUTIONS, PREREQUISITES
+def test_no_generated_hint_tells_a_student_to_apply_a_selector():
+    # Every NotImplementedError message names the grading command, which never applies the answer key to
+    # an edited module; a selector in a message could (it cannot know what the student edited).
+    for path, text in expected().items():
+        for msg in re.findall(r"raise NotImplementedError\(\n((?:\s+\".*\"\n)+)", text):
+            joined = "".join(re.findall(r'"(.*)"', msg))
+            assert "G2C_APPLY_SOLUTIONS" not in joined and "--apply" not in joined, (path, joined)
+            module = re.match(r"module ([\w-]+):", joined).group(1)
+            assert f"./test.sh {module}" in joined, (path, joined)
 
-    assert PREREQUISITES == prerequisites_selector("specdec") == "01-16"
-    text = NEEDS_SOLUTIONS.format(err="module 09: TransformerLM.forward ...")
-    assert "G2C_APPLY_SOLUTIONS=01-16" in text and "keeps your own g2c/specdec" in text
-    assert "=all" not in text
-    assert not re.search(r"[=,]specdec(?![-\w])", text), "the hint must never select specdec itself"
-    assert "specdec-sampling," in text          # sampling runs need that module, which is named, not specdec
+
+def test_specdec_cli_advice_never_applies_an_edited_module(monkeypatch):
+    import g2c.course.scaffolds as scaffolds
+    from g2c.specdec.__main__ import NEEDS_SOLUTIONS, unwritten_advice
+
+    monkeypatch.setattr(scaffolds, "worked_modules", lambda root=None: ["specdec"])
+    err = NotImplementedError("module 09: TransformerLM.forward in g2c/transformer/model.py is not implemented yet.")
+    advice = unwritten_advice(err)
+    text = NEEDS_SOLUTIONS.format(err=err, advice=advice)
+    assert "./test.sh 09" in text
+    selector = re.search(r"G2C_APPLY_SOLUTIONS=(\S+)", text).group(1)
+    from g2c.course import parse_selection
+
+    assert "specdec" not in parse_selection(selector) and "09" in parse_selection(selector)
+    own = NotImplementedError("module specdec: greedy_verify in g2c/specdec/verify.py is not implemented yet.")
+    assert "G2C_APPLY_SOLUTIONS" not in unwritten_advice(own)      # the student's own module: finish it
 
 
-def test_stack_hints_name_the_selector_while_prerequisites_are_unfinished(tmp_path):
+def test_stack_hints_name_an_edited_unfinished_prerequisite(tmp_path, monkeypatch):
+    import g2c.course.scaffolds as scaffolds
+
     for m in MODULES:  # every module unfinished: a stub in one file each
         path = tmp_path / m.files[-1]
         path.parent.mkdir(parents=True, exist_ok=True)
         path.write_text(f'raise NotImplementedError(\n    "module {m.id}: f in x is not implemented yet."\n)\n')
-    hints = stack_hints("specdec", [], root=tmp_path)
-    assert len(hints) == 1 and "--apply 01-16" in hints[0] and "keeps your own code for specdec" in hints[0]
-    assert stack_hints("specdec", prerequisites_list("specdec"), root=tmp_path) == []
-    replaced = stack_hints("specdec", prerequisites_list("specdec") + ["specdec"], root=tmp_path)
-    assert len(replaced) == 1 and "replaces your own code" in replaced[0] and "--apply 01-16" in replaced[0]
-    for m in MODULES[:-1]:  # a finished stack: no hint
-        (tmp_path / m.files[-1]).write_text("x = 1\n")
-    assert not unfinished("09", root=tmp_path)
-    assert stack_hints("specdec", [], root=tmp_path) == []
+    monkeypatch.setattr(scaffolds, "worked_modules", lambda root=None: ["09", "specdec"])
+    selected = grading_selection("specdec", ["09", "specdec"])          # the default: 09 is the student's
+    hints = stack_hints("specdec", selected, root=tmp_path)
+    assert len(hints) == 1 and "09" in hints[0] and "./test.sh 09" in hints[0], hints
+    assert stack_hints("specdec", prerequisites("specdec"), root=tmp_path)[-1].startswith("note: this selection "
+                                                                                          "replaces your own code")
+    replaced = stack_hints("specdec", prerequisites("specdec") + ["specdec"], root=tmp_path)
+    assert "includes module specdec itself" in replaced[-1]
 
 
-def prerequisites_list(module_id: str) -> list[str]:
-    from g2c.course import prerequisites
-
-    return prerequisites(module_id)
-
-
-def test_notebook_sh_specdec_prints_the_selector_when_the_stack_is_unfinished():
-    res = subprocess.run([sys.executable, "-m", "g2c.course.notebooks", "specdec", "--no-launch"], cwd=REPO_ROOT,
+def test_notebook_sh_applies_the_unedited_prerequisites_by_default():
+    res = subprocess.run([sys.executable, "-m", "g2c.course.notebooks", "16", "--no-launch"], cwd=REPO_ROOT,
                          capture_output=True, text=True, timeout=120, env=env_for(REPO_ROOT))
     assert res.returncode == 0, res.stderr
-    if unfinished("09"):  # an author checkout: every exercise is still a stub
-        assert "--apply 01-16" in res.stdout and "keeps your own code for specdec" in res.stdout
+    assert "solutions applied: 03, 04, 05, 07, 08, 09, 11 (by default" in res.stdout, res.stdout
+    assert "G2C_APPLY_SOLUTIONS=03,04,05,07,08,09,11 " in res.stdout
 
 
 def test_registry_tests_field_covers_every_course_test_file():
@@ -203,11 +266,18 @@ def test_registry_tests_field_covers_every_course_test_file():
     assert get_module("specdec").tests[:2] == ("tests/test_specdec.py", "tests/test_specdec_properties.py")
 
 
-@pytest.mark.parametrize("module_id, selector", [("03", ""), ("03b", "03"), ("04", "01-03"), ("09", "01-08"),
-                                                 ("09b", "01-08,09"), ("10", "01-09"), ("11", "01-10"),
-                                                 ("specdec", "01-16"), ("16", "01-11")])
+@pytest.mark.parametrize("module_id, selector", [("03", ""), ("03b", ""), ("05", "03"), ("09", "03,05,07,08"),
+                                                 ("10", "03-09"), ("16", "03,04,05,07,08,09,11"),
+                                                 ("specdec", "03-05,07,08,09,11")])
 def test_prerequisites_selector(module_id, selector):
     assert prerequisites_selector(module_id) == selector
+
+
+def test_seed_selector_still_covers_specdec():
+    # The seed's instruction G2C_APPLY_SOLUTIONS=01-11 for specdec: a superset of what it needs, not specdec itself.
+    from g2c.course import parse_selection
+
+    assert set(prerequisites("specdec")) <= set(parse_selection("01-11")) and "specdec" not in parse_selection("01-11")
 
 
 def test_import_g2c_warns_when_the_selector_replaces_the_students_own_code(student_repo):
@@ -220,4 +290,4 @@ def test_import_g2c_warns_when_the_selector_replaces_the_students_own_code(stude
         assert res.returncode == 0, res.stderr
         assert ("replaces your own code for module(s) 06" in res.stderr) is warned, res.stderr
         if warned:
-            assert "python -m g2c.course prereqs 06" in res.stderr
+            assert "./test.sh 06" in res.stderr

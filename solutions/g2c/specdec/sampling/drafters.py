@@ -1,7 +1,7 @@
 """Beyond (specdec-sampling): one drafter interface, and three drafters behind it.
 
 Every drafter answers one question: "given the committed context, what might come next?"
-The speculative loop (``g2c.specdec.loop.speculative_sample``) never needs to know more, so
+The speculative loop (``g2c.specdec.sampling.loop.speculative_sample``) never needs to know more, so
 a small LM, an MTP head inside the target and a prompt-lookup n-gram matcher all run
 through the same loop.
 
@@ -45,7 +45,7 @@ hooks filled in.
 
 ``incremental_hidden: bool`` (optional, default False)
     True for a drafter that keeps its own record of the target's states and reads only the
-    rows it has not seen yet (``g2c.specdec.eagle.EagleDrafter``, ``CachedMTPDrafter``). Such
+    rows it has not seen yet (``g2c.specdec.sampling.eagle.EagleDrafter``, ``CachedMTPDrafter``). Such
     a drafter also runs with a cached target (``use_cache=True``), which hands ``commit``
     just the states of the positions that pass committed (the prompt's prefill rows are
     prepended on the first pass).
@@ -66,12 +66,12 @@ from dataclasses import dataclass
 
 import torch
 
-from g2c.kvcache.speculative import CachedScorer
 from g2c.sampling.generate import as_token_ids
 from g2c.sampling.model import check_temperature
 from g2c.sampling.warpers import apply_temperature, top_k_filter, top_p_filter
+from g2c.specdec.sampling.cached import CachedScorer
 
-from .generate import draft_greedy
+from ..generate import draft_greedy
 
 __all__ = ["Drafter", "LMDrafter", "MTPDrafter", "NGramDrafter", "Sampler", "ngram_lookup"]
 
@@ -198,7 +198,7 @@ class LMDrafter(Drafter):
         if not all(hasattr(model, name) for name in ("vocab_size", "max_seq_len")):
             raise TypeError(f"LMDrafter needs a language model (ids -> logits, with vocab_size and max_seq_len), "
                             f"got {type(model).__name__}; a head that lives on the target's states has its own "
-                            "drafter (MTPDrafter, g2c.specdec.eagle.EagleDrafter)")
+                            "drafter (MTPDrafter, g2c.specdec.sampling.eagle.EagleDrafter)")
         self.model = model
         self.sample = bool(sample)
         self.use_cache = bool(use_cache)
@@ -266,7 +266,7 @@ class MTPDrafter(Drafter):
         if not all(hasattr(head, name) for name in ("base", "ln_final", "bias")):
             raise TypeError(f"MTPDrafter needs an MTPHead (a head with base, ln_final and bias), got "
                             f"{type(head).__name__}; an EAGLE FeatureDrafter drafts with "
-                            "g2c.specdec.eagle.EagleDrafter")
+                            "g2c.specdec.sampling.eagle.EagleDrafter")
         self.head = head
         self.sample = bool(sample)
         self.vocab_size = head.base.vocab_size

@@ -23,7 +23,7 @@ This file holds:
 ``FeatureDrafter``
     The module above (``forward(features, next_ids) -> predicted features``, ``logits``).
 ``EagleDrafter``
-    A ``FeatureDrafter`` behind the drafter protocol of ``g2c.specdec.drafters``, with its
+    A ``FeatureDrafter`` behind the drafter protocol of ``g2c.specdec.sampling.drafters``, with its
     own one-layer ``KVCache``: after each target pass it appends the target's TRUE states of
     the newly committed positions (``commit``), drafts k tokens by feeding its predicted
     features (``propose``), and rolls its speculative rows back at the next ``commit``.
@@ -48,8 +48,8 @@ from g2c.kvcache.forward import cached_block, unembed
 from g2c.nn import LayerNorm, Linear, Module
 from g2c.transformer import Block
 
+from ..mtp import MTPHead
 from .drafters import Drafter, Sampler
-from .mtp import MTPHead
 
 __all__ = ["CachedMTPDrafter", "EagleDrafter", "FeatureDrafter", "eagle_loss"]
 
@@ -279,7 +279,7 @@ class EagleDrafter(_CachedHeadDrafter):
         sample: False drafts the argmax of each step (q one-hot); True samples from the
             warped drafter distribution and returns the q rows (the loop's ``Sampler``).
 
-    Protocol (``g2c.specdec.drafters``): ``wants_target_hidden`` and ``incremental_hidden``
+    Protocol (``g2c.specdec.sampling.drafters``): ``wants_target_hidden`` and ``incremental_hidden``
     are True, so the loop hands ``commit`` the target's states of the positions committed
     in that round (cached target) or of the whole window (uncached target); either way the
     drafter appends only the rows it has not seen. The first ``propose`` of a sequence, before

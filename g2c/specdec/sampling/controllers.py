@@ -35,7 +35,7 @@ from __future__ import annotations
 import math
 import operator
 
-from .theory import expected_tokens_per_pass, speedup_per_token
+from ..theory import expected_tokens_per_pass, speedup_per_token
 
 __all__ = ["CostModelK", "HeuristicK", "StaticK", "check_update", "expected_tokens_per_round", "optimal_k", "speedup"]
 

@@ -17,11 +17,11 @@ Invariant after every round: each cache holds the keys/values of every committed
 except the last one, which is *pending* (it was produced by the last logit row, so its own
 keys/values have not been computed yet); the next pass feeds it first. So the committed
 rows equal what plain cached decoding of the same tokens builds, and one more step from the
-rolled-back cache gives the logits of a fresh prefill (tests/test_kvcache_speculative.py).
+rolled-back cache gives the logits of a fresh prefill (tests/test_specdec_cached.py).
 
 Both models' side of the transaction is one provided class, ``CachedScorer`` (prefill, one
 cached pass over pending + extra tokens, draft row by row, commit = pointer rollback,
-re-prefill past the window). The specdec-sampling loop (``g2c.specdec.loop.speculative_sample
+re-prefill past the window). The specdec-sampling loop (``g2c.specdec.sampling.loop.speculative_sample
 (..., use_cache=True)`` and ``LMDrafter(..., use_cache=True)``) uses the same class.
 
 Source: Leviathan, Kalman, Matias (ICML 2023) and Chen et al. (2023) for draft-then-verify;
@@ -39,13 +39,12 @@ from dataclasses import dataclass, field
 
 import torch
 
+from g2c.kvcache.cache import KVCache
+from g2c.kvcache.forward import cached_block, cached_hidden_states, unembed
 from g2c.sampling.generate import as_token_ids
 from g2c.sampling.model import check_count, check_language_model, eval_mode
 from g2c.specdec.generate import SpecStats
 from g2c.specdec.verify import greedy_verify
-
-from .cache import KVCache
-from .forward import cached_block, cached_hidden_states, unembed
 
 __all__ = ["CachedScorer", "RoundRecord", "mtp_generate_cached", "speculative_generate_cached", "summarize_rounds"]
 

@@ -20,7 +20,7 @@ from dataclasses import dataclass
 
 import torch
 
-from .theory import expected_tokens_per_pass
+from ..theory import expected_tokens_per_pass
 
 __all__ = ["PassRecorder", "Rounds", "draw_rounds", "fit_alpha", "per_position_acceptance", "simulate_rounds"]
 

@@ -15,16 +15,10 @@ from __future__ import annotations
 import pytest
 import torch
 
-from g2c.kvcache import (
-    KVCache,
-    cached_forward,
-    mtp_generate_cached,
-    prefill,
-    speculative_generate_cached,
-    summarize_rounds,
-)
+from g2c.kvcache import KVCache, cached_forward, prefill
 from g2c.sampling import generate
 from g2c.specdec import MTPHead, SpecStats, mtp_propose, speculative_generate
+from g2c.specdec.sampling import mtp_generate_cached, speculative_generate_cached, summarize_rounds
 from g2c.transformer import TransformerLM
 
 V = 32
@@ -207,7 +201,7 @@ def test_mtp_cached_head_matches_uncached_head():
         h = base.hidden_states(ids[:-1].unsqueeze(0))                 # (1, N-1, D)
         hcache = KVCache(1, 1, base.num_heads, base.embedding_dim // base.num_heads, base.max_seq_len,
                          device=base.token_embed.weight.device)
-        from g2c.kvcache.speculative import _head_logits
+        from g2c.specdec.sampling.cached import _head_logits
         _head_logits(head, base, h, ids[1:].tolist(), hcache)
         assert rec.drafter_cache.length == hcache.length
         torch.testing.assert_close(rec.drafter_cache.keys(0), hcache.keys(0), atol=1e-5, rtol=0)

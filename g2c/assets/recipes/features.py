@@ -1,6 +1,6 @@
 """A frozen target's final states over a token stream, computed once and kept on disk.
 
-The drafters of ``g2c.assets.drafters`` all learn from a frozen model's view of the
+The drafters of ``g2c.assets.recipes.drafters`` all learn from a frozen model's view of the
 training stream: the distilled StoryLM-1M from StoryLM-30M's next-token distributions,
 the MTP heads and the EAGLE drafter from the base's final states h_t. Those come from one
 forward pass of the base over the stream, cut into non-overlapping windows of ``context``

@@ -1,7 +1,7 @@
 """Training recipes for the shipped drafters (``./checkpoints.sh --train StoryLM-30M-EAGLE``).
 
 Four artifacts, all learned from a frozen ladder model's view of the TinyStories training
-split (``g2c.assets.features``: one forward pass of the base, its final states kept on disk):
+split (``g2c.assets.recipes.features``: one forward pass of the base, its final states kept on disk):
 
 ``StoryLM-1M-distilled``
     StoryLM-1M's architecture and tokenizer, started from StoryLM-1M's weights and trained
@@ -16,7 +16,7 @@ split (``g2c.assets.features``: one forward pass of the base, its final states k
     The course's ``MTPHead`` (Gloeckle et al. 2024, §3.2) on the frozen StoryLM-30M / -5M,
     trained on the base's stored states until validation stops improving (early stopping).
 ``StoryLM-30M-EAGLE``
-    ``g2c.specdec.eagle.FeatureDrafter`` on the frozen StoryLM-30M, trained with
+    ``g2c.specdec.sampling.eagle.FeatureDrafter`` on the frozen StoryLM-30M, trained with
     ``eagle_loss`` (Li et al., ICML 2024, §4.2: SmoothL1 on the next feature + 0.1 x
     cross-entropy against the target's distribution, input features with U(-0.1, 0.1) noise).
 
@@ -43,8 +43,8 @@ from g2c.assets.artifacts import (
     model_state_to_bytes,
     write_artifact,
 )
-from g2c.assets.features import Features, target_features
-from g2c.assets.ladder import RUNS_DIR, git_commit, machine
+from g2c.assets.recipes.features import Features, target_features
+from g2c.assets.recipes.ladder import RUNS_DIR, git_commit, machine
 
 __all__ = ["DRAFTER_RECIPES", "train_drafter"]
 
@@ -91,7 +91,7 @@ class _Job:
 
     def __init__(self, name: str, recipe: dict, device) -> None:
         from g2c.specdec import MTPHead
-        from g2c.specdec.eagle import FeatureDrafter
+        from g2c.specdec.sampling.eagle import FeatureDrafter
 
         self.name, self.recipe, self.kind = name, recipe, DRAFTERS[name]["kind"]
         gen = torch.Generator().manual_seed(recipe["seed"])
@@ -111,7 +111,7 @@ class _Job:
 
     def terms(self, ids: torch.Tensor, states: torch.Tensor, *, train: bool, generator=None) -> dict:
         from g2c.specdec import mtp_loss
-        from g2c.specdec.eagle import eagle_loss
+        from g2c.specdec.sampling.eagle import eagle_loss
 
         r = self.recipe
         if self.kind == "lm":
@@ -247,7 +247,7 @@ def train_drafter(name: str, *, force: bool = False, progress: bool = True, log=
         "recipe": {**r, "optimizer": "g2c.training.AdamW (betas 0.9, 0.95, no weight decay)",
                    "schedule": "linear warmup + cosine", "grad_clip": 1.0, "bf16_autocast": True,
                    "data": f"{job.base_name}'s final states over the train split in non-overlapping "
-                           f"{train.context}-token windows (g2c.assets.features)",
+                           f"{train.context}-token windows (g2c.assets.recipes.features)",
                    "weights_kept": "best validation score (val_score), early stop after `patience` checks",
                    "stored_dtype": "float16"},
         "steps": step, "best_step": best_step, "tokens_seen": tokens,

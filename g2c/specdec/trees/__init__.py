@@ -1,0 +1,23 @@
+"""Beyond (specdec-trees): tree drafts and tree verification.
+
+``tree`` holds the ``DraftTree`` (flattened nodes, parents before children) and the tree
+formula for tau; ``builders`` fills a static or a dynamic shape with a drafter's tokens;
+``attention`` scores every branch in one target pass (tree mask and positions, with or without
+module 16's KV cache); ``verify`` walks the tree greedily or by recursive rejection sampling.
+"""
+
+from .attention import cached_tree_forward, commit_tree_kv, tree_attention_mask, tree_forward, tree_logits
+from .builders import build_dynamic_tree, build_static_tree
+from .tree import DraftTree, chain_choices, expected_tokens_per_pass, node_acceptance_probs, static_choices
+from .verify import (
+    TreeStats,
+    expected_accepted,
+    greedy_tree_verify,
+    tree_speculative_generate,
+    tree_speculative_verify,
+)
+
+__all__ = sorted(["DraftTree", "TreeStats", "build_dynamic_tree", "build_static_tree", "cached_tree_forward",
+                  "chain_choices", "commit_tree_kv", "expected_accepted", "expected_tokens_per_pass",
+                  "greedy_tree_verify", "node_acceptance_probs", "static_choices", "tree_attention_mask",
+                  "tree_forward", "tree_logits", "tree_speculative_generate", "tree_speculative_verify"])
