@@ -27,6 +27,7 @@ import torch
 
 from g2c.attention.causal import scaled_dot_product_attention
 from g2c.attention.multihead import merge_heads, split_heads
+from g2c.sampling.model import check_score_rows
 
 from .cache import KVCache
 
@@ -150,8 +151,16 @@ def cached_forward(model, ids: torch.Tensor, cache: KVCache) -> torch.Tensor:
     Row j scores the token after position ``cache.length + j`` (old length); equal within
     1e-4 (float32) to the last T rows of ``model`` run over the whole sequence. The cache
     grows by T (see ``cached_hidden_states`` for arguments and errors).
+
+    Raises:
+        ValueError: as ``cached_hidden_states``; the logits hold NaN or a row of only -inf
+            (``g2c.sampling.model.check_score_rows``, naming the positions): a broken model
+            must stop the loop, not become token 0.
     """
-    return unembed(model, cached_hidden_states(model, ids, cache))
+    start = cache.length if isinstance(cache, KVCache) else 0
+    logits = unembed(model, cached_hidden_states(model, ids, cache))              # (B, T, V)
+    check_score_rows(logits, "logits", where=f"positions {start}..{start + logits.shape[1] - 1} (cached_forward)")
+    return logits
 
 
 @torch.no_grad()

@@ -9,7 +9,15 @@ from __future__ import annotations
 
 import torch
 
-from .model import check_count, check_generator, check_language_model, check_temperature, check_token_ids, eval_mode
+from .model import (
+    check_count,
+    check_generator,
+    check_language_model,
+    check_score_rows,
+    check_temperature,
+    check_token_ids,
+    eval_mode,
+)
 from .warpers import apply_repetition_penalty, apply_temperature, top_k_filter, top_p_filter
 
 __all__ = ["as_token_ids", "check_generation_args", "generate", "next_token_logits", "sample_from_logits"]
@@ -76,9 +84,16 @@ def next_token_logits(model, ids: torch.Tensor) -> torch.Tensor:
     to the model's last ``max_seq_len`` tokens. Provided.
 
     ``model`` is a ``g2c.sampling.LanguageModel``; the ids go to ``model.device`` and the
-    logits stay there (float32)."""
+    logits stay there (float32).
+
+    Raises:
+        ValueError: the model returned NaN or only -inf for this step (``check_score_rows``): the
+            message names the position, so a broken model stops the loop instead of emitting
+            token 0."""
     ctx = ids[-model.max_seq_len:].unsqueeze(0).to(model.device)            # (1, T)
-    return model(ctx)[0, -1].float()
+    logits = model(ctx)[0, -1].float()                                      # (V,)
+    check_score_rows(logits, "logits", where=f"the step scoring position {ids.numel()}")  # NaN / all -inf
+    return logits
 
 
 def sample_from_logits(logits: torch.Tensor, *, temperature: float = 1.0, top_k: int | None = None,

@@ -280,3 +280,165 @@ def test_shared_validators_name_the_argument_and_the_fix():
     with pytest.raises(TypeError, match=r"temperature must be a real number >= 0 \(0 = greedy\), got str"):
         check_temperature("hot")
     assert check_temperature(torch.tensor(0.5)) == 0.5
+
+
+# -- verifiers: every flat and tree verifier x every bad table (families 1-3) --------------------
+
+def _tables():
+    """A 2-token draft (flat) and a root -> a -> b chain tree over V = 3, with good tables."""
+    import torch
+
+    from g2c.specdec.trees import DraftTree
+
+    p = torch.tensor([[0.5, 0.3, 0.2], [0.2, 0.5, 0.3], [0.3, 0.3, 0.4]])
+    q = torch.tensor([[0.2, 0.5, 0.3], [0.4, 0.4, 0.2]])
+    draft = torch.tensor([1, 0])
+    tree = DraftTree(torch.tensor([1, 0]), torch.tensor([-1, 0]), proposal_probs=q)
+    return draft, tree, p, q
+
+
+def _verifiers():
+    """name -> call(draft, tree, target table, draft/proposal table)."""
+    import torch
+
+    from g2c.specdec import greedy_verify, speculative_verify
+    from g2c.specdec.trees import DraftTree, greedy_tree_verify, tree_speculative_verify
+
+    def gen():
+        return torch.Generator().manual_seed(0)
+
+    def with_q(tree, q):
+        return DraftTree(tree.tokens, tree.parents, proposal_probs=q)
+
+    return {
+        "greedy_verify": lambda d, t, p, q: greedy_verify(d, p),
+        "speculative_verify": lambda d, t, p, q: speculative_verify(d, p, q, generator=gen()),
+        "greedy_tree_verify": lambda d, t, p, q: greedy_tree_verify(t, p),
+        "tree_speculative_verify": lambda d, t, p, q: tree_speculative_verify(with_q(t, q), p, generator=gen()),
+    }
+
+
+PROB_VERIFIERS = ("speculative_verify", "tree_speculative_verify")
+SCORE_VERIFIERS = ("greedy_verify", "greedy_tree_verify")
+# class -> (verifiers, (p, q) -> (p, q) damaged, error match)
+BAD_TABLES = {
+    "target rows summing to 10": (PROB_VERIFIERS, lambda p, q: (10 * p, q),
+                                  r"target_probs must hold probabilities: row 0 sums to 10, not 1 "
+                                  r"\(tolerance 0\.001\)"),
+    "draft rows summing to 0.01": (PROB_VERIFIERS, lambda p, q: (p, 0.01 * q),
+                                   r"(draft|proposal)_probs must hold probabilities: row 0 sums to 0\.01, not 1"),
+    "raw logits as probabilities": (PROB_VERIFIERS, lambda p, q: (p.log(), q),
+                                    r"target_probs must hold probabilities: row 0 has a NaN, infinite or negative"),
+    "NaN probability row": (PROB_VERIFIERS, lambda p, q: (p.index_fill(0, __import__("torch").tensor([1]),
+                                                                       float("nan")), q),
+                            r"target_probs must hold probabilities: row 1 has a NaN"),
+    "NaN score row": (SCORE_VERIFIERS, lambda p, q: (p.index_fill(0, __import__("torch").tensor([1]), float("nan")),
+                                                     q), r"target_logits holds NaN: the model produced NaN scores"),
+    "all -inf score row": (SCORE_VERIFIERS, lambda p, q: (p.index_fill(0, __import__("torch").tensor([0]),
+                                                                       float("-inf")), q),
+                           r"target_logits row 0 is all -inf: every token is masked"),
+    "draft id outside the vocabulary": (SCORE_VERIFIERS + PROB_VERIFIERS, None,
+                                        r"(draft_ids|tree\.tokens) holds token id 3, outside the vocabulary \[0, 3\)"),
+}
+
+
+@pytest.mark.parametrize("verifier, case", [(v, c) for c, (vs, _, _) in BAD_TABLES.items() for v in vs])
+def test_verifier_bad_table_is_a_one_line_error(verifier, case):
+    import torch
+
+    from g2c.specdec.trees import DraftTree
+
+    draft, tree, p, q = _tables()
+    _, damage, match = BAD_TABLES[case]
+    if damage is None:
+        draft, tree = torch.tensor([1, 3]), DraftTree(torch.tensor([1, 3]), torch.tensor([-1, 0]), proposal_probs=q)
+    else:
+        p, q = damage(p, q)
+    with pytest.raises(ValueError, match=match) as info:
+        _verifiers()[verifier](draft, tree, p, q)
+    assert "\n" not in str(info.value)
+
+
+def test_verifiers_accept_good_tables():
+    draft, tree, p, q = _tables()
+    for name, call in _verifiers().items():
+        path_or_count, token = call(draft, tree, p, q)
+        assert 0 <= token < 3, name
+
+
+# -- a model that produced NaN: every loop stops with an error naming the step (family 3) ------
+
+@pytest.fixture(scope="module")
+def nan_loops():
+    import torch
+
+    loops = _loops()
+    for fn, _ in loops.values():          # every model the calls close over gets a NaN embedding
+        for cell in fn.__closure__ or ():
+            model = cell.cell_contents
+            if hasattr(model, "token_embed"):
+                with torch.no_grad():
+                    model.token_embed.weight.fill_(float("nan"))
+    return loops
+
+
+@pytest.mark.parametrize("loop", list(LOOPS))
+def test_loop_with_a_nan_model_names_the_step(nan_loops, loop):
+    extra = {"temperature": 1.0, "generator": __import__("torch").Generator().manual_seed(0)} if LOOPS[loop] else {}
+    with pytest.raises(ValueError, match=r"(holds NaN|must hold probabilities: row \d+ has a NaN)") as info:
+        nan_loops[loop][0]([1, 2, 3], 4, **extra)
+    assert "\n" not in str(info.value)
+
+
+def test_generate_names_the_position_of_a_nan_or_dead_row():
+    import torch
+    from specdec_mocks import TableLM
+
+    from g2c.sampling import generate
+
+    table = torch.zeros(4, 4)
+    table[2] = float("-inf")                                    # after token 2 every token is masked
+    model = TableLM(table)
+    with pytest.raises(ValueError, match=r"logits is all -inf at the step scoring position 3"):
+        generate(model, [0, 1, 2], 3, temperature=0.0)
+    table[2] = float("nan")
+    with pytest.raises(ValueError, match=r"logits holds NaN at the step scoring position 3"):
+        generate(model, [0, 1, 2], 3, temperature=1.0, generator=torch.Generator().manual_seed(0))
+
+
+# -- recurrent transactions refuse misuse (family 5) --------------------------------------------
+
+def test_transaction_refuses_a_block_of_another_batch_and_an_empty_prefill():
+    from g2c.recurrent import make_transaction
+
+    txn = make_transaction(_recurrent(), "replay")
+    txn.begin()
+    with pytest.raises(ValueError, match=r"advance\(\) got a block of shape \(2, 3\) but the transaction holds 1 "
+                                         r"row\(s\); pass \(T,\) for batch 1"):
+        txn.advance([[1, 2, 3], [4, 5, 6]])
+    with pytest.raises(ValueError, match=r"advance\(\) tokens holds token id 16, outside the vocabulary"):
+        txn.advance([1, 16])
+    txn.rollback()
+    with pytest.raises(ValueError, match=r"prefill\(\) needs at least one token id, got an empty prompt"):
+        make_transaction(_recurrent(), "snapshot").prefill([])
+
+
+@pytest.mark.parametrize("strategy", ["snapshot", "replay", "recompute"])
+def test_stateful_loop_refuses_a_used_or_foreign_transaction(strategy):
+    import torch
+
+    from g2c.recurrent import RecurrentLM, fan_in_init_, greedy_drafter, make_transaction, speculative_generate_stateful
+
+    target = _recurrent()
+    other = fan_in_init_(RecurrentLM(V, 16, 2, 2, layout="RA", max_seq_len=32),
+                         generator=torch.Generator().manual_seed(9))
+    with pytest.raises(ValueError, match=r"transaction was built on another model, not on target"):
+        speculative_generate_stateful(target, greedy_drafter(target), [1, 2], 4, strategy=make_transaction(other,
+                                                                                                           strategy))
+    txn = make_transaction(target, strategy)
+    first, _, _ = speculative_generate_stateful(target, greedy_drafter(target), [1, 2], 4, strategy=txn)
+    with pytest.raises(ValueError, match=r"transaction was used already .*build a fresh one with make_transaction"):
+        speculative_generate_stateful(target, greedy_drafter(target), [1, 2], 4, strategy=txn)
+    again, _, _ = speculative_generate_stateful(target, greedy_drafter(target), [1, 2], 4,
+                                                strategy=make_transaction(target, strategy))
+    assert again.tolist() == first.tolist()
