@@ -1,21 +1,32 @@
 """Standing guard (issue 22): every public entry point x every bad-input class.
 
-Python API: ``LOOPS`` lists the decoding loops of the lessons (module 11's ``generate``,
-module 16's ``cached_generate``, the Beyond loops ``speculative_generate_cached``,
-``mtp_generate_cached``, ``speculative_generate``, ``speculative_sample``, ``mtp_generate``,
-``tree_speculative_generate``, ``batched_greedy``, ``batched_speculative_generate``, and the
-recurrent ``plain_greedy`` and ``speculative_generate_stateful``), each as a call on tiny
-models with one argument replaced. ``BAD_ARGS`` holds the argument classes: a float, ``None``
-or a negative budget; an empty, float, negative-id or out-of-vocabulary prompt; a NaN or
-infinite temperature and a non-``Generator`` generator (where the loop samples). Every pair
-must raise ValueError/TypeError with a one-line message naming the argument, before any model
-call. A new loop is covered once it is added to ``LOOPS``.
+Covered, generated from the tables below (a new entry point is covered once it is listed):
 
-Scripts: ``SCRIPTS`` lists every command-line script (``bench/*.py`` and the ``g2c/assets``
-entry points); ``test_every_script_is_listed`` fails until a new one is listed. Each is run
-in-process (the running solution selection is kept: ``g2c.course.solved``) with its bad
-options: a negative count, a non-number, an unknown choice, NaN or inf where a finite number
-is needed, an unknown model, an unavailable device, an unknown option.
+* Loops (``LOOPS``, 12 entry points): module 11's ``generate``, module 16's ``cached_generate``,
+  the Beyond loops ``speculative_generate``, ``speculative_sample``,
+  ``speculative_generate_cached``, ``mtp_generate``, ``mtp_generate_cached``,
+  ``tree_speculative_generate``, ``batched_greedy``, ``batched_speculative_generate``, and the
+  recurrent ``plain_greedy`` and ``speculative_generate_stateful``; x ``BAD_ARGS`` (10 classes: a
+  float, ``None`` or negative budget; an empty, float, negative-id or out-of-vocabulary prompt; a
+  NaN or infinite temperature and a seed as generator, the last three where the loop samples);
+  plus a model that produced NaN (1 class, every loop) and, with hypothesis, any non-integer or
+  negative budget.
+* Verifiers (4: ``greedy_verify``, ``speculative_verify``, ``greedy_tree_verify``,
+  ``tree_speculative_verify``) x ``BAD_TABLES`` (7 classes: target rows summing to 10, draft rows
+  summing to 0.01, raw logits as probabilities, a NaN probability row, a NaN score row, an all
+  -inf score row, a draft id outside the vocabulary).
+* Caches and transactions: a cache built for another model or dtype, ``KVCache.advance(2.5)``,
+  a (2, 3) block on a batch-1 transaction, an empty prefill, a transaction of another model or
+  already used.
+* Scripts (``SCRIPTS``, 10: every ``bench/*.py`` and ``g2c/assets`` entry point;
+  ``test_every_script_is_listed`` fails until a new one is listed) x their options (7 classes: a
+  negative count, a non-number, an unknown choice, NaN or inf where a finite number is needed,
+  an unknown model, an unavailable device, an unknown option): one error line, exit 2 (1 for
+  ./checkpoints.sh's unknown name).
+
+Every error must be a ValueError/TypeError on one line naming the argument, the rule and the fix.
+Script controllers (``HeuristicK``, ``CostModelK``) are covered in tests/test_specdec_sampling.py,
+files and manifests in tests/tooling/test_checkpoints.py, test_artifacts.py and test_data.py.
 """
 
 from __future__ import annotations
@@ -26,6 +37,8 @@ import io
 import re
 
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 from g2c.course import REPO_ROOT
 
@@ -442,3 +455,12 @@ def test_stateful_loop_refuses_a_used_or_foreign_transaction(strategy):
     again, _, _ = speculative_generate_stateful(target, greedy_drafter(target), [1, 2], 4,
                                                 strategy=make_transaction(target, strategy))
     assert again.tolist() == first.tolist()
+
+
+@settings(max_examples=30, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(loop=st.sampled_from(list(LOOPS)),   # floats (even 2.0: never truncated), negatives, None, text
+       budget=st.one_of(st.floats(allow_nan=True, allow_infinity=True), st.integers(max_value=-1), st.none(),
+                        st.text(max_size=3)))
+def test_any_bad_budget_is_refused_by_every_loop(loops, loop, budget):
+    with pytest.raises((TypeError, ValueError), match=r"max_new_tokens"):
+        loops[loop][0]([1, 2], budget)
