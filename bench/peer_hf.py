@@ -43,6 +43,7 @@ import torch
 
 import g2c.course.solved  # noqa: F401  (first: applies the answer key before course modules load)
 from g2c.assets import ArtifactError, load_model
+from g2c.assets.cli import choice_list, count, int_list, model_list, model_name
 from g2c.assets.data import load_token_stream
 from g2c.kvcache import KVCache, cached_forward, cached_generate
 from g2c.nn import time_call
@@ -96,15 +97,15 @@ class PassCounter:
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--target", default="StoryLM-30M")
-    ap.add_argument("--drafters", default="StoryLM-1M,StoryLM-5M")
-    ap.add_argument("--ks", default="1,2,4")
-    ap.add_argument("--dtypes", default="float32,bfloat16")
-    ap.add_argument("--prompts", type=int, default=8)
-    ap.add_argument("--new-tokens", type=int, default=64)
-    ap.add_argument("--repeats", type=int, default=3)
-    ap.add_argument("--threads", type=int, default=1)
-    ap.add_argument("--mtp-steps", type=int, default=300, help="MTP head training steps on StoryLM-5M (0 = skip)")
+    ap.add_argument("--target", type=model_name(ladder_only=True), default="StoryLM-30M")
+    ap.add_argument("--drafters", type=model_list(ladder_only=True), default="StoryLM-1M,StoryLM-5M")
+    ap.add_argument("--ks", type=int_list(1), default="1,2,4")
+    ap.add_argument("--dtypes", type=choice_list("float32", "bfloat16", "float16"), default="float32,bfloat16")
+    ap.add_argument("--prompts", type=count(1), default=8)
+    ap.add_argument("--new-tokens", type=count(1), default=64)
+    ap.add_argument("--repeats", type=count(1), default=3)
+    ap.add_argument("--threads", type=count(1), default=1)
+    ap.add_argument("--mtp-steps", type=count(0), default=300, help="MTP head training steps on StoryLM-5M (0 = skip)")
     ap.add_argument("--no-uncached", action="store_true", help="skip the uncached g2c rows")
     ap.add_argument("--quick", action="store_true", help="4 prompts x 32 tokens, 1 repeat, 60 MTP steps")
     if "--quick" in (sys.argv[1:] if argv is None else argv):   # quick defaults; explicit flags still win

@@ -49,6 +49,7 @@ import torch
 
 import g2c.course.solved  # noqa: F401  (first: applies the answer key before course modules load)
 from g2c.assets import load_model
+from g2c.assets.cli import count, device_name, int_list, model_name
 from g2c.specdec.lab.batched import batched_greedy, batched_speculative_generate
 
 PROMPT_SETS = {
@@ -140,13 +141,13 @@ def run_cell(target, drafter, prompts, new_tokens: int, k: int) -> dict:
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--target", default="StoryLM-30M")
-    ap.add_argument("--drafter", default="StoryLM-1M")
-    ap.add_argument("--batches", help="comma list (default 1,8,32,64; --quick: 1,4)")
-    ap.add_argument("--ks", help="draft lengths (default 1,2,4; --quick: 1,4)")
-    ap.add_argument("--new-tokens", type=int, help="new tokens per request (default 32; --quick: 8)")
-    ap.add_argument("--threads", type=int, default=1)
-    ap.add_argument("--device", default="cpu")
+    ap.add_argument("--target", type=model_name(ladder_only=True), default="StoryLM-30M")
+    ap.add_argument("--drafter", type=model_name(), default="StoryLM-1M")
+    ap.add_argument("--batches", type=int_list(1), help="comma list (default 1,8,32,64; --quick: 1,4)")
+    ap.add_argument("--ks", type=int_list(1), help="draft lengths (default 1,2,4; --quick: 1,4)")
+    ap.add_argument("--new-tokens", type=count(1), help="new tokens per request (default 32; --quick: 8)")
+    ap.add_argument("--threads", type=count(1), default=1)
+    ap.add_argument("--device", type=device_name(), default="cpu")
     ap.add_argument("--out", default="runs/serving_lab")
     ap.add_argument("--quick", action="store_true", help="CI smoke run: B in {1, 4}, k in {1, 4}, 8 tokens")
     ap.add_argument("--export-prompts", metavar="PREFIX",

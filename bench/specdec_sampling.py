@@ -38,6 +38,7 @@ import torch
 
 import g2c.course.solved  # noqa: F401  (first: applies the answer key before course modules load)
 from g2c.assets.artifacts import ArtifactError, load_model
+from g2c.assets.cli import choice_list, count, device_name, model_name, real
 from g2c.assets.data import validation_prompts
 from g2c.kvcache import cached_generate
 from g2c.nn import time_call
@@ -83,23 +84,25 @@ def train_mtp_head(base, *, steps: int, seed: int):
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--target", default="StoryLM-30M")
-    ap.add_argument("--drafter", default="StoryLM-1M")
-    ap.add_argument("--prompts", type=int, default=4, help="prompts per set")
-    ap.add_argument("--prompt-tokens", type=int, default=12, help="open-ended prompt length")
-    ap.add_argument("--new-tokens", type=int, default=48)
-    ap.add_argument("--temperature", type=float, default=0.8)
-    ap.add_argument("--k", type=int, default=4)
-    ap.add_argument("--mtp-steps", type=int, default=100)
-    ap.add_argument("--repeats", type=int, default=1)
-    ap.add_argument("--device", default="cpu")
-    ap.add_argument("--threads", type=int, default=1)
-    ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--target", type=model_name(ladder_only=True), default="StoryLM-30M")
+    ap.add_argument("--drafter", type=model_name(), default="StoryLM-1M")
+    ap.add_argument("--prompts", type=count(1), default=4, help="prompts per set")
+    ap.add_argument("--prompt-tokens", type=count(1), default=12, help="open-ended prompt length")
+    ap.add_argument("--new-tokens", type=count(1), default=48)
+    ap.add_argument("--temperature", type=real(0.0, lo_open=True), default=0.8)
+    ap.add_argument("--k", type=count(1), default=4)
+    ap.add_argument("--mtp-steps", type=count(0), default=100)
+    ap.add_argument("--repeats", type=count(1), default=1)
+    ap.add_argument("--device", type=device_name(), default="cpu")
+    ap.add_argument("--threads", type=count(1), default=1)
+    ap.add_argument("--seed", type=count(0), default=0)
     ap.add_argument("--quick", action="store_true", help="smoke run: 2 prompts per set, 16 tokens, 10 MTP steps")
     ap.add_argument("--rows", default="", help="only drafter rows whose name contains one of these "
                     "comma-separated strings (e.g. 'StoryLM-1M,n-gram'); default all")
-    ap.add_argument("--sets", default="open-ended,copy-heavy", help="prompt sets to run (comma-separated)")
-    ap.add_argument("--modes", default="greedy,sampled", help="greedy and/or sampled (comma-separated)")
+    ap.add_argument("--sets", type=choice_list("open-ended", "copy-heavy"),
+                    default="open-ended,copy-heavy", help="prompt sets to run (comma-separated)")
+    ap.add_argument("--modes", type=choice_list("greedy", "sampled"),
+                    default="greedy,sampled", help="greedy and/or sampled (comma-separated)")
     args = ap.parse_args(argv)
     if args.quick:
         args.prompts, args.new_tokens, args.mtp_steps = 2, 16, 10

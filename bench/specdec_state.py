@@ -28,6 +28,7 @@ import argparse
 import torch
 
 import g2c.course.solved  # noqa: F401  (first: applies the answer key before course modules load)
+from g2c.assets.cli import count
 from g2c.recurrent import (
     RecurrentLM,
     fan_in_init_,
@@ -75,9 +76,9 @@ def run_case(target: RecurrentLM, drafter: RecurrentLM, prompts: list[list[int]]
 def main(argv: list[str] | None = None) -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--quick", action="store_true", help="the lesson's table: 2 prompts, 48 new tokens")
-    ap.add_argument("-k", type=int, default=4, help="draft length (default 4)")
-    ap.add_argument("--capacity", type=int, default=16, help="replay buffer positions (default 16)")
-    ap.add_argument("--threads", type=int, default=1)
+    ap.add_argument("-k", type=count(1), default=4, help="draft length (default 4)")
+    ap.add_argument("--capacity", type=count(1), default=16, help="replay buffer positions (default 16)")
+    ap.add_argument("--threads", type=count(1), default=1)
     args = ap.parse_args(argv)
     torch.set_num_threads(args.threads)
     num_prompts, num_new = (2, 48) if args.quick else (8, 160)

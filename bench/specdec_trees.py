@@ -36,6 +36,7 @@ import torch
 
 import g2c.course.solved  # noqa: F401  (first: applies the answer key before course modules load)
 from g2c.assets import ArtifactError, load_model
+from g2c.assets.cli import choice_list, count, device_name, int_list, model_name, real
 from g2c.assets.data import validation_prompts
 from g2c.kvcache import cached_generate
 from g2c.nn import time_call
@@ -70,19 +71,20 @@ def timed(fn, device, repeats: int):
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--target", default="StoryLM-30M")
-    ap.add_argument("--drafter", default="StoryLM-1M-distilled", help="an LM drafter (default: the best shipped)")
-    ap.add_argument("--budgets", default="4,8,16")
-    ap.add_argument("--trees", default="chain,static,dynamic")
-    ap.add_argument("--width", type=int, default=4, help="EAGLE-2 top-k of the dynamic tree")
-    ap.add_argument("--prompts", type=int, default=4)
-    ap.add_argument("--prompt-tokens", type=int, default=16)
-    ap.add_argument("--new-tokens", type=int, default=48)
-    ap.add_argument("--temperature", type=float, default=0.8, help="sampled rows (0 skips them)")
-    ap.add_argument("--repeats", type=int, default=1)
-    ap.add_argument("--device", default="auto")
-    ap.add_argument("--threads", type=int, default=None)
-    ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--target", type=model_name(ladder_only=True), default="StoryLM-30M")
+    ap.add_argument("--drafter", type=model_name(), default="StoryLM-1M-distilled",
+                    help="an LM drafter (default: the best shipped)")
+    ap.add_argument("--budgets", type=int_list(1), default="4,8,16")
+    ap.add_argument("--trees", type=choice_list("chain", "static", "dynamic"), default="chain,static,dynamic")
+    ap.add_argument("--width", type=count(1), default=4, help="EAGLE-2 top-k of the dynamic tree")
+    ap.add_argument("--prompts", type=count(1), default=4)
+    ap.add_argument("--prompt-tokens", type=count(1), default=16)
+    ap.add_argument("--new-tokens", type=count(1), default=48)
+    ap.add_argument("--temperature", type=real(0.0), default=0.8, help="sampled rows (0 skips them)")
+    ap.add_argument("--repeats", type=count(1), default=1)
+    ap.add_argument("--device", type=device_name(), default="auto")
+    ap.add_argument("--threads", type=count(1), default=None)
+    ap.add_argument("--seed", type=count(0), default=0)
     ap.add_argument("--use-cache", action="store_true", help="the target keeps a KVCache across tree passes")
     ap.add_argument("--quick", action="store_true", help="smoke run: 2 prompts, 24 tokens, n in {4, 16}, 1 repeat")
     args = ap.parse_args(argv)

@@ -29,6 +29,7 @@ import torch.nn as nn
 import torch.nn.functional as F
 
 import g2c.course.solved  # noqa: F401  (first: applies the answer key before course modules load)
+from g2c.assets.cli import choice_list, count, device_name
 from g2c.nn import time_call
 from g2c.pretraining import lm_cross_entropy, no_decay_params
 from g2c.training import AdamW, clip_grad_norm_
@@ -158,14 +159,15 @@ def time_steps(step, batches, *, warmup: int, repeats: int, steps: int, device: 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--models", default="StoryLM-5M,StoryLM-30M", help="comma list of LADDER names")
-    ap.add_argument("--batch-size", type=int, default=16)
-    ap.add_argument("--context", type=int, default=256)
-    ap.add_argument("--precisions", default="fp32,bf16", help="comma list of fp32, bf16")
-    ap.add_argument("--warmup", type=int, default=2, help="untimed steps first")
-    ap.add_argument("--repeats", type=int, default=5, help="timings; the median is reported")
-    ap.add_argument("--steps", type=int, default=2, help="steps per timing")
-    ap.add_argument("--threads", type=int, default=0, help="torch threads (0 = torch's default)")
-    ap.add_argument("--device", default="cpu")
+    ap.add_argument("--batch-size", type=count(1), default=16)
+    ap.add_argument("--context", type=count(1), default=256)
+    ap.add_argument("--precisions", type=choice_list("fp32", "bf16"), default="fp32,bf16",
+                    help="comma list of fp32, bf16")
+    ap.add_argument("--warmup", type=count(0), default=2, help="untimed steps first")
+    ap.add_argument("--repeats", type=count(1), default=5, help="timings; the median is reported")
+    ap.add_argument("--steps", type=count(1), default=2, help="steps per timing")
+    ap.add_argument("--threads", type=count(0), default=0, help="torch threads (0 = torch's default)")
+    ap.add_argument("--device", type=device_name(auto=False), default="cpu")
     ap.add_argument("--quick", action="store_true",
                     help="smoke run: batch 2, context 32, 1 warm-up, 1 repeat of 1 step")
     args = ap.parse_args(argv)

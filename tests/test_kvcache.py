@@ -129,7 +129,7 @@ def test_kvcache_crop_rejects_growth():
 def test_cached_attention_matches_full_attention():
     model = _tiny_lm()
     attn = model.blocks[0].attn
-    x = torch.randn(1, 7, 16, generator=torch.Generator().manual_seed(3))
+    x = torch.randn(1, 7, 16, generator=torch.Generator().manual_seed(3)).to(model.device)   # --fake-device
     full = attn(x)                                             # (1, 7, D)
     cache = KVCache.for_model(model)
     out = [cached_attention(attn, x[:, :4], cache, 0)]
@@ -144,7 +144,7 @@ def test_cached_attention_chunk_is_causal_with_offset():
     # A 3-row chunk after 2 cached rows: query j must see keys 0..2+j only.
     model = _tiny_lm()
     attn = model.blocks[0].attn
-    x = torch.randn(1, 5, 16, generator=torch.Generator().manual_seed(4))
+    x = torch.randn(1, 5, 16, generator=torch.Generator().manual_seed(4)).to(model.device)
     cache = KVCache.for_model(model)
     cached_attention(attn, x[:, :2], cache, 0)
     cache.advance(2)

@@ -201,7 +201,8 @@ def test_mtp_cached_head_matches_uncached_head():
     def check(rec):
         ids = rec.ids
         h = base.hidden_states(ids[:-1].unsqueeze(0))                 # (1, N-1, D)
-        hcache = KVCache(1, 1, base.num_heads, base.embedding_dim // base.num_heads, base.max_seq_len)
+        hcache = KVCache(1, 1, base.num_heads, base.embedding_dim // base.num_heads, base.max_seq_len,
+                         device=base.device)
         from g2c.specdec.sampling.cached import _head_logits
         _head_logits(head, base, h, ids[1:].tolist(), hcache)
         assert rec.drafter_cache.length == hcache.length

@@ -640,3 +640,34 @@ def test_speculative_sample_equals_generate_at_the_window_edge(k):
         d = max(0, min(k, 17 - length, 8 - length))
         drafted, length = drafted + d, length + min(d + 1, 17 - length)
     assert stats.acceptance_rate == 1.0 and stats.drafted == drafted
+
+
+@pytest.mark.parametrize("build, error, match", [
+    (lambda: HeuristicK(grow=-1), ValueError, r"grow must be an int >= 1 .*got -1; for a fixed draft length use"),
+    (lambda: HeuristicK(shrink=0), ValueError, r"shrink must be an int >= 1 .*got 0"),
+    (lambda: HeuristicK(grow=1.5), ValueError, r"grow must be an int >= 1 .*got 1\.5"),
+    (lambda: CostModelK(c=float("nan")), ValueError, r"c must be a finite number >= 0, got nan"),
+    (lambda: CostModelK(c="0.1"), TypeError, r"c must be a real number, got str"),
+    (lambda: CostModelK(prior_weight=-2.0), ValueError, r"prior_weight must be a finite number >= 0, got -2\.0"),
+    (lambda: CostModelK(decay=0.0), ValueError, r"decay must be a finite number in \(0, 1\], got 0\.0"),
+])
+def test_controllers_refuse_meaningless_parameters(build, error, match):
+    """Family 8: HeuristicK(grow=-1) used to return k = -1 after a full match."""
+    with pytest.raises(error, match=match):
+        build()
+
+
+@pytest.mark.parametrize("ctl", [StaticK(3), HeuristicK(3), CostModelK(3)], ids=repr)
+@pytest.mark.parametrize("report, error, match", [
+    (dict(drafted=3, accepted=4), ValueError, r"need 0 <= accepted <= drafted, got drafted=3, accepted=4"),
+    (dict(drafted=-1, accepted=0), ValueError, r"need 0 <= accepted <= drafted, got drafted=-1"),
+    (dict(drafted=2.5, accepted=1), TypeError, r"drafted must be an int .*got float 2\.5"),
+    (dict(drafted=3, accepted=1, draft_seconds=float("nan")), ValueError, r"draft_seconds must be a finite number"),
+    (dict(drafted=3, accepted=1, target_seconds=-1.0), ValueError, r"target_seconds must be a finite number >= 0"),
+])
+def test_controller_update_refuses_impossible_reports(ctl, report, error, match):
+    k = ctl.next_k()
+    with pytest.raises(error, match=match):
+        ctl.update(**report)
+    assert ctl.next_k() == k
+    ctl.update(drafted=torch.tensor(3), accepted=torch.tensor(2))  # 0-d integer tensors are counts

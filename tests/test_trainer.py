@@ -224,6 +224,31 @@ def test_trainer_load_checkpoint_rejects_missing_file(tmp_path):
         tr.load_checkpoint(tmp_path / "nope.pt")
 
 
+@pytest.mark.parametrize("damage", ["flip", "truncate", "no_record"])
+def test_trainer_load_checkpoint_refuses_a_damaged_file(tmp_path, damage):
+    """Family 6: a bit-flipped or truncated trainer.pt (or one without its recorded sha256) is
+    refused with the fix; it never resumes with a corrupted optimizer state."""
+    tr = Trainer(_model(), _stream(), config=_config())
+    ckpt = tmp_path / "trainer.pt"
+    tr.save_checkpoint(ckpt)
+    raw = bytearray(ckpt.read_bytes())
+    if damage == "flip":
+        raw[len(raw) // 2] ^= 0x01
+        ckpt.write_bytes(bytes(raw))
+        match = r"trainer\.pt does not match its recorded sha256/size .*delete .*trainer\.pt"
+    elif damage == "truncate":
+        ckpt.write_bytes(bytes(raw[:-100]))
+        match = r"trainer\.pt does not match its recorded sha256/size .*truncated or corrupted"
+    else:
+        (tmp_path / "trainer.pt.sha256").unlink()
+        match = r"trainer\.pt has no recorded checksum \(trainer\.pt\.sha256 is missing\)"
+    other = Trainer(_model(5), _stream(), config=_config())
+    before = {k: v.clone() for k, v in other.model.state_dict().items()}
+    with pytest.raises(ValueError, match=match):
+        other.load_checkpoint(ckpt)
+    assert other.step == 0 and all(torch.equal(v, before[k]) for k, v in other.model.state_dict().items())
+
+
 # -- constructor and evaluate errors -------------------------------------------------------
 
 def test_trainer_rejects_context_beyond_the_window():

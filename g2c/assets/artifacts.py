@@ -41,8 +41,8 @@ DRAFTERS: dict[str, dict] = {
 
 __all__ = ["ARTIFACTS_DIR", "ArtifactError", "ArtifactMissingError", "CORPUS_FILE", "CORPUS_NAMES", "ChecksumError",
            "DRAFTERS", "LOAD_DTYPES", "TOKENIZER_NAMES", "artifact_dir", "artifact_kind", "canonical_name",
-           "corpus_path", "drafter_names", "is_verified", "load_model", "load_story_tokenizer", "load_tokenizer",
-           "model_names", "verify_artifact", "write_artifact"]
+           "check_member_name", "corpus_path", "drafter_names", "is_verified", "load_model", "load_story_tokenizer",
+           "load_tokenizer", "manifest_files", "model_names", "verify_artifact", "write_artifact"]
 
 
 class ArtifactError(Exception):
@@ -143,9 +143,9 @@ def verify_artifact(name: str, root: Path | None = None) -> dict:
                                    "run ./checkpoints.sh to install it (or ./checkpoints.sh --train to rebuild it)")
     try:
         manifest = json.loads(manifest_path.read_text())
-        files = manifest["files"]
-    except (json.JSONDecodeError, KeyError) as exc:
+    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
         raise ChecksumError(f"{manifest_path} is corrupted ({exc}): run ./checkpoints.sh --force") from exc
+    files = manifest_files(manifest, manifest_path)
     for fname, expected in files.items():
         path = folder / fname
         if not path.is_file():
@@ -155,6 +155,55 @@ def verify_artifact(name: str, root: Path | None = None) -> dict:
             raise ChecksumError(f"checksum mismatch for {path}: manifest says {expected[:12]}…, file has {got[:12]}…; "
                                 "the file is corrupted or was edited. Run ./checkpoints.sh --force to restore it")
     return manifest
+
+
+def check_member_name(fname: object, where: object) -> str:
+    """Refuse a manifest entry that is not a plain file name inside its artifact folder.
+
+    A manifest owns files *in its own folder* only: an entry such as ``../../README.md``,
+    ``/etc/passwd``, ``sub/file``, ``.`` or ``manifest.json`` itself would read or write
+    outside what the manifest owns, so it is refused before any file is touched.
+
+    Raises:
+        ChecksumError: the entry is not a string, is empty, holds a path separator, starts
+            with a dot, or is ``manifest.json``; the message names the entry and ``where``.
+    """
+    if (not isinstance(fname, str) or not fname or "/" in fname or "\\" in fname or fname.startswith(".")
+            or fname == "manifest.json" or "\0" in fname or Path(fname).name != fname):
+        raise ChecksumError(f"{where} lists an unsafe file name {fname!r}: a manifest may only name plain files "
+                            "inside its own folder; use a manifest from ./checkpoints.sh or fix the mirror")
+    return fname
+
+
+def manifest_files(manifest: object, where: object) -> dict[str, str]:
+    """The ``files`` table of a parsed manifest, checked: a dict of plain file names (see
+    ``check_member_name``) to 64-digit hex sha256 strings.
+
+    Raises:
+        ChecksumError: the manifest is not a JSON object, has no ``files`` object, or an entry
+            is unsafe or its checksum is not a sha256 hex string; the message names ``where``
+            and says to run ``./checkpoints.sh --force``.
+    """
+    fix = "run ./checkpoints.sh --force to restore it (or fix the mirror's manifest)"
+    if not isinstance(manifest, dict) or not isinstance(manifest.get("files"), dict):
+        raise ChecksumError(f"{where} has the wrong structure: expected a JSON object with a \"files\" object "
+                            f"mapping file names to sha256; {fix}")
+    files = manifest["files"]
+    for fname, digest in files.items():
+        check_member_name(fname, where)
+        if not (isinstance(digest, str) and len(digest) == 64 and all(c in "0123456789abcdef" for c in digest)):
+            raise ChecksumError(f"{where}: the checksum of {fname!r} is {digest!r}, not a 64-digit sha256 hex "
+                                f"string; {fix}")
+    return files
+
+
+def _owned_by(folder: Path) -> set[str] | None:
+    """The names an installed artifact's manifest owns (itself included); None when unreadable."""
+    try:
+        files = manifest_files(json.loads((folder / "manifest.json").read_text()), folder / "manifest.json")
+    except (OSError, ValueError, ArtifactError):
+        return None
+    return set(files) | {"manifest.json"}
 
 
 def is_verified(name: str, root: Path | None = None) -> bool:
@@ -173,16 +222,32 @@ def write_artifact(name: str, files: dict[str, bytes | Path], manifest: dict, *,
 
     ``manifest["files"]`` is filled with the sha256 of every file. A killed run leaves at
     most a ``.tmp-*`` folder, never a half-written artifact that passes verification.
+    Files in an existing folder that its manifest does not own (a user's notes, say) are
+    carried over into the new folder, never deleted; a file the old manifest owned and the
+    new one does not is dropped with the old copy. Without a readable old manifest, every
+    file the new manifest does not name is kept.
 
     Raises:
         FileExistsError: a verified artifact is already there and ``force`` is False.
+        ChecksumError: a file name is not a plain name inside the folder (``../x``, ``a/b``,
+            ``.hidden``, ``manifest.json``): nothing is written.
     """
     dest = artifact_dir(name, root)
+    for fname in files:
+        check_member_name(fname, f"write_artifact({canonical_name(name)!r})")
     if not force and is_verified(name, root):
         raise FileExistsError(f"{dest} already holds a verified {canonical_name(name)}; pass --force to replace it")
     dest.parent.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(prefix=f".tmp-{dest.name}-", dir=dest.parent))
     try:
+        if dest.is_dir():  # keep what the old manifest does not own
+            owned = _owned_by(dest) or {"manifest.json"}
+            for entry in dest.iterdir():
+                if entry.name not in owned and entry.name not in files:
+                    if entry.is_dir() and not entry.is_symlink():
+                        shutil.copytree(entry, tmp / entry.name, symlinks=True)
+                    else:
+                        shutil.copy2(entry, tmp / entry.name, follow_symlinks=False)
         hashes = {}
         for fname, content in files.items():
             if isinstance(content, Path):

@@ -49,6 +49,7 @@ from g2c.assets.artifacts import (
     canonical_name,
     drafter_names,
     is_verified,
+    manifest_files,
     model_names,
     verify_artifact,
     write_artifact,
@@ -117,6 +118,15 @@ def _human(n: int) -> str:
 def _line(name: str, root: Path | None, state: str, manifest: dict | None, note: str = "") -> str:
     folder = artifact_dir(name, root)
     size = sum(p.stat().st_size for p in folder.iterdir() if p.is_file()) if folder.is_dir() else 0
+    try:
+        extra = _summary(name, manifest)
+    except (TypeError, ValueError, AttributeError):  # a verified manifest with odd metadata: no summary
+        extra = ""
+    text = f"{name:<20} {state:<8} {_human(size) if size else '-':>9}  {extra}".rstrip()
+    return f"{text}  ({note})" if note else text
+
+
+def _summary(name: str, manifest: dict | None) -> str:
     extra = ""
     if manifest is not None:
         if _kind(name) == "model" and "val_loss" in manifest:
@@ -129,8 +139,7 @@ def _line(name: str, root: Path | None, state: str, manifest: dict | None, note:
             extra = f"vocab {manifest.get('recipe', {}).get('vocab_size', '?')}"
         elif _kind(name) == "corpus":
             extra = f"{manifest.get('stories', '?'):,} stories, {manifest.get('license', '?')}"
-    text = f"{name:<20} {state:<8} {_human(size) if size else '-':>9}  {extra}".rstrip()
-    return f"{text}  ({note})" if note else text
+    return extra
 
 
 def _check_complete(name: str, manifest: dict, where: str) -> None:
@@ -194,12 +203,11 @@ def install_from_url(name: str, base_url: str, *, root: Path | None = None, forc
         folder.mkdir(parents=True)
         _download(base + "manifest.json", folder / "manifest.json", timeout=timeout)
         try:
-            files = json.loads((folder / "manifest.json").read_text())["files"]
-        except (json.JSONDecodeError, KeyError, UnicodeDecodeError) as exc:
+            parsed = json.loads((folder / "manifest.json").read_text())
+        except (json.JSONDecodeError, UnicodeDecodeError) as exc:
             raise ChecksumError(f"{base}manifest.json is not a valid manifest ({exc})") from exc
+        files = manifest_files(parsed, f"{base}manifest.json")  # refuses ../x before any download
         for fname, expected in files.items():
-            if "/" in fname or "\\" in fname or fname.startswith(".") or fname == "manifest.json":
-                raise ChecksumError(f"{base}manifest.json lists an unsafe file name {fname!r}")
             got = _download(base + fname, folder / fname, timeout=timeout)
             if got != expected:
                 raise ChecksumError(f"downloaded {base}{fname} has sha256 {got[:12]}…, manifest says {expected[:12]}…")
@@ -280,7 +288,7 @@ def verify_or_install(names: list[str], *, root: Path | None, source: Path | Non
         elif source is not None:
             note = "already installed and verified; --force replaces it"
         out(_line(name, root, state, manifest, note))
-        if state != "OK":
+        if state != "OK" or failure:  # a failed --force replace leaves the old copy OK: still a failure
             bad += 1
             err(f"  {failure or message}")
             if not note:

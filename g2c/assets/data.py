@@ -44,8 +44,8 @@ CORPUS = "TinyStories-sample"  # the embedded default source (a verified artifac
 VAL_PERCENT = 5
 TINY_STORIES = 10_000  # stories taken from the Hugging Face train split with --tiny
 
-__all__ = ["DATA_DIR", "is_validation", "load_split_text", "load_token_stream", "prepare", "read_stories",
-           "split_stories", "tokenize_splits", "validation_prompts"]
+__all__ = ["DATA_DIR", "check_source_file", "is_validation", "load_split_text", "load_token_stream", "prepare",
+           "read_stories", "split_stories", "tokenize_splits", "validation_prompts"]
 
 
 def read_stories(path: str | Path) -> list[str]:
@@ -56,14 +56,28 @@ def read_stories(path: str | Path) -> list[str]:
 
     Raises:
         FileNotFoundError: no such file.
-        ValueError: the file holds no story.
+        ValueError: the path is a directory or not a regular file (a device, a pipe); a ``.xz``
+            file that is not xz data or is truncated; text that is not UTF-8 (the message gives
+            the byte offset); a file that holds no story. Each message names the file and the fix.
+        PermissionError: the file cannot be read.
     """
-    path = Path(path)
-    if not path.is_file():
-        raise FileNotFoundError(f"TinyStories source {path} does not exist")
-    opener = lzma.open if path.suffix == ".xz" else open
-    with opener(path, "rt", encoding="utf-8") as f:
-        text = f.read()
+    path = check_source_file(path)
+    try:
+        if path.suffix == ".xz":
+            with lzma.open(path, "rb") as f:
+                raw = f.read()
+        else:
+            raw = path.read_bytes()
+    except lzma.LZMAError as exc:
+        raise ValueError(f"{path} is not an xz file ({exc}): pass the plain .txt, or compress it with `xz -k`") from exc
+    except EOFError as exc:
+        raise ValueError(f"{path} is a truncated xz file (it ends before the compressed stream does): copy or "
+                         "download it again") from exc
+    try:
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise ValueError(f"{path} is not UTF-8 text (byte {exc.start}: {raw[exc.start:exc.start + 4]!r}): convert it, "
+                         f"e.g. `iconv -f latin1 -t utf-8 {path.name} > stories.txt`, then pass that file") from exc
     stories, current = [], []
     for line in text.split("\n"):
         if line.strip() == EOT:
@@ -76,6 +90,24 @@ def read_stories(path: str | Path) -> list[str]:
     if not stories:
         raise ValueError(f"{path} holds no stories (expected stories separated by a line {EOT})")
     return stories
+
+
+def check_source_file(path: str | Path) -> Path:
+    """``path`` as a ``Path`` when it is a regular file a source can be read from.
+
+    Raises:
+        FileNotFoundError: nothing at ``path``.
+        ValueError: a directory, or not a regular file (a device, a pipe, a socket).
+    """
+    path = Path(path)
+    if path.is_dir():
+        raise ValueError(f"TinyStories source {path} is a directory: pass a .txt or .txt.xz file inside it")
+    if not path.exists():
+        raise FileNotFoundError(f"TinyStories source {path} does not exist: pass an existing .txt or .txt.xz file")
+    if not path.is_file():
+        raise ValueError(f"TinyStories source {path} is not a regular file (a device or a pipe?): pass a .txt or "
+                         ".txt.xz file")
+    return path
 
 
 def is_validation(story: str) -> bool:
@@ -166,8 +198,8 @@ def prepare(source: str | Path | None = None, *, tiny: bool = False, hub: bool =
                          "pick one (unset G2C_TINYSTORIES to use --hub)")
     out_dir = Path(out_dir)
     manifest_path = out_dir / "manifest.json"
-    if source and not Path(source).is_file():
-        raise FileNotFoundError(f"TinyStories source {source} does not exist")
+    if source:
+        check_source_file(source)
     if source:
         src_id = {"kind": "file", "path": str(Path(source).resolve()), "sha256": sha256_file(Path(source))}
     elif hub:
@@ -255,10 +287,18 @@ def tokenize_splits(tokenizer, *, data_dir: Path = DATA_DIR, force: bool = False
     tok_sha = hashlib.sha256(tokenizer.to_tokenizers().to_str().encode()).hexdigest()
     meta_path = data_dir / "tokens.json"
     if meta_path.exists() and not force:
-        meta = json.loads(meta_path.read_text())
-        if meta.get("tokenizer_sha256") == tok_sha and all((data_dir / f"{s}.bin").exists() for s in ("train", "val")):
-            return meta["tokens"]
-    counts = {}
+        try:
+            meta = json.loads(meta_path.read_text())
+            same_tokenizer = meta.get("tokenizer_sha256") == tok_sha
+        except (ValueError, UnicodeDecodeError, AttributeError):
+            meta, same_tokenizer = {}, False
+            log(f"datasets: {meta_path} is corrupted; re-tokenizing")
+        if same_tokenizer:
+            problems = [p for p in (_stream_problem(s, data_dir, meta) for s in ("train", "val")) if p]
+            if not problems:
+                return {s: int(meta["tokens"][s]) for s in ("train", "val")}
+            log(f"datasets: {'; '.join(problems)}; re-tokenizing")
+    counts, files = {}, {}
     for split in ("train", "val"):
         stories = load_split_text(split, data_dir=data_dir)
         ids: list[int] = []
@@ -269,9 +309,12 @@ def tokenize_splits(tokenizer, *, data_dir: Path = DATA_DIR, force: bool = False
         arr = np.asarray(ids, dtype=np.uint16)
         tmp = data_dir / f"{split}.bin.tmp"
         arr.tofile(tmp)
+        files[f"{split}.bin"] = {"sha256": sha256_file(tmp), "bytes": tmp.stat().st_size}
         tmp.replace(data_dir / f"{split}.bin")
         counts[split] = int(arr.size)
-    meta_path.write_text(json.dumps({"tokenizer_sha256": tok_sha, "tokens": counts}, indent=2) + "\n")
+    tmp = data_dir / "tokens.json.tmp"
+    tmp.write_text(json.dumps({"tokenizer_sha256": tok_sha, "tokens": counts, "files": files}, indent=2) + "\n")
+    tmp.replace(meta_path)
     log(f"datasets: tokenized train {counts['train']:,} / val {counts['val']:,} tokens")
     return counts
 
@@ -293,15 +336,53 @@ def validation_prompts(tokenizer, n: int, num_tokens: int, *, data_dir: Path = D
     return out
 
 
+_VERIFIED: dict[tuple, bool] = {}  # (path, size, mtime_ns, sha256) already hashed in this process
+
+
+def _stream_problem(split: str, data_dir: Path, meta: dict) -> str | None:
+    """Why the cached ``<split>.bin`` cannot be trusted, or None when it matches the size and
+    sha256 that ``tokens.json`` recorded for it (hashed once per process per file version)."""
+    path = Path(data_dir) / f"{split}.bin"
+    record = meta.get("files", {}).get(path.name) if isinstance(meta.get("files"), dict) else None
+    if not path.is_file():
+        return f"{path} is missing"
+    if not isinstance(record, dict) or not isinstance(meta.get("tokens"), dict) or split not in meta["tokens"]:
+        return f"{path} has no recorded sha256 in tokens.json (made by an older ./datasets.sh)"
+    stat = path.stat()
+    if stat.st_size != record.get("bytes"):
+        return f"{path} has {stat.st_size:,} bytes, tokens.json recorded {record.get('bytes')!r} (truncated?)"
+    key = (str(path.resolve()), stat.st_size, stat.st_mtime_ns, record.get("sha256"))
+    if key not in _VERIFIED:
+        if sha256_file(path) != record.get("sha256"):
+            return f"{path} does not match the sha256 recorded in tokens.json (corrupted)"
+        _VERIFIED[key] = True
+    return None
+
+
 def load_token_stream(split: str, *, data_dir: Path = DATA_DIR) -> np.memmap:
-    """The cached ``uint16`` stream of a split, memory-mapped.
+    """The cached ``uint16`` stream of a split, memory-mapped, after checking it against the
+    size and sha256 recorded in ``tokens.json`` (a truncated or bit-flipped cache is refused).
 
     Raises:
+        ValueError: ``split`` is not ``"train"`` or ``"val"``.
         FileNotFoundError: not tokenized yet (``./datasets.sh`` does it once the tokenizer exists).
+        ValueError: the cache does not match its record (or has none): the message names the file
+            and says to run ``./datasets.sh``, which re-tokenizes it.
     """
+    if split not in ("train", "val"):
+        raise ValueError(f"split {split!r} is not 'train' or 'val'")
     path = Path(data_dir) / f"{split}.bin"
-    if not path.exists():
-        raise FileNotFoundError(f"{path} is missing: run ./datasets.sh (it tokenizes once the StoryTokenizer exists)")
+    meta_path = Path(data_dir) / "tokens.json"
+    if not path.exists() or not meta_path.exists():
+        raise FileNotFoundError(f"{path if not path.exists() else meta_path} is missing: run ./datasets.sh "
+                                "(it tokenizes once the StoryTokenizer exists)")
+    try:
+        meta = json.loads(meta_path.read_text())
+    except (ValueError, UnicodeDecodeError) as exc:
+        raise ValueError(f"{meta_path} is corrupted ({exc}): run ./datasets.sh to re-tokenize") from exc
+    problem = _stream_problem(split, Path(data_dir), meta if isinstance(meta, dict) else {})
+    if problem:
+        raise ValueError(f"token cache refused: {problem}. Run ./datasets.sh to re-tokenize it")
     return np.memmap(path, dtype=np.uint16, mode="r")
 
 
@@ -325,7 +406,7 @@ Already prepared data is kept ("nothing to do"); --force redoes it.""")
     args = ap.parse_args(argv)
     try:
         manifest = prepare(args.source, tiny=args.tiny, hub=args.hub, force=args.force)
-    except (FileNotFoundError, ValueError, RuntimeError) as exc:
+    except (OSError, ValueError, RuntimeError) as exc:  # FileNotFoundError and PermissionError are OSErrors
         print(f"datasets: error: {exc}", file=sys.stderr)
         return 1
     try:
@@ -334,7 +415,12 @@ Already prepared data is kept ("nothing to do"); --force redoes it.""")
     except (FileNotFoundError, ValueError) as exc:
         print(f"datasets: token cache not built ({exc})")
         return 0
-    counts = tokenize_splits(tok, force=args.force and not manifest.get("skipped"))
+    try:
+        counts = tokenize_splits(tok, force=args.force and not manifest.get("skipped"))
+    except (OSError, ValueError) as exc:
+        print(f"datasets: error: tokenizing failed: {exc}; run ./datasets.sh --force to redo the split",
+              file=sys.stderr)
+        return 1
     print(f"datasets: token streams ready: train {counts['train']:,}, val {counts['val']:,} tokens")
     return 0
 

@@ -108,7 +108,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     try:
         out = export_hf(args.name, args.hf, dtype=getattr(torch, args.dtype), overwrite=args.overwrite)
-    except (ValueError, FileExistsError, ImportError, FileNotFoundError) as e:
+    except (ValueError, OSError, ImportError) as e:  # FileExistsError, NotADirectoryError, ... are OSErrors
         print(f"error: {e}", file=sys.stderr)
         return 1
     files = ", ".join(sorted(p.name for p in out.iterdir()))

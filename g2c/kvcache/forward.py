@@ -27,6 +27,7 @@ import torch
 
 from g2c.attention.causal import scaled_dot_product_attention
 from g2c.attention.multihead import merge_heads, split_heads
+from g2c.sampling.model import check_score_rows
 
 from .cache import KVCache
 
@@ -96,6 +97,16 @@ def _check_step(model, ids: torch.Tensor, cache: KVCache) -> None:
     if cache.num_layers != model.num_layers:
         raise ValueError(f"the cache has {cache.num_layers} layers but the model {model.num_layers}; "
                          "build it with KVCache.for_model(model)")
+    head_dim = model.embedding_dim // model.num_heads
+    if (cache.num_heads, cache.head_dim) != (model.num_heads, head_dim):
+        raise ValueError(f"the cache holds {cache.num_heads} heads of {cache.head_dim} but the model has "
+                         f"{model.num_heads} of {head_dim}: it was built for another model; build it with "
+                         "KVCache.for_model(model)")
+    weight = model.token_embed.weight
+    if cache.dtype != weight.dtype or cache.device != weight.device:
+        raise ValueError(f"the cache is {cache.dtype} on {cache.device} but the model computes in {weight.dtype} on "
+                         f"{weight.device} (keys would be rounded or moved silently); build it with "
+                         "KVCache.for_model(model), or move the model")
     end = cache.length + ids.shape[1]
     if end > min(cache.max_seq_len, model.max_seq_len):
         raise ValueError(f"cached_forward: {cache.length} cached + {ids.shape[1]} new positions exceed "
@@ -148,8 +159,16 @@ def cached_forward(model, ids: torch.Tensor, cache: KVCache) -> torch.Tensor:
     Row j scores the token after position ``cache.length + j`` (old length); equal within
     1e-4 (float32) to the last T rows of ``model`` run over the whole sequence. The cache
     grows by T (see ``cached_hidden_states`` for arguments and errors).
+
+    Raises:
+        ValueError: as ``cached_hidden_states``; the logits hold NaN or a row of only -inf
+            (``g2c.sampling.model.check_score_rows``, naming the positions): a broken model
+            must stop the loop, not become token 0.
     """
-    return unembed(model, cached_hidden_states(model, ids, cache))
+    start = cache.length if isinstance(cache, KVCache) else 0
+    logits = unembed(model, cached_hidden_states(model, ids, cache))              # (B, T, V)
+    check_score_rows(logits, "logits", where=f"positions {start}..{start + logits.shape[1] - 1} (cached_forward)")
+    return logits
 
 
 @torch.no_grad()

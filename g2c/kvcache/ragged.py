@@ -43,6 +43,7 @@ import math
 import torch
 
 from g2c.attention.multihead import merge_heads, split_heads
+from g2c.sampling.model import check_score_rows
 
 from .cache import KVCache
 from .forward import unembed
@@ -256,7 +257,8 @@ def ragged_forward(model, ids: torch.Tensor, cache: RaggedKVCache) -> torch.Tens
         TypeError: cache is not a ``RaggedKVCache``.
         ValueError: ids not (B, T) with T >= 1; B differs from the cache's; or
             ``max(lengths) + T`` passes ``max_seq_len`` (no sliding window: shorten the
-            prompt or max_new_tokens).
+            prompt or max_new_tokens); the logits hold NaN or a row of only -inf
+            (``check_score_rows``: a broken model stops the batched loops).
     """
     if not isinstance(cache, RaggedKVCache):
         raise TypeError(f"ragged_forward needs a RaggedKVCache (RaggedKVCache.for_model(model, B)), "
@@ -273,4 +275,7 @@ def ragged_forward(model, ids: torch.Tensor, cache: RaggedKVCache) -> torch.Tens
     mask = cache.key_padding_mask(T).unsqueeze(1)                                         # (B, 1, T, S)
     h = masked_hidden_states(model, ids, cache, cache.positions(T), mask)
     cache.advance(T)
-    return unembed(model, h)                                                              # (B, T, V)
+    logits = unembed(model, h)                                                            # (B, T, V)
+    check_score_rows(logits, "logits", where=f"ragged_forward ({ids.shape[1]} new tokens per row, rows now "
+                                             f"{cache.lengths.tolist()} long)")
+    return logits

@@ -8,6 +8,7 @@ backward -> clip the global gradient norm -> AdamW step -> advance the step coun
 
 from __future__ import annotations
 
+import hashlib
 import math
 import time
 from contextlib import nullcontext
@@ -22,7 +23,7 @@ from g2c.training import AdamW, clip_grad_norm_, cosine_with_warmup
 
 from .objective import get_lm_batch, lm_cross_entropy
 
-__all__ = ["TrainConfig", "Trainer", "no_decay_params", "stream_loss"]
+__all__ = ["TrainConfig", "Trainer", "load_checked", "no_decay_params", "save_checked", "stream_loss"]
 
 
 def no_decay_params(model: Module) -> list[torch.Tensor]:
@@ -225,22 +226,22 @@ class Trainer:
             "generator": self.generator.get_state(),
             "torch_rng": torch.get_rng_state(),
         }
-        tmp = path.with_suffix(path.suffix + ".tmp")
-        torch.save(state, tmp)
-        tmp.replace(path)
+        save_checked(state, path)
 
     def load_checkpoint(self, path: str | Path) -> None:
-        """Restore a checkpoint written by ``save_checkpoint`` into this trainer.
+        """Restore a checkpoint written by ``save_checkpoint`` into this trainer, after checking
+        it against the sha256 recorded beside it (``<path>.sha256``; see ``load_checked``).
 
         Raises:
             FileNotFoundError: no file at ``path``.
-            ValueError: the checkpoint was written with a different ``TrainConfig``
-                (the message lists the differing fields).
+            ValueError: the file does not match its recorded sha256 or size, or has no record
+                (see ``load_checked``); the checkpoint was written with a different
+                ``TrainConfig`` (the message lists the differing fields).
         """
         path = Path(path)
         if not path.is_file():
             raise FileNotFoundError(f"no trainer checkpoint at {path}")
-        state = torch.load(path, map_location="cpu", weights_only=True)
+        state = load_checked(path)
         mine = asdict(self.config)
         diff = {k: (state["config"].get(k), v) for k, v in mine.items()
                 if k != "device" and _norm(state["config"].get(k)) != _norm(v)}
@@ -254,6 +255,63 @@ class Trainer:
         self.best_state = state["best_state"]
         self.generator.set_state(state["generator"])
         torch.set_rng_state(state["torch_rng"])
+
+
+def _checksum_path(path: Path) -> Path:
+    return path.with_name(path.name + ".sha256")
+
+
+def _sha256(path: Path) -> str:
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        for chunk in iter(lambda: f.read(1 << 20), b""):
+            h.update(chunk)
+    return h.hexdigest()
+
+
+def save_checked(state: dict, path: str | Path) -> None:
+    """``torch.save`` a checkpoint atomically (temp file + rename) and record its sha256 and
+    size beside it in ``<path>.sha256`` (one line: ``<hex sha256> <bytes> <file name>``).
+    Provided: the one place checkpoints are written, so a resume can refuse a damaged file."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_suffix(path.suffix + ".tmp")
+    torch.save(state, tmp)
+    record = f"{_sha256(tmp)} {tmp.stat().st_size} {path.name}\n"
+    side_tmp = _checksum_path(tmp)
+    side_tmp.write_text(record)
+    tmp.replace(path)
+    side_tmp.replace(_checksum_path(path))
+
+
+def load_checked(path: str | Path) -> dict:
+    """Load a checkpoint written by ``save_checked`` (tensors only, onto the CPU), after checking
+    its size and sha256 against ``<path>.sha256``.
+
+    Raises:
+        FileNotFoundError: no file at ``path``.
+        ValueError: no ``<path>.sha256`` beside it (an older or hand-copied checkpoint), or the file
+            does not match it (truncated, bit-flipped, or replaced); the message names the file and
+            the fix: delete the checkpoint to start the run over (or restore both files together).
+    """
+    path = Path(path)
+    if not path.is_file():
+        raise FileNotFoundError(f"no checkpoint at {path}")
+    side = _checksum_path(path)
+    fix = f"delete {path} (and {side.name}) to start the run over, or restore both files together"
+    try:
+        expected, size = side.read_text().split()[:2]
+        size = int(size)
+    except FileNotFoundError:
+        raise ValueError(f"checkpoint {path} has no recorded checksum ({side.name} is missing), so a damaged file "
+                         f"cannot be told apart; {fix}") from None
+    except (ValueError, OSError) as exc:
+        raise ValueError(f"checkpoint record {side} is unreadable ({exc}); {fix}") from exc
+    got_size = path.stat().st_size
+    if got_size != size or _sha256(path) != expected:
+        raise ValueError(f"checkpoint {path} does not match its recorded sha256/size ({got_size:,} bytes, "
+                         f"recorded {size:,}): it is truncated or corrupted; {fix}")
+    return torch.load(path, map_location="cpu", weights_only=True)
 
 
 def _norm(v):

@@ -17,6 +17,7 @@ from collections.abc import Callable
 import torch
 
 from g2c.sampling.generate import as_token_ids
+from g2c.sampling.model import check_count, check_score_rows
 from g2c.specdec import SpecStats, draft_greedy, draft_room, greedy_verify
 
 from .model import DecodeState, RecurrentLM
@@ -50,8 +51,7 @@ def greedy_drafter(model) -> Drafter:
 
 
 def _check_budget(model: RecurrentLM, num_prompt: int, max_new_tokens: int) -> None:
-    if isinstance(max_new_tokens, bool) or not isinstance(max_new_tokens, int) or max_new_tokens < 0:
-        raise ValueError(f"max_new_tokens must be an int >= 0, got {max_new_tokens!r}")
+    max_new_tokens = check_count(max_new_tokens, "max_new_tokens")
     if model.attention_layers and num_prompt + max_new_tokens > model.max_seq_len + 1:
         raise ValueError(f"prompt ({num_prompt}) + max_new_tokens ({max_new_tokens}) exceeds the attention "
                          f"layers' max_seq_len={model.max_seq_len} + 1 (the last token's context must fit; a "
@@ -79,7 +79,7 @@ def plain_greedy(model: RecurrentLM, prompt_ids, max_new_tokens: int, *,
             token's context fills the window at most; a recurrent state summarises the whole
             history and has no sliding window, so longer runs are refused.
     """
-    ids = as_token_ids(prompt_ids, "prompt_ids")
+    ids = as_token_ids(prompt_ids, "prompt_ids", vocab_size=model.vocab_size)
     _check_budget(model, ids.numel(), max_new_tokens)
     mode = model.training
     model.eval()
@@ -87,6 +87,7 @@ def plain_greedy(model: RecurrentLM, prompt_ids, max_new_tokens: int, *,
         state = DecodeState(model)
         logits = state.feed(ids)[-1]
         for step in range(max_new_tokens):
+            check_score_rows(logits, "logits", where=f"plain_greedy, the step scoring position {ids.numel()}")
             ids = torch.cat([ids, logits.argmax().cpu().view(1)])
             if on_token is not None:
                 on_token(state, ids)
@@ -137,12 +138,21 @@ def speculative_generate_stateful(target: RecurrentLM, draft: Drafter, prompt_id
         ValueError: bad prompt, k or budget (messages name "prompt_ids", "k",
             "max_new_tokens" or "max_seq_len"; prompt + budget may be at most max_seq_len + 1
             with attention layers, as ``plain_greedy``); a draft that is not k token ids ("draft");
-            an unknown strategy name.
+            an unknown strategy name; a transaction built on another model or already used
+            ("strategy: ..."): a transaction serves one generation on its own model.
     """
-    ids = as_token_ids(prompt_ids, "prompt_ids")
+    ids = as_token_ids(prompt_ids, "prompt_ids", vocab_size=target.vocab_size)
     if isinstance(k, bool) or not isinstance(k, int) or k < 1:
         raise ValueError(f"k must be >= 1 draft tokens per round (an int), got {k!r}")
     _check_budget(target, ids.numel(), max_new_tokens)
+    if isinstance(strategy, StateTransaction):
+        if strategy.model is not target:
+            raise ValueError(f"strategy: this {strategy.name} transaction was built on another model, not on target; "
+                             "build one with make_transaction(target, ...) or pass the strategy's name")
+        if strategy.length != 0 or strategy._open or strategy.costs.model_passes:
+            raise ValueError(f"strategy: this {strategy.name} transaction was used already (it holds "
+                             f"{strategy.length} committed positions of an earlier run); a transaction serves one "
+                             "generation: build a fresh one with make_transaction(target, ...)")
     txn = strategy if isinstance(strategy, StateTransaction) else make_transaction(target, strategy, **strategy_kwargs)
     mode = target.training
     target.eval()

@@ -327,7 +327,7 @@ def perturbed_twin(model: RecurrentLM, *, sigma: float, generator: torch.Generat
     twin.load_state_dict(model.state_dict())
     for _, p in twin.named_parameters():
         if p.dim() == 2:
-            p.add_(torch.randn(p.shape, generator=generator) * sigma * float(p.std()))
+            p.add_((torch.randn(p.shape, generator=generator) * sigma * float(p.std())).to(p.device))
     return twin.to(model.device)
 
 

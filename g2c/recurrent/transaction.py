@@ -38,6 +38,7 @@ from dataclasses import dataclass, fields
 import torch
 
 from g2c.kvcache import cached_attention
+from g2c.sampling.model import check_count, check_token_ids
 
 from .model import RecurrenceInputs, RecurrentLM, new_kv_cache
 from .scan import readout_flops, update_flops
@@ -106,7 +107,7 @@ class StateTransaction:
         if not isinstance(model, RecurrentLM):
             raise TypeError(f"{type(self).__name__} needs a RecurrentLM, got {type(model).__name__}")
         self.model = model
-        self.batch = batch
+        self.batch = check_count(batch, "batch", minimum=1)
         self.device = model.device
         self.kv, self.kv_slots = new_kv_cache(model, batch)
         self.length = 0
@@ -156,7 +157,9 @@ class StateTransaction:
 
         Raises:
             RuntimeError: no open round, or the round already advanced.
-            ValueError: an empty or non-integer block; a block that overflows the attention
+            ValueError: an empty or non-integer block; a block whose rows differ from ``batch``
+                (a (2, T) block on a batch-1 transaction is refused, never flattened); an id
+                outside [0, V); a block that overflows the attention
                 layers' ``max_seq_len`` or (replay) the buffer ``capacity``.
         """
         if not self._open:
@@ -167,6 +170,10 @@ class StateTransaction:
         if ids.dtype.is_floating_point or ids.dtype == torch.bool or ids.numel() == 0 or ids.dim() > 2:
             raise ValueError(f"{self.name}: advance() needs a non-empty block of integer token ids, got "
                              f"dtype {ids.dtype}, shape {tuple(ids.shape)}")
+        if (ids.dim() == 2 and ids.shape[0] != self.batch) or (ids.dim() == 1 and self.batch != 1):
+            raise ValueError(f"{self.name}: advance() got a block of shape {tuple(ids.shape)} but the transaction "
+                             f"holds {self.batch} row(s); pass (T,) for batch 1 or ({self.batch}, T)")
+        check_token_ids(ids, self.model.vocab_size, f"{self.name}: advance() tokens")
         ids = ids.long().view(self.batch, -1).to(self.device)                # (B, T)
         self._before_advance(ids.shape[1])
         self._block = ids
@@ -246,6 +253,9 @@ class StateTransaction:
         The prompt goes in one round, or in rounds of at most ``max_prefill_block`` tokens.
         """
         ids = torch.as_tensor(ids).view(-1)
+        if ids.numel() == 0:
+            raise ValueError(f"{self.name}: prefill() needs at least one token id, got an empty prompt; "
+                             "feed the prompt's tokens (all but the last, which the first round re-reads)")
         step = self.max_prefill_block or max(ids.numel(), 1)
         rows = []
         for start in range(0, ids.numel(), step):

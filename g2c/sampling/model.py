@@ -15,13 +15,16 @@ Shape letters: T time, V vocabulary.
 
 from __future__ import annotations
 
+import math
+import operator
 from typing import Protocol, runtime_checkable
 
 import torch
 
 from g2c.nn import eval_mode  # re-exported: the loops' mode switch lives with Module (module 03)
 
-__all__ = ["LanguageModel", "check_language_model", "check_token_ids", "eval_mode"]
+__all__ = ["LanguageModel", "check_count", "check_generator", "check_language_model", "check_prob_rows",
+           "check_score_rows", "check_temperature", "check_token_ids", "eval_mode", "prob_tolerance"]
 
 REQUIRED = ("vocab_size", "max_seq_len", "device")
 
@@ -89,3 +92,140 @@ def check_token_ids(ids: torch.Tensor, vocab_size: int, name: str) -> None:
         bad = low if low < 0 else high
         raise ValueError(f"{name} holds token id {bad}, outside the vocabulary [0, {vocab_size}); "
                          f"ids must come from the model's tokenizer")
+
+
+# -- the argument checks every loop shares (one place: a new loop calls these where values enter) --
+
+def check_count(value, name: str, *, minimum: int | None = 0) -> int:
+    """An integer argument (a token budget, a draft length, a cache advance) as a Python int.
+
+    Python ints, NumPy integers and 0-d integer tensors are accepted; a float (even ``2.0``),
+    ``None``, a bool or a string is refused rather than truncated or compared later. With
+    ``minimum=None`` only the type is checked (the caller owns the range rule).
+
+    Raises:
+        TypeError: not an integer; the message names ``name``, the value and its type.
+        ValueError: below ``minimum``; the message names ``name``, the value and the rule.
+    """
+    try:
+        if isinstance(value, bool):
+            raise TypeError
+        number = operator.index(value)
+    except TypeError:
+        rule = "an int" if minimum is None else f"an int >= {minimum}"
+        raise TypeError(f"{name} must be {rule}, got {type(value).__name__} {value!r}; pass a whole number") from None
+    if minimum is not None and number < minimum:
+        raise ValueError(f"{name} must be an int >= {minimum}, got {number}")
+    return number
+
+
+def check_generator(generator, name: str = "generator") -> None:
+    """``generator`` must be None or a ``torch.Generator`` (a seed is not one).
+
+    Raises:
+        TypeError: anything else; the message says how to make one from a seed.
+    """
+    if generator is not None and not isinstance(generator, torch.Generator):
+        raise TypeError(f"{name} must be a torch.Generator or None, got {type(generator).__name__} {generator!r}; "
+                        "use torch.Generator().manual_seed(seed)")
+
+
+def check_temperature(temperature, name: str = "temperature") -> float:
+    """A sampling temperature as a float: finite and >= 0 (0 = greedy).
+
+    Raises:
+        TypeError: not a real number (a string, None, a tensor with more than one element).
+        ValueError: negative, NaN or infinite; the message names the value and the rule.
+    """
+    if isinstance(temperature, torch.Tensor) and temperature.numel() == 1:
+        temperature = temperature.item()
+    if isinstance(temperature, bool) or not isinstance(temperature, (int, float)):
+        raise TypeError(f"{name} must be a real number >= 0 (0 = greedy), got {type(temperature).__name__} "
+                        f"{temperature!r}")
+    if not (math.isfinite(temperature) and temperature >= 0):
+        raise ValueError(f"{name} must be >= 0 and finite (0 = greedy), got {temperature}")
+    return float(temperature)
+
+
+# -- score and probability rows: every verifier and loop checks its tables here -----------------
+# One layer, so a new verifier or loop inherits it: the flat verifiers (``greedy_verify``,
+# ``speculative_verify``), the tree verifiers, the batched and recurrent loops, module 11's
+# ``next_token_logits`` and module 16's ``cached_forward`` call these before a table is read.
+#
+# * ``check_score_rows`` (logits): a NaN anywhere, or a row whose every entry is -inf, is an
+#   error. The argmax of such a row is silently token 0 (or the NaN's index) and its softmax is
+#   NaN: the loop would emit text from a broken model.
+# * ``check_prob_rows`` (probabilities): every entry finite and >= 0, every row summing to 1
+#   within ``prob_tolerance(dtype)``: 1e-3 for float32/float64 (a float32 softmax over V = 4096
+#   sums to 1 within about 1e-6; the margin covers renormalised top-k/top-p rows), 1e-2 for
+#   float16/bfloat16 (11 or 8 mantissa bits). Speculative sampling is exact only for
+#   distributions p and q (Leviathan et al. 2023, section 2.3): rows summing to 10 or 0.01
+#   would silently skew the output.
+#
+# Both reduce on the table's own device (float32, never float64: MPS has none) and read one bool
+# back. A non-tensor or a table of another rank is left to the caller's shape check.
+
+def prob_tolerance(dtype: torch.dtype) -> float:
+    """How far a probability row's sum may be from 1: 1e-3 (float32/64), 1e-2 (16-bit floats)."""
+    return 1e-2 if dtype in (torch.float16, torch.bfloat16) else 1e-3
+
+
+def _where(where: str | None) -> str:
+    return f" at {where}" if where else ""
+
+
+def check_score_rows(rows, name: str, *, where: str | None = None) -> None:
+    """Refuse logits (..., V) holding NaN or a row of only -inf.
+
+    Args:
+        rows: float tensor (..., V) on any device; anything else is ignored.
+        name: the argument's name, for the message ("target_logits").
+        where: the step, for the message ("generate, position 7").
+
+    Raises:
+        ValueError: "<name> holds NaN at <where>" or "<name> row i is all -inf at <where>", with
+            the fix (check the model: overflow in half precision, a bad temperature).
+    """
+    if not isinstance(rows, torch.Tensor) or rows.dim() < 1 or not rows.dtype.is_floating_point or rows.numel() == 0:
+        return
+    if bool(torch.isnan(rows).any()):
+        raise ValueError(f"{name} holds NaN{_where(where)}: the model produced NaN scores, so no token can be "
+                         "chosen; check the model (overflow in float16, a division by a zero temperature) "
+                         "before decoding")
+    dead = torch.isneginf(rows).all(dim=-1)                                # (...,)
+    if bool(dead.any()):
+        row = [int(i) for i in dead.nonzero()[0]]
+        which = name if not row else f"{name} row {row[0] if len(row) == 1 else tuple(row)}"
+        raise ValueError(f"{which} is all -inf{_where(where)}: every token is masked, so none can be chosen; "
+                         "check the mask or the filters")
+
+
+def check_prob_rows(rows, name: str, *, where: str | None = None) -> None:
+    """Refuse a probability table (n, V) that is not n distributions.
+
+    Args:
+        rows: float tensor (n, V) on any device; anything else (or another rank) is ignored.
+        name: the argument's name ("target_probs", "draft_probs", "proposal_probs").
+        where: the step, for the message.
+
+    Raises:
+        ValueError: "<name> must hold probabilities: ..." naming the first bad row (NaN, an
+            infinite or negative entry, or a sum off 1 by more than ``prob_tolerance``) and the
+            fix: pass softmax probabilities after the same warpers, not logits or weights.
+    """
+    if not isinstance(rows, torch.Tensor) or rows.dim() != 2 or not rows.dtype.is_floating_point or rows.numel() == 0:
+        return
+    fix = ("pass each row as a distribution (softmax of the warped logits), not logits or unnormalised "
+           "weights")
+    bad = ~torch.isfinite(rows).all(dim=-1) | (rows < 0).any(dim=-1)       # (n,)
+    if bool(bad.any()):
+        i = int(bad.nonzero()[0, 0])
+        raise ValueError(f"{name} must hold probabilities: row {i} has a NaN, infinite or negative entry"
+                         f"{_where(where)}; {fix}")
+    tol = prob_tolerance(rows.dtype)
+    sums = rows.float().sum(dim=-1)                                        # (n,) on the table's device
+    off = (sums - 1).abs() > tol
+    if bool(off.any()):
+        i = int(off.nonzero()[0, 0])
+        raise ValueError(f"{name} must hold probabilities: row {i} sums to {float(sums[i]):.6g}, not 1 "
+                         f"(tolerance {tol:g}){_where(where)}; {fix}")

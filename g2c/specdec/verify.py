@@ -27,7 +27,7 @@ from __future__ import annotations
 
 import torch
 
-from g2c.sampling.model import check_token_ids
+from g2c.sampling.model import check_prob_rows, check_score_rows, check_token_ids
 
 __all__ = ["greedy_verify", "speculative_verify"]
 
@@ -40,9 +40,11 @@ def _check_block(draft_ids: torch.Tensor, rows: torch.Tensor, name: str, *, extr
             ``rows`` is not (k + extra_rows, V) ("<name> must have shape (n, V)"); a draft id
             lies outside the vocabulary ("draft_ids holds token id x, outside the vocabulary
             [0, V)"), V being ``rows.shape[1]``. A negative id would otherwise read row V-1.
-            ``rows`` holds NaN ("<name> holds NaN"): an argmax or a sample of NaN scores is
-            silently meaningless. A table whose name ends in ``_probs`` must hold probability
-            rows: finite, >= 0, each row with a positive sum ("<name> must hold probabilities").
+            ``rows`` holds NaN or a row of only -inf ("<name> holds NaN", "... is all -inf"):
+            an argmax or a sample of such scores is silently meaningless. A table whose name
+            ends in ``_probs`` must hold distributions: finite, >= 0, each row summing to 1
+            within ``g2c.sampling.model.prob_tolerance`` ("<name> must hold probabilities").
+            The table checks are the shared ``check_score_rows`` / ``check_prob_rows``.
     """
     if not isinstance(draft_ids, torch.Tensor) or draft_ids.dim() != 1 or draft_ids.numel() == 0:
         shape = tuple(draft_ids.shape) if isinstance(draft_ids, torch.Tensor) else type(draft_ids).__name__
@@ -55,13 +57,18 @@ def _check_block(draft_ids: torch.Tensor, rows: torch.Tensor, name: str, *, extr
         shape = tuple(rows.shape) if isinstance(rows, torch.Tensor) else type(rows).__name__
         raise ValueError(f"{name} must have shape ({num_rows}, V) for a draft of k={k} tokens, got {shape}")
     check_token_ids(draft_ids, rows.shape[1], "draft_ids")
-    if torch.isnan(rows).any():
-        raise ValueError(f"{name} holds NaN; check the model's output (e.g. a temperature of 0 divided into "
-                         "the logits) before verifying")
-    if name.endswith("_probs") and (not torch.isfinite(rows).all() or (rows < 0).any()
-                                    or (rows.sum(dim=-1) <= 0).any()):
-        raise ValueError(f"{name} must hold probabilities: finite, >= 0, every row with a positive sum")
+    (check_prob_rows if name.endswith("_probs") else check_score_rows)(rows, name)
     return k
+
+
+def _meet(draft_ids, rows, name: str):
+    """The provided first step of each verifier: the shared table checks of
+    ``g2c.sampling.model`` (``check_score_rows`` for logits, ``check_prob_rows`` for
+    probabilities), and a CPU draft moved to the table's device, where the loops' rows live."""
+    (check_prob_rows if name.endswith("_probs") else check_score_rows)(rows, name)
+    if isinstance(draft_ids, torch.Tensor) and isinstance(rows, torch.Tensor) and draft_ids.device != rows.device:
+        draft_ids = draft_ids.to(rows.device)
+    return draft_ids
 
 
 def greedy_verify(draft_ids: torch.Tensor, target_logits: torch.Tensor) -> tuple[int, int]:
@@ -69,9 +76,9 @@ def greedy_verify(draft_ids: torch.Tensor, target_logits: torch.Tensor) -> tuple
 
     Args:
         draft_ids: (k,) int64, the drafted tokens, k >= 1, each in [0, V).
-        target_logits: (k+1, V) float32 on the same device as ``draft_ids`` (the target's
-            device: CPU, CUDA or MPS). Row i (i < k) scores draft position i; row k scores
-            the bonus position after the last draft.
+        target_logits: (k+1, V) float32 on the target's device (CPU, CUDA or MPS); a CPU
+            ``draft_ids`` is moved there first (provided). Row i (i < k) scores draft
+            position i; row k scores the bonus position after the last draft.
 
     Returns:
         (num_accepted, token): num_accepted in [0, k] is the length of the longest prefix
@@ -83,7 +90,8 @@ def greedy_verify(draft_ids: torch.Tensor, target_logits: torch.Tensor) -> tuple
         ValueError: draft_ids is not a non-empty 1-D integer tensor ("draft_ids"), a draft id
             is outside [0, V) ("draft_ids ... outside the vocabulary [0, V)"), or
             target_logits is not (k+1, V) ("target_logits must have shape (k+1, V)"); all
-            raised by ``_check_block``.
+            raised by ``_check_block``. target_logits holds NaN or a row of only -inf
+            ("target_logits holds NaN", "... is all -inf"; provided, before your code runs).
 
     Devices: compare on the inputs' device; do not move one argument to the CPU and compare
     it with the other (``test_greedy_verify_stays_on_the_inputs_device``). Python ints out.
@@ -100,6 +108,7 @@ def greedy_verify(draft_ids: torch.Tensor, target_logits: torch.Tensor) -> tuple
         4. Return the count and the target's choice at that row
            (``test_greedy_verify_full_match_returns_bonus``).
     """
+    draft_ids = _meet(draft_ids, target_logits, "target_logits")            # provided: NaN/-inf rows, one device
     # TODO: implement this (module specdec, see docs/beyond/specdec.md).
     raise NotImplementedError(
         "module specdec: greedy_verify in g2c/specdec/verify.py is not implemented yet. Write it (see "
@@ -140,7 +149,10 @@ def speculative_verify(draft_ids: torch.Tensor, target_probs: torch.Tensor, draf
         ValueError: bad shapes or draft ids outside [0, V), as ``greedy_verify``
             (``_check_block`` for both tables; draft_probs must be (k, V)); and when
             draft_probs and target_probs have different V, a message containing
-            "share one vocabulary" (``test_speculative_verify_rejects_bad_shapes``).
+            "share one vocabulary" (``test_speculative_verify_rejects_bad_shapes``). A table
+            that is not a set of distributions (NaN, inf or negative entries, or a row sum off
+            1 by more than ``prob_tolerance``: 1e-3 in float32) raises "<name> must hold
+            probabilities" (provided, before your code runs).
 
     Edge cases (our choice, documented):
         * q(x) = 0. The test is written without a division, ``u * q(x) < p(x)`` with
@@ -165,6 +177,8 @@ def speculative_verify(draft_ids: torch.Tensor, target_probs: torch.Tensor, draf
            p when it is all zero (``test_speculative_verify_never_emits_zero_probability_draft``,
            ``test_speculative_verify_matches_target_distribution``).
     """
+    _meet(draft_ids, target_probs, "target_probs")                          # provided: rows are distributions
+    _meet(draft_ids, draft_probs, "draft_probs")
     # TODO: implement this (module specdec, see docs/beyond/specdec.md).
     raise NotImplementedError(
         "module specdec: speculative_verify in g2c/specdec/verify.py is not implemented yet. Write it (see "

@@ -133,6 +133,34 @@ def test_verify_unknown_name_lists_names(root):
         verify_artifact("GPT-2", root)
 
 
+@pytest.mark.parametrize("fname", ["../escape.txt", "sub/file", "/tmp/abs", ".hidden", "manifest.json", ""])
+def test_write_artifact_refuses_a_name_leaving_the_folder(root, fname):
+    with pytest.raises(ChecksumError, match=r"unsafe file name .*plain files inside its own folder"):
+        write_artifact("StoryLM-1M", {fname: b"x"}, {}, root=root)
+    assert not (root.parent / "escape.txt").exists() and not artifact_dir("StoryLM-1M", root).exists()
+
+
+def test_verify_refuses_a_manifest_entry_leaving_the_folder(root):
+    write_artifact("StoryLM-1M", {"model.safetensors": b"w"}, {}, root=root)
+    folder = artifact_dir("StoryLM-1M", root)
+    (root / "outside.txt").write_bytes(b"o")
+    manifest = json.loads((folder / "manifest.json").read_text())
+    manifest["files"]["../../outside.txt"] = artifacts.sha256_file(root / "outside.txt")
+    (folder / "manifest.json").write_text(json.dumps(manifest))
+    with pytest.raises(ChecksumError, match=r"unsafe file name '\.\./\.\./outside\.txt'"):
+        verify_artifact("StoryLM-1M", root)
+
+
+def test_write_artifact_keeps_files_the_manifest_does_not_own(root):
+    write_artifact("StoryLM-1M", {"model.safetensors": b"v1", "old.bin": b"o"}, {}, root=root)
+    folder = artifact_dir("StoryLM-1M", root)
+    (folder / "notes.txt").write_text("mine")
+    write_artifact("StoryLM-1M", {"model.safetensors": b"v2"}, {}, root=root, force=True)
+    assert (folder / "notes.txt").read_text() == "mine"  # the user's
+    assert not (folder / "old.bin").exists()  # owned by the old manifest, not the new one
+    assert (folder / "model.safetensors").read_bytes() == b"v2"
+
+
 def test_write_artifact_refuses_to_overwrite_verified(root):
     write_artifact("StoryLM-1M", {"model.safetensors": b"old"}, {}, root=root)
     with pytest.raises(FileExistsError, match="--force"):

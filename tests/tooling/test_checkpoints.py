@@ -7,7 +7,9 @@ Every test works on temporary artifact roots (the hidden ``--root`` option); the
 from __future__ import annotations
 
 import functools
+import hashlib
 import http.server
+import json
 import shutil
 import subprocess
 import threading
@@ -218,6 +220,64 @@ def test_from_missing_folder_is_an_error(capsys, tmp_path, root):
     assert rc == 2 and "no such folder" in err
 
 
+def test_from_mirror_manifest_leaving_its_folder_changes_no_file(capsys, tmp_path):
+    """Family 7: a mirror's manifest that names ``../../../victim.txt`` is refused before any copy."""
+    mirror = fill(tmp_path / "m" / "mirror")
+    root = tmp_path / "r" / "root"
+    (tmp_path / "m" / "victim.txt").write_text("from the mirror\n")
+    (tmp_path / "r").mkdir()
+    (tmp_path / "r" / "victim.txt").write_text("mine\n")
+    folder = artifact_dir("StoryLM-1M", mirror)
+    manifest = json.loads((folder / "manifest.json").read_text())
+    manifest["files"]["../../../victim.txt"] = hashlib.sha256(b"from the mirror\n").hexdigest()
+    (folder / "manifest.json").write_text(json.dumps(manifest))
+    rc, out, err = run(capsys, "storylm-1m", "--root", root, "--from", mirror)
+    assert rc == 1
+    assert "unsafe file name '../../../victim.txt'" in err
+    assert (tmp_path / "r" / "victim.txt").read_text() == "mine\n"
+    assert not artifact_dir("StoryLM-1M", root).exists()
+
+
+@pytest.mark.parametrize("force", [False, True])
+def test_restore_keeps_an_untracked_user_file(capsys, mirror, tmp_path, force):
+    """Family 7: a restore replaces the files the manifest owns and nothing else."""
+    root = fill(tmp_path / "root")
+    folder = artifact_dir("StoryLM-1M", root)
+    (folder / "notes.txt").write_text("my notes\n")
+    (folder / "plots").mkdir()
+    (folder / "plots" / "loss.csv").write_text("1,2\n")
+    flip_byte(folder / "model.safetensors")
+    rc, out, _ = run(capsys, "storylm-1m", "--root", root, "--from", mirror, *(["--force"] if force else []))
+    assert rc == 0, out
+    assert weights(root) == weights(mirror)
+    assert (folder / "notes.txt").read_text() == "my notes\n"
+    assert (folder / "plots" / "loss.csv").read_text() == "1,2\n"
+    verify_artifact("StoryLM-1M", root)
+
+
+@pytest.mark.parametrize("manifest", ['["model.safetensors"]', '{"files": ["model.safetensors"]}',
+                                      '{"files": {"model.safetensors": 5}}', '{"files": {"config.json": "ab"}}'])
+def test_manifest_of_the_wrong_structure_is_one_line_and_fails(capsys, mirror, manifest):
+    (artifact_dir("StoryLM-1M", mirror) / "manifest.json").write_text(manifest)
+    rc, out, err = run(capsys, "storylm-1m", "--root", mirror)
+    assert rc == 1
+    assert "StoryLM-1M           CORRUPT" in out
+    assert "wrong structure" in err or "not a 64-digit sha256" in err
+    assert "Traceback" not in err and "see below" not in out
+    with pytest.raises(ChecksumError, match=r"(wrong structure|not a 64-digit sha256).*checkpoints\.sh --force"):
+        verify_artifact("StoryLM-1M", mirror)
+
+
+def test_failed_force_replace_is_reported_and_fails(capsys, mirror, tmp_path):
+    """A broken mirror under --force leaves the verified copy in place and says why (exit 1)."""
+    root = fill(tmp_path / "root")
+    flip_byte(artifact_dir("StoryLM-1M", mirror) / "model.safetensors")
+    rc, out, err = run(capsys, "storylm-1m", "--root", root, "--from", mirror, "--force")
+    assert rc == 1
+    assert "install failed, see below" in out and "checksum mismatch" in err
+    verify_artifact("StoryLM-1M", root)
+
+
 # -- $G2C_ARTIFACTS_URL ----------------------------------------------------------------------
 
 @pytest.fixture
@@ -350,3 +410,14 @@ def test_train_selects_the_solutions_before_anything_imports_a_course_module():
                           timeout=120)
     assert proc.returncode == 0, proc.stderr
     assert "applied True" in proc.stdout
+
+
+@pytest.mark.parametrize("manifest", ['{"files": 3}', '[1, 2]', '{"files": {"model.safetensors": null}}'])
+def test_from_mirror_with_a_manifest_of_the_wrong_structure_is_one_line(capsys, mirror, root, manifest):
+    (artifact_dir("StoryLM-1M", mirror) / "manifest.json").write_text(manifest)
+    rc, out, err = run(capsys, "storylm-1m", "--root", root, "--from", mirror)
+    assert rc == 1
+    assert "install failed, see below" in out
+    lines = [line for line in err.splitlines() if line.strip()]
+    assert "unusable" in lines[0] and ("wrong structure" in lines[0] or "not a 64-digit sha256" in lines[0])
+    assert "Traceback" not in err and not artifact_dir("StoryLM-1M", root).exists()

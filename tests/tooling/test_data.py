@@ -343,3 +343,81 @@ def test_load_split_text_missing_names_datasets_sh(tmp_path):
 def test_load_token_stream_missing_names_datasets_sh(tmp_path):
     with pytest.raises(FileNotFoundError, match="datasets.sh"):
         data.load_token_stream("val", data_dir=tmp_path)
+
+
+@pytest.mark.parametrize("damage", ["truncate", "flip", "no_record"])
+def test_damaged_token_cache_is_redone_never_trusted(corpus, tmp_path, tiny_tokenizer, damage):
+    """Family 6: a truncated or bit-flipped ``*.bin`` (or one without a recorded sha256) is refused
+    by ``load_token_stream`` with the fix, and ``tokenize_splits`` redoes it instead of reusing it."""
+    out = tmp_path / "out"
+    prepare(corpus, out_dir=out, log=quiet)
+    first = tokenize_splits(tiny_tokenizer, data_dir=out, log=quiet)
+    good = (out / "train.bin").read_bytes()
+    if damage == "truncate":
+        (out / "train.bin").write_bytes(good[:-2])
+        match = r"train\.bin has [\d,]+ bytes, tokens\.json recorded \d+ \(truncated\?\)\. Run \./datasets\.sh"
+    elif damage == "flip":
+        (out / "train.bin").write_bytes(good[:10] + bytes([good[10] ^ 1]) + good[11:])
+        match = r"train\.bin does not match the sha256 recorded in tokens\.json .*Run \./datasets\.sh"
+    else:
+        meta = json.loads((out / "tokens.json").read_text())
+        del meta["files"]
+        (out / "tokens.json").write_text(json.dumps(meta))
+        match = r"train\.bin has no recorded sha256 .*Run \./datasets\.sh"
+    with pytest.raises(ValueError, match=match):
+        data.load_token_stream("train", data_dir=out)
+    lines = []
+    assert tokenize_splits(tiny_tokenizer, data_dir=out, log=lines.append) == first
+    assert any("re-tokenizing" in line for line in lines)
+    assert (out / "train.bin").read_bytes() == good
+    assert data.load_token_stream("train", data_dir=out).tolist() == np.frombuffer(good, np.uint16).tolist()
+
+
+# -- ./datasets.sh: every source-reading error is one line with the fix -------------------------
+
+def _source(tmp_path, kind):
+    good = write_corpus(tmp_path / "good.txt.xz", [story(i) for i in range(60)], xz=True)
+    if kind == "not_xz":
+        path = tmp_path / "plain.txt.xz"
+        path.write_text("just text, not compressed\n")
+        return path, r"plain\.txt\.xz is not an xz file .*pass the plain \.txt, or compress it"
+    if kind == "truncated_xz":
+        path = tmp_path / "cut.txt.xz"
+        path.write_bytes(good.read_bytes()[: good.stat().st_size // 2])
+        return path, r"cut\.txt\.xz is a truncated xz file .*copy or download it again"
+    if kind == "not_utf8":
+        path = tmp_path / "latin.txt"
+        path.write_bytes("Caf\xe9 story.\n<|endoftext|>\n".encode("latin1"))
+        return path, r"latin\.txt is not UTF-8 text \(byte 3: .*iconv"
+    if kind == "directory":
+        return tmp_path, r"is a directory: pass a \.txt or \.txt\.xz file inside it"
+    if kind == "device":
+        return "/dev/null", r"/dev/null is not a regular file .*pass a \.txt or \.txt\.xz file"
+    raise AssertionError(kind)
+
+
+@pytest.mark.parametrize("kind", ["not_xz", "truncated_xz", "not_utf8", "directory", "device"])
+def test_datasets_sh_source_errors_are_one_line_with_the_fix(tmp_path, capsys, kind):
+    import re
+
+    path, match = _source(tmp_path, kind)
+    with pytest.raises(ValueError, match=match):
+        prepare(path, out_dir=tmp_path / "out", log=quiet)
+    assert not (tmp_path / "out").exists()
+    assert data.main(["--from", str(path)]) == 1
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and err.startswith("datasets: error: ") and re.search(match, err), err
+
+
+def test_truncated_tokens_json_is_redone_or_refused(corpus, tmp_path, tiny_tokenizer):
+    out = tmp_path / "out"
+    prepare(corpus, out_dir=out, log=quiet)
+    first = tokenize_splits(tiny_tokenizer, data_dir=out, log=quiet)
+    text = (out / "tokens.json").read_text()
+    (out / "tokens.json").write_text(text[: len(text) // 2])
+    with pytest.raises(ValueError, match=r"tokens\.json is corrupted .*run \./datasets\.sh to re-tokenize"):
+        data.load_token_stream("val", data_dir=out)
+    lines = []
+    assert tokenize_splits(tiny_tokenizer, data_dir=out, log=lines.append) == first
+    assert any("corrupted; re-tokenizing" in line for line in lines)
+    assert data.load_token_stream("val", data_dir=out).size == first["val"]

@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 import torch
 
-from g2c.assets import features as F
+from g2c.assets.recipes import features as F
 from g2c.assets.recipes.drafters import DRAFTER_RECIPES, _kl_terms, _lr
 from g2c.transformer import TransformerLM
 

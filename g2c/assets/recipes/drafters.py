@@ -169,6 +169,7 @@ def train_drafter(name: str, *, force: bool = False, progress: bool = True, log=
 
     from g2c.assets.artifacts import is_verified
     from g2c.assets.data import tokenize_splits
+    from g2c.pretraining.trainer import load_checked, save_checked
     from g2c.training import AdamW, clip_grad_norm_
 
     name = canonical_name(name)
@@ -190,7 +191,7 @@ def train_drafter(name: str, *, force: bool = False, progress: bool = True, log=
     ckpt = run_dir / "drafter.pt"
     step, history, best, best_state, wall_before, bad_checks = 0, [], None, None, 0.0, 0
     if ckpt.exists() and not force:
-        state = torch.load(ckpt, weights_only=False)
+        state = load_checked(ckpt)  # refuses a truncated or bit-flipped drafter.pt (sha256 beside it)
         job.module.load_state_dict(state["module"])
         opt.load_state_dict(state["opt"])
         gen.set_state(state["gen"])
@@ -229,9 +230,9 @@ def train_drafter(name: str, *, force: bool = False, progress: bool = True, log=
             else:
                 bad_checks += 1
             log(f"\ndrafters: {name} step {step}: " + ", ".join(f"{k} {v:.4f}" for k, v in metrics.items()))
-            torch.save({"module": job.module.state_dict(), "opt": opt.state_dict(), "gen": gen.get_state(),
-                        "step": step, "history": history, "best": best, "best_state": best_state,
-                        "wall": wall_before + time.time() - t0, "bad_checks": bad_checks}, ckpt)
+            save_checked({"module": job.module.state_dict(), "opt": opt.state_dict(), "gen": gen.get_state(),
+                          "step": step, "history": history, "best": best, "best_state": best_state,
+                          "wall": wall_before + time.time() - t0, "bad_checks": bad_checks}, ckpt)
     bar.close()
     wall = wall_before + time.time() - t0
     job.module.load_state_dict(best_state)

@@ -46,6 +46,8 @@ from dataclasses import dataclass, field
 import torch
 
 from g2c.kvcache.ragged import RaggedKVCache, ragged_forward
+from g2c.sampling.generate import as_token_ids
+from g2c.sampling.model import check_count, check_language_model
 from g2c.specdec.generate import draft_room
 
 __all__ = ["BatchedResult", "RaggedKV", "batched_greedy", "batched_speculative_generate", "ragged_forward"]
@@ -79,16 +81,22 @@ class BatchedResult:
 
 
 def _check(model_list, prompts, max_new_tokens: int) -> list[torch.Tensor]:
-    if isinstance(max_new_tokens, bool) or not isinstance(max_new_tokens, int) or max_new_tokens < 0:
-        raise ValueError(f"max_new_tokens must be an int >= 0, got {max_new_tokens!r}")
-    if not isinstance(prompts, Sequence) or len(prompts) == 0:
+    """The checks every other loop makes, per prompt: ``as_token_ids`` (1-D, non-empty,
+    integer ids in [0, V): a float prompt is refused, never truncated; -1 is refused, never
+    read as the last token), the shared budget check, and one vocabulary for all models."""
+    for m in model_list:
+        check_language_model(m, "model")
+    vocab = model_list[0].vocab_size
+    for m in model_list[1:]:
+        if m.vocab_size != vocab:
+            raise ValueError(f"drafter vocab_size {m.vocab_size} differs from target vocab_size {vocab}; "
+                             "both must use the same tokenizer")
+    max_new_tokens = check_count(max_new_tokens, "max_new_tokens")
+    if isinstance(prompts, torch.Tensor) and prompts.dim() == 2:
+        prompts = list(prompts)
+    if not isinstance(prompts, Sequence) or isinstance(prompts, str) or len(prompts) == 0:
         raise ValueError("prompts must be a non-empty list of 1-D token id sequences")
-    out = []
-    for i, p in enumerate(prompts):
-        t = torch.as_tensor(p, dtype=torch.long).cpu()
-        if t.dim() != 1 or t.numel() == 0:
-            raise ValueError(f"prompts[{i}] must be a non-empty 1-D sequence of token ids, got shape {tuple(t.shape)}")
-        out.append(t)
+    out = [as_token_ids(p, f"prompts[{i}]", vocab_size=vocab) for i, p in enumerate(prompts)]
     longest = max(t.numel() for t in out)
     for m in model_list:
         if longest + max_new_tokens > m.max_seq_len + 1:

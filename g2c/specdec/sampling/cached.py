@@ -42,7 +42,7 @@ import torch
 from g2c.kvcache.cache import KVCache
 from g2c.kvcache.forward import cached_block, cached_hidden_states, unembed
 from g2c.sampling.generate import as_token_ids
-from g2c.sampling.model import check_language_model, eval_mode
+from g2c.sampling.model import check_count, check_language_model, eval_mode
 from g2c.specdec.generate import SpecStats, draft_room
 from g2c.specdec.verify import greedy_verify
 
@@ -310,8 +310,7 @@ def speculative_generate_cached(target, drafter, prompt_ids, max_new_tokens: int
     ids_t = as_token_ids(prompt_ids, "prompt_ids", vocab_size=target.vocab_size)
     if isinstance(k, bool) or not isinstance(k, int) or k < 1:
         raise ValueError(f"k must be >= 1 draft tokens per target pass (an int), got {k!r}")
-    if max_new_tokens < 0:
-        raise ValueError(f"max_new_tokens must be >= 0, got {max_new_tokens}")
+    max_new_tokens = check_count(max_new_tokens, "max_new_tokens")
     if drafter.vocab_size != target.vocab_size:
         raise ValueError(f"drafter vocab_size {drafter.vocab_size} differs from target vocab_size "
                          f"{target.vocab_size}; both must use the same tokenizer")
@@ -414,8 +413,7 @@ def mtp_generate_cached(base, head, prompt_ids, max_new_tokens: int, *, eos_id: 
     """
     check_language_model(base, "base")
     ids_t = as_token_ids(prompt_ids, "prompt_ids", vocab_size=base.vocab_size)
-    if max_new_tokens < 0:
-        raise ValueError(f"max_new_tokens must be >= 0, got {max_new_tokens}")
+    max_new_tokens = check_count(max_new_tokens, "max_new_tokens")
     window = base.max_seq_len
     if window < 3:
         raise ValueError(f"base max_seq_len={window} must be >= 3 for MTP self-speculation")

@@ -32,15 +32,56 @@ many target passes it takes.
 
 from __future__ import annotations
 
+import math
+import operator
+
 from ..theory import expected_tokens_per_pass, speedup_per_token
 
-__all__ = ["CostModelK", "HeuristicK", "StaticK", "expected_tokens_per_round", "optimal_k", "speedup"]
+__all__ = ["CostModelK", "HeuristicK", "StaticK", "check_update", "expected_tokens_per_round", "optimal_k", "speedup"]
 
 
 def _check_k(name: str, k) -> int:
     if isinstance(k, bool) or not isinstance(k, int) or k < 1:
         raise ValueError(f"{name} must be an int >= 1, got {k!r}")
     return k
+
+
+def _check_real(name: str, value, *, lo: float, hi: float = math.inf, lo_open: bool = False, fix: str = "") -> float:
+    """``value`` as a float when it is a finite real in [lo, hi] (or (lo, hi] with lo_open)."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise TypeError(f"{name} must be a real number, got {type(value).__name__} {value!r}{fix}")
+    value = float(value)
+    if not math.isfinite(value) or value < lo or value > hi or (lo_open and value == lo):
+        if math.isfinite(hi):
+            interval = f"in {'(' if lo_open else '['}{lo:g}, {hi:g}]"
+        else:
+            interval = f"{'>' if lo_open else '>='} {lo:g}"
+        raise ValueError(f"{name} must be a finite number {interval}, got {value!r}{fix}")
+    return value
+
+
+def check_update(drafted, accepted, draft_seconds, target_seconds) -> tuple[int, int, float, float]:
+    """Validate one ``update`` report (shared by every controller, so a new one inherits it).
+
+    Raises:
+        TypeError: drafted/accepted not integers (0-d integer tensors are accepted), seconds not real.
+        ValueError: drafted < 0, accepted outside [0, drafted], negative or non-finite seconds.
+    """
+    counts = []
+    for name, value in (("drafted", drafted), ("accepted", accepted)):
+        try:
+            if isinstance(value, bool):
+                raise TypeError
+            counts.append(operator.index(value))
+        except TypeError:
+            raise TypeError(f"update: {name} must be an int (a count of draft tokens), got "
+                            f"{type(value).__name__} {value!r}") from None
+    drafted, accepted = counts
+    if drafted < 0 or not 0 <= accepted <= drafted:
+        raise ValueError(f"update: need 0 <= accepted <= drafted, got drafted={drafted}, accepted={accepted}; "
+                         "report the drafts scored and how many of them the target accepted")
+    return (drafted, accepted, _check_real("update: draft_seconds", draft_seconds, lo=0.0),
+            _check_real("update: target_seconds", target_seconds, lo=0.0))
 
 
 # The speed-up law lives once, in theory.py (module specdec-lab); the controllers use it under the
@@ -79,7 +120,7 @@ class StaticK:
         return self.k
 
     def update(self, *, drafted: int, accepted: int, draft_seconds: float = 0.0, target_seconds: float = 0.0) -> None:
-        return None
+        check_update(drafted, accepted, draft_seconds, target_seconds)
 
 
 class HeuristicK:
@@ -92,15 +133,21 @@ class HeuristicK:
     Args:
         k_init: first draft length.
         k_min, k_max: bounds, 1 <= k_min <= k_init <= k_max.
-        grow, shrink: steps after a full match / a rejection (defaults 2 and 1).
+        grow, shrink: steps after a full match / a rejection (defaults 2 and 1), ints >= 1
+            (for a fixed k use ``StaticK``).
 
     Raises:
-        ValueError: bounds out of order or not ints >= 1.
+        ValueError: bounds out of order, or k_init/k_min/k_max/grow/shrink not ints >= 1.
     """
 
     def __init__(self, k_init: int = 4, *, k_min: int = 1, k_max: int = 16, grow: int = 2, shrink: int = 1) -> None:
         for name, value in (("k_init", k_init), ("k_min", k_min), ("k_max", k_max)):
             _check_k(name, value)
+        for name, value in (("grow", grow), ("shrink", shrink)):
+            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+                raise ValueError(f"HeuristicK: {name} must be an int >= 1 (the step after a "
+                                 f"{'full match' if name == 'grow' else 'rejection'}), got {value!r}; "
+                                 "for a fixed draft length use StaticK(k)")
         if not k_min <= k_init <= k_max:
             raise ValueError(f"need k_min <= k_init <= k_max, got {k_min}, {k_init}, {k_max}")
         self.k, self.k_min, self.k_max, self.grow, self.shrink = k_init, k_min, k_max, grow, shrink
@@ -112,6 +159,7 @@ class HeuristicK:
         return self.k
 
     def update(self, *, drafted: int, accepted: int, draft_seconds: float = 0.0, target_seconds: float = 0.0) -> None:
+        drafted, accepted, _, _ = check_update(drafted, accepted, draft_seconds, target_seconds)
         if drafted == 0:
             return
         if accepted == drafted:
@@ -141,7 +189,9 @@ class CostModelK:
         decay: weight kept by the past at each update, in (0, 1].
 
     Raises:
-        ValueError: bad bounds, c < 0, prior_alpha outside [0, 1], decay outside (0, 1].
+        ValueError: bad bounds, c < 0 or not finite, prior_alpha outside [0, 1], prior_weight < 0
+            or not finite, decay outside (0, 1].
+        TypeError: c, prior_alpha, prior_weight or decay not a real number.
     """
 
     def __init__(self, k_init: int = 4, *, k_min: int = 1, k_max: int = 16, c: float | None = None,
@@ -150,12 +200,11 @@ class CostModelK:
             _check_k(name, value)
         if not k_min <= k_init <= k_max:
             raise ValueError(f"need k_min <= k_init <= k_max, got {k_min}, {k_init}, {k_max}")
-        if c is not None and c < 0:
-            raise ValueError(f"c must be >= 0 (draft cost per token in target passes) or None, got {c}")
-        if not 0.0 <= prior_alpha <= 1.0:
-            raise ValueError(f"prior_alpha must be in [0, 1], got {prior_alpha}")
-        if not 0.0 < decay <= 1.0:
-            raise ValueError(f"decay must be in (0, 1], got {decay}")
+        if c is not None:
+            c = _check_real("c", c, lo=0.0, fix=" (draft cost per token in target passes; None measures it)")
+        prior_alpha = _check_real("prior_alpha", prior_alpha, lo=0.0, hi=1.0)
+        prior_weight = _check_real("prior_weight", prior_weight, lo=0.0, fix=" (trials the prior counts for)")
+        decay = _check_real("decay", decay, lo=0.0, hi=1.0, lo_open=True)
         self.k, self.k_min, self.k_max = k_init, k_min, k_max
         self.fixed_c = c
         self.decay = decay
@@ -183,6 +232,8 @@ class CostModelK:
         return self.k
 
     def update(self, *, drafted: int, accepted: int, draft_seconds: float = 0.0, target_seconds: float = 0.0) -> None:
+        drafted, accepted, draft_seconds, target_seconds = check_update(drafted, accepted, draft_seconds,
+                                                                        target_seconds)
         if drafted > 0:
             self._successes = self.decay * self._successes + accepted
             self._trials = self.decay * self._trials + accepted + (1 if accepted < drafted else 0)

@@ -68,6 +68,7 @@ from dataclasses import dataclass
 import torch
 
 from g2c.sampling.generate import as_token_ids
+from g2c.sampling.model import check_temperature
 from g2c.sampling.warpers import apply_temperature, top_k_filter, top_p_filter
 from g2c.specdec.sampling.cached import CachedScorer
 
@@ -98,8 +99,7 @@ class Sampler:
     top_p: float | None = None
 
     def __post_init__(self) -> None:
-        if not self.temperature >= 0:  # also refuses NaN
-            raise ValueError(f"temperature must be >= 0 (0 = greedy), got {self.temperature}")
+        check_temperature(self.temperature)  # a real >= 0, finite (NaN and inf refused)
         if self.top_k is not None and (isinstance(self.top_k, bool) or not isinstance(self.top_k, int)
                                        or self.top_k < 1):
             raise ValueError(f"top_k must be an int >= 1 or None, got {self.top_k!r}")

@@ -30,6 +30,8 @@ from __future__ import annotations
 
 import torch
 
+from g2c.sampling.model import check_count
+
 __all__ = ["KVCache"]
 
 
@@ -180,8 +182,10 @@ class KVCache:
         """Commit ``num_new`` rows that ``append`` wrote to every layer. Provided.
 
         Raises:
+            TypeError: num_new is not an int (``2.5``, ``None``).
             ValueError: num_new < 0 or the pointer would pass ``max_seq_len``.
         """
+        num_new = check_count(num_new, "KVCache.advance: num_new", minimum=None)
         if num_new < 0 or self.length + num_new > self.max_seq_len:
             raise ValueError(f"KVCache.advance: cannot move length {self.length} by {num_new} "
                              f"(0 <= length <= max_seq_len={self.max_seq_len})")

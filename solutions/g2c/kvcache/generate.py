@@ -78,7 +78,7 @@ def cached_generate(model, prompt_ids, max_new_tokens: int, *, temperature: floa
     check_language_model(model, "model")
     ids = as_token_ids(prompt_ids, "prompt_ids", vocab_size=model.vocab_size)
     check_generation_args(temperature=temperature, top_k=top_k, top_p=top_p, max_new_tokens=max_new_tokens,
-                          repetition_penalty=repetition_penalty)
+                          repetition_penalty=repetition_penalty, generator=generator)
     window = model.max_seq_len
     refill = max(1, window // 2) if refill_tokens is None else refill_tokens
     if isinstance(refill, bool) or not isinstance(refill, int) or not 1 <= refill <= window:

@@ -8,7 +8,15 @@ from __future__ import annotations
 
 import torch
 
-from .model import check_language_model, check_token_ids, eval_mode
+from .model import (
+    check_count,
+    check_generator,
+    check_language_model,
+    check_score_rows,
+    check_temperature,
+    check_token_ids,
+    eval_mode,
+)
 from .warpers import apply_repetition_penalty, apply_temperature, top_k_filter, top_p_filter
 
 __all__ = ["as_token_ids", "check_generation_args", "generate", "next_token_logits", "sample_from_logits"]
@@ -38,23 +46,36 @@ def as_token_ids(ids, name: str = "prompt_ids", *, vocab_size: int | None = None
 
 @torch.no_grad()
 def check_generation_args(*, temperature: float, top_k: int | None, top_p: float | None, max_new_tokens: int,
-                          repetition_penalty: float = 1.0) -> None:
+                          repetition_penalty: float = 1.0, generator: torch.Generator | None = None) -> None:
     """Validate the knobs every decoding loop shares (``generate``, module 16's ``cached_generate``). Provided.
 
+    Built on ``g2c.sampling.model``'s shared checks (``check_count``, ``check_temperature``,
+    ``check_generator``), the same ones the speculative loops call.
+
     Raises:
+        TypeError: max_new_tokens or top_k not an int (``2.5``, ``None`` for max_new_tokens);
+            temperature, top_p or repetition_penalty not a real number; generator not a
+            ``torch.Generator``.
         ValueError: temperature < 0, infinite or NaN ("temperature must be >= 0 and finite"); top_k < 1;
-            top_p outside (0, 1]; max_new_tokens < 0; repetition_penalty <= 0. Each message names the value.
+            top_p outside (0, 1]; max_new_tokens < 0; repetition_penalty <= 0 or not finite. Each
+            message names the value.
     """
-    if not 0 <= temperature < float("inf"):  # also refuses NaN
-        raise ValueError(f"temperature must be >= 0 and finite (0 = greedy), got {temperature}")
-    if top_k is not None and top_k < 1:
+    check_temperature(temperature)
+    if top_k is not None and check_count(top_k, "top_k", minimum=None) < 1:
         raise ValueError(f"top_k must be >= 1 or None, got {top_k}")
-    if top_p is not None and not 0.0 < top_p <= 1.0:
-        raise ValueError(f"top_p must be in (0, 1] or None, got {top_p}")
-    if max_new_tokens < 0:
+    if top_p is not None:
+        if isinstance(top_p, bool) or not isinstance(top_p, (int, float)):
+            raise TypeError(f"top_p must be a real number in (0, 1] or None, got {type(top_p).__name__} {top_p!r}")
+        if not 0.0 < top_p <= 1.0:  # also refuses NaN
+            raise ValueError(f"top_p must be in (0, 1] or None, got {top_p}")
+    if check_count(max_new_tokens, "max_new_tokens", minimum=None) < 0:
         raise ValueError(f"max_new_tokens must be >= 0, got {max_new_tokens}")
-    if repetition_penalty <= 0:
-        raise ValueError(f"repetition_penalty must be > 0, got {repetition_penalty}")
+    if isinstance(repetition_penalty, bool) or not isinstance(repetition_penalty, (int, float)):
+        raise TypeError(f"repetition_penalty must be a real number > 0, got {type(repetition_penalty).__name__} "
+                        f"{repetition_penalty!r}")
+    if not 0 < repetition_penalty < float("inf"):  # also refuses NaN
+        raise ValueError(f"repetition_penalty must be > 0 and finite, got {repetition_penalty}")
+    check_generator(generator)
 
 
 def next_token_logits(model, ids: torch.Tensor) -> torch.Tensor:
@@ -62,9 +83,16 @@ def next_token_logits(model, ids: torch.Tensor) -> torch.Tensor:
     to the model's last ``max_seq_len`` tokens. Provided.
 
     ``model`` is a ``g2c.sampling.LanguageModel``; the ids go to ``model.device`` and the
-    logits stay there (float32)."""
+    logits stay there (float32).
+
+    Raises:
+        ValueError: the model returned NaN or only -inf for this step (``check_score_rows``): the
+            message names the position, so a broken model stops the loop instead of emitting
+            token 0."""
     ctx = ids[-model.max_seq_len:].unsqueeze(0).to(model.device)            # (1, T)
-    return model(ctx)[0, -1].float()
+    logits = model(ctx)[0, -1].float()                                      # (V,)
+    check_score_rows(logits, "logits", where=f"the step scoring position {ids.numel()}")  # NaN / all -inf
+    return logits
 
 
 def sample_from_logits(logits: torch.Tensor, *, temperature: float = 1.0, top_k: int | None = None,
@@ -154,7 +182,7 @@ def generate(model, prompt_ids, max_new_tokens: int, *, temperature: float = 1.0
     check_language_model(model, "model")
     ids = as_token_ids(prompt_ids, "prompt_ids", vocab_size=model.vocab_size)
     check_generation_args(temperature=temperature, top_k=top_k, top_p=top_p, max_new_tokens=max_new_tokens,
-                          repetition_penalty=repetition_penalty)
+                          repetition_penalty=repetition_penalty, generator=generator)
     with eval_mode(model):
         # BEGIN SOLUTION
         for _ in range(max_new_tokens):

@@ -28,7 +28,7 @@ import torch.nn.functional as F
 
 from g2c.nn import LayerNorm, Linear, Module
 from g2c.sampling.generate import as_token_ids
-from g2c.sampling.model import eval_mode
+from g2c.sampling.model import check_count, eval_mode
 from g2c.training import AdamW
 from g2c.transformer import Block
 
@@ -332,8 +332,7 @@ def mtp_generate(base, head: MTPHead, prompt_ids, max_new_tokens: int, *,
     heads); Leviathan et al. (2023), section 2 (the verification rule).
     """
     ids = as_token_ids(prompt_ids, "prompt_ids", vocab_size=base.vocab_size)
-    if isinstance(max_new_tokens, bool) or not isinstance(max_new_tokens, int) or max_new_tokens < 0:
-        raise ValueError(f"max_new_tokens must be an int >= 0, got {max_new_tokens!r}")
+    max_new_tokens = check_count(max_new_tokens, "max_new_tokens")
     _check_pair(base, head)
     window = base.max_seq_len
     if window < 2:

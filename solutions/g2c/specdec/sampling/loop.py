@@ -42,6 +42,7 @@ import torch
 
 from g2c.nn import synchronize
 from g2c.sampling.generate import as_token_ids
+from g2c.sampling.model import check_count, check_generator
 from g2c.specdec.sampling.cached import CachedScorer, RoundRecord
 
 from ..generate import SpecStats, draft_room
@@ -323,8 +324,8 @@ def speculative_sample(target, drafter, prompt_ids, max_new_tokens: int, *, k: i
     ids = as_token_ids(prompt_ids, "prompt_ids")
     if isinstance(k, bool) or not isinstance(k, int) or k < 1:
         raise ValueError(f"k must be >= 1 draft tokens per target pass (an int), got {k!r}")
-    if isinstance(max_new_tokens, bool) or not isinstance(max_new_tokens, int) or max_new_tokens < 0:
-        raise ValueError(f"max_new_tokens must be an int >= 0, got {max_new_tokens!r}")
+    max_new_tokens = check_count(max_new_tokens, "max_new_tokens")
+    check_generator(generator)
     sampler = Sampler(temperature, top_k, top_p)
     vocab = getattr(drafter, "vocab_size", None)
     if vocab is not None and vocab != target.vocab_size:

@@ -32,6 +32,14 @@ from dataclasses import dataclass
 import torch
 
 from g2c.sampling.generate import as_token_ids
+from g2c.sampling.model import (
+    check_count,
+    check_generator,
+    check_prob_rows,
+    check_score_rows,
+    check_temperature,
+    check_token_ids,
+)
 
 from ..generate import SpecStats, draft_room
 from .attention import cached_tree_forward, commit_tree_kv, tree_logits
@@ -43,13 +51,28 @@ __all__ = ["TreeStats", "expected_accepted", "greedy_tree_verify", "tree_specula
 
 
 def _check_rows(tree: DraftTree, rows: torch.Tensor, name: str) -> None:
-    """Validate a (n+1, V) table for a tree. Provided."""
+    """Validate a (n+1, V) table for a tree: the flat verifiers' checks, in the same shared
+    helpers. Provided.
+
+    Raises:
+        TypeError: tree is not a DraftTree.
+        ValueError: rows not (n+1, V); a node token outside [0, V) ("tree.tokens holds token
+            id ..."); logits (``name`` not ending in ``_probs``) holding NaN or a row of only -inf;
+            probabilities (``target_probs``) or the tree's ``proposal_probs`` that are not
+            distributions (``check_prob_rows``: finite, >= 0, rows summing to 1).
+    """
     if not isinstance(tree, DraftTree):
         raise TypeError(f"tree must be a DraftTree, got {type(tree).__name__}")
     if not isinstance(rows, torch.Tensor) or rows.dim() != 2 or rows.shape[0] != tree.num_nodes + 1:
         shape = tuple(rows.shape) if isinstance(rows, torch.Tensor) else type(rows).__name__
         raise ValueError(f"{name} must have shape (n+1, V) = ({tree.num_nodes + 1}, V) for a tree of "
                          f"n={tree.num_nodes} nodes (row 0 = root, row i+1 = node i), got {shape}")
+    check_token_ids(tree.tokens, rows.shape[1], "tree.tokens")
+    if name.endswith("_probs"):
+        check_prob_rows(rows, name)
+        check_prob_rows(tree.proposal_probs, "tree.proposal_probs")
+    else:
+        check_score_rows(rows, name)
 
 
 def greedy_tree_verify(tree: DraftTree, target_logits: torch.Tensor) -> tuple[list[int], int]:
@@ -148,8 +171,8 @@ def tree_speculative_verify(tree: DraftTree, target_probs: torch.Tensor, *,
         raise ValueError(f"proposal_probs has V={tree.proposal_probs.shape[1]} but target_probs has "
                          f"V={target_probs.shape[1]}; drafter and target must share one vocabulary")
     # BEGIN SOLUTION
-    P = target_probs.detach().double().cpu()                                # (n+1, V)
-    Q = None if tree.proposal_probs is None else tree.proposal_probs.detach().double().cpu()
+    P = target_probs.detach().cpu().double()                                # (n+1, V): CPU first (MPS has no float64)
+    Q = None if tree.proposal_probs is None else tree.proposal_probs.detach().cpu().double()
     kids: dict[int, list[int]] = {}
     for i, par in enumerate(tree.parents.tolist()):
         kids.setdefault(par, []).append(i)
@@ -250,13 +273,12 @@ def tree_speculative_generate(target, drafter, prompt_ids, max_new_tokens: int, 
             vocab sizes.
         TypeError: ``use_cache`` with a target that is not a ``TransformerLM``.
     """
-    ids = as_token_ids(prompt_ids, "prompt_ids")
-    if max_new_tokens < 0:
-        raise ValueError(f"max_new_tokens must be >= 0, got {max_new_tokens}")
+    ids = as_token_ids(prompt_ids, "prompt_ids", vocab_size=target.vocab_size)
+    max_new_tokens = check_count(max_new_tokens, "max_new_tokens")
     if isinstance(num_nodes, bool) or not isinstance(num_nodes, int) or num_nodes < 1:
         raise ValueError(f"num_nodes must be an int >= 1 (the draft nodes per target pass), got {num_nodes!r}")
-    if temperature < 0:
-        raise ValueError(f"temperature must be >= 0 (0 = greedy), got {temperature}")
+    temperature = check_temperature(temperature)
+    check_generator(generator)
     if tree not in ("chain", "static", "dynamic"):
         raise ValueError(f"tree must be 'chain', 'static' or 'dynamic', got {tree!r}")
     if drafter.vocab_size != target.vocab_size:

@@ -1,0 +1,139 @@
+"""Argument types shared by every script (``bench/*.py``, ``./datasets.sh``, ``./checkpoints.sh``,
+``python -m g2c.assets.export``): bad options stop at parse time with one line and exit 2.
+
+Each factory returns an ``argparse`` ``type=`` callable; argparse turns its
+``ArgumentTypeError`` into ``usage: ...`` plus one line ``error: argument --flag: <why>``
+and exit status 2, before anything is loaded or printed. A script whose option is not
+expressible as a type (a rule across two options) calls ``parser.error`` the same way.
+
+    ap.add_argument("--new-tokens", type=count(1), default=48)
+    ap.add_argument("--ks", type=int_list(1), default="1,2,4")   # stays the string "1,2,4"
+    ap.add_argument("--modes", type=choice_list("greedy", "sampled"), default="greedy,sampled")
+    ap.add_argument("--target", type=model_name(ladder_only=True), default="StoryLM-30M")
+"""
+
+from __future__ import annotations
+
+import argparse
+import math
+from collections.abc import Callable
+
+__all__ = ["choice_list", "count", "device_name", "int_list", "model_list", "model_name", "real"]
+
+
+def _named(fn: Callable, name: str) -> Callable:
+    fn.__name__ = name  # argparse names the type in some messages
+    return fn
+
+
+def _int(text: str, minimum: int) -> int:
+    try:
+        value = int(text)
+    except (TypeError, ValueError):
+        raise argparse.ArgumentTypeError(f"{text!r} is not an integer; use an int >= {minimum}") from None
+    if value < minimum:
+        raise argparse.ArgumentTypeError(f"{value} is below {minimum}; use an int >= {minimum}")
+    return value
+
+
+def count(minimum: int = 1) -> Callable[[str], int]:
+    """An integer option >= ``minimum`` (token counts, prompts, repeats, threads, steps)."""
+    return _named(lambda text: _int(text, minimum), f"int>={minimum}")
+
+
+def real(lo: float = -math.inf, hi: float = math.inf, *, lo_open: bool = False) -> Callable[[str], float]:
+    """A finite float in [lo, hi] (or (lo, hi] with ``lo_open``); NaN and inf are refused."""
+    if math.isfinite(lo) and math.isfinite(hi):
+        rule = f"{'(' if lo_open else '['}{lo:g}, {hi:g}]"
+    elif math.isfinite(lo):
+        rule = f"{'>' if lo_open else '>='} {lo:g}"
+    else:
+        rule = f"<= {hi:g}" if math.isfinite(hi) else "(-inf, inf)"
+
+    def parse(text: str) -> float:
+        try:
+            value = float(text)
+        except (TypeError, ValueError):
+            raise argparse.ArgumentTypeError(f"{text!r} is not a number; use a finite number {rule}") from None
+        if not math.isfinite(value) or value < lo or value > hi or (lo_open and value == lo):
+            raise argparse.ArgumentTypeError(f"{text} is not allowed; use a finite number {rule}")
+        return value
+
+    return _named(parse, f"number {rule}")
+
+
+def int_list(minimum: int = 1) -> Callable[[str], str]:
+    """A comma-separated list of ints >= ``minimum`` (``1,2,4``), at least one; returned as the
+    normalised comma-separated string, so code that splits the option keeps working."""
+    def parse(text: str) -> str:
+        parts = [p.strip() for p in str(text).split(",") if p.strip()]
+        if not parts:
+            raise argparse.ArgumentTypeError(f"{text!r} lists nothing; give comma-separated ints >= {minimum}, "
+                                             "e.g. 1,2,4")
+        return ",".join(str(_int(p, minimum)) for p in parts)
+
+    return _named(parse, "int list")
+
+
+def choice_list(*choices: str) -> Callable[[str], str]:
+    """A comma-separated, case-insensitive list drawn from ``choices``, at least one; returned as
+    the comma-separated string in the choices' own spelling."""
+    known = {c.lower(): c for c in choices}
+
+    def parse(text: str) -> str:
+        parts = [p.strip() for p in str(text).split(",") if p.strip()]
+        bad = [p for p in parts if p.lower() not in known]
+        if bad or not parts:
+            raise argparse.ArgumentTypeError(f"{', '.join(map(repr, bad)) if bad else repr(text)}: choose from "
+                                             f"{', '.join(choices)} (comma-separated)")
+        return ",".join(known[p.lower()] for p in parts)
+
+    return _named(parse, "choice list")
+
+
+def _model(text: str, ladder_only: bool) -> str:
+    from g2c.assets.artifacts import artifact_kind, canonical_name, drafter_names, model_names
+
+    models = model_names() if ladder_only else model_names() + drafter_names()
+    try:
+        name = canonical_name(text.strip())
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"unknown model {text!r}; use one of {', '.join(models)}") from None
+    if ladder_only and name not in model_names():
+        raise argparse.ArgumentTypeError(f"{name} is not a ladder model; use {', '.join(model_names())}")
+    if artifact_kind(name) != "model":
+        raise argparse.ArgumentTypeError(f"{name} is not a model; use {', '.join(model_names() + drafter_names())}")
+    return name
+
+
+def model_name(*, ladder_only: bool = False) -> Callable[[str], str]:
+    """A shipped model or drafter name, any case, returned canonical (``ladder_only``: a StoryLM
+    of the ladder)."""
+    return _named(lambda text: _model(text, ladder_only), "model name")
+
+
+def model_list(*, ladder_only: bool = False) -> Callable[[str], str]:
+    """A comma-separated list of model names (see ``model_name``), at least one, returned canonical."""
+    def parse(text: str) -> str:
+        parts = [p for p in str(text).split(",") if p.strip()]
+        if not parts:
+            raise argparse.ArgumentTypeError(f"{text!r} names no model; give comma-separated model names")
+        return ",".join(_model(p, ladder_only) for p in parts)
+
+    return _named(parse, "model list")
+
+
+def device_name(*, auto: bool = True) -> Callable[[str], str]:
+    """``cpu``, ``cuda[:i]``, ``mps`` (and ``auto`` when allowed), available on this machine."""
+    def parse(text: str) -> str:
+        from g2c.assets.artifacts import _device
+
+        if text == "auto" and not auto:
+            raise argparse.ArgumentTypeError("'auto' is not accepted here; use cpu, cuda or mps")
+        try:
+            _device(text)
+        except ValueError as exc:
+            raise argparse.ArgumentTypeError(str(exc)) from None
+        return text
+
+    return _named(parse, "device")

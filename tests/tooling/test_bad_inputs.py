@@ -1,0 +1,466 @@
+"""Standing guard (issue 22): every public entry point x every bad-input class.
+
+Covered, generated from the tables below (a new entry point is covered once it is listed):
+
+* Loops (``LOOPS``, 12 entry points): module 11's ``generate``, module 16's ``cached_generate``,
+  the Beyond loops ``speculative_generate``, ``speculative_sample``,
+  ``speculative_generate_cached``, ``mtp_generate``, ``mtp_generate_cached``,
+  ``tree_speculative_generate``, ``batched_greedy``, ``batched_speculative_generate``, and the
+  recurrent ``plain_greedy`` and ``speculative_generate_stateful``; x ``BAD_ARGS`` (10 classes: a
+  float, ``None`` or negative budget; an empty, float, negative-id or out-of-vocabulary prompt; a
+  NaN or infinite temperature and a seed as generator, the last three where the loop samples);
+  plus a model that produced NaN (1 class, every loop) and, with hypothesis, any non-integer or
+  negative budget.
+* Verifiers (4: ``greedy_verify``, ``speculative_verify``, ``greedy_tree_verify``,
+  ``tree_speculative_verify``) x ``BAD_TABLES`` (7 classes: target rows summing to 10, draft rows
+  summing to 0.01, raw logits as probabilities, a NaN probability row, a NaN score row, an all
+  -inf score row, a draft id outside the vocabulary).
+* Caches and transactions: a cache built for another model or dtype, ``KVCache.advance(2.5)``,
+  a (2, 3) block on a batch-1 transaction, an empty prefill, a transaction of another model or
+  already used.
+* Scripts (``SCRIPTS``, 10: every ``bench/*.py`` and ``g2c/assets`` entry point;
+  ``test_every_script_is_listed`` fails until a new one is listed) x their options (7 classes: a
+  negative count, a non-number, an unknown choice, NaN or inf where a finite number is needed,
+  an unknown model, an unavailable device, an unknown option): one error line, exit 2 (1 for
+  ./checkpoints.sh's unknown name).
+
+Every error must be a ValueError/TypeError on one line naming the argument, the rule and the fix.
+Script controllers (``HeuristicK``, ``CostModelK``) are covered in tests/test_specdec_sampling.py,
+files and manifests in tests/tooling/test_checkpoints.py, test_artifacts.py and test_data.py.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import importlib.util
+import io
+import re
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from g2c.course import REPO_ROOT
+
+# script -> {bad-input class: (argv, match on the one error line)}
+SCRIPTS: dict[str, dict[str, tuple[list[str], str]]] = {
+    "bench/specdec.py": {
+        "negative count": (["--new-tokens", "-1"], r"--new-tokens -1: use 1 or more"),
+        "not a number": (["--ks", "1,x"], r"--ks 1,x: give comma-separated draft lengths"),
+        "unknown name": (["--target", "nope"], r"unknown artifact 'nope'"),
+    },
+    "bench/specdec_sampling.py": {
+        "negative count": (["--new-tokens", "-3"], r"argument --new-tokens: -3 is below 1; use an int >= 1"),
+        "not a number": (["--k", "two"], r"argument --k: 'two' is not an integer"),
+        "unknown choice": (["--modes", "fast"], r"argument --modes: 'fast': choose from greedy, sampled"),
+        "non-finite": (["--temperature", "nan"], r"argument --temperature: nan is not allowed; use a finite number > "),
+        "unknown name": (["--drafter", "GPT-9"], r"argument --drafter: unknown model 'GPT-9'; use one of StoryLM-1M"),
+        "unknown device": (["--device", "tpu"], r"argument --device: unknown device 'tpu'"),
+    },
+    "bench/specdec_trees.py": {
+        "negative count": (["--new-tokens", "-5"], r"argument --new-tokens: -5 is below 1"),
+        "not a number": (["--budgets", "4,many"], r"argument --budgets: 'many' is not an integer"),
+        "unknown choice": (["--trees", "bush"], r"argument --trees: 'bush': choose from chain, static, dynamic"),
+        "non-finite": (["--temperature", "inf"], r"argument --temperature: inf is not allowed"),
+        "unknown name": (["--target", "StoryLM-1M-distilled"], r"argument --target: StoryLM-1M-distilled is not a "
+                                                               r"ladder model"),
+        "unknown device": (["--device", "tpu"], r"argument --device: unknown device 'tpu'"),
+    },
+    "bench/specdec_state.py": {
+        "negative count": (["-k", "-2"], r"argument -k: -2 is below 1"),
+        "not a number": (["--capacity", "1.5"], r"argument --capacity: '1.5' is not an integer"),
+    },
+    "bench/serving_lab.py": {
+        "negative count": (["--new-tokens", "-1"], r"argument --new-tokens: -1 is below 1"),
+        "not a number": (["--batches", "1,b"], r"argument --batches: 'b' is not an integer"),
+        "unknown name": (["--target", "nope"], r"argument --target: unknown model 'nope'"),
+        "unknown device": (["--device", "tpu"], r"argument --device: unknown device 'tpu'"),
+    },
+    "bench/peer_hf.py": {
+        "negative count": (["--prompts", "-8"], r"argument --prompts: -8 is below 1"),
+        "not a number": (["--ks", "1,2,x"], r"argument --ks: 'x' is not an integer"),
+        "unknown choice": (["--dtypes", "float64"], r"argument --dtypes: 'float64': choose from float32"),
+        "unknown name": (["--drafters", "StoryLM-1M,nope"], r"argument --drafters: unknown model 'nope'"),
+    },
+    "bench/train_throughput.py": {
+        "negative count": (["--steps", "0"], r"argument --steps: 0 is below 1"),
+        "not a number": (["--batch-size", "x"], r"argument --batch-size: 'x' is not an integer"),
+        "unknown choice": (["--precisions", "fp8"], r"argument --precisions: 'fp8': choose from fp32, bf16"),
+        "unknown device": (["--device", "auto"], r"argument --device: 'auto' is not accepted here"),
+    },
+    "g2c/assets/data.py": {
+        "unknown option": (["--tokens", "5"], r"unrecognized arguments: --tokens 5"),
+    },
+    "g2c/assets/checkpoints.py": {
+        "unknown name": (["StoryLM-2M"], r"checkpoints: error: unknown artifact 'StoryLM-2M'"),
+    },
+    "g2c/assets/export.py": {
+        "unknown choice": (["StoryLM-1M", "--hf", "x", "--dtype", "float64"], r"argument --dtype: invalid choice"),
+    },
+}
+
+
+def _load(script: str):
+    path = REPO_ROOT / script
+    spec = importlib.util.spec_from_file_location("g2c_script_" + re.sub(r"\W", "_", script), path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def _run(script: str, argv: list[str]) -> tuple[object, str, str]:
+    module = _load(script)
+    out, err = io.StringIO(), io.StringIO()
+    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+        try:
+            rc = module.main(argv)
+        except SystemExit as exc:
+            rc = exc.code
+    return rc, out.getvalue(), err.getvalue()
+
+
+def test_every_script_is_listed():
+    scripts = {p.relative_to(REPO_ROOT).as_posix() for d in ("bench", "g2c/assets")
+               for p in (REPO_ROOT / d).glob("*.py") if "__main__" in p.read_text()}
+    assert scripts == set(SCRIPTS), "list every script (and its bad-option cases) in SCRIPTS"
+
+
+@pytest.mark.parametrize("script, case", [(s, c) for s, cases in SCRIPTS.items() for c in cases])
+def test_script_bad_option_is_one_line_and_a_nonzero_exit(script, case):
+    argv, match = SCRIPTS[script][case]
+    rc, out, err = _run(script, argv)
+    assert rc not in (0, None), (rc, out, err)
+    errors = [line for line in err.splitlines() if "error" in line]
+    assert len(errors) == 1 and re.search(match, errors[0]), err
+    assert "Traceback" not in err and not out.strip(), out
+
+
+# -- the Python API: every loop x every bad argument ------------------------------------------
+
+V = 16
+
+
+def _lm(seed: int = 0):
+    import torch
+
+    from g2c.transformer import TransformerLM
+
+    return TransformerLM(V, 8, 1, 2, 32, generator=torch.Generator().manual_seed(seed)).eval()
+
+
+def _recurrent():
+    import torch
+
+    from g2c.recurrent import RecurrentLM, fan_in_init_
+
+    return fan_in_init_(RecurrentLM(V, 16, 2, 2, layout="RA", max_seq_len=32),
+                        generator=torch.Generator().manual_seed(0)).eval()
+
+
+def _loops():
+    """name -> (call(prompt, max_new_tokens, **extra), the extra keyword arguments it samples with)."""
+    import torch
+
+    from g2c.kvcache import cached_generate
+    from g2c.recurrent import greedy_drafter, plain_greedy, speculative_generate_stateful
+    from g2c.sampling import generate
+    from g2c.specdec import MTPHead, mtp_generate, speculative_generate
+    from g2c.specdec.lab.batched import batched_greedy, batched_speculative_generate
+    from g2c.specdec.sampling.cached import mtp_generate_cached, speculative_generate_cached
+    from g2c.specdec.sampling.drafters import LMDrafter
+    from g2c.specdec.sampling.loop import speculative_sample
+    from g2c.specdec.trees.verify import tree_speculative_generate
+
+    target, draft = _lm(0), _lm(1)
+    head = MTPHead(target, generator=torch.Generator().manual_seed(2))
+    rec = _recurrent()
+    sampled = SAMPLED
+    return {
+        "generate": (lambda p, n, **kw: generate(target, p, n, **kw), sampled),
+        "cached_generate": (lambda p, n, **kw: cached_generate(target, p, n, **kw), sampled),
+        "speculative_generate": (lambda p, n, **kw: speculative_generate(target, draft, p, n, k=2, **kw), ()),
+        "speculative_sample": (lambda p, n, **kw: speculative_sample(target, LMDrafter(draft), p, n, k=2, **kw),
+                               sampled),
+        "speculative_generate_cached": (lambda p, n, **kw: speculative_generate_cached(target, draft, p, n, k=2,
+                                                                                       **kw), ()),
+        "mtp_generate": (lambda p, n, **kw: mtp_generate(target, head, p, n, **kw), ()),
+        "mtp_generate_cached": (lambda p, n, **kw: mtp_generate_cached(target, head, p, n, **kw), ()),
+        "tree_speculative_generate": (lambda p, n, **kw: tree_speculative_generate(target, draft, p, n, num_nodes=4,
+                                                                                   **kw), sampled),
+        "batched_greedy": (lambda p, n, **kw: batched_greedy(target, [p], n, **kw), ()),
+        "batched_speculative_generate": (lambda p, n, **kw: batched_speculative_generate(target, draft, [p], n, k=2,
+                                                                                         **kw), ()),
+        "plain_greedy": (lambda p, n, **kw: plain_greedy(rec, p, n, **kw), ()),
+        "speculative_generate_stateful": (lambda p, n, **kw: speculative_generate_stateful(
+            rec, greedy_drafter(rec), p, n, k=2, **kw), ()),
+    }
+
+
+SAMPLED = ("temperature", "generator")
+# loop -> the sampling knobs it takes (greedy-only loops take none); the calls live in _loops()
+LOOPS: dict[str, tuple[str, ...]] = {
+    "generate": SAMPLED, "cached_generate": SAMPLED, "speculative_generate": (), "speculative_sample": SAMPLED,
+    "speculative_generate_cached": (), "mtp_generate": (), "mtp_generate_cached": (),
+    "tree_speculative_generate": SAMPLED, "batched_greedy": (), "batched_speculative_generate": (),
+    "plain_greedy": (), "speculative_generate_stateful": (),
+}
+
+# class -> (prompt, max_new_tokens, extra kwargs, the keyword it needs or None, error, match)
+BAD_ARGS = {
+    "float budget": ([1, 2], 2.5, {}, None, TypeError, r"max_new_tokens must be an int.*got float 2\.5"),
+    "None budget": ([1, 2], None, {}, None, TypeError, r"max_new_tokens must be an int.*got NoneType None"),
+    "negative budget": ([1, 2], -1, {}, None, ValueError, r"max_new_tokens must be (an int )?>= 0"),
+    "empty prompt": ([], 3, {}, None, ValueError, r"must be a non-empty 1-D sequence of token ids"),
+    "float prompt": ([1.5, 2.0], 3, {}, None, ValueError, r"must hold integer token ids, got dtype torch\.float"),
+    "negative id": ([1, -1], 3, {}, None, ValueError, r"holds token id -1, outside the vocabulary \[0, 16\)"),
+    "out-of-vocabulary id": ([1, V], 3, {}, None, ValueError, r"holds token id 16, outside the vocabulary \[0, 16\)"),
+    "NaN temperature": ([1, 2], 3, {"temperature": float("nan")}, "temperature", ValueError,
+                        r"temperature must be >= 0 and finite"),
+    "infinite temperature": ([1, 2], 3, {"temperature": float("inf")}, "temperature", ValueError,
+                             r"temperature must be >= 0 and finite"),
+    "seed as generator": ([1, 2], 3, {"temperature": 1.0, "generator": 0}, "generator", TypeError,
+                          r"generator must be a torch\.Generator or None, got int 0; use torch\.Generator\(\)"),
+}
+
+
+@pytest.fixture(scope="module")
+def loops():
+    return _loops()
+
+
+def test_every_loop_is_listed(loops):
+    assert set(loops) == set(LOOPS)
+
+
+@pytest.mark.parametrize("loop, case", [(loop, case) for loop, knobs in LOOPS.items() for case, bad in BAD_ARGS.items()
+                                        if bad[3] is None or bad[3] in knobs])
+def test_loop_bad_argument_is_a_one_line_error(loops, loop, case):
+    prompt, budget, extra, _, error, match = BAD_ARGS[case]
+    with pytest.raises(error, match=match) as info:
+        loops[loop][0](prompt, budget, **extra)
+    assert "\n" not in str(info.value)
+
+
+# -- caches and counts that enter elsewhere ----------------------------------------------------
+
+def test_cache_from_another_model_or_dtype_is_refused():
+    import torch
+
+    from g2c.kvcache import KVCache, cached_forward, cached_generate
+    from g2c.transformer import TransformerLM
+
+    model = _lm()
+    other = TransformerLM(V, 16, 1, 4, 32, generator=torch.Generator().manual_seed(0))
+    ids = torch.tensor([[1, 2]])
+    with pytest.raises(ValueError, match=r"the cache holds 4 heads of 4 but the model has 2 of 4: it was built for "
+                                         r"another model; build it with KVCache\.for_model\(model\)"):
+        cached_forward(model, ids, KVCache.for_model(other))
+    with pytest.raises(ValueError, match=r"the cache is torch\.float16 on cpu but the model computes in "
+                                         r"torch\.float32"):
+        cached_forward(model, ids, KVCache.for_model(model, dtype=torch.float16))
+    with pytest.raises(ValueError, match=r"built for another model"):
+        cached_generate(model, [1, 2], 3, cache=KVCache.for_model(other))
+
+
+@pytest.mark.parametrize("value, error, match", [
+    (2.5, TypeError, r"KVCache\.advance: num_new must be an int, got float 2\.5"),
+    (None, TypeError, r"num_new must be an int, got NoneType None"),
+    (-1, ValueError, r"KVCache\.advance: cannot move length 0 by -1"),
+])
+def test_cache_advance_refuses_a_non_count(value, error, match):
+    from g2c.kvcache import KVCache
+
+    cache = KVCache(1, 1, 1, 2, 8)
+    with pytest.raises(error, match=match):
+        cache.advance(value)
+    assert cache.length == 0
+
+
+def test_shared_validators_name_the_argument_and_the_fix():
+    import numpy as np
+    import torch
+
+    from g2c.sampling.model import check_count, check_generator, check_temperature
+
+    assert check_count(np.int64(3), "k", minimum=1) == 3 and check_count(torch.tensor(2), "n") == 2
+    with pytest.raises(TypeError, match=r"k must be an int >= 1, got bool True; pass a whole number"):
+        check_count(True, "k", minimum=1)
+    with pytest.raises(TypeError, match=r"n must be an int >= 0, got str '3'"):
+        check_count("3", "n")
+    with pytest.raises(TypeError, match=r"generator must be a torch\.Generator or None, got int 7; use "
+                                        r"torch\.Generator\(\)\.manual_seed\(seed\)"):
+        check_generator(7)
+    with pytest.raises(TypeError, match=r"temperature must be a real number >= 0 \(0 = greedy\), got str"):
+        check_temperature("hot")
+    assert check_temperature(torch.tensor(0.5)) == 0.5
+
+
+# -- verifiers: every flat and tree verifier x every bad table (families 1-3) --------------------
+
+def _tables():
+    """A 2-token draft (flat) and a root -> a -> b chain tree over V = 3, with good tables."""
+    import torch
+
+    from g2c.specdec.trees import DraftTree
+
+    p = torch.tensor([[0.5, 0.3, 0.2], [0.2, 0.5, 0.3], [0.3, 0.3, 0.4]])
+    q = torch.tensor([[0.2, 0.5, 0.3], [0.4, 0.4, 0.2]])
+    draft = torch.tensor([1, 0])
+    tree = DraftTree(torch.tensor([1, 0]), torch.tensor([-1, 0]), proposal_probs=q)
+    return draft, tree, p, q
+
+
+def _verifiers():
+    """name -> call(draft, tree, target table, draft/proposal table)."""
+    import torch
+
+    from g2c.specdec import greedy_verify, speculative_verify
+    from g2c.specdec.trees import DraftTree, greedy_tree_verify, tree_speculative_verify
+
+    def gen():
+        return torch.Generator().manual_seed(0)
+
+    def with_q(tree, q):
+        return DraftTree(tree.tokens, tree.parents, proposal_probs=q)
+
+    return {
+        "greedy_verify": lambda d, t, p, q: greedy_verify(d, p),
+        "speculative_verify": lambda d, t, p, q: speculative_verify(d, p, q, generator=gen()),
+        "greedy_tree_verify": lambda d, t, p, q: greedy_tree_verify(t, p),
+        "tree_speculative_verify": lambda d, t, p, q: tree_speculative_verify(with_q(t, q), p, generator=gen()),
+    }
+
+
+PROB_VERIFIERS = ("speculative_verify", "tree_speculative_verify")
+SCORE_VERIFIERS = ("greedy_verify", "greedy_tree_verify")
+# class -> (verifiers, (p, q) -> (p, q) damaged, error match)
+BAD_TABLES = {
+    "target rows summing to 10": (PROB_VERIFIERS, lambda p, q: (10 * p, q),
+                                  r"target_probs must hold probabilities: row 0 sums to 10, not 1 "
+                                  r"\(tolerance 0\.001\)"),
+    "draft rows summing to 0.01": (PROB_VERIFIERS, lambda p, q: (p, 0.01 * q),
+                                   r"(draft|proposal)_probs must hold probabilities: row 0 sums to 0\.01, not 1"),
+    "raw logits as probabilities": (PROB_VERIFIERS, lambda p, q: (p.log(), q),
+                                    r"target_probs must hold probabilities: row 0 has a NaN, infinite or negative"),
+    "NaN probability row": (PROB_VERIFIERS, lambda p, q: (p.index_fill(0, __import__("torch").tensor([1]),
+                                                                       float("nan")), q),
+                            r"target_probs must hold probabilities: row 1 has a NaN"),
+    "NaN score row": (SCORE_VERIFIERS, lambda p, q: (p.index_fill(0, __import__("torch").tensor([1]), float("nan")),
+                                                     q), r"target_logits holds NaN: the model produced NaN scores"),
+    "all -inf score row": (SCORE_VERIFIERS, lambda p, q: (p.index_fill(0, __import__("torch").tensor([0]),
+                                                                       float("-inf")), q),
+                           r"target_logits row 0 is all -inf: every token is masked"),
+    "draft id outside the vocabulary": (SCORE_VERIFIERS + PROB_VERIFIERS, None,
+                                        r"(draft_ids|tree\.tokens) holds token id 3, outside the vocabulary \[0, 3\)"),
+}
+
+
+@pytest.mark.parametrize("verifier, case", [(v, c) for c, (vs, _, _) in BAD_TABLES.items() for v in vs])
+def test_verifier_bad_table_is_a_one_line_error(verifier, case):
+    import torch
+
+    from g2c.specdec.trees import DraftTree
+
+    draft, tree, p, q = _tables()
+    _, damage, match = BAD_TABLES[case]
+    if damage is None:
+        draft, tree = torch.tensor([1, 3]), DraftTree(torch.tensor([1, 3]), torch.tensor([-1, 0]), proposal_probs=q)
+    else:
+        p, q = damage(p, q)
+    with pytest.raises(ValueError, match=match) as info:
+        _verifiers()[verifier](draft, tree, p, q)
+    assert "\n" not in str(info.value)
+
+
+def test_verifiers_accept_good_tables():
+    draft, tree, p, q = _tables()
+    for name, call in _verifiers().items():
+        path_or_count, token = call(draft, tree, p, q)
+        assert 0 <= token < 3, name
+
+
+# -- a model that produced NaN: every loop stops with an error naming the step (family 3) ------
+
+@pytest.fixture(scope="module")
+def nan_loops():
+    import torch
+
+    loops = _loops()
+    for fn, _ in loops.values():          # every model the calls close over gets a NaN embedding
+        for cell in fn.__closure__ or ():
+            model = cell.cell_contents
+            if hasattr(model, "token_embed"):
+                with torch.no_grad():
+                    model.token_embed.weight.fill_(float("nan"))
+    return loops
+
+
+@pytest.mark.parametrize("loop", list(LOOPS))
+def test_loop_with_a_nan_model_names_the_step(nan_loops, loop):
+    extra = {"temperature": 1.0, "generator": __import__("torch").Generator().manual_seed(0)} if LOOPS[loop] else {}
+    with pytest.raises(ValueError, match=r"(holds NaN|must hold probabilities: row \d+ has a NaN)") as info:
+        nan_loops[loop][0]([1, 2, 3], 4, **extra)
+    assert "\n" not in str(info.value)
+
+
+def test_generate_names_the_position_of_a_nan_or_dead_row():
+    import torch
+    from specdec_mocks import TableLM
+
+    from g2c.sampling import generate
+
+    table = torch.zeros(4, 4)
+    table[2] = float("-inf")                                    # after token 2 every token is masked
+    model = TableLM(table)
+    with pytest.raises(ValueError, match=r"logits is all -inf at the step scoring position 3"):
+        generate(model, [0, 1, 2], 3, temperature=0.0)
+    table[2] = float("nan")
+    with pytest.raises(ValueError, match=r"logits holds NaN at the step scoring position 3"):
+        generate(model, [0, 1, 2], 3, temperature=1.0, generator=torch.Generator().manual_seed(0))
+
+
+# -- recurrent transactions refuse misuse (family 5) --------------------------------------------
+
+def test_transaction_refuses_a_block_of_another_batch_and_an_empty_prefill():
+    from g2c.recurrent import make_transaction
+
+    txn = make_transaction(_recurrent(), "replay")
+    txn.begin()
+    with pytest.raises(ValueError, match=r"advance\(\) got a block of shape \(2, 3\) but the transaction holds 1 "
+                                         r"row\(s\); pass \(T,\) for batch 1"):
+        txn.advance([[1, 2, 3], [4, 5, 6]])
+    with pytest.raises(ValueError, match=r"advance\(\) tokens holds token id 16, outside the vocabulary"):
+        txn.advance([1, 16])
+    txn.rollback()
+    with pytest.raises(ValueError, match=r"prefill\(\) needs at least one token id, got an empty prompt"):
+        make_transaction(_recurrent(), "snapshot").prefill([])
+
+
+@pytest.mark.parametrize("strategy", ["snapshot", "replay", "recompute"])
+def test_stateful_loop_refuses_a_used_or_foreign_transaction(strategy):
+    import torch
+
+    from g2c.recurrent import RecurrentLM, fan_in_init_, greedy_drafter, make_transaction, speculative_generate_stateful
+
+    target = _recurrent()
+    other = fan_in_init_(RecurrentLM(V, 16, 2, 2, layout="RA", max_seq_len=32),
+                         generator=torch.Generator().manual_seed(9))
+    with pytest.raises(ValueError, match=r"transaction was built on another model, not on target"):
+        speculative_generate_stateful(target, greedy_drafter(target), [1, 2], 4, strategy=make_transaction(other,
+                                                                                                           strategy))
+    txn = make_transaction(target, strategy)
+    first, _, _ = speculative_generate_stateful(target, greedy_drafter(target), [1, 2], 4, strategy=txn)
+    with pytest.raises(ValueError, match=r"transaction was used already .*build a fresh one with make_transaction"):
+        speculative_generate_stateful(target, greedy_drafter(target), [1, 2], 4, strategy=txn)
+    again, _, _ = speculative_generate_stateful(target, greedy_drafter(target), [1, 2], 4,
+                                                strategy=make_transaction(target, strategy))
+    assert again.tolist() == first.tolist()
+
+
+@settings(max_examples=30, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(loop=st.sampled_from(list(LOOPS)),   # floats (even 2.0: never truncated), negatives, None, text
+       budget=st.one_of(st.floats(allow_nan=True, allow_infinity=True), st.integers(max_value=-1), st.none(),
+                        st.text(max_size=3)))
+def test_any_bad_budget_is_refused_by_every_loop(loops, loop, budget):
+    with pytest.raises((TypeError, ValueError), match=r"max_new_tokens"):
+        loops[loop][0]([1, 2], budget)

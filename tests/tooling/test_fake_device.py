@@ -1,0 +1,94 @@
+"""The fake accelerator (tests/device_mocks.py) and what it found (issue 22).
+
+Each MPS limit the mock models is shown catching the wrong code and passing the right code;
+``pytest --fake-device`` (tests/conftest.py) runs the Beyond modules' and module 16's test files
+under it, with every model parameter on the fake device.
+"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))      # tests/: device_mocks, specdec_mocks
+
+from device_mocks import (  # noqa: E402
+    DeviceMismatch,
+    FakeAccelerator,
+    Float64OnDevice,
+    UnsupportedOnDevice,
+    to_accel,
+)
+
+
+def test_int64_scans_are_refused_on_the_device():
+    # MPS refused int64 cumsum before macOS 13.3 (pytorch/pytorch#96610): scan in int32 or on the CPU.
+    match = torch.tensor([True, True, False, True])
+    with FakeAccelerator():
+        with pytest.raises(UnsupportedOnDevice, match=r"cumprod of a torch\.int64 tensor on the accelerator"):
+            to_accel(match).long().cumprod(dim=0)                          # the wrong code
+        with pytest.raises(UnsupportedOnDevice, match=r"cumsum of a torch\.int64"):
+            torch.cumsum(to_accel(match.long()), 0)
+        assert to_accel(match).int().cumprod(dim=0).tolist() == [1, 1, 0, 0]          # int32 on the device
+        assert int(torch.cumprod(to_accel(match).cpu().long(), 0).sum()) == 2          # int64 on the CPU
+
+
+def test_ops_mps_lacks_are_refused_on_the_device():
+    # 'aten::isin.Tensor_Tensor_out' / 'aten::index_copy.out' "not currently implemented for the
+    # MPS device" (pytorch/pytorch#77764).
+    a, b = torch.tensor([1, 2, 3]), torch.tensor([2])
+    with FakeAccelerator():
+        with pytest.raises(UnsupportedOnDevice, match=r"isin is not implemented for the MPS device"):
+            torch.isin(to_accel(a), to_accel(b))
+        with pytest.raises(UnsupportedOnDevice, match=r"index_copy"):
+            to_accel(torch.zeros(3)).index_copy(0, to_accel(torch.tensor([1])), to_accel(torch.ones(1)))
+        assert (to_accel(a).unsqueeze(-1) == to_accel(b)).any(-1).tolist() == [False, True, False]   # the MPS way
+
+
+def test_float64_and_mixing_are_still_caught():
+    with FakeAccelerator():
+        with pytest.raises(Float64OnDevice):
+            to_accel(torch.ones(2)).double().cpu()                          # the old tree verifier's order
+        assert to_accel(torch.ones(2)).cpu().double().dtype == torch.float64
+        with pytest.raises(DeviceMismatch):
+            to_accel(torch.ones(2)) + torch.ones(2)
+
+
+def test_params_on_device_and_library_only_check_the_listed_code():
+    # Parameters (leaf tensors with requires_grad) read as on the device; only code under
+    # ``library_only`` is checked (here this very file, to show a wrong line being caught).
+    w = torch.ones(3, requires_grad=True)
+    with FakeAccelerator(params_on_device=True, library_only=(__file__,)):
+        assert w.device.type == "meta"
+        with pytest.raises(DeviceMismatch):
+            w.detach() + torch.ones(3)                                      # CPU tensor meets a device parameter
+        assert (w.detach() + torch.ones(3).to(w.device)).cpu().tolist() == [2.0, 2.0, 2.0]
+    with FakeAccelerator(params_on_device=True, library_only=("/nowhere",)):
+        assert (w.detach() + torch.ones(3)).tolist() == [2.0, 2.0, 2.0]     # not listed: not checked
+
+
+def test_tree_speculative_verify_runs_on_the_device():
+    # It converted with .double().cpu(): float64 on the device, which MPS lacks. Now .cpu().double().
+    from g2c.specdec.trees import DraftTree, tree_speculative_verify
+
+    p = torch.softmax(torch.randn(3, 5, generator=torch.Generator().manual_seed(0)), -1)
+    q = torch.softmax(torch.randn(2, 5, generator=torch.Generator().manual_seed(1)), -1)
+    expected = tree_speculative_verify(DraftTree(torch.tensor([1, 2]), torch.tensor([-1, 0]), proposal_probs=q), p,
+                                       generator=torch.Generator().manual_seed(3))
+    with FakeAccelerator():
+        tree = DraftTree(to_accel(torch.tensor([1, 2])), to_accel(torch.tensor([-1, 0])), proposal_probs=to_accel(q))
+        got = tree_speculative_verify(tree, to_accel(p), generator=torch.Generator().manual_seed(3))
+    assert got == expected
+
+
+def test_greedy_verify_takes_a_cpu_draft_with_device_rows():
+    # The cached, MTP and recurrent loops hand greedy_verify a CPU draft and the target's rows on
+    # its device; the provided first step moves the draft there (it used to mix devices).
+    from g2c.specdec import greedy_verify
+
+    logits = torch.tensor([[0.0, 5.0, 0.0], [5.0, 0.0, 0.0], [0.0, 0.0, 5.0]])
+    with FakeAccelerator():
+        assert greedy_verify(torch.tensor([1, 0]), to_accel(logits)) == (2, 2)
