@@ -32,13 +32,15 @@ import time
 import torch
 import torch.nn.functional as F
 
+from g2c.assets.cli import count
+
 ROWS = (1, 2, 3, 5, 9, 17, 33)
 
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--threads", type=int, default=1)
-    ap.add_argument("--rounds", type=int, default=9)
+    ap.add_argument("--threads", type=count(1), default=1)
+    ap.add_argument("--rounds", type=count(1), default=9)
     ap.add_argument("--clock", choices=("auto", "wall", "cpu"), default="auto")
     args = ap.parse_args(argv)
     torch.set_num_threads(args.threads)

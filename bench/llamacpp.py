@@ -52,6 +52,7 @@ import torch
 
 import g2c.course.solved  # noqa: F401  (first: applies the answer key before course modules load)
 from g2c.assets.artifacts import ArtifactError, canonical_name, load_model
+from g2c.assets.cli import count, model_name
 from g2c.assets.data import validation_prompts
 from g2c.assets.gguf import check_gguf, export_gguf, llama_cpp_source
 from g2c.kvcache import cached_generate
@@ -66,14 +67,15 @@ FALLBACK = ["Once upon a time", "Tom and his dog went to the park. The sun was"]
 
 def parse_args(argv):
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--target", default="StoryLM-30M")
-    ap.add_argument("--drafter", default="StoryLM-1M-distilled", help="an LM drafter (default: the best shipped)")
-    ap.add_argument("--k", type=int, default=4, help="draft tokens per target pass (default 4)")
-    ap.add_argument("--prompts", type=int, default=None, help="validation prompts (default 4; --quick 2)")
-    ap.add_argument("--prompt-tokens", type=int, default=12)
-    ap.add_argument("--new-tokens", type=int, default=None, help="tokens per prompt (default 64; --quick 32)")
-    ap.add_argument("--rounds", type=int, default=None, help="timed rounds (default 3; --quick 2)")
-    ap.add_argument("--threads", type=int, default=1, help="threads for both engines (default 1; printed)")
+    ap.add_argument("--target", type=model_name(ladder_only=True), default="StoryLM-30M")
+    ap.add_argument("--drafter", type=model_name(), default="StoryLM-1M-distilled",
+                    help="an LM drafter (default: the best shipped)")
+    ap.add_argument("--k", type=count(1), default=4, help="draft tokens per target pass (default 4)")
+    ap.add_argument("--prompts", type=count(1), default=None, help="validation prompts (default 4; --quick 2)")
+    ap.add_argument("--prompt-tokens", type=count(1), default=12)
+    ap.add_argument("--new-tokens", type=count(1), default=None, help="tokens per prompt (default 64; --quick 32)")
+    ap.add_argument("--rounds", type=count(1), default=None, help="timed rounds (default 3; --quick 2)")
+    ap.add_argument("--threads", type=count(1), default=1, help="threads for both engines (default 1; printed)")
     ap.add_argument("--bin", type=Path, default=BIN, help="llama.cpp tools (default runs/llama.cpp/build/bin)")
     ap.add_argument("--reexport", action="store_true", help="export the GGUF files again")
     ap.add_argument("--quick", action="store_true")

@@ -48,6 +48,7 @@ import torch
 
 import g2c.course.solved  # noqa: F401  (first: applies the answer key before course modules load)
 from g2c.assets.artifacts import ArtifactError, load_model
+from g2c.assets.cli import count, device_name, int_list, model_list
 from g2c.kvcache import KVCache, cached_forward
 from g2c.kvcache.fast import fast_model, packed_kernels_available
 from g2c.nn import resolve_device, synchronize
@@ -61,14 +62,17 @@ KNEE = 1.25
 
 def parse_args(argv):
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--models", default=None, help="comma-separated ladder models (default: StoryLM-1M,5M,30M; "
+    ap.add_argument("--models", type=model_list(ladder_only=True), default=None,
+                    help="comma-separated ladder models (default: StoryLM-1M,5M,30M; "
                     "--quick: StoryLM-1M,StoryLM-30M)")
-    ap.add_argument("--rows", default=None, help="rows per pass, k + 1 (default 1,2,3,5,9,17,33; --quick 1,2,5,9)")
-    ap.add_argument("--rounds", type=int, default=None, help="timed rounds after the warm-up (default 15; --quick 4)")
-    ap.add_argument("--context", type=int, default=64, help="committed positions in the cache (default 64)")
+    ap.add_argument("--rows", type=int_list(1), default=None,
+                    help="rows per pass, k + 1 (default 1,2,3,5,9,17,33; --quick 1,2,5,9)")
+    ap.add_argument("--rounds", type=count(1), default=None,
+                    help="timed rounds after the warm-up (default 15; --quick 4)")
+    ap.add_argument("--context", type=count(1), default=64, help="committed positions in the cache (default 64)")
     ap.add_argument("--paths", default=",".join(PATHS), help=f"which of {', '.join(PATHS)} (comma-separated)")
-    ap.add_argument("--threads", type=int, default=1, help="torch.set_num_threads (default 1; printed)")
-    ap.add_argument("--device", default="cpu", help="cpu (default), cuda, mps or auto")
+    ap.add_argument("--threads", type=count(1), default=1, help="torch.set_num_threads (default 1; printed)")
+    ap.add_argument("--device", type=device_name(), default="cpu", help="cpu (default), cuda, mps or auto")
     ap.add_argument("--plot", default=str(ROOT / "docs" / "img" / "roofline.png"),
                     help="where to save the plot ('' = no plot)")
     ap.add_argument("--clock", choices=("auto", "wall", "cpu"), default="auto",

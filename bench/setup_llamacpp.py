@@ -37,6 +37,8 @@ import sys
 import tarfile
 from pathlib import Path
 
+from g2c.assets.cli import count
+
 ROOT = Path(__file__).resolve().parents[1]
 WORK = ROOT / "runs" / "llama.cpp"
 VERSION = "0.3.36"          # the llama-cpp-python release the numbers in docs/llamacpp.md come from
@@ -70,7 +72,7 @@ def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--version", default=VERSION, help=f"llama-cpp-python sdist version (default {VERSION})")
     ap.add_argument("--work", type=Path, default=WORK, help="build folder (default runs/llama.cpp, git-ignored)")
-    ap.add_argument("--jobs", type=int, default=2, help="parallel compile jobs (default 2)")
+    ap.add_argument("--jobs", type=count(1), default=2, help="parallel compile jobs (default 2)")
     ap.add_argument("--backend", choices=tuple(BACKENDS), default="cpu",
                     help="cpu (default: what the benchmark compares), metal (Apple GPUs) or cuda (needs the CUDA "
                          "toolkit)")

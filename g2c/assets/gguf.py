@@ -297,7 +297,9 @@ def check_gguf(path: str | Path, model, *, num_tokens: int = 32, seed: int = 0) 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog="python -m g2c.assets.gguf", description=__doc__,
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("name", nargs="?", help="a ladder model or StoryLM-1M-distilled")
+    from g2c.assets.cli import model_name
+
+    ap.add_argument("name", nargs="?", type=model_name(), help="a ladder model or StoryLM-1M-distilled")
     ap.add_argument("out", nargs="?", help="the .gguf file to write")
     ap.add_argument("--via", choices=("auto", "converter", "writer"), default="auto")
     ap.add_argument("--outtype", choices=OUTTYPES, default="f32")

@@ -88,6 +88,29 @@ SCRIPTS: dict[str, dict[str, tuple[list[str], str]]] = {
         "unknown choice": (["--precisions", "fp8"], r"argument --precisions: 'fp8': choose from fp32, bf16"),
         "unknown device": (["--device", "auto"], r"argument --device: 'auto' is not accepted here"),
     },
+    "bench/linear_kernels.py": {
+        "negative count": (["--rounds", "0"], r"argument --rounds: 0 is below 1"),
+        "unknown choice": (["--clock", "sundial"], r"argument --clock: invalid choice"),
+    },
+    "bench/roofline.py": {
+        "negative count": (["--context", "-3"], r"argument --context: -3 is below 1"),
+        "not a number": (["--rows", "1,2,x"], r"argument --rows: 'x' is not an integer"),
+        "unknown name": (["--models", "StoryLM-1M,nope"], r"argument --models: unknown model 'nope'"),
+        "unknown device": (["--device", "tpu"], r"argument --device: unknown device 'tpu'"),
+    },
+    "bench/llamacpp.py": {
+        "negative count": (["--k", "0"], r"argument --k: 0 is below 1"),
+        "not a number": (["--new-tokens", "many"], r"argument --new-tokens: 'many' is not an integer"),
+        "unknown name": (["--drafter", "nope"], r"argument --drafter: unknown model 'nope'"),
+    },
+    "bench/setup_llamacpp.py": {
+        "negative count": (["--jobs", "-1"], r"argument --jobs: -1 is below 1"),
+        "unknown choice": (["--backend", "vulkan9"], r"argument --backend: invalid choice"),
+    },
+    "g2c/assets/gguf.py": {
+        "unknown name": (["StoryLM-2M", "x.gguf"], r"argument name: unknown model 'StoryLM-2M'"),
+        "unknown choice": (["StoryLM-1M", "x.gguf", "--outtype", "q3"], r"argument --outtype: invalid choice"),
+    },
     "g2c/assets/data.py": {
         "unknown option": (["--tokens", "5"], r"unrecognized arguments: --tokens 5"),
     },
