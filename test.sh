@@ -9,8 +9,8 @@
 #                                  applied unless you export G2C_APPLY_SOLUTIONS yourself)
 # Authors and CI (the scaffolds are as generated, e.g. a clean clone):
 #   ./test.sh                      the whole check: ruff, scaffold and notebook freshness, scaffold
-#                                  contract, full suite with every solution applied, the Beyond and
-#                                  module 16 tests on a fake accelerator (--fake-device), notebooks
+#                                  contract, full suite with every solution applied, every module's
+#                                  tests on a fake accelerator (--fake-device), notebooks
 #                                  (solved twins)
 #   ./test.sh --author             the whole check even with edited exercise files
 set -euo pipefail
@@ -74,7 +74,7 @@ step "full suite with solutions: G2C_APPLY_SOLUTIONS=all pytest"
 # The author run replaces any edited exercise file with the answer key on purpose.
 G2C_APPLY_SOLUTIONS=all G2C_QUIET=1 G2C_REPLACE_EDITED=1 "$PY" -m pytest -q -p no:cacheprovider
 
-step "every device, without one: G2C_APPLY_SOLUTIONS=all pytest --fake-device (every module's tests but six numbered files)"
+step "every device, without one: G2C_APPLY_SOLUTIONS=all pytest --fake-device (every module's tests; own_device tests skipped)"
 # Parameters on the fake accelerator of tests/device_mocks.py: device mixing, float64 and ops MPS
 # lacks raise inside the course's code (the file list: FAKE_DEVICE_FILES in tests/conftest.py).
 G2C_APPLY_SOLUTIONS=all G2C_QUIET=1 G2C_REPLACE_EDITED=1 "$PY" -m pytest -q -p no:cacheprovider --fake-device tests --ignore=tests/tooling

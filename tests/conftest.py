@@ -108,10 +108,8 @@ def pytest_terminal_summary(terminalreporter) -> None:
 # -- pytest --fake-device: every listed test file on the fake accelerator of tests/device_mocks.py --
 
 # Every module's test files (the registry's ``tests``): the course's code must run on a user's GPU/MPS.
-# Not yet: these files hand CPU inputs straight to layers whose parameters the fake device moves, so they
-# would fail in the tests' own code (they check their device handling themselves with FakeAccelerator).
-NOT_ON_THE_FAKE_DEVICE_YET = ("test_nn.py", "test_lm.py", "test_causal_attention.py", "test_multihead_attention.py",
-                              "test_transformer.py", "test_trainer.py")
+# Files not yet ready for it would be listed here (with the reason); every module's file runs today.
+NOT_ON_THE_FAKE_DEVICE_YET: tuple[str, ...] = ()
 
 
 def _fake_device_files() -> tuple[str, ...]:
@@ -132,10 +130,13 @@ def pytest_addoption(parser) -> None:
 
 def pytest_collection_modifyitems(config, items) -> None:
     """Under ``--fake-device`` only the listed files run, and not their ``ladder`` tests (the
-    tiny models cover the device logic; the real ladder would only make the run slow)."""
+    tiny models cover the device logic; the real ladder would only make the run slow) nor their
+    ``own_device`` tests (they check device placement themselves, e.g. that a module lands on the
+    CPU, which the fake device's moved parameters would contradict)."""
     if not config.getoption("--fake-device"):
         return
-    keep = [i for i in items if i.path.name in FAKE_DEVICE_FILES and i.get_closest_marker("ladder") is None]
+    keep = [i for i in items if i.path.name in FAKE_DEVICE_FILES and i.get_closest_marker("ladder") is None
+            and i.get_closest_marker("own_device") is None]
     config.hook.pytest_deselected(items=[i for i in items if i not in keep])
     items[:] = keep
 

@@ -28,6 +28,8 @@ under the mode: ``params_on_device=True`` treats every parameter (a leaf tensor 
 applies the checks only to torch calls made from files under those paths (the course's code),
 and lets the test's own assertions compare results freely (everything reads as CPU there).
 
+``device_of(module_or_tensor)`` says where the course's code sees a module or tensor (the test's
+own ``.device`` reads say CPU); ``.to(device_of(layer))`` puts a test's input beside the layer.
 ``.to(FAKE_DEVICE)`` / ``.to(other.device)`` / factories with ``device=FAKE_DEVICE`` put
 tensors on the accelerator; ``.cpu()`` / ``.to("cpu")`` bring them back as plain tensors;
 ``.item()``, ``.tolist()`` and ``int()`` read values as on a real device.
@@ -64,6 +66,7 @@ _SCANS = {torch.cumsum, torch.cumprod, torch.Tensor.cumsum, torch.Tensor.cumprod
           torch.Tensor.cumprod_}
 _SCAN_DTYPES = (torch.int64, torch.int16, torch.int8, torch.uint8, torch.bool)
 _TORCH_DIR = os.path.dirname(torch.__file__)
+_ACTIVE: list[FakeAccelerator] = []                   # the modes entered and not yet left (innermost last)
 
 
 class AccelTensor(torch.Tensor):
@@ -119,6 +122,30 @@ _READS = {torch.Tensor.item, torch.Tensor.tolist, torch.Tensor.__int__, torch.Te
                   torch.Tensor.__format__, torch.Tensor.dim, torch.Tensor.numel, torch.Tensor.size}
 
 
+def device_of(x) -> torch.device:
+    """Where ``x`` lives as the course's code sees it: ``FAKE_DEVICE`` when an active ``FakeAccelerator``
+    holds it on the accelerator, else its real device.
+
+    ``x`` is a tensor or a module (a ``g2c.nn.Module`` or a ``torch.nn.Module``: its first parameter
+    decides; CPU without parameters). Tests put their inputs beside a layer's parameters with
+    ``x.to(device_of(layer))``: a no-op on a plain CPU run, a move to the fake accelerator under
+    ``pytest --fake-device`` (where the test's own ``.device`` reads would say CPU).
+    """
+    if not isinstance(x, torch.Tensor):
+        params = list(x.parameters())
+        if not params:
+            return torch.device("cpu")
+        x = params[0]
+    if any(mode._on_device(x) for mode in _ACTIVE):
+        return FAKE_DEVICE
+    return _plain(x).device
+
+
+def fake_device_active() -> bool:
+    """Whether a ``FakeAccelerator(params_on_device=True)`` is on (``pytest --fake-device``)."""
+    return any(mode.params_on_device for mode in _ACTIVE)
+
+
 class FakeAccelerator(TorchFunctionMode):
     """Run code as if ``AccelTensor`` lived on a GPU/MPS device; see the module docstring.
 
@@ -132,6 +159,14 @@ class FakeAccelerator(TorchFunctionMode):
         self.params_on_device = params_on_device
         self.library_only = tuple(os.path.abspath(p) for p in library_only) if library_only else None
         self._verdicts: dict = {}
+
+    def __enter__(self):
+        _ACTIVE.append(self)
+        return super().__enter__()
+
+    def __exit__(self, *exc):
+        _ACTIVE.remove(self)
+        return super().__exit__(*exc)
 
     def _on_device(self, t) -> bool:
         return isinstance(t, AccelTensor) or (self.params_on_device and isinstance(t, torch.Tensor)
@@ -162,6 +197,10 @@ class FakeAccelerator(TorchFunctionMode):
         name = getattr(func, "__name__", repr(func))
         if func is torch.Tensor.as_subclass:
             return func(*args, **kwargs)
+        if func is torch.Tensor.__reduce_ex__:
+            # torch.save of a device tensor: pickled as a plain tensor (a weights-only torch.load
+            # refuses tensor subclasses; a real device tensor loads with map_location="cpu")
+            return _plain(args[0]).__reduce_ex__(*args[1:], **kwargs)
         tensors = _tensors(args) + _tensors(tuple(kwargs.values()))
         accel = [t for t in tensors if self._on_device(t)]
         if not accel and func is not torch.Tensor.to and not _is_fake(kwargs.get("device")):

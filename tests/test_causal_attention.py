@@ -135,7 +135,7 @@ def _single_head(causal: bool = True) -> CausalSelfAttention:
 
 def test_causal_self_attention_matches_torch_reference():
     attn = _single_head()
-    x = torch.randn(2, 6, 16, generator=torch.Generator().manual_seed(1))
+    x = torch.randn(2, 6, 16, generator=torch.Generator().manual_seed(1)).to(attn.device)
 
     def lin(layer, t):
         return F.linear(t, layer.weight, layer.bias)
@@ -150,7 +150,7 @@ def test_causal_self_attention_matches_torch_reference():
 def test_causal_self_attention_is_causal():
     attn = _single_head()
     g = torch.Generator().manual_seed(2)
-    x = torch.randn(1, 8, 16, generator=g)
+    x = torch.randn(1, 8, 16, generator=g).to(attn.device)
     base = attn(x)
     for t in range(8):
         x2 = x.clone()
@@ -162,7 +162,7 @@ def test_causal_self_attention_is_causal():
 
 def test_causal_self_attention_noncausal_sees_the_future():
     attn = _single_head(causal=False)
-    x = torch.randn(1, 5, 16, generator=torch.Generator().manual_seed(3))
+    x = torch.randn(1, 5, 16, generator=torch.Generator().manual_seed(3)).to(attn.device)
     x2 = x.clone()
     x2[:, -1] += 1.0
     assert not torch.allclose(attn(x2)[:, 0], attn(x)[:, 0])

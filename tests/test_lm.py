@@ -12,6 +12,7 @@ import math
 import pytest
 import torch
 import torch.nn.functional as F
+from device_mocks import device_of
 
 from g2c.lm import cross_entropy, log_softmax, perplexity
 
@@ -64,7 +65,7 @@ def test_cross_entropy_by_hand():
 def test_cross_entropy_matches_torch():
     g = torch.Generator().manual_seed(1)
     logits = (torch.randn(12, 9, generator=g) * 4).requires_grad_(True)
-    targets = torch.randint(0, 9, (12,), generator=g)
+    targets = torch.randint(0, 9, (12,), generator=g).to(device_of(logits))  # beside the logits
     loss, ref = cross_entropy(logits, targets), F.cross_entropy(logits, targets)
     torch.testing.assert_close(loss, ref, **TOL)
     torch.testing.assert_close(torch.autograd.grad(loss, logits)[0], torch.autograd.grad(ref, logits)[0], **TOL)
@@ -74,7 +75,7 @@ def test_cross_entropy_gradient_is_softmax_minus_onehot():
     # d loss / d z = (softmax(z) - onehot(y)) / N
     g = torch.Generator().manual_seed(2)
     z = torch.randn(5, 6, generator=g, requires_grad=True)
-    y = torch.randint(0, 6, (5,), generator=g)
+    y = torch.randint(0, 6, (5,), generator=g).to(device_of(z))
     cross_entropy(z, y).backward()
     want = (torch.softmax(z.detach(), -1) - F.one_hot(y, 6).float()) / 5
     torch.testing.assert_close(z.grad, want, **TOL)
@@ -82,7 +83,7 @@ def test_cross_entropy_gradient_is_softmax_minus_onehot():
 
 def test_cross_entropy_large_logits_are_finite():
     z = torch.tensor([[1e4, 0.0, -1e4]], requires_grad=True)
-    loss = cross_entropy(z, torch.tensor([2]))
+    loss = cross_entropy(z, torch.tensor([2]).to(device_of(z)))
     assert float(loss.detach()) == pytest.approx(2e4, rel=1e-6)
     loss.backward()
     assert torch.isfinite(z.grad).all()

@@ -95,7 +95,7 @@ def test_mha_rejects_indivisible_width():
 
 def test_mha_matches_torch_reference():
     attn = _mha()
-    x = _x(2)
+    x = _x(2).to(attn.device)
     out = attn(x)
     assert out.shape == (B, T, D)
     torch.testing.assert_close(out, _reference_mha(attn, x), atol=1e-5, rtol=1e-5)
@@ -103,14 +103,14 @@ def test_mha_matches_torch_reference():
 
 def test_mha_noncausal_matches_torch_reference():
     attn = _mha(causal=False)
-    x = _x(3)
+    x = _x(3).to(attn.device)
     torch.testing.assert_close(attn(x), _reference_mha(attn, x, causal=False), atol=1e-5, rtol=1e-5)
 
 
 def test_mha_matches_torch_sdpa_causal():
     # Same maths through torch's own kernel: split with torch ops, is_causal=True.
     attn = _mha()
-    x = _x(4)
+    x = _x(4).to(attn.device)
     q, k, v = F.linear(x, attn.qkv.weight, attn.qkv.bias).split(D, dim=-1)
     q, k, v = (t.reshape(B, T, H, d).permute(0, 2, 1, 3) for t in (q, k, v))
     y = F.scaled_dot_product_attention(q, k, v, is_causal=True).permute(0, 2, 1, 3).reshape(B, T, D)
@@ -120,7 +120,7 @@ def test_mha_matches_torch_sdpa_causal():
 
 def test_mha_is_causal():
     attn = _mha()
-    x = _x(5, b=1, t=8)
+    x = _x(5, b=1, t=8).to(attn.device)
     base = attn(x)
     g = torch.Generator().manual_seed(6)
     for t in range(8):
@@ -145,7 +145,7 @@ def test_mha_fused_path_matches_course_path():
 
 def test_mha_fused_path_matches_course_path_noncausal():
     attn = _mha(causal=False)
-    x = _x(8)
+    x = _x(8).to(attn.device)
     course = attn(x)
     attn.fused = True
     torch.testing.assert_close(attn(x), course, atol=1e-5, rtol=1e-5)
@@ -153,6 +153,6 @@ def test_mha_fused_path_matches_course_path_noncausal():
 
 def test_mha_gradients_reach_every_parameter():
     attn = _mha()
-    attn(_x(9)).square().sum().backward()
+    attn(_x(9).to(attn.device)).square().sum().backward()
     for name, p in attn.named_parameters():
         assert p.grad is not None and p.grad.abs().sum() > 0, name

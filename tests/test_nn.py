@@ -74,6 +74,7 @@ def test_module_train_eval_propagate():
     assert all(m.training for _, m in tree.named_modules())
 
 
+@pytest.mark.own_device  # asserts the tree lands on the CPU: --fake-device would move its parameters
 def test_module_to_dtype_keeps_leaves_and_ties():
     tree = _Tree().to("cpu", dtype=torch.float64)
     assert tree.a.w.dtype == torch.float64 and tree.a.w.is_leaf and tree.a.w.requires_grad
@@ -136,7 +137,7 @@ def test_linear_by_hand():
     with torch.no_grad():
         lin.weight.copy_(torch.tensor([[2.0, -1.0]]))
         lin.bias.fill_(0.5)
-    assert torch.equal(lin(torch.tensor([[3.0, 4.0]])), torch.tensor([[2.5]]))
+    assert torch.equal(lin(torch.tensor([[3.0, 4.0]]).to(lin.device)).cpu(), torch.tensor([[2.5]]))
 
 
 def test_linear_matches_torch():
@@ -162,8 +163,8 @@ def test_linear_without_bias():
     lin = Linear(4, 2, bias=False, generator=g)
     assert lin.bias is None
     assert [n for n, _ in lin.named_parameters()] == ["weight"]
-    x = torch.randn(3, 4, generator=g)
-    torch.testing.assert_close(lin(x), F.linear(x, lin.weight), **TOL)
+    x = torch.randn(3, 4, generator=g).to(lin.device)
+    torch.testing.assert_close(lin(x).cpu(), F.linear(x, lin.weight).cpu(), **TOL)
 
 
 def test_linear_init_is_seeded():
@@ -210,15 +211,16 @@ def test_embedding_accepts_empty_ids():
 def test_layernorm_uses_biased_variance():
     # x = [1, 3]: mean 2, biased var 1 (unbiased would be 2) -> y = [-1, 1] / sqrt(1 + eps)
     ln = LayerNorm(2, eps=0.0)
-    torch.testing.assert_close(ln(torch.tensor([[1.0, 3.0]])), torch.tensor([[-1.0, 1.0]]), **TOL)
+    torch.testing.assert_close(ln(torch.tensor([[1.0, 3.0]]).to(ln.device)).cpu(), torch.tensor([[-1.0, 1.0]]), **TOL)
 
 
 def test_layernorm_eps_inside_sqrt():
     # x = [0, 0]: var 0, so the output is exactly 0 (no division by zero) with eps > 0
     ln = LayerNorm(2, eps=1e-5)
-    assert torch.equal(ln(torch.zeros(1, 2)), torch.zeros(1, 2))
+    assert torch.equal(ln(torch.zeros(1, 2).to(ln.device)).cpu(), torch.zeros(1, 2))
     # x = [1, 3], eps = 3: (x - 2) / sqrt(1 + 3) = [-0.5, 0.5]
-    torch.testing.assert_close(LayerNorm(2, eps=3.0)(torch.tensor([1.0, 3.0])), torch.tensor([-0.5, 0.5]), **TOL)
+    ln3 = LayerNorm(2, eps=3.0)
+    torch.testing.assert_close(ln3(torch.tensor([1.0, 3.0]).to(ln3.device)).cpu(), torch.tensor([-0.5, 0.5]), **TOL)
 
 
 def test_layernorm_matches_torch():

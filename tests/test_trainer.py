@@ -12,6 +12,7 @@ import math
 import pytest
 import torch
 import torch.nn.functional as F
+from device_mocks import FAKE_DEVICE, fake_device_active
 
 import g2c.pretraining.trainer as trainer_mod
 from g2c.nn import Module
@@ -20,6 +21,20 @@ from g2c.training import AdamW, clip_grad_norm_, cosine_with_warmup
 from g2c.transformer import TransformerLM
 
 V = 16
+
+
+@pytest.fixture(autouse=True)
+def _trainer_on_the_fake_device(monkeypatch):
+    """Under ``pytest --fake-device`` every parameter lives on the fake accelerator whatever ``.to("cpu")``
+    does, so the configs' ``device="cpu"`` stands for that accelerator (as ``device="mps"`` would on a Mac):
+    the trainer resolves it there, so its batches must join the parameters, and autocasts as the CPU does,
+    where the fake device's data sit. A plain run is untouched."""
+    if not fake_device_active():
+        return
+    monkeypatch.setattr(trainer_mod, "resolve_device", lambda device: FAKE_DEVICE)
+    real_autocast = torch.autocast
+    monkeypatch.setattr(torch, "autocast", lambda device_type, **kw: real_autocast(
+        "cpu" if device_type == FAKE_DEVICE.type else device_type, **kw))
 
 
 def _model(seed: int = 0, *, dropout: float = 0.0, max_seq_len: int = 8) -> TransformerLM:
@@ -130,7 +145,7 @@ def test_trainer_step_matches_a_hand_written_step():
     opt = AdamW(ref.parameters(), lr=cfg.max_lr, betas=cfg.betas, weight_decay=cfg.weight_decay, no_decay=no_decay)
     gen = torch.Generator().manual_seed(cfg.seed)
     for i in range(2):
-        x, y = get_lm_batch(ids, cfg.batch_size, cfg.context, generator=gen)
+        x, y = (t.to(ref.device) for t in get_lm_batch(ids, cfg.batch_size, cfg.context, generator=gen))
         opt.lr = cosine_with_warmup(i, warmup_steps=cfg.warmup_steps, max_steps=cfg.max_steps,
                                     max_lr=cfg.max_lr, min_lr=cfg.min_lr)
         loss = lm_cross_entropy(ref(x), y)

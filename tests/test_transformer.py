@@ -64,7 +64,7 @@ def _block(seed: int = 0, hidden_dim: int = 4 * D) -> Block:
 @pytest.mark.parametrize("hidden_dim", [4 * D, 48])
 def test_block_matches_reference(hidden_dim):
     blk = _block(hidden_dim=hidden_dim)
-    x = torch.randn(2, 9, D, generator=torch.Generator().manual_seed(2))
+    x = torch.randn(2, 9, D, generator=torch.Generator().manual_seed(2)).to(blk.device)
     out = blk(x)
     assert out.shape == (2, 9, D)
     torch.testing.assert_close(out, _reference_block(blk, x), atol=1e-5, rtol=1e-5)
@@ -78,13 +78,13 @@ def test_block_is_pre_norm():
         for lin in (blk.attn.proj, blk.mlp.proj):
             lin.weight.zero_()
             lin.bias.zero_()
-    x = 3.0 + 5.0 * torch.randn(2, 6, D, generator=torch.Generator().manual_seed(3))
+    x = (3.0 + 5.0 * torch.randn(2, 6, D, generator=torch.Generator().manual_seed(3))).to(blk.device)
     torch.testing.assert_close(blk(x), x, atol=0, rtol=0)
 
 
 def test_block_is_causal():
     blk = _block()
-    x = torch.randn(1, 8, D, generator=torch.Generator().manual_seed(4))
+    x = torch.randn(1, 8, D, generator=torch.Generator().manual_seed(4)).to(blk.device)
     x2 = x.clone()
     x2[:, 5] += 1.0
     torch.testing.assert_close(blk(x2)[:, :5], blk(x)[:, :5], atol=0, rtol=0)
@@ -134,7 +134,7 @@ def test_transformer_hidden_states_match_reference_stack():
 def test_transformer_unembed_is_the_tied_matmul_on_any_leading_shape():
     torch.manual_seed(0)
     model = TransformerLM(V, D, L, H, S)
-    h = torch.randn(2, 3, 5, D)
+    h = torch.randn(2, 3, 5, D).to(model.device)
     out = model.unembed(h)
     assert out.shape == (2, 3, 5, V)
     torch.testing.assert_close(out, torch.einsum("...d,vd->...v", h, model.token_embed.weight))

@@ -1,8 +1,8 @@
 """The fake accelerator (tests/device_mocks.py) and what it found (issue 22).
 
 Each MPS limit the mock models is shown catching the wrong code and passing the right code;
-``pytest --fake-device`` (tests/conftest.py) runs the Beyond modules' and module 16's test files
-under it, with every model parameter on the fake device.
+``pytest --fake-device`` (tests/conftest.py) runs every module's test files under it, with every
+model parameter on the fake device (``own_device`` tests, which check placement themselves, skipped).
 """
 
 from __future__ import annotations
@@ -20,6 +20,8 @@ from device_mocks import (  # noqa: E402
     FakeAccelerator,
     Float64OnDevice,
     UnsupportedOnDevice,
+    device_of,
+    fake_device_active,
     to_accel,
 )
 
@@ -68,6 +70,31 @@ def test_params_on_device_and_library_only_check_the_listed_code():
         assert (w.detach() + torch.ones(3).to(w.device)).cpu().tolist() == [2.0, 2.0, 2.0]
     with FakeAccelerator(params_on_device=True, library_only=("/nowhere",)):
         assert (w.detach() + torch.ones(3)).tolist() == [2.0, 2.0, 2.0]     # not listed: not checked
+
+
+def test_device_of_puts_a_test_input_beside_the_parameters():
+    # Outside ``library_only`` a test's own .device reads say CPU; device_of says where the checked code sees
+    # a module or tensor (checked code here: this file, as above).
+    lin = torch.nn.Linear(3, 2)
+    assert device_of(lin) == torch.device("cpu") and not fake_device_active()           # no mode: the real device
+    with FakeAccelerator(params_on_device=True, library_only=("/nowhere",)):
+        assert fake_device_active() and lin.weight.device == torch.device("cpu")      # the test's own read
+        assert device_of(lin) == device_of(lin.weight) == device_of(to_accel(torch.ones(1))) == torch.device("meta")
+        assert device_of(torch.ones(1)) == device_of(torch.nn.GELU()) == torch.device("cpu")
+    with FakeAccelerator(params_on_device=True, library_only=(__file__,)):
+        with pytest.raises(DeviceMismatch):
+            torch.ones(1, 3) @ lin.weight.T                             # a CPU input meets device weights
+        assert (torch.ones(1, 3).to(device_of(lin)) @ lin.weight.T).shape == (1, 2)
+    assert not fake_device_active()
+
+
+def test_a_saved_device_tensor_loads_weights_only(tmp_path):
+    # torch.save of a tensor on the fake device writes a plain tensor, as a real device tensor loads
+    # with map_location="cpu"; a pickled tensor subclass would be refused by weights_only=True.
+    with FakeAccelerator():
+        torch.save({"w": to_accel(torch.arange(3.0))}, tmp_path / "ckpt.pt")
+    got = torch.load(tmp_path / "ckpt.pt", map_location="cpu", weights_only=True)["w"]
+    assert type(got) is torch.Tensor and got.tolist() == [0.0, 1.0, 2.0]
 
 
 def test_tree_speculative_verify_runs_on_the_device():
