@@ -12,8 +12,13 @@ import os
 from pathlib import Path
 
 import pytest
+from hypothesis import settings
 
 from g2c.transformer.config import LADDER as LADDER_CONFIGS
+
+# Property tests draw the same examples on every run (determinism: the pristine contract counts them).
+settings.register_profile("g2c", derandomize=True)
+settings.load_profile("g2c")
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 LADDER = tuple(LADDER_CONFIGS)  # names, from the one definition in module 09
@@ -66,14 +71,18 @@ def _solutions_lines() -> tuple[str, ...]:
             f"({SOLUTIONS_ENV}={os.environ.get(SOLUTIONS_ENV, '')!r})",)
 
 
-def replaced_own_work_message(applied: list[str], worked: list[str]) -> str | None:
-    """The one-line refusal when the answer key would replace modules the student edited, else None."""
+def replaced_own_work_message(applied: list[str], worked: list[str], running: list[str] = ()) -> str | None:
+    """The one-line refusal when the answer key would replace modules the student edited, else None.
+
+    ``running``: the modules whose test files this run names; the grading command names one of them when
+    it is among the edited ones (the module being worked on), else the first edited module selected.
+    """
     from g2c.course import SOLUTIONS_ENV
 
     mine = [i for i in applied if i in worked]
     if not mine:
         return None
-    first = mine[0]
+    first = next((i for i in running if i in worked), mine[0])
     return (f"g2c: {SOLUTIONS_ENV} selects module(s) {', '.join(mine)} that you edited, so their tests would grade "
             f"the answer key, not your code. Grade with ./test.sh {first} (the answer key only for the modules "
             f"{first} needs that you have not edited), or set {REPLACE_EDITED}=1 to run the answer key anyway.")
@@ -85,9 +94,12 @@ def pytest_configure(config) -> None:
 
     if not g2c.APPLIED_SOLUTIONS or os.environ.get(REPLACE_EDITED, "") == "1":
         return
+    from g2c.course import MODULES
     from g2c.course.scaffolds import worked_modules
 
-    msg = replaced_own_work_message(list(g2c.APPLIED_SOLUTIONS), worked_modules())
+    named = {Path(a.split("::")[0]).resolve() for a in config.args}
+    running = [m.id for m in MODULES if any((REPO_ROOT / t).resolve() in named for t in m.tests)]
+    msg = replaced_own_work_message(list(g2c.APPLIED_SOLUTIONS), worked_modules(), running)
     if msg:
         pytest.exit(msg, returncode=4)
 

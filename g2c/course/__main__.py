@@ -18,7 +18,7 @@ import argparse
 import sys
 
 from .progress import format_table, grade, legend, untouched_result
-from .registry import MODULES, get_module, prerequisites, prerequisites_selector
+from .registry import MODULES, get_module, prerequisites, prerequisites_selector, selector_for
 from .scaffolds import grade_command, worked_modules
 
 
@@ -42,9 +42,11 @@ def report(results, worked: list[str]) -> list[str]:
             lines.append(f"module {r.id}: no tests ran; run them to see why: ./test.sh {tests}")
             continue
         if r.own_failures:
-            lines.append(f"module {r.id}: {r.own_failures} of {r.total} tests fail in your code. See them: "
-                         f"./test.sh {' '.join(get_module(r.id).tests)} -x  (with the answer key as when grading: "
-                         f"{grade_command(r.id)})")
+            env = f"G2C_APPLY_SOLUTIONS={selector_for(list(r.applied))} " if r.applied else ""
+            if set(r.applied) & set(worked):      # an explicit --solve of an edited prerequisite
+                env = "G2C_REPLACE_EDITED=1 " + env
+            lines.append(f"module {r.id}: {r.own_failures} of {r.total} tests fail in your code. See them, with the "
+                         f"answer key as when grading: {env}./test.sh {' '.join(get_module(r.id).tests)} -x")
         for pre, n in r.blocked:
             lines.append(f"module {r.id}: {n} tests fail because module {pre} (which {r.id} needs"
                          f"{', and you edited' if pre in worked else ''}) has an unwritten exercise: finish {pre} "

@@ -27,7 +27,7 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from .registry import MODULES, REPO_ROOT, CourseModule, grading_selection, module_for_file, prerequisites
+from .registry import MODULES, REPO_ROOT, CourseModule, grading_selection, module_for_file, prerequisites, selector_for
 
 BEGIN = re.compile(r"^(\s*)# BEGIN SOLUTION\s*$")
 END = re.compile(r"^\s*# END SOLUTION\s*$")
@@ -256,11 +256,13 @@ def stack_hints(module_id: str, selected: list[str], root: Path = REPO_ROOT) -> 
     if todo:
         lines.append(f"module {module.id} runs code of {', '.join(todo)}, which still has unwritten exercises "
                      f"(you edited it, so its answer key is not applied): finish it ({grade_command(todo[0])}), "
-                     f"or open the notebook with --apply {','.join(todo)} to use its answer key")
+                     f"or open the notebook with --apply {selector_for([*selected, *todo])} to use its answer key "
+                     "too")
     mine = [i for i in worked_modules(root) if i in selected]
+    others = [i for i in mine if i != module.id]
     if module.id in selected:
         lines.append(f"note: this selection includes module {module.id} itself, so its reference solution "
-                     "replaces your own code")
+                     "replaces your own code" + (f" (and yours for {', '.join(others)})" if others else ""))
     elif mine:
         lines.append(f"note: this selection replaces your own code for module(s) {', '.join(mine)}")
     return lines

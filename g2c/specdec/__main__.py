@@ -44,7 +44,8 @@ def unwritten_advice(err: NotImplementedError) -> str:
     lines = [f"Finish module {owner} and grade it with ./test.sh {owner}." if owner else ""]
     if untouched and owner not in worked:
         lines.append(f"Or run this command with the answer key for the modules you have not edited: "
-                     f"G2C_APPLY_SOLUTIONS={selector_for(untouched)} python -m g2c.specdec ...")
+                     f"G2C_APPLY_SOLUTIONS={selector_for(untouched)} .venv/bin/python -m g2c.specdec ... "
+                     "(or --no-cache when only module 16's cache is unwritten)")
     return " ".join(line for line in lines if line)
 
 

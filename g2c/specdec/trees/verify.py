@@ -1,6 +1,6 @@
 """Beyond (specdec-trees): verifying a draft tree, greedy and sampled, and the tree loop.
 
-The target scored every node in one pass (``tree_attention.py``): row 0 of the n + 1
+The target scored every node in one pass (``attention.py``): row 0 of the n + 1
 verification rows is its prediction after the context (the root), row i + 1 its prediction
 after node i. Verification walks down from the root: at the current node, does one of its
 children hold the token the target would produce there? If yes, accept that child and
