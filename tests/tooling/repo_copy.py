@@ -25,8 +25,9 @@ def copy_repo(parent: Path) -> Path:
 
 
 def env_for(repo: Path, **extra: str) -> dict[str, str]:
-    """The environment of a command in the copy: its own ``g2c``, no solutions, no local corpus."""
+    """The environment of a command in the copy: its own ``g2c``, no solutions, no local corpus, and
+    none of the author run's overrides (``G2C_REPLACE_EDITED``): it runs as a student's shell would."""
     env = {k: v for k, v in os.environ.items()
-           if k not in ("G2C_TINYSTORIES", "G2C_APPLY_SOLUTIONS", "G2C_REQUIRE_ARTIFACTS")}
+           if k not in ("G2C_TINYSTORIES", "G2C_APPLY_SOLUTIONS", "G2C_REQUIRE_ARTIFACTS", "G2C_REPLACE_EDITED")}
     env.update(PYTHONPATH=str(repo), HF_HUB_OFFLINE="1", HF_DATASETS_OFFLINE="1", **extra)
     return env
