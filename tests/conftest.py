@@ -148,7 +148,7 @@ def pytest_collection_modifyitems(config, items) -> None:
     if not config.getoption("--fake-device"):
         return
     keep = [i for i in items if i.path.name in FAKE_DEVICE_FILES and i.get_closest_marker("ladder") is None
-            and i.get_closest_marker("own_device") is None]
+            and i.get_closest_marker("own_device") is None and i.get_closest_marker("cpu_mock") is None]
     config.hook.pytest_deselected(items=[i for i in items if i not in keep])
     items[:] = keep
 

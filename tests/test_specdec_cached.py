@@ -220,6 +220,7 @@ def test_mtp_cached_accepts_when_head_is_right():
     assert stats.tokens_per_pass == pytest.approx(stats.generated / stats.target_passes)
 
 
+@pytest.mark.cpu_mock
 @pytest.mark.parametrize("k", range(1, 7))
 def test_every_cached_loop_equals_cached_generate_at_the_window_edge(k):
     """The shared window-edge rule (``g2c.specdec.draft_room``) on a model whose next token

@@ -171,6 +171,7 @@ def test_mtp_generate_equals_generate_on_the_ladder():
     assert stats.generated == len(out) - len(prompt)
 
 
+@pytest.mark.cpu_mock
 @pytest.mark.parametrize("prompt", [[1, 2], [3, 1, 4, 1, 5, 2, 6, 5, 3, 5]])
 def test_mtp_generate_equals_generate_at_the_window_edge(prompt):
     """The shared window-edge rule (``draft_room``): a guess is verified only while context +
