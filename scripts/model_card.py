@@ -53,11 +53,21 @@ def drafter_row(name: str, m: dict) -> str:
         score = f"KL {v['val_kl']:.3f} nats, 1 - TV {v['val_accept']:.3f}, data CE {v['val_ce']:.3f}"
     elif m["drafter"] == "mtp":
         score = f"two-ahead loss {v['val_loss']:.3f}"
-    else:
+    elif m["drafter"] == "eagle":
         score = f"SmoothL1 {v['val_reg']:.3f}, CE {v['val_cls']:.3f}"
+    else:                                              # the lineage drafters: weighted soft cross-entropy
+        score = f"weighted CE {v['val_loss']:.3f}"
     return (f"| {name} | {m['drafter']} | {m['base']} | {m['parameters']:,} | {m['tokens_seen']:,} | "
-            f"{m['epochs']} | {m['steps']} (best {m['best_step']}) | {score} | {v['val_agree']:.3f} | "
+            f"{m['epochs']} | {m['steps']} (best {m['best_step']}) | {score} | {agreement(v)} | "
             f"{m['wall_time_s'] / 60:.1f} min |")
+
+
+def agreement(v: dict) -> str:
+    """The top-1 agreement, or one per head / unrolled step / block slot ("0.37/0.24/...")."""
+    if "val_agree" in v:
+        return f"{v['val_agree']:.3f}"
+    per = [v[k] for k in sorted((k for k in v if k.startswith("val_agree_")), key=lambda k: int(k.rsplit("_", 1)[1]))]
+    return "/".join(f"{a:.2f}" for a in per)
 
 
 def plot_curves(manifests: dict, drafters: dict) -> None:
@@ -82,8 +92,9 @@ def plot_curves(manifests: dict, drafters: dict) -> None:
     plt.close(fig)
     fig, axes = plt.subplots(1, 2, figsize=(10, 3.6))
     for name, m in drafters.items():
-        h = [r for r in m["history"] if "val_agree" in r]
-        axes[0].plot([r["step"] for r in h], [r["val_agree"] for r in h], marker="o", label=name)
+        key = "val_agree" if "val_agree" in m["history"][-1] else "val_agree_1"     # lineage: first position
+        h = [r for r in m["history"] if key in r]
+        axes[0].plot([r["step"] for r in h], [r[key] for r in h], marker="o", label=name)
         first = h[0]["val_score"]
         axes[1].plot([r["step"] for r in h], [r["val_score"] / first for r in h], marker="o", label=name)
     axes[0].set_ylabel("val top-1 agreement with the target")
@@ -195,7 +206,8 @@ during training, the whole validation split for the numbers below; the weights w
 validation objective are kept and a run stops after 3 checks without improvement.
 "Agreement" is the fraction of validation positions where the drafter's argmax equals the
 target's (for MTP: the head's guess for t+2 against the target's own pick there), the
-teacher-forced proxy of greedy acceptance.
+teacher-forced proxy of greedy acceptance; for the lineage drafters one number per head
+(Medusa: the token 2, 3, 4, 5 ahead), per unrolled step (EAGLE-3) or per block slot (Block).
 
 | drafter | kind | serves | parameters | tokens seen | epochs | steps | validation objective | agreement | wall time |
 |---|---|---|---|---|---|---|---|---|---|
@@ -209,6 +221,15 @@ teacher-forced proxy of greedy acceptance.
 - **StoryLM-30M-EAGLE** (`eagle`): `g2c.specdec.sampling.eagle.FeatureDrafter`: fuse(h_t, emb(x_t+1)) ->
   one block -> predicted h_t+1, decoded by StoryLM-30M's unembedding; loss SmoothL1 + 0.1 x CE
   with U(-0.1, 0.1) input noise (Li et al., EAGLE, ICML 2024, §4).
+- **StoryLM-30M-Medusa** (`medusa`, module specdec-lineage): four `MedusaHeads` (a residual SiLU
+  block each, then StoryLM-30M's tied unembedding) on the frozen final state, distilled towards
+  the target's own distributions, head i weighted 0.8^(i-1) (Cai et al., Medusa, ICML 2024, §2).
+- **StoryLM-30M-EAGLE3** (`eagle3`): `Eagle3Head`: blocks 2, 4, 6 of StoryLM-30M fused by a linear
+  layer, one causal block, trained on tokens only with a 3-step training-time test (EAGLE-3, 2025).
+- **StoryLM-30M-Block** (`block`): `BlockHead`: 8 fused context rows + the anchor + 8 mask slots,
+  two blocks, one pass per block; random anchors, slot j weighted exp(-(j-1)/4) (after DFlash, 2026).
+  The three lineage drafters learn from the first 1,200 training windows' states of blocks 2, 4, 6
+  and the final state (`layer_features`), a quarter of the split, to fit the CPU budget.
 
 Every drafter's best check was its last: each run reached its step cap (the recipes' `steps`,
 what the 2-core CPU budget of the session that built them allowed) while validation was

@@ -37,6 +37,9 @@ DRAFTERS: dict[str, dict] = {
     "StoryLM-5M-MTP": {"kind": "mtp", "base": "StoryLM-5M"},
     "StoryLM-30M-MTP": {"kind": "mtp", "base": "StoryLM-30M"},
     "StoryLM-30M-EAGLE": {"kind": "eagle", "base": "StoryLM-30M"},
+    "StoryLM-30M-Medusa": {"kind": "medusa", "base": "StoryLM-30M"},
+    "StoryLM-30M-EAGLE3": {"kind": "eagle3", "base": "StoryLM-30M"},
+    "StoryLM-30M-Block": {"kind": "block", "base": "StoryLM-30M"},
 }
 
 __all__ = ["ARTIFACTS_DIR", "ArtifactError", "ArtifactMissingError", "CORPUS_FILE", "CORPUS_NAMES", "ChecksumError",
@@ -367,11 +370,17 @@ def load_model(name: str, *, device: str | torch.device = "auto", root: Path | N
         tokenizer_name = cfg.get("tokenizer", "StoryTokenizer")
     else:
         base, tokenizer = load_model(cfg["base"], device=device, root=root, dtype=dtype)
-        if kind == "mtp":
-            from g2c.specdec import MTPHead as head_class
+        if kind in ("medusa", "eagle3", "block"):
+            from g2c.specdec.lineage import BlockHead, Eagle3Head, MedusaHeads
+
+            head_class = {"medusa": MedusaHeads, "eagle3": Eagle3Head, "block": BlockHead}[kind]
+            model = head_class.from_config(base, cfg).to("cpu")                             # weights replaced below
         else:
-            from g2c.specdec.sampling.eagle import FeatureDrafter as head_class
-        model = head_class(base, generator=torch.Generator().manual_seed(0)).to("cpu")  # weights replaced below
+            if kind == "mtp":
+                from g2c.specdec import MTPHead as head_class
+            else:
+                from g2c.specdec.sampling.eagle import FeatureDrafter as head_class
+            model = head_class(base, generator=torch.Generator().manual_seed(0)).to("cpu")  # weights replaced below
         tokenizer_name = None
     model.load_state_dict({k: v.float() for k, v in state.items()})
     model.eval()

@@ -316,7 +316,7 @@ def train(names: list[str], *, force: bool, root: Path | None, out=print) -> int
         print("checkpoints: error: training runs the course's code with every reference solution applied; "
               "run ./checkpoints.sh --train (it selects them) or set G2C_APPLY_SOLUTIONS=all", file=sys.stderr)
         return 1
-    from g2c.assets import drafters, ladder
+    from g2c.assets.recipes import drafters, ladder
 
     if "StoryTokenizer" in todo and any(is_verified(m) for m in model_names() if m not in todo):
         out("checkpoints: warning: a new StoryTokenizer does not match the models trained with the old one; "

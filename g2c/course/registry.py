@@ -149,6 +149,10 @@ MODULES: tuple[CourseModule, ...] = (
             "g2c/recurrent", ["__init__", "scan", "model", "transaction", "snapshot", "replay", "recompute",
                               "generate"], "transactions", ["16", "specdec"],
             tests=["tests/test_specdec_state.py"]),
+    _beyond("specdec-lineage", "Beyond: the draft lineage (Medusa, EAGLE-2, EAGLE-3, block drafting)",
+            "g2c/specdec/lineage", ["__init__", "protocol", "loop", "medusa", "eagle2", "eagle3", "block"],
+            "draft-lineage", ["16", "specdec", "specdec-sampling", "specdec-trees"],
+            tests=["tests/test_specdec_lineage.py", "tests/test_bench_lineage.py"]),
 )
 
 

@@ -8,6 +8,8 @@ terminal, ``[in brackets]`` otherwise. Then the ``SpecStats``.
     python -m g2c.specdec "Once upon a time"                      # StoryLM-1M-distilled drafts for StoryLM-30M
     python -m g2c.specdec "Once upon a time" --drafter StoryLM-1M --target StoryLM-30M -k 4
     python -m g2c.specdec "Once upon a time" --drafter StoryLM-30M-EAGLE -k 4     # feature-level drafting
+    python -m g2c.specdec "Once upon a time" --drafter StoryLM-30M-Medusa -k 8    # specdec-lineage: Medusa tree
+    python -m g2c.specdec "Once upon a time" --drafter StoryLM-30M-EAGLE -k 8 --width 4   # EAGLE-2 tree
 
 Errors are one line on stderr naming what you typed, with exit status 1 (2 when part of
 the course code is not written yet): ``-k`` below 1, a negative ``--max-new-tokens``, an
@@ -75,13 +77,42 @@ def fail(message: str) -> int:
 
 def _uses_sampling_loop(args) -> bool:
     """specdec-sampling: anything but a greedy, static-k LM drafter runs ``speculative_sample``."""
-    return (args.temperature != 0.0 or args.controller != "static" or args.drafter.lower() in ("mtp", "ngram")
+    return not _is_lineage(args) and (
+            args.temperature != 0.0 or args.controller != "static" or args.drafter.lower() in ("mtp", "ngram")
             or _is_head(args.drafter) or args.top_k is not None or args.top_p is not None)
 
 
 def _is_head(name: str) -> bool:
-    """A shipped drafter that lives on the target's states (``StoryLM-30M-EAGLE``, ``*-MTP``)."""
-    return name.lower().endswith(("-eagle", "-mtp"))
+    """A shipped drafter that lives on the target's states (``StoryLM-30M-EAGLE``, ``*-MTP``, and the
+    specdec-lineage drafters ``*-Medusa``, ``*-EAGLE3``, ``*-Block``)."""
+    return name.lower().endswith(("-eagle", "-mtp", "-medusa", "-eagle3", "-block"))
+
+
+def _is_lineage(args) -> bool:
+    """specdec-lineage: Medusa, EAGLE-3 and the block drafter, and EAGLE with ``--width`` > 1 (an
+    EAGLE-2 dynamic tree), run ``g2c.specdec.lineage.lineage_generate``."""
+    name = args.drafter.lower()
+    return name.endswith(("-medusa", "-eagle3", "-block")) or (name.endswith("-eagle") and args.width > 1)
+
+
+def _lineage_run(args, target, head, prompt_ids, eos_id, *, on_pass):
+    """Wrap a lineage head in its drafter and run the cached tree loop with ``-k`` nodes per pass."""
+    import torch
+
+    from g2c.specdec.lineage import BlockDrafter, Eagle3Drafter, EagleTreeDrafter, MedusaDrafter, lineage_generate
+
+    name = args.drafter.lower()
+    if name.endswith("-medusa"):
+        drafter = MedusaDrafter(head)
+    elif name.endswith("-eagle3"):
+        drafter = Eagle3Drafter(head, width=args.width)
+    elif name.endswith("-block"):
+        drafter = BlockDrafter(head)
+    else:
+        drafter = EagleTreeDrafter(head, width=args.width)
+    return lineage_generate(target, drafter, prompt_ids, args.max_new_tokens, num_nodes=args.k,
+                            temperature=args.temperature, generator=torch.Generator().manual_seed(args.seed),
+                            eos_id=eos_id, on_pass=on_pass)
 
 
 def _sampled_run(args, target, drafter_model, prompt_ids, eos_id, *, on_pass, use_cache=False):
@@ -153,6 +184,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--seed", type=int, default=0, help="torch.Generator seed for sampling")
     ap.add_argument("--controller", choices=("static", "heuristic", "cost"), default="static",
                     help="draft length per round: static k, transformers' heuristic, or the cost model")
+    ap.add_argument("--width", type=int, default=1,
+                    help="specdec-lineage: EAGLE-2 expansion width for StoryLM-30M-EAGLE / -EAGLE3 (1 = a chain; "
+                         "> 1 = a dynamic tree of -k nodes)")
     ap.add_argument("--mtp-steps", type=int, default=60, help="--drafter mtp: steps to train a head on the target")
     ap.add_argument("--no-cache", action="store_true",
                     help="recompute the whole context every pass instead of keeping module 16's KV cache "
@@ -168,6 +202,11 @@ def main(argv: list[str] | None = None) -> int:
             args.target = {n.lower(): d["base"] for n, d in DRAFTERS.items()}.get(args.drafter.lower(), args.target)
     if args.k < 1:
         return fail(f"-k {args.k}: draft at least one token per target pass (-k 1 or more)")
+    if args.width < 1:
+        return fail(f"--width {args.width}: the EAGLE-2 expansion width is 1 (a chain) or more")
+    if args.width > 1 and not args.drafter.lower().endswith(("-eagle", "-eagle3")):
+        return fail(f"--width {args.width} grows an EAGLE-2 tree; it needs --drafter StoryLM-30M-EAGLE or "
+                    "StoryLM-30M-EAGLE3")
     if args.max_new_tokens < 0:
         return fail(f"--max-new-tokens {args.max_new_tokens}: the number of tokens to add must be 0 or more")
     if not 0.0 <= args.temperature < float("inf"):   # also refuses nan
@@ -217,7 +256,13 @@ def main(argv: list[str] | None = None) -> int:
         started = time.perf_counter()
         cached = (not args.no_cache and isinstance(target, TransformerLM) and args.drafter.lower() != "mtp"
                   and (drafter is None or isinstance(drafter, TransformerLM) or _is_head(args.drafter)))
-        if _uses_sampling_loop(args):
+        if _is_lineage(args):
+            if args.top_k is not None or args.top_p is not None or args.controller != "static" or args.no_cache:
+                return fail(f"--drafter {args.drafter} runs the lineage loop (KV cache, tree verification, "
+                            "temperature only): drop --top-k/--top-p/--controller/--no-cache")
+            out, stats = _lineage_run(args, target, drafter, prompt_ids, tokenizer.eot_id,
+                                      on_pass=lambda emitted, n: passes.append((list(emitted), n)))
+        elif _uses_sampling_loop(args):
             out, stats = _sampled_run(args, target, drafter, prompt_ids, tokenizer.eot_id, use_cache=cached,
                                       on_pass=lambda emitted, n: passes.append((list(emitted), n)))
         else:

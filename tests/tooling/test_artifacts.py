@@ -232,7 +232,8 @@ def test_load_model_flipped_weight_byte_raises(with_tokenizer):
 
 def test_load_model_unknown_name_lists_names(with_tokenizer):
     with pytest.raises(ValueError, match="StoryLM-1M, StoryLM-5M, StoryLM-30M, StoryLM-1M-distilled, "
-                       "StoryLM-5M-MTP, StoryLM-30M-MTP, StoryLM-30M-EAGLE$"):
+                       "StoryLM-5M-MTP, StoryLM-30M-MTP, StoryLM-30M-EAGLE, StoryLM-30M-Medusa, StoryLM-30M-EAGLE3, "
+                       "StoryLM-30M-Block$"):
         load_model("StoryLM-100M", root=with_tokenizer)
 
 

@@ -2,10 +2,11 @@
 
 Covered, generated from the tables below (a new entry point is covered once it is listed):
 
-* Loops (``LOOPS``, 12 entry points): module 11's ``generate``, module 16's ``cached_generate``,
+* Loops (``LOOPS``, 13 entry points): module 11's ``generate``, module 16's ``cached_generate``,
   the Beyond loops ``speculative_generate``, ``speculative_sample``,
   ``speculative_generate_cached``, ``mtp_generate``, ``mtp_generate_cached``,
-  ``tree_speculative_generate``, ``batched_greedy``, ``batched_speculative_generate``, and the
+  ``tree_speculative_generate``, ``lineage_generate``, ``batched_greedy``,
+  ``batched_speculative_generate``, and the
   recurrent ``plain_greedy`` and ``speculative_generate_stateful``; x ``BAD_ARGS`` (10 classes: a
   float, ``None`` or negative budget; an empty, float, negative-id or out-of-vocabulary prompt; a
   NaN or infinite temperature and a seed as generator, the last three where the loop samples);
@@ -56,6 +57,11 @@ SCRIPTS: dict[str, dict[str, tuple[list[str], str]]] = {
         "non-finite": (["--temperature", "nan"], r"argument --temperature: nan is not allowed; use a finite number > "),
         "unknown name": (["--drafter", "GPT-9"], r"argument --drafter: unknown model 'GPT-9'; use one of StoryLM-1M"),
         "unknown device": (["--device", "tpu"], r"argument --device: unknown device 'tpu'"),
+    },
+    "bench/lineage.py": {
+        "negative count": (["--prompts", "-2"], r"argument --prompts: -2 is below 1"),
+        "zero temperature": (["--temperature", "0"], r"argument --temperature"),
+        "unknown row": (["--rows", "Medusa,Hydra"], r"argument --rows: 'Hydra': choose from"),
     },
     "bench/specdec_trees.py": {
         "negative count": (["--new-tokens", "-5"], r"argument --new-tokens: -5 is below 1"),
@@ -189,12 +195,14 @@ def _loops():
     from g2c.sampling import generate
     from g2c.specdec import MTPHead, mtp_generate, speculative_generate
     from g2c.specdec.lab.batched import batched_greedy, batched_speculative_generate
+    from g2c.specdec.lineage import MedusaDrafter, MedusaHeads, lineage_generate
     from g2c.specdec.sampling.cached import mtp_generate_cached, speculative_generate_cached
     from g2c.specdec.sampling.drafters import LMDrafter
     from g2c.specdec.sampling.loop import speculative_sample
     from g2c.specdec.trees.verify import tree_speculative_generate
 
     target, draft = _lm(0), _lm(1)
+    medusa = MedusaDrafter(MedusaHeads(target, 2))
     head = MTPHead(target, generator=torch.Generator().manual_seed(2))
     rec = _recurrent()
     sampled = SAMPLED
@@ -213,6 +221,7 @@ def _loops():
         "batched_greedy": (lambda p, n, **kw: batched_greedy(target, [p], n, **kw), ()),
         "batched_speculative_generate": (lambda p, n, **kw: batched_speculative_generate(target, draft, [p], n, k=2,
                                                                                          **kw), ()),
+        "lineage_generate": (lambda p, n, **kw: lineage_generate(target, medusa, p, n, num_nodes=3, **kw), sampled),
         "plain_greedy": (lambda p, n, **kw: plain_greedy(rec, p, n, **kw), ()),
         "speculative_generate_stateful": (lambda p, n, **kw: speculative_generate_stateful(
             rec, greedy_drafter(rec), p, n, k=2, **kw), ()),
@@ -225,7 +234,7 @@ LOOPS: dict[str, tuple[str, ...]] = {
     "generate": SAMPLED, "cached_generate": SAMPLED, "speculative_generate": (), "speculative_sample": SAMPLED,
     "speculative_generate_cached": (), "mtp_generate": (), "mtp_generate_cached": (),
     "tree_speculative_generate": SAMPLED, "batched_greedy": (), "batched_speculative_generate": (),
-    "plain_greedy": (), "speculative_generate_stateful": (),
+    "lineage_generate": SAMPLED, "plain_greedy": (), "speculative_generate_stateful": (),
 }
 
 # class -> (prompt, max_new_tokens, extra kwargs, the keyword it needs or None, error, match)

@@ -91,3 +91,37 @@ def test_target_features_validates_context(tiny):
     model, _ = tiny
     with pytest.raises(ValueError, match=r"context must be in \[2, max_seq_len=16\]"):
         F.target_features(model, "Tiny", "train", context=17, progress=False)
+
+
+def test_layer_features_keep_the_chosen_blocks_then_the_final_state(tiny):
+    """The lineage drafters' data: row i holds block outputs in the order asked, then the final state."""
+    model, stream = tiny
+    feats = F.layer_features(model, "Tiny", "train", (1, 0), context=16, max_windows=3, batch_size=2,
+                             progress=False)
+    assert feats.num_windows == 3 and feats.layers == (1, 0)
+    x = feats.ids.view(3, 16)
+    with torch.no_grad():
+        h = model.token_embed.weight[x] + model.pos_embed.weight[torch.arange(16)]
+        outs = []
+        for blk in model.blocks:
+            h = blk(h)
+            outs.append(h)
+        want = torch.stack([outs[1], outs[0], model.ln_final(h)], dim=2)              # (3, 16, 3, D)
+    ids, states = feats.batch(torch.tensor([2, 0]))
+    assert ids.tolist() == x[[2, 0]].tolist() and states.shape == (2, 16, 3, model.embedding_dim)
+    torch.testing.assert_close(states, want[[2, 0]], atol=3e-3, rtol=3e-3)             # float16 storage
+    with pytest.raises(ValueError, match=r"layers \(5,\) must lie in \[0, 2\)"):
+        F.layer_features(model, "Tiny", "train", (5,), context=16, progress=False)
+
+
+def test_lineage_recipes_are_complete():
+    """Every lineage drafter has a recipe with the keys its job reads, and the fusion layers of its base."""
+    from g2c.assets.artifacts import DRAFTERS
+    from g2c.assets.recipes.drafters import FUSION_LAYERS, LINEAGE_KINDS
+
+    lineage = [n for n, d in DRAFTERS.items() if d["kind"] in LINEAGE_KINDS]
+    assert sorted(lineage) == ["StoryLM-30M-Block", "StoryLM-30M-EAGLE3", "StoryLM-30M-Medusa"]
+    for name in lineage:
+        r = DRAFTER_RECIPES[name]
+        assert {"steps", "batch_size", "features_windows", "seed", "val_windows"} <= set(r)
+        assert FUSION_LAYERS[r["base"]] == (2, 4, 6)          # fusion_layers(9), checked in test_specdec_lineage

@@ -43,7 +43,7 @@ from g2c.assets.artifacts import (
     model_state_to_bytes,
     write_artifact,
 )
-from g2c.assets.recipes.features import Features, target_features
+from g2c.assets.recipes.features import Features, layer_features, target_features
 from g2c.assets.recipes.ladder import RUNS_DIR, git_commit, machine
 
 __all__ = ["DRAFTER_RECIPES", "train_drafter"]
@@ -61,7 +61,21 @@ DRAFTER_RECIPES: dict[str, dict] = {
     "StoryLM-30M-EAGLE": dict(base="StoryLM-30M", steps=1400, batch_size=16, max_lr=1e-3, min_lr=1e-4,
                               warmup_steps=30, w_cls=0.1, noise=0.1, eval_every=100, patience=3,
                               val_windows=64, seed=230),
+    # The lineage (specdec-lineage): trained on the states of StoryLM-30M's blocks 2, 4, 6 and its final
+    # state over the first `features_windows` training windows (g2c.assets.recipes.features.layer_features).
+    "StoryLM-30M-Medusa": dict(base="StoryLM-30M", num_medusa_heads=4, decay=0.8, steps=500, batch_size=8,
+                               max_lr=2e-3, min_lr=2e-4, warmup_steps=20, eval_every=100, patience=3,
+                               val_windows=32, features_windows=1200, seed=240),
+    "StoryLM-30M-EAGLE3": dict(base="StoryLM-30M", ttt_steps=3, decay=0.8, steps=300, batch_size=4,
+                               max_lr=1e-3, min_lr=1e-4, warmup_steps=30, eval_every=100, patience=3,
+                               val_windows=32, features_windows=1200, seed=250),
+    "StoryLM-30M-Block": dict(base="StoryLM-30M", block_size=8, context_rows=8, num_blocks=2,
+                              anchors_per_window=12, gamma=4.0, steps=400, batch_size=8, max_lr=1e-3,
+                              min_lr=1e-4, warmup_steps=30, eval_every=100, patience=3, val_windows=32,
+                              features_windows=1200, seed=260),
 }
+LINEAGE_KINDS = ("medusa", "eagle3", "block")
+FUSION_LAYERS = {"StoryLM-30M": (2, 4, 6)}   # = g2c.specdec.lineage.fusion_layers(9)
 
 
 def _lr(step: int, r: dict) -> float:
@@ -105,9 +119,21 @@ class _Job:
         elif self.kind == "mtp":
             self.module = MTPHead(self.base, generator=gen)
             self.module.block.attn.fused = True
-        else:
+        elif self.kind == "eagle":
             self.module = FeatureDrafter(self.base, generator=gen)
             self.module.block.attn.fused = True
+        else:
+            from g2c.specdec.lineage import BlockHead, Eagle3Head, MedusaHeads
+
+            layers = FUSION_LAYERS[base_name]
+            if self.kind == "medusa":
+                self.module = MedusaHeads(self.base, recipe["num_medusa_heads"], generator=gen)
+            elif self.kind == "eagle3":
+                self.module = Eagle3Head(self.base, layers, generator=gen)
+            else:
+                self.module = BlockHead(self.base, layers, block_size=recipe["block_size"],
+                                        context_rows=recipe["context_rows"], num_blocks=recipe["num_blocks"],
+                                        generator=gen)
 
     def terms(self, ids: torch.Tensor, states: torch.Tensor, *, train: bool, generator=None) -> dict:
         from g2c.specdec import mtp_loss
@@ -128,14 +154,28 @@ class _Job:
                 target_next = self.base.unembed(states[:, 1:-1]).argmax(-1)             # the target's own t+2 pick
                 agree = (logits[:, :-1].argmax(-1) == target_next).float().mean()
             return {"loss": loss, "agree": agree, "score": loss}
-        out = eagle_loss(self.module, states, ids, w_cls=r["w_cls"], noise=r["noise"] if train else 0.0,
-                         generator=generator)
+        if self.kind == "eagle":
+            out = eagle_loss(self.module, states, ids, w_cls=r["w_cls"], noise=r["noise"] if train else 0.0,
+                             generator=generator)
+        else:
+            from g2c.specdec.lineage import block_loss, eagle3_loss, medusa_loss
+
+            if self.kind == "medusa":
+                out = medusa_loss(self.module, states[:, :, -1], decay=r["decay"])
+            elif self.kind == "eagle3":
+                out = eagle3_loss(self.module, states, ids, steps=r["ttt_steps"], decay=r["decay"])
+            else:
+                out = block_loss(self.module, states, ids, anchors_per_window=r["anchors_per_window"],
+                                 gamma=r["gamma"], generator=generator if train else torch.Generator().manual_seed(0))
         out["score"] = out["loss"]
         return out
 
     def config(self) -> dict:
         if self.kind == "lm":
             return json.loads((artifact_dir(self.recipe["init"]) / "config.json").read_text())
+        if self.kind in LINEAGE_KINDS:
+            return {"kind": self.kind, "base": self.base_name, **self.module.config(),
+                    "vocab_size": self.base.vocab_size, "tokenizer": "StoryTokenizer"}
         return {"kind": self.kind, "base": self.base_name, "dim": self.base.embedding_dim,
                 "num_heads": self.base.num_heads, "hidden_dim": self.base.hidden_dim,
                 "vocab_size": self.base.vocab_size, "tokenizer": "StoryTokenizer"}
@@ -181,8 +221,20 @@ def train_drafter(name: str, *, force: bool = False, progress: bool = True, log=
     tokenize_splits(load_story_tokenizer(), log=log)
     device = "cpu" if not torch.cuda.is_available() else "cuda"
     job = _Job(name, r, device)
-    train = target_features(job.base, job.base_name, "train", progress=progress, log=log)
-    val = target_features(job.base, job.base_name, "val", progress=progress, log=log)
+    if job.kind in LINEAGE_KINDS:
+        layers = FUSION_LAYERS[job.base_name]
+        train = layer_features(job.base, job.base_name, "train", layers, max_windows=r["features_windows"],
+                               progress=progress, log=log)
+        val = layer_features(job.base, job.base_name, "val", layers, max_windows=r["val_windows"],
+                             progress=progress, log=log)
+        data = (f"{job.base_name}'s outputs of blocks {', '.join(map(str, layers))} and final states over the "
+                f"first {train.num_windows} train windows of {train.context} tokens "
+                "(g2c.assets.recipes.features.layer_features)")
+    else:
+        train = target_features(job.base, job.base_name, "train", progress=progress, log=log)
+        val = target_features(job.base, job.base_name, "val", progress=progress, log=log)
+        data = (f"{job.base_name}'s final states over the train split in non-overlapping "
+                f"{train.context}-token windows (g2c.assets.recipes.features)")
     params = list(job.module.parameters())
     opt = AdamW(params, lr=r["max_lr"], betas=(0.9, 0.95), weight_decay=0.0)
     gen = torch.Generator().manual_seed(r["seed"])
@@ -246,8 +298,7 @@ def train_drafter(name: str, *, force: bool = False, progress: bool = True, log=
         "parameters": sum(p.numel() for p in params), "config": config,
         "recipe": {**r, "optimizer": "g2c.training.AdamW (betas 0.9, 0.95, no weight decay)",
                    "schedule": "linear warmup + cosine", "grad_clip": 1.0, "bf16_autocast": True,
-                   "data": f"{job.base_name}'s final states over the train split in non-overlapping "
-                           f"{train.context}-token windows (g2c.assets.recipes.features)",
+                   "data": data,
                    "weights_kept": "best validation score (val_score), early stop after `patience` checks",
                    "stored_dtype": "float16"},
         "steps": step, "best_step": best_step, "tokens_seen": tokens,

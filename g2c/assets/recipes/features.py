@@ -28,7 +28,7 @@ from g2c.course import REPO_ROOT
 
 FEATURES_DIR = REPO_ROOT / "runs" / "features"
 
-__all__ = ["FEATURES_DIR", "Features", "target_features"]
+__all__ = ["FEATURES_DIR", "Features", "LayerFeatures", "layer_features", "target_features"]
 
 
 class Features:
@@ -107,3 +107,94 @@ def target_features(base, base_name: str, split: str, *, context: int = 256, bat
     states = np.memmap(path, dtype=np.float16, mode="r", shape=shape)
     return Features(ids, states, context)
 
+
+
+class LayerFeatures(Features):
+    """A stream's tokens and the base's states at several layers, window by window.
+
+    Attributes:
+        states: (N, L + 1, D) float16 ``numpy.memmap``: for token i, the outputs of the chosen
+            blocks (in ``layers`` order) then the final (post-LayerNorm) state.
+        layers: the block indices kept.
+    """
+
+    def __init__(self, ids: torch.Tensor, states: np.ndarray, context: int, layers: tuple[int, ...]) -> None:
+        super().__init__(ids, states, context)
+        self.layers = layers
+
+    def batch(self, windows: torch.Tensor, device: torch.device | str = "cpu") -> tuple[torch.Tensor, torch.Tensor]:
+        """(ids (B, context) int64, states (B, context, L + 1, D) float32) of the given windows."""
+        return super().batch(windows, device)
+
+
+@torch.no_grad()
+def layer_features(base, base_name: str, split: str, layers: tuple[int, ...], *, context: int = 256,
+                   max_windows: int | None = None, batch_size: int = 8, progress: bool = True,
+                   log=print) -> LayerFeatures:
+    """The base's block outputs at ``layers`` and its final states over ``split``, computed once.
+
+    The drafters that fuse several layers (EAGLE-3, the block drafter) and Medusa learn from these;
+    four rows of D per token is four times the final-state cache, so only the first
+    ``max_windows`` windows are kept (the recipes record how many).
+
+    Args:
+        base, base_name, split, context, batch_size: as ``target_features``.
+        layers: block indices (0-based) whose outputs to keep, before the final state.
+        max_windows: keep at most this many windows (None: all).
+
+    Returns:
+        ``LayerFeatures``; written to ``runs/features/<base>/<split>-layers<l1-l2-..>-ctx<context>-w<n>.f16``
+        with a ``.json`` record (resumable, redone when the weights change).
+
+    Raises:
+        ValueError: context outside [2, base.max_seq_len] or a layer outside the base.
+        FileNotFoundError: the split is not prepared (run ``./datasets.sh``).
+    """
+    if not 2 <= context <= base.max_seq_len:
+        raise ValueError(f"context must be in [2, max_seq_len={base.max_seq_len}], got {context}")
+    layers = tuple(int(i) for i in layers)
+    if not all(0 <= i < len(base.blocks) for i in layers):
+        raise ValueError(f"layers {layers} must lie in [0, {len(base.blocks)})")
+    stream = load_token_stream(split)
+    num_windows = len(stream) // context
+    if max_windows is not None:
+        num_windows = min(num_windows, max_windows)
+    ids = torch.from_numpy(np.asarray(stream[:num_windows * context]).astype(np.int64))
+    folder = FEATURES_DIR / base_name
+    folder.mkdir(parents=True, exist_ok=True)
+    stem = f"{split}-layers{'-'.join(map(str, layers))}-ctx{context}-w{num_windows}"
+    path, record_path = folder / f"{stem}.f16", folder / f"{stem}.json"
+    weights = verify_artifact(base_name)["files"]["model.safetensors"]
+    want = {"base": base_name, "weights_sha256": weights, "split": split, "context": context,
+            "num_windows": num_windows, "dim": base.embedding_dim, "layers": list(layers)}
+    record = json.loads(record_path.read_text()) if record_path.is_file() else {}
+    done = record.get("done", 0) if {k: record.get(k) for k in want} == want and path.is_file() else 0
+    shape = (num_windows * context, len(layers) + 1, base.embedding_dim)
+    states = np.memmap(path, dtype=np.float16, mode="r+" if done else "w+", shape=shape)
+    if done < num_windows:
+        from tqdm.auto import tqdm
+
+        log(f"features: {base_name} layers {layers} over {split} ({num_windows} windows of {context}), "
+            f"from window {done}")
+        device = base.token_embed.weight.device
+        bar = tqdm(total=num_windows, initial=done, desc=f"{base_name} layer states ({split})", disable=not progress)
+        while done < num_windows:
+            n = min(batch_size, num_windows - done)
+            x = ids[done * context:(done + n) * context].view(n, context).to(device)            # (n, context)
+            h = base.token_embed.weight[x] + base.pos_embed.weight[torch.arange(context, device=device)]
+            kept = []
+            for i, blk in enumerate(base.blocks):
+                h = blk(h)
+                if i in layers:
+                    kept.append(h)
+            kept = [kept[sorted(layers).index(i)] for i in layers] + [base.ln_final(h)]
+            rows = torch.stack(kept, dim=2).reshape(n * context, len(layers) + 1, -1)         # (n*context, L+1, D)
+            states[done * context:(done + n) * context] = rows.to(torch.float16).cpu().numpy()
+            done += n
+            if done % (8 * batch_size) == 0 or done == num_windows:
+                states.flush()
+                record_path.write_text(json.dumps({**want, "done": done}))
+            bar.update(n)
+        bar.close()
+    states = np.memmap(path, dtype=np.float16, mode="r", shape=shape)
+    return LayerFeatures(ids, states, context, layers)

@@ -23,7 +23,12 @@ __all__ = ["build_dynamic_tree", "build_static_tree"]
 
 # -- builders -------------------------------------------------------------------------------
 def _drafter_probs(drafter, ctx_ids: torch.Tensor, tree: DraftTree) -> torch.Tensor:
-    """(n+1, V) float32 CPU drafter probabilities: row 0 after the context, row i+1 after node i."""
+    """(n+1, V) float32 CPU drafter probabilities: row 0 after the context, row i+1 after node i.
+
+    A drafter that is not a token LM (EAGLE's feature drafter, ``g2c.specdec.lineage``) provides
+    ``tree_probs(ctx_ids, tree)`` with the same rows and is asked instead."""
+    if hasattr(drafter, "tree_probs"):
+        return drafter.tree_probs(ctx_ids, tree).float().cpu()
     return torch.softmax(tree_logits(drafter, ctx_ids, tree).float().cpu(), dim=-1)
 
 
@@ -80,7 +85,8 @@ def build_dynamic_tree(drafter, ctx_ids, num_nodes: int, *, width: int = 4,
     """EAGLE-2's context-aware dynamic tree under a node budget (section 4). Provided.
 
     Args:
-        drafter: a language model, as ``build_static_tree``.
+        drafter: a language model, as ``build_static_tree``, or any object with
+            ``tree_probs(ctx_ids, tree) -> (n+1, V)`` probabilities (EAGLE-2 over a feature drafter).
         ctx_ids: 1-D LongTensor, the committed context.
         num_nodes: the budget n >= 0 of draft nodes the target will verify.
         width: EAGLE-2's top-k: nodes expanded per depth, and children per expanded node.

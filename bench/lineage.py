@@ -1,0 +1,426 @@
+#!/usr/bin/env python3
+"""The lecture's draft lineage, every generation drafting for StoryLM-30M, measured in one run.
+
+    python bench/lineage.py             # the table, both prompt sets, greedy and T = 0.8 (about 25 min, 2 cores)
+    python bench/lineage.py --quick     # a smoke run of every row (a few minutes)
+
+Rows (every drafter the course ships, each drafting for the same StoryLM-30M, float32):
+
+* generation 1, an independent small LM: StoryLM-1M, StoryLM-1M-distilled, StoryLM-5M
+  (``LMDrafter(model, use_cache=True)`` in ``speculative_sample(..., use_cache=True)``);
+* prompt lookup (n-gram, no model): ``NGramDrafter``;
+* generation 2, Medusa heads: ``MedusaDrafter`` (a static candidate tree);
+* generation 3, EAGLE: the EAGLE drafter as a chain and as an EAGLE-2 dynamic tree
+  (``EagleTreeDrafter``), and the EAGLE-3-style drafter (``Eagle3Drafter``);
+* generation 4, MTP: ``CachedMTPDrafter`` (one draft per pass);
+* the DFlash-style block drafter: ``BlockDrafter`` (one drafter pass per block);
+
+the state-reading drafters in ``g2c.specdec.lineage.lineage_generate``. Each row runs at its best
+k (chain length / tree budget / block size): the full run picks it by a sweep on two prompts
+(greedy, tok/s), ``--quick`` uses the defaults.
+
+Columns: tau (tokens per target pass); c (the drafter's seconds per round, its ``start``/``draft``
+/``commit`` or ``propose``/``commit``, over the target's seconds per token when it decodes alone);
+the law tau / (1 + c) next to the measured speed-up; tok/s; the speed-up over plain CACHED
+decoding (``cached_generate``, same model, dtype and threads, timed interleaved with the rows);
+lossless (greedy: prompts whose output equals plain greedy decoding token for token; sampled:
+"-", the distribution tests in tests/test_specdec_lineage.py cover it).
+
+Two prompt sets from the validation split show that tau moves with the task: story endings (a
+story cut 48 tokens before its end) and dialogue (a story cut right after an opening quote).
+Then: c against block length for the autoregressive drafters and the block drafter, and Medusa's
+typical acceptance against the exact rule at T = 0.9. ``--figure`` draws tau and speed-up per
+generation and c against block length.
+
+Timing: wall time, and this process's CPU time (robust when other jobs share the cores; the c
+curves use CPU seconds). Rows are interleaved per prompt (plain, then each row, every prompt), the
+device synchronised before each clock read, torch's thread count printed (``--threads`` to set it).
+Reference solutions are applied (``import g2c.course.solved``).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import sys
+import time
+from pathlib import Path
+
+import torch
+
+import g2c.course.solved  # noqa: F401  (first: applies the answer key before course modules load)
+from g2c.assets import cli
+from g2c.assets.artifacts import ArtifactError, load_model, load_story_tokenizer
+from g2c.assets.data import load_split_text
+from g2c.kvcache import KVCache, cached_forward, cached_generate
+from g2c.nn import synchronize
+from g2c.specdec import SpecStats
+from g2c.specdec.lineage import (
+    BlockDrafter,
+    Eagle3Drafter,
+    EagleTreeDrafter,
+    MedusaDrafter,
+    lineage_generate,
+    target_layer_pass,
+)
+from g2c.specdec.sampling.drafters import LMDrafter, NGramDrafter, Sampler
+from g2c.specdec.sampling.eagle import CachedMTPDrafter
+from g2c.specdec.sampling.loop import speculative_sample
+
+ROOT = Path(__file__).resolve().parent.parent
+TARGET = "StoryLM-30M"
+# (row, generation, kind, artifact, default k, sweep candidates)
+ROWS = [
+    ("StoryLM-1M", "1: small LM", "lm", "StoryLM-1M", 4, (2, 4, 6)),
+    ("StoryLM-1M-distilled", "1: small LM, distilled", "lm", "StoryLM-1M-distilled", 4, (2, 4, 6)),
+    ("StoryLM-5M", "1: small LM", "lm", "StoryLM-5M", 4, (2, 4, 6)),
+    ("n-gram", "prompt lookup", "ngram", None, 4, (2, 4, 8)),
+    ("Medusa", "2: Medusa heads (tree)", "medusa", "StoryLM-30M-Medusa", 16, (8, 16, 32)),
+    ("EAGLE", "3: EAGLE (chain)", "eagle-chain", "StoryLM-30M-EAGLE", 4, (2, 4, 6)),
+    ("EAGLE-2", "3: EAGLE-2 dynamic tree", "eagle2", "StoryLM-30M-EAGLE", 16, (8, 16, 32)),
+    ("EAGLE-3", "3: EAGLE-3 (fused layers, TTT)", "eagle3", "StoryLM-30M-EAGLE3", 4, (2, 4, 6)),
+    ("MTP", "4: MTP head", "mtp", "StoryLM-30M-MTP", 1, (1,)),
+    ("Block", "block drafter (DFlash-style)", "block", "StoryLM-30M-Block", 8, (4, 8)),
+]
+FULL = dict(prompts=8, new_tokens=64, sweep=True, c_repeats=5)
+QUICK = dict(prompts=2, new_tokens=24, sweep=False, c_repeats=2)
+HEADER = ("drafter", "generation", "k", "lossless", "acceptance", "tau", "c", "law tau/(1+c)", "plain tok/s",
+          "spec tok/s", "speed-up", "speed-up (CPU time)")
+
+
+def parse_args(argv):
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--quick", action="store_true", help="2 prompts x 24 tokens per set, default k, no sweep")
+    ap.add_argument("--prompts", type=cli.count(1), default=None, help="prompts per set (default 8; quick 2)")
+    ap.add_argument("--new-tokens", type=cli.count(1), default=None, help="tokens per prompt (default 64; quick 24)")
+    ap.add_argument("--temperature", type=cli.real(0.0, lo_open=True), default=0.8,
+                    help="the sampled table's temperature (default 0.8)")
+    ap.add_argument("--rows", type=cli.choice_list(*[r[0] for r in ROWS]), default=None,
+                    help="comma-separated subset of the rows (default all)")
+    ap.add_argument("--threads", type=cli.count(1), default=None, help="torch threads (default: torch's)")
+    ap.add_argument("--seed", type=cli.count(0), default=0, help="generator seed of the sampled rows")
+    ap.add_argument("--figure", type=Path, default=None, help="write the figure (png) here")
+    ap.add_argument("--json", type=Path, default=None, help="write every number (json) here")
+    args = ap.parse_args(argv)
+    preset = QUICK if args.quick else FULL
+    args.prompts = args.prompts or preset["prompts"]
+    args.new_tokens = args.new_tokens or preset["new_tokens"]
+    args.sweep, args.c_repeats = preset["sweep"], preset["c_repeats"]
+    return args
+
+
+# -- prompts ---------------------------------------------------------------------------------------
+def prompt_sets(tokenizer, n: int, *, max_len: int = 160) -> dict[str, list[torch.Tensor]]:
+    """Two validation prompt sets of n prompts each (at most ``max_len`` tokens, the story's end kept):
+    ``story endings``: a story cut 48 tokens before its end; ``dialogue``: a story cut right after
+    an opening quote that follows at least 24 tokens of narration."""
+    endings, dialogue = [], []
+    for story in load_split_text("val"):
+        ids = tokenizer.encode(story)
+        if len(endings) < n and len(ids) >= 96:
+            endings.append(torch.tensor(ids[:len(ids) - 48][-max_len:]))
+        cut = story.find(', "', len(story) // 4)
+        if len(dialogue) < n and cut > 0:
+            head = tokenizer.encode(story[:cut + 3])
+            if len(head) >= 24:
+                dialogue.append(torch.tensor(head[-max_len:]))
+        if len(endings) == n and len(dialogue) == n:
+            break
+    return {"story endings": endings, "dialogue": dialogue}
+
+
+# -- drafters --------------------------------------------------------------------------------------
+class Clocked:
+    """A ``speculative_sample`` drafter with its ``start``/``propose``/``commit`` time added up."""
+
+    def __init__(self, drafter, device) -> None:
+        self._drafter, self._device, self.seconds = drafter, device, 0.0
+
+    def __getattr__(self, name):
+        return getattr(self._drafter, name)
+
+    def _timed(self, fn, *args, **kw):
+        synchronize(self._device)
+        t0 = time.perf_counter()
+        out = fn(*args, **kw)
+        synchronize(self._device)
+        self.seconds += time.perf_counter() - t0
+        return out
+
+    def start(self, *args, **kw):
+        return self._timed(self._drafter.start, *args, **kw)
+
+    def propose(self, *args, **kw):
+        return self._timed(self._drafter.propose, *args, **kw)
+
+    def commit(self, *args, **kw):
+        return self._timed(self._drafter.commit, *args, **kw)
+
+
+def load_heads(target, names) -> dict:
+    """Every model a row needs, the heads rebound to the one shared target (same weights: they were
+    trained on it and their own copy of it is verified against the same artifact)."""
+    models = {}
+    for name in names:
+        if name is None or name in models:
+            continue
+        model, _ = load_model(name, device=target.device)
+        if hasattr(model, "base"):
+            base = model.base
+            assert all(torch.equal(a, b) for a, b in zip(base.state_dict().values(), target.state_dict().values()))
+            model._frozen["base"] = target                          # one target in memory, one clock
+        models[name] = model
+    return models
+
+
+def make(kind: str, model, k: int, sample: bool, device):
+    """(drafter, loop): the drafter for a row and the loop that runs it."""
+    if kind == "lm":
+        return Clocked(LMDrafter(model, sample=sample, use_cache=True), device), "sample"
+    if kind == "ngram":
+        return Clocked(NGramDrafter(), device), "sample"
+    if kind == "mtp":
+        return Clocked(CachedMTPDrafter(model, sample=sample), device), "sample"
+    if kind == "medusa":
+        return MedusaDrafter(model), "lineage"
+    if kind == "eagle-chain":
+        return EagleTreeDrafter(model, width=1), "lineage"
+    if kind == "eagle2":
+        return EagleTreeDrafter(model, width=4), "lineage"
+    if kind == "eagle3":
+        return Eagle3Drafter(model, width=1), "lineage"
+    if kind == "block":
+        return BlockDrafter(model, block_size=min(k, model.block_size)), "lineage"
+    raise ValueError(kind)
+
+
+def run_row(target, kind, model, k, prompt, n, temperature, seed):
+    """(ids, SpecStats, drafter seconds) of one row on one prompt."""
+    device = target.device
+    drafter, loop = make(kind, model, k, temperature > 0, device)
+    g = torch.Generator().manual_seed(seed)
+    if loop == "lineage":
+        ids, stats = lineage_generate(target, drafter, prompt, n, num_nodes=k, temperature=temperature, generator=g)
+        return ids, stats, stats.draft_seconds
+    ids, stats = speculative_sample(target, drafter, prompt, n, k=k, temperature=temperature, generator=g,
+                                    use_cache=True)
+    return ids, stats, drafter.seconds
+
+
+def timed(fn, device):
+    """(wall seconds, (result, CPU seconds of this process)): CPU time counts this process's work, not its
+    waiting for a core, so it stays meaningful when other jobs share the machine (one thread)."""
+    synchronize(device)
+    t0, c0 = time.perf_counter(), time.process_time()
+    out = fn()
+    synchronize(device)
+    return time.perf_counter() - t0, (out, time.process_time() - c0)
+
+
+def measure(target, rows, models, best_k, prompts, n, temperature, seed, device, bar=None) -> list[dict]:
+    """Interleaved per prompt: plain cached decoding, then every row; the pooled numbers per row."""
+    acc = {r[0]: {"plain_s": 0.0, "spec_s": 0.0, "plain_cpu": 0.0, "spec_cpu": 0.0, "draft_s": 0.0,
+                  "stats": SpecStats(), "lossless": 0} for r in rows}
+    plain_total, plain_tokens = 0.0, 0
+    for i, prompt in enumerate(prompts):
+        g = torch.Generator().manual_seed(seed + i)
+        plain_s, (plain, plain_cpu) = timed(
+            lambda: cached_generate(target, prompt, n, temperature=temperature, generator=g), device)
+        plain_total, plain_tokens = plain_total + plain_s, plain_tokens + n
+        for name, _, kind, artifact, _, _ in rows:
+            spec_s, ((ids, stats, draft_s), spec_cpu) = timed(
+                lambda: run_row(target, kind, models.get(artifact), best_k[name], prompt, n, temperature, seed + i),
+                device)
+            a = acc[name]
+            a["plain_s"] += plain_s
+            a["spec_s"] += spec_s
+            a["plain_cpu"] += plain_cpu
+            a["spec_cpu"] += spec_cpu
+            a["draft_s"] += draft_s
+            a["stats"] = a["stats"] + stats
+            a["lossless"] += int(temperature == 0 and ids.tolist() == plain.tolist())
+            if bar is not None:
+                bar.update(1)
+    step_s = plain_total / plain_tokens
+    out = []
+    for name, generation, kind, _, _, _ in rows:
+        a, s = acc[name], acc[name]["stats"]
+        tau = s.tokens_per_pass
+        c = (a["draft_s"] / max(1, s.target_passes)) / step_s
+        out.append({"drafter": name, "generation": generation, "k": best_k[name], "kind": kind,
+                    "lossless": f"{a['lossless']}/{len(prompts)}" if temperature == 0 else "-",
+                    "acceptance": s.acceptance_rate, "tau": tau, "c": c, "law": tau / (1 + c),
+                    "plain_tps": s.generated / a["plain_s"], "spec_tps": s.generated / a["spec_s"],
+                    "speedup": a["plain_s"] / a["spec_s"], "speedup_cpu": a["plain_cpu"] / a["spec_cpu"]})
+    return out
+
+
+def markdown(rows: list[dict]) -> str:
+    lines = ["| " + " | ".join(HEADER) + " |", "|" + "---|" * len(HEADER)]
+    for r in rows:
+        lines.append(f"| {r['drafter']} | {r['generation']} | {r['k']} | {r['lossless']} | {r['acceptance']:.3f} | "
+                     f"{r['tau']:.2f} | {r['c']:.2f} | {r['law']:.2f}x | {r['plain_tps']:.1f} | {r['spec_tps']:.1f} | "
+                     f"{r['speedup']:.2f}x | {r['speedup_cpu']:.2f}x |")
+    return "\n".join(lines)
+
+
+# -- c against block length ----------------------------------------------------------------------
+def cost_curves(target, models, prompt, sizes, repeats) -> dict[str, list[float]]:
+    """Drafter CPU seconds for one round of B drafts, over the target's CPU seconds for one cached decode
+    step on the same context, for B in ``sizes``: the autoregressive drafters (StoryLM-1M, EAGLE chain,
+    EAGLE-3 chain) and the block drafter."""
+    device = target.device
+    curves = {}
+    n = prompt.numel() - 1
+    cache = KVCache.for_model(target)
+    cached_forward(target, prompt[:-1].view(1, -1).to(device), cache)
+
+    def step():
+        cached_forward(target, prompt[-1:].view(1, 1).to(device), cache)
+        cache.crop(n)
+
+    step()
+    step_s = statistics.median(timed(step, device)[1][1] for _ in range(max(5, repeats)))
+    for name, kind, artifact in (("StoryLM-1M (LM)", "lm", "StoryLM-1M"), ("EAGLE (chain)", "eagle-chain",
+                                 "StoryLM-30M-EAGLE"), ("EAGLE-3 (chain)", "eagle3", "StoryLM-30M-EAGLE3"),
+                                 ("Block (one pass)", "block", "StoryLM-30M-Block")):
+        if artifact not in models:
+            continue
+        row = []
+        for size in sizes:
+            drafter, loop = make(kind, models[artifact], size, False, device)
+            if loop == "lineage":
+                cache = KVCache.for_model(target)
+                _, states = target_layer_pass(target, cache, prompt[:-1], torch.arange(n),
+                                              torch.ones(n, n, dtype=torch.bool).tril(), tuple(drafter.target_layers))
+                drafter.start(prompt, states)
+                fn = lambda d=drafter: d.draft(prompt, max_nodes=size, max_depth=size)       # noqa: E731
+            else:
+                inner = drafter._drafter
+                inner.start(prompt, sampler=Sampler(0.0), generator=None)
+
+                def fn(d=inner):
+                    d.propose(prompt, size)
+                    d.commit(prompt, 0)
+            fn()
+            times = [timed(fn, device)[1][1] for _ in range(repeats)]           # CPU seconds
+            row.append(statistics.median(times) / step_s)
+        curves[name] = row
+    return curves
+
+
+def typical_vs_exact(target, heads, prompts, n, temperature, seed) -> dict:
+    """Medusa at T = ``temperature``: the exact rule against typical acceptance (epsilon 0.09, delta 0.3)."""
+    out = {}
+    for acceptance in ("exact", "typical"):
+        total = SpecStats()
+        for i, prompt in enumerate(prompts):
+            _, stats = lineage_generate(target, MedusaDrafter(heads), prompt, n, num_nodes=16, temperature=temperature,
+                                        generator=torch.Generator().manual_seed(seed + i), acceptance=acceptance)
+            total = total + stats
+        out[acceptance] = {"acceptance": total.acceptance_rate, "tau": total.tokens_per_pass}
+    return out
+
+
+def figure(path: Path, tables: dict, curves: dict, sizes) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    rows = tables[("story endings", 0.0)]
+    fig, (ax1, ax2) = plt.subplots(1, 2, figsize=(13, 4.8))
+    x = range(len(rows))
+    ax1.bar([i - 0.2 for i in x], [r["tau"] for r in rows], width=0.4, label="tau (tokens per target pass)")
+    ax1.bar([i + 0.2 for i in x], [r["speedup"] for r in rows], width=0.4, label="measured speed-up")
+    ax1.axhline(1.0, color="grey", lw=0.8)
+    ax1.set_xticks(list(x), [r["drafter"] for r in rows], rotation=40, ha="right")
+    ax1.set_title("Drafting for StoryLM-30M, greedy, story endings")
+    ax1.legend()
+    for name, row in curves.items():
+        ax2.plot(sizes, row, marker="o", label=name)
+    ax2.set_xlabel("draft tokens per round (k, or block size B)")
+    ax2.set_ylabel("c = drafter time per round / target step")
+    ax2.set_xticks(sizes)
+    ax2.set_title("Draft cost per round: autoregressive vs one-pass block")
+    ax2.legend()
+    fig.tight_layout()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(path, dpi=110)
+
+
+def main(argv=None) -> int:
+    args = parse_args(argv)
+    if args.threads:
+        torch.set_num_threads(args.threads)
+    from tqdm.auto import tqdm
+
+    rows = [r for r in ROWS if args.rows is None or r[0] in args.rows.split(",")]
+    try:
+        target, _ = load_model(TARGET)
+        tokenizer = load_story_tokenizer()
+        models = load_heads(target, [r[3] for r in rows])
+        sets = prompt_sets(tokenizer, args.prompts)
+    except (ArtifactError, FileNotFoundError, ValueError) as err:
+        print(f"bench/lineage.py: {err}", file=sys.stderr)
+        return 1
+    device = target.device
+    print(f"# The draft lineage on {TARGET} (float32, {torch.get_num_threads()} threads, {device}); "
+          f"{args.prompts} prompts x {args.new_tokens} tokens per set; speed-ups over plain cached decoding")
+    best_k = {r[0]: r[4] for r in rows}
+    if args.sweep:
+        sweep = [(r, k) for r in rows for k in r[5] if len(r[5]) > 1]
+        scores = {}
+        for r, k in tqdm(sweep, desc="best k (greedy, 2 story prompts)"):
+            res = measure(target, [r], models, {r[0]: k}, sets["story endings"][:2], args.new_tokens, 0.0, args.seed,
+                          device)
+            scores[(r[0], k)] = res[0]["spec_tps"]
+        for r in rows:
+            if len(r[5]) > 1:
+                best_k[r[0]] = max(r[5], key=lambda k: scores[(r[0], k)])
+    tables = {}
+    runs = [(s, t) for s in sets for t in (0.0, args.temperature)]
+    bar = tqdm(total=len(runs) * len(rows) * args.prompts, desc="lineage table")
+    for set_name, temperature in runs:
+        tables[(set_name, temperature)] = measure(target, rows, models, best_k, sets[set_name], args.new_tokens,
+                                                  temperature, args.seed, device, bar)
+    bar.close()
+    for (set_name, temperature), table in tables.items():
+        print(f"\n## {set_name}, {'greedy (T = 0)' if temperature == 0 else f'sampled (T = {temperature})'}\n")
+        print(markdown(table))
+    sizes = [1, 2, 4, 8]
+    curves = cost_curves(target, models, sets["story endings"][0], sizes, args.c_repeats)
+    print("\n## c against draft length (drafter seconds per round / target seconds per step)\n")
+    print("| drafter | " + " | ".join(f"k or B = {s}" for s in sizes) + " |")
+    print("|---|" + "---|" * len(sizes))
+    for name, row in curves.items():
+        print(f"| {name} | " + " | ".join(f"{v:.2f}" for v in row) + " |")
+    if "Block (one pass)" in curves:
+        block = curves["Block (one pass)"]
+        print(f"\nblock drafter: c(B=8) / c(B=2) = {block[3] / block[1]:.2f} (target <= 1.3)")
+    typical = None
+    if "StoryLM-30M-Medusa" in models:
+        typical = typical_vs_exact(target, models["StoryLM-30M-Medusa"], sets["story endings"], args.new_tokens, 0.9,
+                                   args.seed)
+        print("\n## Medusa at T = 0.9: exact rule vs typical acceptance (epsilon 0.09, delta 0.3; NOT lossless)\n")
+        for name, v in typical.items():
+            print(f"- {name}: acceptance {v['acceptance']:.3f}, tau {v['tau']:.2f}")
+    greedy = tables[("story endings", 0.0)]
+    best = max(greedy, key=lambda r: r["speedup"])
+    print(f"\nbest greedy row (story endings): {best['drafter']} tau {best['tau']:.2f}, {best['speedup']:.2f}x "
+          f"(targets: tau >= 4.0 and >= 2.0x); every greedy row lossless: "
+          f"{all(r['lossless'] == f'{args.prompts}/{args.prompts}' for t in tables for r in tables[t] if t[1] == 0)}")
+    if args.figure:
+        figure(args.figure, tables, curves, sizes)
+        print(f"figure: {args.figure}")
+    if args.json:
+        args.json.parent.mkdir(parents=True, exist_ok=True)
+        args.json.write_text(json.dumps({"threads": torch.get_num_threads(), "best_k": best_k,
+                                         "tables": {f"{s} T={t}": v for (s, t), v in tables.items()},
+                                         "cost_curves": curves, "typical": typical}, indent=1))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,101 @@
+"""Beyond (specdec-lineage): the drafter protocol of ``lineage_generate`` and two helpers. Provided.
+
+``TreeDrafter`` is documented in ``loop.py`` (the loop that calls it); ``chain_tree`` turns a chain into
+a ``DraftTree``; ``masked_block`` runs a module 09 block under any attention mask (tree rows, the
+training-time-test mask of EAGLE-3, the block drafter's context-plus-slots mask).
+
+Shape letters: B batch, T time, S keys, D width.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from g2c.kvcache import KVCache
+from g2c.kvcache.ragged import masked_cached_attention
+
+from ..trees import DraftTree
+
+__all__ = ["TreeDrafter", "chain_tree", "masked_block", "masked_block_past"]
+
+
+def chain_tree(tokens) -> DraftTree:
+    """A chain as a ``DraftTree``: node i is ``tokens[i]`` with parent i - 1. Provided."""
+    tokens = torch.as_tensor(tokens, dtype=torch.long).view(-1).cpu()
+    return DraftTree(tokens, torch.arange(tokens.numel(), dtype=torch.long) - 1)
+
+
+def masked_block_past(blk, x: torch.Tensor, allowed: torch.Tensor,
+                      past: tuple[torch.Tensor, torch.Tensor] | None = None
+                      ) -> tuple[torch.Tensor, tuple[torch.Tensor, torch.Tensor]]:
+    """``masked_block`` whose new rows also read earlier rows' keys/values, kept with gradients. Provided.
+
+    For unrolled training (EAGLE-3's training-time test): each step adds rows that attend to every
+    earlier step's rows without recomputing them.
+
+    Args:
+        blk: a ``g2c.transformer.Block``.
+        x: (B, T, D) new rows.
+        allowed: bool broadcastable to (B, H, T, P + T): P earlier rows (``past``) first.
+        past: (keys, values), each (B, H, P, d), from an earlier call, or None.
+
+    Returns:
+        (y (B, T, D), (keys, values) (B, H, P + T, d)) to pass to the next call.
+    """
+    attn, allowed = blk.attn, allowed.to(x.device)
+    batch, steps, _ = x.shape
+    q, k, v = attn.qkv(blk.ln_1(x)).split(attn.dim, dim=-1)
+    q, k, v = (t.view(batch, steps, attn.num_heads, -1).transpose(1, 2) for t in (q, k, v))       # (B, H, T, d)
+    if past is not None:
+        k, v = torch.cat([past[0], k], dim=2), torch.cat([past[1], v], dim=2)
+    a = torch.nn.functional.scaled_dot_product_attention(q, k, v, attn_mask=allowed)
+    x = x + attn.proj(a.transpose(1, 2).reshape(batch, steps, attn.dim))
+    return x + blk.mlp(blk.ln_2(x)), (k, v)
+
+
+def masked_block(blk, x: torch.Tensor, allowed: torch.Tensor, cache: KVCache | None = None) -> torch.Tensor:
+    """A module 09 pre-norm ``Block`` with an explicit attention mask. Provided.
+
+    Args:
+        blk: a ``g2c.transformer.Block``.
+        x: (B, T, D) new rows.
+        allowed: bool, broadcastable to (B, H, T, S): True where query row t may read key s (moved to
+            x's device).
+            Without a cache S = T (the rows attend among themselves); with a cache
+            S = ``cache.length + T`` (the cached rows first) and the new keys/values are written
+            at rows ``length ..`` (layer 0) without moving the pointer.
+        cache: optional one-layer ``KVCache`` of the block.
+
+    Returns:
+        (B, T, D) on x's device. Every query row needs at least one allowed key.
+    """
+    allowed = allowed.to(x.device)
+    h = blk.ln_1(x)
+    if cache is None:
+        attn = blk.attn
+        batch, steps, _ = h.shape
+        q, k, v = attn.qkv(h).split(attn.dim, dim=-1)
+        q, k, v = (t.view(batch, steps, attn.num_heads, -1).transpose(1, 2) for t in (q, k, v))   # (B, H, T, d)
+        a = torch.nn.functional.scaled_dot_product_attention(q, k, v, attn_mask=allowed)
+        x = x + attn.proj(a.transpose(1, 2).reshape(batch, steps, attn.dim))
+    else:
+        x = x + masked_cached_attention(blk.attn, h, cache, 0, allowed)
+    return x + blk.mlp(blk.ln_2(x))
+
+
+class TreeDrafter:
+    """Base class of this module's drafter protocol (see the module docstring). Provided."""
+
+    vocab_size: int | None = None
+    target_layers: tuple[int, ...] = ()
+    base = None
+    head = None
+
+    def start(self, context_ids: torch.Tensor, states: torch.Tensor) -> None:
+        return None
+
+    def draft(self, context_ids: torch.Tensor, *, max_nodes: int, max_depth: int) -> DraftTree:
+        raise NotImplementedError(f"{type(self).__name__} must implement draft(context_ids, max_nodes=, max_depth=)")
+
+    def commit(self, context_ids: torch.Tensor, states: torch.Tensor) -> None:
+        return None

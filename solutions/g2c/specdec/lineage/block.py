@@ -1,0 +1,260 @@
+"""Beyond (specdec-lineage): a block drafter in the spirit of DFlash: the whole draft in one pass.
+
+Every drafter so far is autoregressive: k draft tokens cost k drafter steps, so its cost per
+round c grows linearly with k, and the speed-up law tau / (1 + c) caps how long a draft can pay.
+DFlash (Chen, Liang, Liu, "DFlash: Block Diffusion for Flash Speculative Decoding", arXiv:2602.06036,
+2026) drafts a whole block in ONE forward: the input is the anchor (the last committed token) followed by B mask
+slots, the drafter is conditioned on the target's fused hidden features of the context, and
+slot j predicts the token j positions after the anchor, all at once. The drafter's for-loop is
+gone; c is nearly flat in B.
+
+This course version keeps the idea and the training recipe in a small form. One difference: DFlash
+injects the fused target features into the keys and values of every draft layer; here they enter as
+W extra rows that every slot attends to, which the same attention turns into keys and values.
+
+    rows   = [fc(fused target features of the last W committed positions)]   W context rows
+             + [LN(E[anchor])] + [m] * B                                      anchor + B mask slots
+    x      = rows + learned positions; two blocks; slot j attends to every context row, the
+             anchor and the slots before it (causal inside the block, so a shorter block gives
+             the same first tokens)
+    logits = unembed(LN_out(x_slot_j))  ->  the token j after the anchor
+
+Training, as DFlash describes it: anchors drawn at random positions of each window (any committed
+token can be an anchor at inference), labels the target's own distributions, and the loss of
+slot j weighted by exp(-(j - 1) / gamma) (``block_loss_weights``): a slot's draft only counts if
+every earlier one was accepted, so the first slots matter most.
+
+Shape letters: N anchors (batch), W context rows, B block size, D width, V vocabulary.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from g2c.kvcache.forward import unembed
+from g2c.nn import LayerNorm, Linear, Module
+from g2c.transformer import Block
+
+from ..trees import DraftTree
+from .eagle3 import check_fusion_layers, fusion_layers
+from .protocol import TreeDrafter, chain_tree, masked_block
+
+__all__ = ["BlockDrafter", "BlockHead", "block_loss", "block_loss_weights"]
+
+
+def block_loss_weights(block_size: int, gamma: float) -> torch.Tensor:
+    """The weight of each slot's loss: w_j proportional to exp(-(j - 1) / gamma), summing to 1.
+
+    Args:
+        block_size: B >= 1 slots, j = 1..B.
+        gamma: the decay length (> 0, finite; DFlash's gamma). Large gamma -> nearly uniform.
+
+    Returns:
+        (B,) float32 on the CPU, positive, non-increasing, summing to 1.
+
+    Raises:
+        ValueError: B < 1, or gamma not a finite number > 0 (message names "gamma").
+
+    Example: B = 3, gamma = 1: proportional to [1, e^-1, e^-2] = [0.665, 0.245, 0.090].
+
+    Steps:
+        1. Validate (provided).
+        2. The unnormalised weights for j = 1..B, then divide by their sum
+           (``test_block_loss_weights_by_hand``, ``test_block_loss_weights_sum_to_one``).
+    """
+    if isinstance(block_size, bool) or not isinstance(block_size, int) or block_size < 1:
+        raise ValueError(f"block_loss_weights: block_size must be an int >= 1, got {block_size!r}")
+    if isinstance(gamma, bool) or not isinstance(gamma, (int, float)) or not 0 < gamma < float("inf"):
+        raise ValueError(f"block_loss_weights: gamma must be a finite number > 0, got {gamma!r}")
+    # BEGIN SOLUTION
+    j = torch.arange(block_size, dtype=torch.float32)
+    w = torch.exp(-j / float(gamma))
+    return w / w.sum()
+    # END SOLUTION
+
+
+class BlockHead(Module):
+    """The block drafter's network on a frozen base ``TransformerLM``. Provided.
+
+    Args:
+        base: the frozen target (kept in a dict; only the head trains).
+        layers: fused target layers (default ``fusion_layers(L)``, as EAGLE-3).
+        block_size: the most slots B it is trained for (learned positions for W + 1 + B rows).
+        context_rows: W, committed positions whose features it reads.
+        num_blocks: transformer blocks.
+        generator: for the initialisation.
+    """
+
+    def __init__(self, base, layers=None, *, block_size: int = 8, context_rows: int = 8, num_blocks: int = 2,
+                 generator: torch.Generator | None = None) -> None:
+        super().__init__()
+        for name, value in (("block_size", block_size), ("context_rows", context_rows), ("num_blocks", num_blocks)):
+            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+                raise ValueError(f"BlockHead: {name} must be an int >= 1, got {value!r}")
+        self._frozen = {"base": base}
+        num_layers = len(base.blocks)
+        self.layers = fusion_layers(num_layers) if layers is None else check_fusion_layers(layers, num_layers)
+        self.block_size, self.context_rows = block_size, context_rows
+        dim = base.embedding_dim
+        g = generator
+        self.fc = Linear(3 * dim, dim, generator=g)
+        self.ln_embed = LayerNorm(dim)
+        self.mask_embed = (torch.randn(dim, generator=g) * 0.02).requires_grad_(True)
+        self.pos_embed = (torch.randn(context_rows + 1 + block_size, dim, generator=g) * 0.02).requires_grad_(True)
+        self.blocks = [Block(dim, base.num_heads, hidden_dim=base.hidden_dim, causal=False, generator=g)
+                       for _ in range(num_blocks)]
+        self.ln_out = LayerNorm(dim)
+        self.to(base.token_embed.weight.device)
+
+    @property
+    def base(self):
+        """The frozen target."""
+        return self._frozen["base"]
+
+    @classmethod
+    def from_config(cls, base, config: dict) -> "BlockHead":
+        return cls(base, config["fusion_layers"], block_size=config["block_size"],
+                   context_rows=config["context_rows"], num_blocks=config["num_blocks"],
+                   generator=torch.Generator().manual_seed(0))
+
+    def config(self) -> dict:
+        return {"fusion_layers": list(self.layers), "block_size": self.block_size,
+                "context_rows": self.context_rows, "num_blocks": len(self.blocks)}
+
+    def forward(self, context_states: torch.Tensor, anchor_ids: torch.Tensor, block_size: int | None = None
+                ) -> torch.Tensor:
+        """Logits of B slots after each anchor, in one pass.
+
+        Args:
+            context_states: (N, w, 4, D) float: the fusion layers' outputs and the final state of
+                the w <= W committed positions before the anchor (fewer than W at a short
+                prompt's start: the missing rows are masked out).
+            anchor_ids: (N,) int64, the last committed token.
+            block_size: B in [1, self.block_size] (default all of them).
+
+        Returns:
+            (N, B, V) float: slot j (0-based) scores the token j + 1 after the anchor.
+
+        Raises:
+            ValueError: shapes disagree or B outside [1, self.block_size].
+        """
+        B = self.block_size if block_size is None else block_size
+        if not 1 <= B <= self.block_size:
+            raise ValueError(f"BlockHead: block_size must be in [1, {self.block_size}], got {B}")
+        if context_states.dim() != 4 or context_states.shape[2] != 4 or anchor_ids.shape != context_states.shape[:1]:
+            raise ValueError(f"BlockHead expects context_states (N, w, 4, D) and anchor_ids (N,), got "
+                             f"{tuple(context_states.shape)} and {tuple(anchor_ids.shape)}")
+        W = self.context_rows
+        rows = context_states[:, -W:]
+        n, w = rows.shape[:2]
+        dev = self.pos_embed.device
+        ctx = self.fc(rows[:, :, :3].flatten(-2).to(dev))                                   # (N, w, D)
+        if w < W:
+            ctx = torch.cat([ctx.new_zeros(n, W - w, ctx.shape[-1]), ctx], dim=1)
+        table = self.base.token_embed.weight.detach()
+        anchor = self.ln_embed(table[anchor_ids.to(table.device)]).unsqueeze(1)              # (N, 1, D)
+        slots = self.mask_embed.expand(n, B, -1)
+        x = torch.cat([ctx, anchor, slots], dim=1) + self.pos_embed[:W + 1 + B]
+        size = W + 1 + B
+        valid = torch.zeros(size, dtype=torch.bool, device=dev)
+        valid[W - w:] = True
+        allowed = torch.ones(size, size, dtype=torch.bool, device=dev).tril() & valid   # causal over valid rows
+        allowed |= torch.eye(size, dtype=torch.bool, device=dev)                          # a padded row sees itself
+        for blk in self.blocks:
+            x = masked_block(blk, x, allowed)
+        return unembed(self.base, self.ln_out(x[:, W + 1:]))
+
+
+def block_loss(head: BlockHead, states: torch.Tensor, ids: torch.Tensor, *, anchors_per_window: int = 16,
+               gamma: float = 4.0, generator: torch.Generator | None = None) -> dict[str, torch.Tensor]:
+    """The block drafter's loss with random anchors (DFlash's training recipe). Provided.
+
+    For each window, ``anchors_per_window`` anchors a are drawn uniformly with W <= a <= T - B; the
+    head reads the states of positions a - W .. a - 1 and token a; slot j is trained towards the
+    target's distribution of token a + j (its unembedded final state at a + j - 1), weighted by
+    ``block_loss_weights(B, gamma)``.
+
+    Args:
+        head: the ``BlockHead``.
+        states: (Bw, T, 4, D) float32 states of each window; ids: (Bw, T) int64, T >= W + B.
+        anchors_per_window: >= 1.
+        gamma: the weights' decay length.
+        generator: CPU ``torch.Generator`` for the anchors.
+
+    Returns:
+        dict of scalars: ``loss``, ``agree_j`` (j = 1..B) per-slot argmax agreement with the target.
+
+    Raises:
+        ValueError: shapes disagree or T < W + B.
+    """
+    W, B = head.context_rows, head.block_size
+    if ids.dim() != 2 or states.dim() != 4 or tuple(states.shape[:2]) != tuple(ids.shape) or ids.shape[1] < W + B:
+        raise ValueError(f"block_loss needs ids (Bw, T) with T >= W + B = {W + B} and states (Bw, T, 4, D); got ids "
+                         f"{tuple(ids.shape)} and states {tuple(states.shape)}")
+    windows, T = ids.shape
+    a = torch.randint(W, T - B + 1, (windows, anchors_per_window), generator=generator)           # (Bw, A)
+    w_idx = torch.arange(windows).view(-1, 1).expand_as(a).reshape(-1)
+    a = a.reshape(-1)
+    ctx_pos = a.view(-1, 1) + torch.arange(-W, 0).view(1, -1)                                     # (N, W)
+    lab_pos = a.view(-1, 1) + torch.arange(0, B).view(1, -1)                                      # (N, B): state a+j-1
+    dev = states.device
+    context = states[w_idx.view(-1, 1).to(dev), ctx_pos.to(dev)]                                  # (N, W, 4, D)
+    logits = head(context, ids[w_idx.to(ids.device), a.to(ids.device)], B)                        # (N, B, V)
+    with torch.no_grad():
+        teacher = unembed(head.base, states[w_idx.view(-1, 1).to(dev), lab_pos.to(dev), -1]).float()   # (N, B, V)
+    logq = torch.log_softmax(logits.float(), dim=-1)
+    ce = -(torch.softmax(teacher, -1) * logq).sum(-1).mean(0)                                    # (B,)
+    weights = block_loss_weights(B, gamma).to(ce.device)
+    out = {"loss": (weights * ce).sum()}
+    agree = (logq.argmax(-1) == teacher.argmax(-1)).float().mean(0)
+    for j in range(B):
+        out[f"agree_{j + 1}"] = agree[j]
+    return out
+
+
+class BlockDrafter(TreeDrafter):
+    """A ``BlockHead`` behind ``lineage_generate``: one drafter pass proposes a chain of up to B. Provided.
+
+    Keeps the last W committed positions' states; each round feeds them and the anchor (the last
+    committed token) with ``min(block_size, max_nodes, max_depth)`` slots, and drafts each slot's
+    argmax.
+
+    Args:
+        head: a trained ``BlockHead`` (``load_model("StoryLM-30M-Block")``).
+        block_size: slots per round (default: all the head was trained for).
+
+    Raises:
+        TypeError: head is not a ``BlockHead``. ValueError: block_size outside [1, head.block_size].
+    """
+
+    def __init__(self, head: BlockHead, *, block_size: int | None = None) -> None:
+        if not isinstance(head, BlockHead):
+            raise TypeError(f"BlockDrafter needs a BlockHead (load_model('StoryLM-30M-Block')), got "
+                            f"{type(head).__name__}")
+        B = head.block_size if block_size is None else block_size
+        if isinstance(B, bool) or not isinstance(B, int) or not 1 <= B <= head.block_size:
+            raise ValueError(f"BlockDrafter: block_size must be an int in [1, {head.block_size}], got {block_size!r}")
+        self.head, self.base, self.vocab_size = head, head.base, head.base.vocab_size
+        self.block_size = B
+        self.target_layers = head.layers
+        self._rows = None
+
+    def __repr__(self) -> str:
+        return f"BlockDrafter(block_size={self.block_size})"
+
+    def start(self, context_ids: torch.Tensor, states: torch.Tensor) -> None:
+        self._rows = states[-self.head.context_rows:] if states.shape[0] else None
+
+    def commit(self, context_ids: torch.Tensor, states: torch.Tensor) -> None:
+        if states.shape[0]:
+            rows = states if self._rows is None else torch.cat([self._rows, states])
+            self._rows = rows[-self.head.context_rows:]
+
+    @torch.no_grad()
+    def draft(self, context_ids: torch.Tensor, *, max_nodes: int, max_depth: int) -> DraftTree:
+        size = min(self.block_size, max_nodes, max_depth)
+        if self._rows is None or size < 1:
+            return DraftTree.empty()
+        w = self.base.token_embed.weight
+        logits = self.head(self._rows.unsqueeze(0).to(w.device, w.dtype), context_ids[-1:], size)[0]   # (size, V)
+        return chain_tree(logits.argmax(-1).cpu())

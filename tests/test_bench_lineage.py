@@ -1,0 +1,46 @@
+"""``bench/lineage.py --quick`` (the smoke run of the specdec-lineage benchmark) on the shipped drafters."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+
+import pytest
+
+from g2c.course import REPO_ROOT
+
+
+def _bench():
+    spec = importlib.util.spec_from_file_location("g2c_bench_lineage", REPO_ROOT / "bench" / "lineage.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_prompt_sets_are_story_endings_and_dialogue():
+    bench = _bench()
+    from g2c.assets import load_story_tokenizer
+
+    tok = load_story_tokenizer()
+    sets = bench.prompt_sets(tok, 3)
+    assert list(sets) == ["story endings", "dialogue"]
+    for prompts in sets.values():
+        assert len(prompts) == 3 and all(1 <= len(p) <= 160 for p in prompts)
+    assert all(tok.decode(p.tolist()).endswith(', "') for p in sets["dialogue"])
+
+
+@pytest.mark.ladder
+def test_lineage_quick_runs_every_row_losslessly(tmp_path):
+    bench = _bench()
+    out = tmp_path / "lineage.json"
+    assert bench.main(["--quick", "--prompts", "1", "--new-tokens", "8", "--threads", "1", "--json", str(out),
+                       "--figure", str(tmp_path / "lineage.png")]) == 0
+    data = json.loads(out.read_text())
+    rows = [r["drafter"] for r in data["tables"]["story endings T=0.0"]]
+    assert rows == [r[0] for r in bench.ROWS]
+    for name, table in data["tables"].items():
+        for r in table:
+            assert r["tau"] >= 1.0 and r["spec_tps"] > 0
+            assert r["lossless"] == ("1/1" if name.endswith("T=0.0") else "-"), (name, r["drafter"])
+    assert set(data["cost_curves"]) >= {"Block (one pass)", "EAGLE (chain)"}
+    assert (tmp_path / "lineage.png").stat().st_size > 10_000
