@@ -269,7 +269,8 @@ def markdown(rows: list[dict]) -> str:
 def cost_curves(target, models, prompt, sizes, repeats) -> dict[str, list[float]]:
     """Drafter CPU seconds for one round of B drafts, over the target's CPU seconds for one cached decode
     step on the same context, for B in ``sizes``: the autoregressive drafters (StoryLM-1M, EAGLE chain,
-    EAGLE-3 chain) and the block drafter."""
+    EAGLE-3 chain) and the block drafter. A round is everything the drafter does per target pass:
+    ``propose`` + ``commit`` for the LM, ``commit`` (the new states) + ``draft`` for the others."""
     device = target.device
     curves = {}
     n = prompt.numel() - 1
@@ -291,20 +292,34 @@ def cost_curves(target, models, prompt, sizes, repeats) -> dict[str, list[float]
         for size in sizes:
             drafter, loop = make(kind, models[artifact], size, False, device)
             if loop == "lineage":
+                # one round = commit (the newest committed position's states) + draft; each timed round
+                # starts from the same state: the prompt without its last position
                 cache = KVCache.for_model(target)
                 _, states = target_layer_pass(target, cache, prompt[:-1], torch.arange(n),
                                               torch.ones(n, n, dtype=torch.bool).tril(), tuple(drafter.target_layers))
-                drafter.start(prompt, states)
-                fn = lambda d=drafter: d.draft(prompt, max_nodes=size, max_depth=size)       # noqa: E731
+
+                def setup(d=drafter, states=states):
+                    d.start(prompt[:-1], states[:-1])
+
+                def fn(d=drafter, states=states, size=size):
+                    d.commit(prompt, states[-1:])
+                    d.draft(prompt, max_nodes=size, max_depth=size)
             else:
                 inner = drafter._drafter
                 inner.start(prompt, sampler=Sampler(0.0), generator=None)
 
-                def fn(d=inner):
+                def setup():
+                    return None
+
+                def fn(d=inner, size=size):                  # propose, then roll the cache back: one round
                     d.propose(prompt, size)
                     d.commit(prompt, 0)
+            setup()
             fn()
-            times = [timed(fn, device)[1][1] for _ in range(repeats)]           # CPU seconds
+            times = []
+            for _ in range(repeats):
+                setup()
+                times.append(timed(fn, device)[1][1])                                 # CPU seconds
             row.append(statistics.median(times) / step_s)
         curves[name] = row
     return curves

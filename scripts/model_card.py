@@ -147,7 +147,7 @@ def render(tok_manifest: dict, manifests: dict, rows: list[str], samples: list[s
 The StoryLM ladder: three GPT-2-shaped `TransformerLM`s (CONVENTIONS §4) that share one
 tokenizer, trained by the course's own code on the course's TinyStories training split.
 StoryLM-1M and -5M are cheap drafters; StoryLM-30M is the target of the speculative
-decoding module. Four more drafters learned from the ladder ship beside it (see
+decoding module. Seven more drafters learned from the ladder ship beside it (see
 [Drafters](#drafters)). All model and tokenizer artifacts together take {size_mb:.1f} MiB
 (weights stored as float16 safetensors, loaded into float32).
 

@@ -329,7 +329,8 @@ def load_model(name: str, *, device: str | torch.device = "auto", root: Path | N
     Args:
         name: ``StoryLM-1M``, ``StoryLM-5M``, ``StoryLM-30M``, or a drafter
             (``drafter_names()``: ``StoryLM-1M-distilled``, ``StoryLM-5M-MTP``,
-            ``StoryLM-30M-MTP``, ``StoryLM-30M-EAGLE``); case-insensitive.
+            ``StoryLM-30M-MTP``, ``StoryLM-30M-EAGLE``, and the specdec-lineage drafters
+            ``StoryLM-30M-Medusa``, ``StoryLM-30M-EAGLE3``, ``StoryLM-30M-Block``); case-insensitive.
         device: ``"auto"`` (CUDA, MPS, CPU) or an explicit device.
         dtype: parameter dtype, ``torch.float32`` (default: the exactness tests use it),
             ``torch.bfloat16`` (CPU and CUDA: half the bytes per decode step) or
@@ -341,8 +342,9 @@ def load_model(name: str, *, device: str | torch.device = "auto", root: Path | N
     Returns:
         (model, tokenizer). A ladder model or ``StoryLM-1M-distilled`` is a
         ``TransformerLM``; ``*-MTP`` is a ``g2c.specdec.MTPHead`` and ``*-EAGLE`` a
-        ``g2c.specdec.sampling.eagle.FeatureDrafter``, each on its frozen base (``head.base``, loaded
-        from its own artifact, same device and dtype).
+        ``g2c.specdec.sampling.eagle.FeatureDrafter``, ``*-Medusa`` / ``*-EAGLE3`` / ``*-Block`` a
+        ``g2c.specdec.lineage`` ``MedusaHeads`` / ``Eagle3Head`` / ``BlockHead``, each on its frozen
+        base (``head.base``, loaded from its own artifact, same device and dtype).
 
     Raises:
         ValueError: unknown name (the message lists the names) or not a model; a dtype

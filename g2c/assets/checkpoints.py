@@ -132,7 +132,8 @@ def _summary(name: str, manifest: dict | None) -> str:
         if _kind(name) == "model" and "val_loss" in manifest:
             extra = f"val_loss {manifest['val_loss']:.4f}"
         elif _kind(name) == "model" and "drafter" in manifest:
-            agree = manifest.get("val", {}).get("val_agree")
+            val = manifest.get("val", {})
+            agree = val.get("val_agree", val.get("val_agree_1"))      # lineage drafters: the first position
             extra = f"{manifest['drafter']} drafter for {manifest.get('base', '?')}" + (
                 f", val top-1 agreement {agree:.3f}" if isinstance(agree, float) else "")
         elif _kind(name) == "tokenizer":

@@ -90,7 +90,7 @@ def test_verify_all_ok_prints_one_line_each(capsys, mirror):
     assert "vocab 4096" in lines[1]
     assert "val_loss 3.5000" in lines[2] and "val_loss 2.0000" in lines[4]
     assert "KB" in lines[1]
-    assert "9/9 artifacts OK" in out
+    assert "12/12 artifacts OK" in out
 
 
 def test_verify_corrupt_reports_and_fails(capsys, mirror):
@@ -100,7 +100,7 @@ def test_verify_corrupt_reports_and_fails(capsys, mirror):
     line = next(line for line in out.splitlines() if line.startswith("StoryLM-5M"))
     assert line.split()[1] == "CORRUPT"
     assert "checksum mismatch" in err and "--from DIR" in err and "$G2C_ARTIFACTS_URL" in err
-    assert "8/9 artifacts OK" in err
+    assert "11/12 artifacts OK" in err
 
 
 def test_verify_missing_reports_and_fails(capsys, mirror):
@@ -153,7 +153,7 @@ def test_verify_shipped_tokenizer(capsys):
 def test_unknown_name_lists_names(capsys, mirror):
     rc, _, err = run(capsys, "StoryLM-2M", "--root", mirror)
     assert rc == 2
-    assert "unknown artifact 'StoryLM-2M'" in err and "StoryLM-30M-EAGLE, StoryTokenizer" in err
+    assert "unknown artifact 'StoryLM-2M'" in err and "StoryLM-30M-Block, StoryTokenizer" in err
 
 
 # -- --from ----------------------------------------------------------------------------------
@@ -163,7 +163,7 @@ def test_from_installs_everything(capsys, mirror, root):
     assert rc == 0, out
     for name in checkpoints.all_names():
         assert verify_artifact(name, root)["files"] == verify_artifact(name, mirror)["files"]
-    assert out.count(f"installed from {mirror}") == 9
+    assert out.count(f"installed from {mirror}") == 12
     assert not [p for p in (root / "models").iterdir() if p.name.startswith(".")]  # no temp folder left
 
 
@@ -183,7 +183,7 @@ def test_from_refuses_to_overwrite_verified_without_force(capsys, mirror, tmp_pa
     mine = weights(root)
     rc, out, _ = run(capsys, "--root", root, "--from", mirror)
     assert rc == 0
-    assert out.count("already installed and verified; --force replaces it") == 9
+    assert out.count("already installed and verified; --force replaces it") == 12
     assert weights(root) == mine
     rc, out, _ = run(capsys, "--root", root, "--from", mirror, "--force")
     assert rc == 0
@@ -299,7 +299,7 @@ def test_url_downloads_missing_artifacts_over_http(capsys, monkeypatch, server, 
     monkeypatch.setenv(checkpoints.URL_ENV, server + "/")
     rc, out, _ = run(capsys, "--root", root)
     assert rc == 0, out
-    assert out.count(f"downloaded from {server}/") == 9
+    assert out.count(f"downloaded from {server}/") == 12
     assert weights(root, "StoryLM-30M") == weights(mirror, "StoryLM-30M")
 
 

@@ -15,9 +15,10 @@ Models via Training-Time Test", 2025) changes two things in EAGLE:
    attention mask that shows each step exactly what it would see at inference
    (``ttt_attention_mask``), and adds the losses of every step.
 
-EAGLE-3's reference picks the layers as [2, L // 2, L - 3]-style offsets, which collide on shallow
-models (the issue's examples: [1, 2, 2] for 6 blocks, [1, 1, 0] for 4). ``fusion_layers`` spreads
-them by quarters instead, distinct for every L >= 3, and ``check_fusion_layers`` refuses a repeat
+The layer choice in the reference implementations (vLLM's EAGLE-3 support reads the residual
+stream entering layers 2, L // 2 and L - 3, i.e. the outputs of blocks 1, L // 2 - 1 and L - 4)
+collides on shallow models: (1, 2, 2) for 6 blocks, (1, 1, 0) for 4. ``fusion_layers`` spreads the
+three by quarters instead, distinct for every L >= 3, and ``check_fusion_layers`` refuses a repeat
 rather than silently fusing one layer twice.
 
 Shape letters: B batch, T time, N positions per step, S unrolled steps, D width, V vocabulary.
