@@ -32,10 +32,12 @@ Then: c against block length for the autoregressive drafters and the block draft
 typical acceptance against the exact rule at T = 0.9. ``--figure`` draws tau and speed-up per
 generation and c against block length.
 
-Timing: wall time, and this process's CPU time (robust when other jobs share the cores; the c
-curves use CPU seconds). Rows are interleaved per prompt (plain, then each row, every prompt), the
-device synchronised before each clock read, torch's thread count printed (``--threads`` to set it).
-Reference solutions are applied (``import g2c.course.solved``).
+Timing: wall time, and this process's CPU time (the c curves use CPU seconds). Both are noise on
+a machine busy with other jobs: measure on a quiet one, with ``--threads 1`` on a small CPU. Rows
+are interleaved per prompt (plain, then each row, every prompt), the device synchronised before
+each clock read, torch's thread count printed.
+The benchmark measures the ANSWER KEY, not your code: reference solutions are applied
+(``import g2c.course.solved``). The validation split is prepared on first use (``./datasets.sh``).
 """
 
 from __future__ import annotations
@@ -52,7 +54,7 @@ import torch
 import g2c.course.solved  # noqa: F401  (first: applies the answer key before course modules load)
 from g2c.assets import cli
 from g2c.assets.artifacts import ArtifactError, load_model, load_story_tokenizer
-from g2c.assets.data import load_split_text
+from g2c.assets.data import DATA_DIR, load_split_text, prepare
 from g2c.kvcache import KVCache, cached_forward, cached_generate
 from g2c.nn import synchronize
 from g2c.specdec import SpecStats
@@ -111,12 +113,13 @@ def parse_args(argv):
 
 
 # -- prompts ---------------------------------------------------------------------------------------
-def prompt_sets(tokenizer, n: int, *, max_len: int = 160) -> dict[str, list[torch.Tensor]]:
+def prompt_sets(tokenizer, n: int, *, max_len: int = 160,
+                data_dir: Path = DATA_DIR) -> dict[str, list[torch.Tensor]]:
     """Two validation prompt sets of n prompts each (at most ``max_len`` tokens, the story's end kept):
     ``story endings``: a story cut 48 tokens before its end; ``dialogue``: a story cut right after
     an opening quote that follows at least 24 tokens of narration."""
     endings, dialogue = [], []
-    for story in load_split_text("val"):
+    for story in load_split_text("val", data_dir=data_dir):
         ids = tokenizer.encode(story)
         if len(endings) < n and len(ids) >= 96:
             endings.append(torch.tensor(ids[:len(ids) - 48][-max_len:]))
@@ -375,6 +378,8 @@ def main(argv=None) -> int:
     try:
         target, _ = load_model(TARGET)
         tokenizer = load_story_tokenizer()
+        if not (DATA_DIR / "val.txt").is_file():           # what ./datasets.sh does, offline, in a second
+            prepare(log=lambda line: print(f"bench/lineage.py: {line}", file=sys.stderr))
         models = load_heads(target, [r[3] for r in rows])
         sets = prompt_sets(tokenizer, args.prompts)
     except (ArtifactError, FileNotFoundError, ValueError) as err:

@@ -17,12 +17,14 @@ def _bench():
     return module
 
 
-def test_prompt_sets_are_story_endings_and_dialogue():
+def test_prompt_sets_are_story_endings_and_dialogue(tmp_path):
     bench = _bench()
     from g2c.assets import load_story_tokenizer
+    from g2c.assets.data import prepare
 
+    prepare(out_dir=tmp_path, log=lambda line: None)                  # the shipped sample, offline
     tok = load_story_tokenizer()
-    sets = bench.prompt_sets(tok, 3)
+    sets = bench.prompt_sets(tok, 3, data_dir=tmp_path)
     assert list(sets) == ["story endings", "dialogue"]
     for prompts in sets.values():
         assert len(prompts) == 3 and all(1 <= len(p) <= 160 for p in prompts)

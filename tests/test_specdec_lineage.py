@@ -21,6 +21,7 @@ import math
 
 import pytest
 import torch
+from test_specdec_cached import _lm as _tiny_lm
 
 from g2c.kvcache import cached_generate
 from g2c.specdec.lineage import (
@@ -48,18 +49,13 @@ from g2c.specdec.lineage import (
 )
 from g2c.specdec.sampling.eagle import FeatureDrafter
 from g2c.specdec.trees import DraftTree, tree_speculative_verify
-from g2c.transformer import TransformerLM
 
 V = 32
 
 
-def _lm(seed: int = 2, *, max_seq_len: int = 48, dim: int = 16, layers: int = 4, sharpen: float = 5.0):
-    g = torch.Generator().manual_seed(seed)
-    model = TransformerLM(V, dim, layers, 2, max_seq_len, generator=g)
-    with torch.no_grad():
-        model.token_embed.weight.mul_(sharpen)
-        model.pos_embed.weight.mul_(4 * sharpen)
-    return model.eval()
+def _lm(seed: int = 2, *, layers: int = 4, **kw):
+    """specdec-sampling's tiny peaked TransformerLM (V = 32), four blocks by default (EAGLE-3 fuses three)."""
+    return _tiny_lm(seed, layers=layers, **kw)
 
 
 def _prompt(n: int = 5, seed: int = 7) -> torch.Tensor:
@@ -473,3 +469,25 @@ def test_cli_runs_the_lineage_drafters(capsys, argv):
     assert out.startswith("Once upon a time") and "target_passes" in out
     rc, _, err = _cli(capsys, "Once", "-k", "8", "--top-k", "5", *argv)
     assert rc == 1 and "lineage loop" in err
+
+
+def test_bad_drafters_and_choices_are_refused_in_one_line():
+    target = _lm()
+    heads = MedusaHeads(target, 2)
+    with pytest.raises(TypeError, match="wrap a head in its drafter"):
+        lineage_generate(target, heads, _prompt(), 4)
+    with pytest.raises(ValueError, match="encode it first"):
+        lineage_generate(target, MedusaDrafter(heads), "Once upon", 4)
+    with pytest.raises(ValueError, match=r"width must be an int in \[1, 32\]"):
+        EagleTreeDrafter(FeatureDrafter(target), width=1000)
+    for bad, match in (([0, 1], "rank paths"), ([], "empty"), ([(0.7,)], "ints"), ([(V,)], "vocabulary size")):
+        with pytest.raises(ValueError, match=match):
+            MedusaDrafter(heads, bad)
+    with pytest.raises(ValueError, match="duplicate"):
+        check_fusion_layers((0, 0, 1), 2)
+    with pytest.raises(ValueError, match="ints"):
+        check_fusion_layers((2.7, 4, 6), 9)
+    with pytest.raises(ValueError, match="must hold probabilities"):
+        typical_accept(torch.tensor([[float("nan"), 1.0]]), torch.tensor([0]))
+    with pytest.raises(ValueError, match="must hold probabilities"):
+        typical_accept(torch.tensor([[5.0, 1.0, 1.0, 1.0]]), torch.tensor([0]))

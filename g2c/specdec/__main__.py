@@ -169,7 +169,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--drafter", default="StoryLM-1M-distilled",
                     help="default StoryLM-1M-distilled (the best shipped drafter); a StoryLM, StoryLM-30M-EAGLE or "
                          "StoryLM-30M-MTP (they draft for StoryLM-30M), StoryLM-5M-MTP (for StoryLM-5M), mtp (a head "
-                         "trained now) or ngram")
+                         "trained now) or ngram; specdec-lineage: StoryLM-30M-Medusa, StoryLM-30M-EAGLE3, "
+                         "StoryLM-30M-Block (and StoryLM-30M-EAGLE with --width > 1), with -k nodes per pass")
     ap.add_argument("--target", default=None,
                     help="the model whose output is reproduced (default StoryLM-30M; for an MTP/EAGLE head "
                          "drafter, the base it was trained on)")
@@ -186,7 +187,7 @@ def main(argv: list[str] | None = None) -> int:
                     help="draft length per round: static k, transformers' heuristic, or the cost model")
     ap.add_argument("--width", type=int, default=1,
                     help="specdec-lineage: EAGLE-2 expansion width for StoryLM-30M-EAGLE / -EAGLE3 (1 = a chain; "
-                         "> 1 = a dynamic tree of -k nodes)")
+                         "2 to 32 = a dynamic tree of -k nodes)")
     ap.add_argument("--mtp-steps", type=int, default=60, help="--drafter mtp: steps to train a head on the target")
     ap.add_argument("--no-cache", action="store_true",
                     help="recompute the whole context every pass instead of keeping module 16's KV cache "

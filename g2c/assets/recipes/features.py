@@ -53,6 +53,48 @@ class Features:
         return ids.to(device), torch.from_numpy(states.astype(np.float32)).to(device)
 
 
+def _stream_ids(split: str, context: int, max_windows: int | None) -> tuple[torch.Tensor, int]:
+    """The first whole windows of ``split``'s token stream: (ids (N,) int64, number of windows)."""
+    stream = load_token_stream(split)
+    num_windows = len(stream) // context
+    if max_windows is not None:
+        num_windows = min(num_windows, max_windows)
+    return torch.from_numpy(np.asarray(stream[:num_windows * context]).astype(np.int64)), num_windows
+
+
+def _cached_states(base, base_name: str, stem: str, want: dict, ids: torch.Tensor, context: int, shape: tuple,
+                   batch_size: int, compute, desc: str, progress: bool, log) -> np.ndarray:
+    """Fill ``runs/features/<base>/<stem>.f16`` (float16 memmap of ``shape``, rows in token order) with
+    ``compute(x)`` for each batch of windows x (n, context), resuming from its ``.json`` record when
+    ``want`` (plus the weights' sha256) matches it; returns the finished memmap, read-only."""
+    folder = FEATURES_DIR / base_name
+    folder.mkdir(parents=True, exist_ok=True)
+    path, record_path = folder / f"{stem}.f16", folder / f"{stem}.json"
+    want = {**want, "weights_sha256": verify_artifact(base_name)["files"]["model.safetensors"]}
+    num_windows = want["num_windows"]
+    record = json.loads(record_path.read_text()) if record_path.is_file() else {}
+    done = record.get("done", 0) if {k: record.get(k) for k in want} == want and path.is_file() else 0
+    states = np.memmap(path, dtype=np.float16, mode="r+" if done else "w+", shape=shape)
+    if done < num_windows:
+        from tqdm.auto import tqdm
+
+        log(f"features: {desc}: {num_windows} windows of {context}, from window {done}")
+        device = base.token_embed.weight.device
+        bar = tqdm(total=num_windows, initial=done, desc=desc, disable=not progress)
+        while done < num_windows:
+            n = min(batch_size, num_windows - done)
+            x = ids[done * context:(done + n) * context].view(n, context).to(device)            # (n, context)
+            rows = compute(x).reshape(n * context, *shape[1:])
+            states[done * context:(done + n) * context] = rows.to(torch.float16).cpu().numpy()
+            done += n
+            if done % (8 * batch_size) == 0 or done == num_windows:
+                states.flush()
+                record_path.write_text(json.dumps({**want, "done": done}))
+            bar.update(n)
+        bar.close()
+    return np.memmap(path, dtype=np.float16, mode="r", shape=shape)
+
+
 @torch.no_grad()
 def target_features(base, base_name: str, split: str, *, context: int = 256, batch_size: int = 16,
                     progress: bool = True, log=print) -> Features:
@@ -74,37 +116,12 @@ def target_features(base, base_name: str, split: str, *, context: int = 256, bat
     """
     if not 2 <= context <= base.max_seq_len:
         raise ValueError(f"context must be in [2, max_seq_len={base.max_seq_len}], got {context}")
-    stream = load_token_stream(split)
-    num_windows = len(stream) // context
-    ids = torch.from_numpy(np.asarray(stream[:num_windows * context]).astype(np.int64))
-    folder = FEATURES_DIR / base_name
-    folder.mkdir(parents=True, exist_ok=True)
-    path, record_path = folder / f"{split}-ctx{context}.f16", folder / f"{split}-ctx{context}.json"
-    weights = verify_artifact(base_name)["files"]["model.safetensors"]
-    want = {"base": base_name, "weights_sha256": weights, "split": split, "context": context,
-            "num_windows": num_windows, "dim": base.embedding_dim}
-    record = json.loads(record_path.read_text()) if record_path.is_file() else {}
-    done = record.get("done", 0) if {k: record.get(k) for k in want} == want and path.is_file() else 0
-    shape = (num_windows * context, base.embedding_dim)
-    states = np.memmap(path, dtype=np.float16, mode="r+" if done else "w+", shape=shape)
-    if done < num_windows:
-        from tqdm.auto import tqdm
-
-        log(f"features: {base_name} over {split} ({num_windows} windows of {context}), from window {done}")
-        device = base.token_embed.weight.device
-        bar = tqdm(total=num_windows, initial=done, desc=f"{base_name} states ({split})", disable=not progress)
-        while done < num_windows:
-            n = min(batch_size, num_windows - done)
-            x = ids[done * context:(done + n) * context].view(n, context).to(device)            # (n, context)
-            h = base.hidden_states(x).reshape(n * context, -1)                                   # (n*context, D)
-            states[done * context:(done + n) * context] = h.to(torch.float16).cpu().numpy()
-            done += n
-            if done % (8 * batch_size) == 0 or done == num_windows:
-                states.flush()
-                record_path.write_text(json.dumps({**want, "done": done}))
-            bar.update(n)
-        bar.close()
-    states = np.memmap(path, dtype=np.float16, mode="r", shape=shape)
+    ids, num_windows = _stream_ids(split, context, None)
+    want = {"base": base_name, "split": split, "context": context, "num_windows": num_windows,
+            "dim": base.embedding_dim}
+    states = _cached_states(base, base_name, f"{split}-ctx{context}", want, ids, context,
+                            (num_windows * context, base.embedding_dim), batch_size,
+                            lambda x: base.hidden_states(x), f"{base_name} states ({split})", progress, log)
     return Features(ids, states, context)
 
 
@@ -155,46 +172,20 @@ def layer_features(base, base_name: str, split: str, layers: tuple[int, ...], *,
     layers = tuple(int(i) for i in layers)
     if not all(0 <= i < len(base.blocks) for i in layers):
         raise ValueError(f"layers {layers} must lie in [0, {len(base.blocks)})")
-    stream = load_token_stream(split)
-    num_windows = len(stream) // context
-    if max_windows is not None:
-        num_windows = min(num_windows, max_windows)
-    ids = torch.from_numpy(np.asarray(stream[:num_windows * context]).astype(np.int64))
-    folder = FEATURES_DIR / base_name
-    folder.mkdir(parents=True, exist_ok=True)
-    stem = f"{split}-layers{'-'.join(map(str, layers))}-ctx{context}-w{num_windows}"
-    path, record_path = folder / f"{stem}.f16", folder / f"{stem}.json"
-    weights = verify_artifact(base_name)["files"]["model.safetensors"]
-    want = {"base": base_name, "weights_sha256": weights, "split": split, "context": context,
-            "num_windows": num_windows, "dim": base.embedding_dim, "layers": list(layers)}
-    record = json.loads(record_path.read_text()) if record_path.is_file() else {}
-    done = record.get("done", 0) if {k: record.get(k) for k in want} == want and path.is_file() else 0
-    shape = (num_windows * context, len(layers) + 1, base.embedding_dim)
-    states = np.memmap(path, dtype=np.float16, mode="r+" if done else "w+", shape=shape)
-    if done < num_windows:
-        from tqdm.auto import tqdm
+    ids, num_windows = _stream_ids(split, context, max_windows)
+    want = {"base": base_name, "split": split, "context": context, "num_windows": num_windows,
+            "dim": base.embedding_dim, "layers": list(layers)}
 
-        log(f"features: {base_name} layers {layers} over {split} ({num_windows} windows of {context}), "
-            f"from window {done}")
-        device = base.token_embed.weight.device
-        bar = tqdm(total=num_windows, initial=done, desc=f"{base_name} layer states ({split})", disable=not progress)
-        while done < num_windows:
-            n = min(batch_size, num_windows - done)
-            x = ids[done * context:(done + n) * context].view(n, context).to(device)            # (n, context)
-            h = base.token_embed.weight[x] + base.pos_embed.weight[torch.arange(context, device=device)]
-            kept = []
-            for i, blk in enumerate(base.blocks):
-                h = blk(h)
-                if i in layers:
-                    kept.append(h)
-            kept = [kept[sorted(layers).index(i)] for i in layers] + [base.ln_final(h)]
-            rows = torch.stack(kept, dim=2).reshape(n * context, len(layers) + 1, -1)         # (n*context, L+1, D)
-            states[done * context:(done + n) * context] = rows.to(torch.float16).cpu().numpy()
-            done += n
-            if done % (8 * batch_size) == 0 or done == num_windows:
-                states.flush()
-                record_path.write_text(json.dumps({**want, "done": done}))
-            bar.update(n)
-        bar.close()
-    states = np.memmap(path, dtype=np.float16, mode="r", shape=shape)
+    def compute(x: torch.Tensor) -> torch.Tensor:            # (n, context) -> (n, context, L+1, D)
+        h = base.token_embed.weight[x] + base.pos_embed.weight[torch.arange(x.shape[1], device=x.device)]
+        kept = {}
+        for i, blk in enumerate(base.blocks):
+            h = blk(h)
+            kept[i] = h
+        return torch.stack([kept[i] for i in layers] + [base.ln_final(h)], dim=2)
+
+    stem = f"{split}-layers{'-'.join(map(str, layers))}-ctx{context}-w{num_windows}"
+    states = _cached_states(base, base_name, stem, want, ids, context,
+                            (num_windows * context, len(layers) + 1, base.embedding_dim), batch_size, compute,
+                            f"{base_name} layer states ({split})", progress, log)
     return LayerFeatures(ids, states, context, layers)

@@ -11,9 +11,9 @@ from .eagle2 import EagleTreeDrafter, FeatureTreeDrafter
 from .eagle3 import Eagle3Drafter, Eagle3Head, check_fusion_layers, eagle3_loss, fusion_layers, ttt_attention_mask
 from .loop import LineageStats, lineage_generate, target_layer_pass
 from .medusa import MedusaDrafter, MedusaHeads, medusa_loss, medusa_tree, typical_accept, typical_tree_verify
-from .protocol import TreeDrafter, chain_tree, masked_block, masked_block_past
+from .protocol import HeadOnBase, TreeDrafter, chain_tree, masked_block, masked_block_past
 
-__all__ = sorted(["BlockDrafter", "BlockHead", "Eagle3Drafter", "Eagle3Head", "EagleTreeDrafter",
+__all__ = sorted(["BlockDrafter", "BlockHead", "HeadOnBase", "Eagle3Drafter", "Eagle3Head", "EagleTreeDrafter",
                   "FeatureTreeDrafter", "LineageStats", "MedusaDrafter", "MedusaHeads", "TreeDrafter",
                   "block_loss", "block_loss_weights", "chain_tree", "check_fusion_layers", "eagle3_loss",
                   "fusion_layers", "lineage_generate", "masked_block", "masked_block_past", "medusa_loss",

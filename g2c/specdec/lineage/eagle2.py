@@ -34,7 +34,9 @@ from ..sampling.eagle import FeatureDrafter
 from ..trees import DraftTree, build_dynamic_tree
 from .protocol import TreeDrafter, masked_block
 
-__all__ = ["EagleTreeDrafter", "FeatureTreeDrafter"]
+__all__ = ["MAX_WIDTH", "EagleTreeDrafter", "FeatureTreeDrafter"]
+
+MAX_WIDTH = 32   # nodes expanded per depth; the drafter's cache holds max_seq_len * (1 + width) rows
 
 
 class FeatureTreeDrafter(TreeDrafter):
@@ -43,8 +45,8 @@ class FeatureTreeDrafter(TreeDrafter):
     Args:
         head: a head with ``base``, ``block``, ``embed_next(features (1, m, D), ids (1, m))``,
             ``logits(features (..., D)) -> (..., V)`` and ``true_features(states (m, L+1, D)) -> (m, D)``.
-        width: EAGLE-2's expansion width (nodes expanded per depth and children per node);
-            1 drafts a chain.
+        width: EAGLE-2's expansion width (nodes expanded per depth and children per node), in
+            [1, ``MAX_WIDTH``]; 1 drafts a chain.
         target_layers: the target blocks whose outputs ``true_features`` reads.
 
     Attributes:
@@ -52,12 +54,13 @@ class FeatureTreeDrafter(TreeDrafter):
             states), then during ``draft`` one row per tree node, cropped at the next ``commit``.
 
     Raises:
-        ValueError: width < 1.
+        ValueError: width not an int in [1, ``MAX_WIDTH``] (32).
     """
 
     def __init__(self, head, *, width: int = 1, target_layers: tuple[int, ...] = ()) -> None:
-        if isinstance(width, bool) or not isinstance(width, int) or width < 1:
-            raise ValueError(f"{type(self).__name__}: width must be an int >= 1 (1 = a chain), got {width!r}")
+        if isinstance(width, bool) or not isinstance(width, int) or not 1 <= width <= MAX_WIDTH:
+            raise ValueError(f"{type(self).__name__}: width must be an int in [1, {MAX_WIDTH}] (1 = a chain; EAGLE-2 "
+                             f"expands 10 per depth on 7B models), got {width!r}")
         self.head = head
         self.base = head.base
         self.vocab_size = head.base.vocab_size

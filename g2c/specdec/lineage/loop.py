@@ -157,7 +157,8 @@ def lineage_generate(target, drafter: TreeDrafter, prompt_ids, max_new_tokens: i
             temperature, generator or acceptance; a drafter of another vocabulary; a drafter built on another
             model ("built on another model: verify with drafter.base as the target"); a chosen
             layer outside the target.
-        TypeError: a target that is not a ``TransformerLM``.
+        TypeError: a target that is not a ``TransformerLM``; a drafter that is not a ``TreeDrafter``
+            (a bare head, an ``LMDrafter``: "wrap a head in its drafter").
     """
     if not _is_transformer_lm(target):
         raise TypeError(f"lineage_generate needs a TransformerLM target (it reads the states of its layers), "
@@ -173,6 +174,10 @@ def lineage_generate(target, drafter: TreeDrafter, prompt_ids, max_new_tokens: i
     if acceptance == "typical" and not (0.0 < epsilon <= 1.0 and delta > 0.0):
         raise ValueError(f"typical acceptance needs epsilon in (0, 1] and delta > 0, got epsilon={epsilon}, "
                          f"delta={delta}")
+    if not all(hasattr(drafter, name) for name in ("start", "draft", "commit", "vocab_size", "target_layers")):
+        raise TypeError(f"lineage_generate needs a TreeDrafter (start/draft/commit, target_layers), got "
+                        f"{type(drafter).__name__}; wrap a head in its drafter: MedusaDrafter(heads), "
+                        "EagleTreeDrafter(head), Eagle3Drafter(head), BlockDrafter(head)")
     if drafter.vocab_size != target.vocab_size:
         raise ValueError(f"drafter vocab_size {drafter.vocab_size} differs from target vocab_size {target.vocab_size}")
     if drafter.base is not None and drafter.base is not target:

@@ -32,16 +32,16 @@ from __future__ import annotations
 import torch
 
 from g2c.kvcache.forward import unembed
-from g2c.nn import Module
+from g2c.sampling.model import check_prob_rows
 
 from ..trees import DraftTree, static_choices
 from ..trees.verify import _check_rows
-from .protocol import TreeDrafter
+from .protocol import HeadOnBase, TreeDrafter
 
 __all__ = ["MedusaDrafter", "MedusaHeads", "medusa_loss", "medusa_tree", "typical_accept", "typical_tree_verify"]
 
 
-class MedusaHeads(Module):
+class MedusaHeads(HeadOnBase):
     """K Medusa heads on a frozen base ``TransformerLM`` (Cai et al. 2024, section 2.1.1). Provided.
 
     Args:
@@ -58,20 +58,14 @@ class MedusaHeads(Module):
     """
 
     def __init__(self, base, num_heads: int = 4, *, generator: torch.Generator | None = None) -> None:
-        super().__init__()
+        super().__init__(base)
         if isinstance(num_heads, bool) or not isinstance(num_heads, int) or num_heads < 1:
             raise ValueError(f"MedusaHeads: num_heads must be an int >= 1, got {num_heads!r}")
-        self._frozen = {"base": base}
         dim = base.embedding_dim
         self.num_heads = num_heads
         self.weight = torch.zeros(num_heads, dim, dim, requires_grad=True)
         self.bias = torch.zeros(num_heads, dim, requires_grad=True)
         self.to(base.token_embed.weight.device)
-
-    @property
-    def base(self):
-        """The frozen target."""
-        return self._frozen["base"]
 
     @classmethod
     def from_config(cls, base, config: dict) -> "MedusaHeads":
@@ -138,8 +132,16 @@ def medusa_loss(heads: MedusaHeads, states: torch.Tensor, *, decay: float = 0.8)
     return out
 
 
-def _check_choices(choices, num_heads: int) -> list[tuple[int, ...]]:
-    choices = [tuple(int(r) for r in c) for c in choices]
+def _check_choices(choices, num_heads: int, vocab_size: int | None = None) -> list[tuple[int, ...]]:
+    """Rank paths as tuples of ints, validated (the messages start with "medusa_tree:")."""
+    if isinstance(choices, (str, bytes)) or not all(isinstance(c, (tuple, list)) for c in choices):
+        raise ValueError(f"medusa_tree: choices must be a list of rank paths (tuples of ints such as (0,) or "
+                         f"(0, 1)), got {choices!r:.80}")
+    if any(isinstance(r, bool) or not isinstance(r, int) for c in choices for r in c):
+        raise ValueError("medusa_tree: ranks must be ints (0 = the head's most probable token)")
+    choices = [tuple(c) for c in choices]
+    if vocab_size is not None and any(c and max(c) >= vocab_size for c in choices):
+        raise ValueError(f"medusa_tree: a rank exceeds the vocabulary size {vocab_size}")
     known = set()
     for i, c in enumerate(choices):
         if not c or min(c) < 0:
@@ -217,7 +219,9 @@ def typical_accept(probs: torch.Tensor, tokens: torch.Tensor, *, epsilon: float 
         (n,) bool on probs' device.
 
     Raises:
-        ValueError: shapes disagree, a token outside [0, V), epsilon outside (0, 1], delta <= 0.
+        ValueError: probs not finite, negative or rows not summing to 1 (``check_prob_rows``);
+            shapes disagree, tokens not integer ids or outside [0, V), epsilon outside (0, 1],
+            delta <= 0.
 
     Steps:
         1. Validate (provided).
@@ -225,6 +229,10 @@ def typical_accept(probs: torch.Tensor, tokens: torch.Tensor, *, epsilon: float 
            (``test_typical_accept_zero_probabilities``).
         3. The threshold per row, and compare p(x) strictly (``test_typical_accept_by_hand``).
     """
+    check_prob_rows(probs, "probs")                   # finite, >= 0, rows summing to 1 (the shared check)
+    tokens = torch.as_tensor(tokens)
+    if tokens.dtype.is_floating_point or tokens.dtype == torch.bool:
+        raise ValueError(f"typical_accept: tokens must be integer ids, got dtype {tokens.dtype}")
     if probs.dim() != 2 or tokens.dim() != 1 or tokens.shape[0] != probs.shape[0]:
         raise ValueError(f"typical_accept: probs (n, V) and tokens (n,), got {tuple(probs.shape)} and "
                          f"{tuple(tokens.shape)}")
@@ -289,9 +297,13 @@ class MedusaDrafter(TreeDrafter):
     K small matrix products and K unembeddings.
 
     Args:
-        heads: trained ``MedusaHeads`` (``load_model("StoryLM-30M-Medusa")``).
+        heads: trained ``MedusaHeads`` (``heads, tokenizer = load_model("StoryLM-30M-Medusa")``).
         choices: rank paths (default: ``static_choices`` of 64 paths, cut to depth K); each
             round keeps the first ``max_nodes`` that fit.
+
+    Raises:
+        TypeError: heads is not ``MedusaHeads``. ValueError: choices empty, not rank paths of ints,
+            deeper than K, unsorted, missing a prefix, or with a rank >= V.
     """
 
     def __init__(self, heads: MedusaHeads, choices=None) -> None:
@@ -302,7 +314,9 @@ class MedusaDrafter(TreeDrafter):
         self.vocab_size = heads.base.vocab_size
         if choices is None:
             choices = [c for c in static_choices(64) if len(c) <= heads.num_heads]
-        self.choices = _check_choices(choices, heads.num_heads)
+        self.choices = _check_choices(choices, heads.num_heads, heads.base.vocab_size)
+        if not self.choices:
+            raise ValueError("MedusaDrafter: choices is empty; give at least one rank path, e.g. [(0,)]")
         self._h = None
 
     def __repr__(self) -> str:

@@ -13,10 +13,11 @@ import torch
 
 from g2c.kvcache import KVCache
 from g2c.kvcache.ragged import masked_cached_attention
+from g2c.nn import Module
 
 from ..trees import DraftTree
 
-__all__ = ["TreeDrafter", "chain_tree", "masked_block", "masked_block_past"]
+__all__ = ["HeadOnBase", "TreeDrafter", "chain_tree", "masked_block", "masked_block_past"]
 
 
 def chain_tree(tokens) -> DraftTree:
@@ -99,3 +100,22 @@ class TreeDrafter:
 
     def commit(self, context_ids: torch.Tensor, states: torch.Tensor) -> None:
         return None
+
+
+class HeadOnBase(Module):
+    """A draft head that lives on a frozen target. Provided.
+
+    The target is kept in a dict, so ``parameters()``, ``state_dict()``, ``to()`` and ``train()`` touch
+    only the head's own layers; ``base`` returns it. Subclasses define ``config()`` (what
+    ``config.json`` records) and ``from_config(base, config)`` (what ``load_model`` calls).
+    """
+
+    def __init__(self, base) -> None:
+        super().__init__()
+        self._frozen = {"base": base}
+
+    @property
+    def base(self):
+        """The frozen target."""
+        return self._frozen["base"]
+

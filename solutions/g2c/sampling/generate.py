@@ -30,9 +30,11 @@ def as_token_ids(ids, name: str = "prompt_ids", *, vocab_size: int | None = None
     id must lie in [0, V): a negative id would otherwise index from the end of a table.
 
     Raises:
-        ValueError: not 1-D, empty, not integer token ids, or (with ``vocab_size``) an id
-            outside ``[0, V)``; the message names ``name`` (and the range).
+        ValueError: text instead of ids ("encode it first"), not 1-D, empty, not integer token ids,
+            or (with ``vocab_size``) an id outside ``[0, V)``; the message names ``name`` (and the range).
     """
+    if isinstance(ids, (str, bytes)):
+        raise ValueError(f"{name} must be token ids, got text {ids[:40]!r}: encode it first (tokenizer.encode(text))")
     t = torch.as_tensor(ids)
     if t.dim() != 1 or t.numel() == 0:
         raise ValueError(f"{name} must be a non-empty 1-D sequence of token ids, got shape {tuple(t.shape)}")

@@ -32,12 +32,12 @@ from __future__ import annotations
 import torch
 
 from g2c.kvcache.forward import unembed
-from g2c.nn import LayerNorm, Linear, Module
+from g2c.nn import LayerNorm, Linear
 from g2c.transformer import Block
 
 from ..trees import DraftTree
 from .eagle3 import check_fusion_layers, fusion_layers
-from .protocol import TreeDrafter, chain_tree, masked_block
+from .protocol import HeadOnBase, TreeDrafter, chain_tree, masked_block
 
 __all__ = ["BlockDrafter", "BlockHead", "block_loss", "block_loss_weights"]
 
@@ -73,7 +73,7 @@ def block_loss_weights(block_size: int, gamma: float) -> torch.Tensor:
     # END SOLUTION
 
 
-class BlockHead(Module):
+class BlockHead(HeadOnBase):
     """The block drafter's network on a frozen base ``TransformerLM``. Provided.
 
     Args:
@@ -87,11 +87,10 @@ class BlockHead(Module):
 
     def __init__(self, base, layers=None, *, block_size: int = 8, context_rows: int = 8, num_blocks: int = 2,
                  generator: torch.Generator | None = None) -> None:
-        super().__init__()
+        super().__init__(base)
         for name, value in (("block_size", block_size), ("context_rows", context_rows), ("num_blocks", num_blocks)):
             if isinstance(value, bool) or not isinstance(value, int) or value < 1:
                 raise ValueError(f"BlockHead: {name} must be an int >= 1, got {value!r}")
-        self._frozen = {"base": base}
         num_layers = len(base.blocks)
         self.layers = fusion_layers(num_layers) if layers is None else check_fusion_layers(layers, num_layers)
         self.block_size, self.context_rows = block_size, context_rows
@@ -105,11 +104,6 @@ class BlockHead(Module):
                        for _ in range(num_blocks)]
         self.ln_out = LayerNorm(dim)
         self.to(base.token_embed.weight.device)
-
-    @property
-    def base(self):
-        """The frozen target."""
-        return self._frozen["base"]
 
     @classmethod
     def from_config(cls, base, config: dict) -> "BlockHead":

@@ -29,11 +29,11 @@ from __future__ import annotations
 import torch
 
 from g2c.kvcache.forward import unembed
-from g2c.nn import LayerNorm, Linear, Module
+from g2c.nn import LayerNorm, Linear
 from g2c.transformer import Block
 
 from .eagle2 import FeatureTreeDrafter
-from .protocol import masked_block_past
+from .protocol import HeadOnBase, masked_block_past
 
 __all__ = ["Eagle3Drafter", "Eagle3Head", "check_fusion_layers", "eagle3_loss", "fusion_layers",
            "ttt_attention_mask"]
@@ -73,14 +73,16 @@ def check_fusion_layers(layers, num_layers: int) -> tuple[int, ...]:
     """Validate explicit fusion layers. Provided.
 
     Raises:
-        ValueError: not exactly 3, a repeat ("duplicate"), or an index outside [0, num_layers).
+        ValueError: not ints, not exactly 3, a repeat ("duplicate"), or an index outside [0, num_layers).
     """
-    layers = tuple(int(i) for i in layers)
+    if any(isinstance(i, bool) or not isinstance(i, int) for i in layers):
+        raise ValueError(f"EAGLE-3 fusion layers must be block indices (ints), got {tuple(layers)}")
+    layers = tuple(layers)
     if len(layers) != 3:
         raise ValueError(f"EAGLE-3 fuses exactly 3 layers (low, middle, high), got {layers}")
     if len(set(layers)) != 3:
         raise ValueError(f"EAGLE-3 fusion layers {layers} contain a duplicate; choose 3 distinct blocks "
-                         f"(fusion_layers({num_layers}) = {fusion_layers(num_layers)})")
+                         f"(e.g. fusion_layers({num_layers}): L // 4, L // 2, 3L // 4)")
     if not all(0 <= i < num_layers for i in layers):
         raise ValueError(f"EAGLE-3 fusion layers {layers} must lie in [0, {num_layers})")
     return tuple(sorted(layers))
@@ -117,8 +119,9 @@ def ttt_attention_mask(num_positions: int, steps: int) -> torch.Tensor:
 
     Steps:
         1. Validate (provided).
-        2. The step-1 columns: causal (t' <= t) for every row (``test_ttt_mask_by_hand``).
-        3. For s >= 2: the diagonal of every block (s', s) with 2 <= s' <= s (``test_ttt_mask_steps``).
+        2. The step-1 columns: causal (t' <= t) in every row block (``test_ttt_mask_by_hand``).
+        3. For row block s >= 2: an identity (diagonal) in each column block s' with 2 <= s' <= s
+           (``test_ttt_mask_steps``).
     """
     for name, value in (("num_positions", num_positions), ("steps", steps)):
         if isinstance(value, bool) or not isinstance(value, int) or value < 1:
@@ -136,7 +139,7 @@ def ttt_attention_mask(num_positions: int, steps: int) -> torch.Tensor:
     # END SOLUTION
 
 
-class Eagle3Head(Module):
+class Eagle3Head(HeadOnBase):
     """The EAGLE-3-style draft head on a frozen base ``TransformerLM``. Provided.
 
     Per position t with target states at the fusion layers (l1, l2, l3):
@@ -158,8 +161,7 @@ class Eagle3Head(Module):
     """
 
     def __init__(self, base, layers=None, *, generator: torch.Generator | None = None) -> None:
-        super().__init__()
-        self._frozen = {"base": base}
+        super().__init__(base)
         num_layers = len(base.blocks)
         self.layers = fusion_layers(num_layers) if layers is None else check_fusion_layers(layers, num_layers)
         dim = base.embedding_dim
@@ -169,11 +171,6 @@ class Eagle3Head(Module):
         self.block = Block(dim, base.num_heads, hidden_dim=base.hidden_dim, causal=True, generator=generator)
         self.ln_out = LayerNorm(dim)
         self.to(base.token_embed.weight.device)
-
-    @property
-    def base(self):
-        """The frozen target."""
-        return self._frozen["base"]
 
     @classmethod
     def from_config(cls, base, config: dict) -> "Eagle3Head":
