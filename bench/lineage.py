@@ -10,8 +10,9 @@ Rows (every drafter the course ships, each drafting for the same StoryLM-30M, fl
   (``LMDrafter(model, use_cache=True)`` in ``speculative_sample(..., use_cache=True)``);
 * prompt lookup (n-gram, no model): ``NGramDrafter``;
 * generation 2, Medusa heads: ``MedusaDrafter`` (a static candidate tree);
-* generation 3, EAGLE: the EAGLE drafter as a chain and as an EAGLE-2 dynamic tree
-  (``EagleTreeDrafter``), and the EAGLE-3-style drafter (``Eagle3Drafter``);
+* generation 3, EAGLE: the EAGLE drafter as a chain, as an EAGLE-2 dynamic tree and, for
+  comparison at the same node budget, as a static tree (``EagleTreeDrafter``), and the
+  EAGLE-3-style drafter (``Eagle3Drafter``);
 * generation 4, MTP: ``CachedMTPDrafter`` (one draft per pass);
 * the DFlash-style block drafter: ``BlockDrafter`` (one drafter pass per block);
 
@@ -81,6 +82,7 @@ ROWS = [
     ("Medusa", "2: Medusa heads (tree)", "medusa", "StoryLM-30M-Medusa", 16, (8, 16, 32)),
     ("EAGLE", "3: EAGLE (chain)", "eagle-chain", "StoryLM-30M-EAGLE", 4, (2, 4, 6)),
     ("EAGLE-2", "3: EAGLE-2 dynamic tree", "eagle2", "StoryLM-30M-EAGLE", 16, (8, 16, 32)),
+    ("EAGLE static tree", "3: EAGLE, static tree", "eagle-static", "StoryLM-30M-EAGLE", 16, (8, 16, 32)),
     ("EAGLE-3", "3: EAGLE-3 (fused layers, TTT)", "eagle3", "StoryLM-30M-EAGLE3", 4, (2, 4, 6)),
     ("MTP", "4: MTP head", "mtp", "StoryLM-30M-MTP", 1, (1,)),
     ("Block", "block drafter (DFlash-style)", "block", "StoryLM-30M-Block", 8, (4, 8)),
@@ -100,6 +102,8 @@ def parse_args(argv):
                     help="the sampled table's temperature (default 0.8)")
     ap.add_argument("--rows", type=cli.choice_list(*[r[0] for r in ROWS]), default=None,
                     help="comma-separated subset of the rows (default all)")
+    ap.add_argument("--no-sweep", action="store_true",
+                    help="run every row at its default k (e.g. both trees at 16 nodes: the same budget)")
     ap.add_argument("--threads", type=cli.count(1), default=None, help="torch threads (default: torch's)")
     ap.add_argument("--seed", type=cli.count(0), default=0, help="generator seed of the sampled rows")
     ap.add_argument("--figure", type=Path, default=None, help="write the figure (png) here")
@@ -108,7 +112,7 @@ def parse_args(argv):
     preset = QUICK if args.quick else FULL
     args.prompts = args.prompts or preset["prompts"]
     args.new_tokens = args.new_tokens or preset["new_tokens"]
-    args.sweep, args.c_repeats = preset["sweep"], preset["c_repeats"]
+    args.sweep, args.c_repeats = preset["sweep"] and not args.no_sweep, preset["c_repeats"]
     return args
 
 
@@ -191,6 +195,8 @@ def make(kind: str, model, k: int, sample: bool, device):
         return EagleTreeDrafter(model, width=1), "lineage"
     if kind == "eagle2":
         return EagleTreeDrafter(model, width=4), "lineage"
+    if kind == "eagle-static":
+        return EagleTreeDrafter(model, shape="static"), "lineage"
     if kind == "eagle3":
         return Eagle3Drafter(model, width=1), "lineage"
     if kind == "block":

@@ -84,6 +84,8 @@ def _drafter(kind: str, target, seed: int = 0):
         return EagleTreeDrafter(FeatureDrafter(target, generator=g).eval())
     if kind == "eagle2":
         return EagleTreeDrafter(FeatureDrafter(target, generator=g).eval(), width=3)
+    if kind == "eagle-static":
+        return EagleTreeDrafter(FeatureDrafter(target, generator=g).eval(), shape="static")
     if kind == "eagle3":
         return Eagle3Drafter(Eagle3Head(target, generator=g).eval(), width=2)
     if kind == "block":
@@ -91,7 +93,7 @@ def _drafter(kind: str, target, seed: int = 0):
     raise AssertionError(kind)
 
 
-KINDS = ["medusa", "eagle-chain", "eagle2", "eagle3", "block"]
+KINDS = ["medusa", "eagle-chain", "eagle2", "eagle-static", "eagle3", "block"]
 
 
 # -- Medusa: the candidate tree ----------------------------------------------------------------
@@ -415,6 +417,8 @@ def test_drafters_refuse_the_wrong_head():
         BlockDrafter(BlockHead(target, block_size=4), block_size=5)
     with pytest.raises(ValueError, match="width"):
         EagleTreeDrafter(FeatureDrafter(target), width=0)
+    with pytest.raises(ValueError, match="shape must be 'dynamic'"):
+        EagleTreeDrafter(FeatureDrafter(target), shape="bush")
     with pytest.raises(ValueError, match="only 3 heads"):
         MedusaDrafter(MedusaHeads(target, 3), [(0,), (0, 0), (0, 0, 0), (0, 0, 0, 0)])
 

@@ -31,7 +31,7 @@ import torch
 from g2c.kvcache import KVCache
 
 from ..sampling.eagle import FeatureDrafter
-from ..trees import DraftTree, build_dynamic_tree
+from ..trees import DraftTree, build_dynamic_tree, build_static_tree, static_choices
 from .protocol import TreeDrafter, masked_block
 
 __all__ = ["MAX_WIDTH", "EagleTreeDrafter", "FeatureTreeDrafter"]
@@ -48,16 +48,23 @@ class FeatureTreeDrafter(TreeDrafter):
         width: EAGLE-2's expansion width (nodes expanded per depth and children per node), in
             [1, ``MAX_WIDTH``]; 1 drafts a chain.
         target_layers: the target blocks whose outputs ``true_features`` reads.
+        shape: ``"dynamic"`` (default: EAGLE-2's search, ``width`` per depth) or ``"static"`` (the
+            ``static_choices`` shape of the same node budget, filled by ``build_static_tree``: the
+            baseline EAGLE-2 is measured against).
 
     Attributes:
         cache: the head's one-layer ``KVCache``: the committed rows (inputs from the target's true
             states), then during ``draft`` one row per tree node, cropped at the next ``commit``.
 
     Raises:
-        ValueError: width not an int in [1, ``MAX_WIDTH``] (32).
+        ValueError: width not an int in [1, ``MAX_WIDTH``] (32); shape not "dynamic" or "static".
     """
 
-    def __init__(self, head, *, width: int = 1, target_layers: tuple[int, ...] = ()) -> None:
+    def __init__(self, head, *, width: int = 1, target_layers: tuple[int, ...] = (), shape: str = "dynamic") -> None:
+        if shape not in ("dynamic", "static"):
+            raise ValueError(f"{type(self).__name__}: shape must be 'dynamic' (EAGLE-2) or 'static' (Medusa-style "
+                             f"rank paths, static_choices), got {shape!r}")
+        self.shape = shape
         if isinstance(width, bool) or not isinstance(width, int) or not 1 <= width <= MAX_WIDTH:
             raise ValueError(f"{type(self).__name__}: width must be an int in [1, {MAX_WIDTH}] (1 = a chain; EAGLE-2 "
                              f"expands 10 per depth on 7B models), got {width!r}")
@@ -137,6 +144,9 @@ class FeatureTreeDrafter(TreeDrafter):
             return DraftTree.empty()
         self.cache.crop(self._true)
         self._memo = {}
+        if self.shape == "static":                        # the same budget in a fixed shape, for comparison
+            choices = [c for c in static_choices(max_nodes) if len(c) <= max_depth]
+            return build_static_tree(self, context_ids, choices)[0]
         tree, _ = build_dynamic_tree(self, context_ids, max_nodes, width=self.width, max_depth=max_depth)
         return tree
 
@@ -148,16 +158,17 @@ class EagleTreeDrafter(FeatureTreeDrafter):
         head: a trained ``FeatureDrafter`` (``load_model("StoryLM-30M-EAGLE")``).
         width: 1 = EAGLE's chain; > 1 = EAGLE-2's dynamic tree (the paper's top-k is 10 on 7B
             models; 4 suits the course's small vocabulary).
+        shape: ``"static"`` drafts a fixed ``static_choices`` tree of the same budget instead.
 
     Raises:
         TypeError: head is not a ``FeatureDrafter``.
     """
 
-    def __init__(self, head: FeatureDrafter, *, width: int = 1) -> None:
+    def __init__(self, head: FeatureDrafter, *, width: int = 1, shape: str = "dynamic") -> None:
         if not isinstance(head, FeatureDrafter):
             raise TypeError(f"EagleTreeDrafter needs a FeatureDrafter (load_model('StoryLM-30M-EAGLE')), "
                             f"got {type(head).__name__}")
-        super().__init__(head, width=width)
+        super().__init__(head, width=width, shape=shape)
 
     def true_features(self, states: torch.Tensor) -> torch.Tensor:
         """EAGLE-1 reads the target's final states as they are: (m, 1, D) -> (m, D)."""
