@@ -79,7 +79,8 @@ class FeatureTreeDrafter(TreeDrafter):
                              dtype=w.dtype, device=w.device)
         self._true = 0
         self._out = None
-        self._memo: dict[tuple[int, ...], tuple[int, torch.Tensor]] = {}
+        self._memo: dict[tuple[int, ...], tuple[int, torch.Tensor, torch.Tensor]] = {}   # path -> (row, feature, probs)
+        self._root_probs = None
 
     def __repr__(self) -> str:
         return f"{type(self).__name__}(width={self.width})"
@@ -95,7 +96,7 @@ class FeatureTreeDrafter(TreeDrafter):
     @torch.no_grad()
     def commit(self, context_ids: torch.Tensor, states: torch.Tensor) -> None:
         self.cache.crop(self._true)                            # roll back the last search's rows
-        self._memo = {}
+        self._memo, self._root_probs = {}, None           # a new context: new rows, new root
         m = states.shape[0]
         if m == 0:
             return
@@ -114,8 +115,9 @@ class FeatureTreeDrafter(TreeDrafter):
     def tree_probs(self, context_ids: torch.Tensor, tree: DraftTree) -> torch.Tensor:
         """(n+1, V) drafter probabilities: row 0 after the context, row i + 1 after node i.
 
-        Nodes met in an earlier call of the same search are looked up by their path; new nodes
-        (their parents already known) are fed in one cached pass per depth.
+        Nodes met in an earlier call of the same search are looked up by their path (feature and
+        probability row alike); new nodes (their parents already known) are fed in one cached pass
+        per depth.
         """
         w = self.base.token_embed.weight
         keys = [tuple(tree.path_tokens(i)) for i in range(tree.num_nodes)]
@@ -134,10 +136,12 @@ class FeatureTreeDrafter(TreeDrafter):
                 allowed[j, length + j] = True                                          # and itself
             y = masked_block(self.head.block, x, allowed.to(w.device), self.cache)
             self.cache.advance(len(group))
+            probs = torch.softmax(self.head.logits(y[0]).float(), dim=-1)              # (g, V): once per node
             for j, i in enumerate(group):
-                self._memo[keys[i]] = (length + j, y[0, j])
-        rows = torch.stack([self._out] + [self._memo[k][1] for k in keys])           # (n+1, D)
-        return torch.softmax(self.head.logits(rows).float(), dim=-1)
+                self._memo[keys[i]] = (length + j, y[0, j], probs[j])
+        if self._root_probs is None:
+            self._root_probs = torch.softmax(self.head.logits(self._out).float(), dim=-1)
+        return torch.stack([self._root_probs] + [self._memo[k][2] for k in keys])    # (n+1, V)
 
     def draft(self, context_ids: torch.Tensor, *, max_nodes: int, max_depth: int) -> DraftTree:
         if self._out is None or max_nodes < 1 or max_depth < 1:

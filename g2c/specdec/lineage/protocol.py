@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import torch
 
+from g2c.attention.multihead import merge_heads, split_heads
 from g2c.kvcache import KVCache
 from g2c.kvcache.ragged import masked_cached_attention
 from g2c.nn import Module
@@ -43,14 +44,12 @@ def masked_block_past(blk, x: torch.Tensor, allowed: torch.Tensor,
     Returns:
         (y (B, T, D), (keys, values) (B, H, P + T, d)) to pass to the next call.
     """
-    attn, allowed = blk.attn, allowed.to(x.device)
-    batch, steps, _ = x.shape
-    q, k, v = attn.qkv(blk.ln_1(x)).split(attn.dim, dim=-1)
-    q, k, v = (t.view(batch, steps, attn.num_heads, -1).transpose(1, 2) for t in (q, k, v))       # (B, H, T, d)
+    attn = blk.attn
+    q, k, v = (split_heads(t, attn.num_heads) for t in attn.qkv(blk.ln_1(x)).split(attn.dim, dim=-1))  # (B, H, T, d)
     if past is not None:
         k, v = torch.cat([past[0], k], dim=2), torch.cat([past[1], v], dim=2)
-    a = torch.nn.functional.scaled_dot_product_attention(q, k, v, attn_mask=allowed)
-    x = x + attn.proj(a.transpose(1, 2).reshape(batch, steps, attn.dim))
+    a = torch.nn.functional.scaled_dot_product_attention(q, k, v, attn_mask=allowed.to(x.device))
+    x = x + attn.proj(merge_heads(a))
     return x + blk.mlp(blk.ln_2(x)), (k, v)
 
 
@@ -70,17 +69,9 @@ def masked_block(blk, x: torch.Tensor, allowed: torch.Tensor, cache: KVCache | N
     Returns:
         (B, T, D) on x's device. Every query row needs at least one allowed key.
     """
-    allowed = allowed.to(x.device)
-    h = blk.ln_1(x)
     if cache is None:
-        attn = blk.attn
-        batch, steps, _ = h.shape
-        q, k, v = attn.qkv(h).split(attn.dim, dim=-1)
-        q, k, v = (t.view(batch, steps, attn.num_heads, -1).transpose(1, 2) for t in (q, k, v))   # (B, H, T, d)
-        a = torch.nn.functional.scaled_dot_product_attention(q, k, v, attn_mask=allowed)
-        x = x + attn.proj(a.transpose(1, 2).reshape(batch, steps, attn.dim))
-    else:
-        x = x + masked_cached_attention(blk.attn, h, cache, 0, allowed)
+        return masked_block_past(blk, x, allowed)[0]
+    x = x + masked_cached_attention(blk.attn, blk.ln_1(x), cache, 0, allowed.to(x.device))
     return x + blk.mlp(blk.ln_2(x))
 
 
