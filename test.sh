@@ -5,6 +5,8 @@
 #   ./test.sh 16 --solve 11        the same, with 11's answer key too although you edited 11
 #   ./test.sh                      (once you edited exercise files) grade the modules you worked on
 #   ./test.sh --progress           table of every module in graph order
+#   ./test.sh --submit [--name N]  hand in: one zip of your edited exercise files and notebooks
+#                                  (hand-in/g2c-NAME.zip; docs/teaching.md)
 #   ./test.sh tests/test_nn.py     just `pytest tests/test_nn.py` on YOUR code (no solutions
 #                                  applied unless you export G2C_APPLY_SOLUTIONS yourself)
 # Authors and CI (the scaffolds are as generated, e.g. a clean clone):
@@ -29,6 +31,7 @@ fi
 author=""
 case "${1:-}" in
     --progress) exec env G2C_QUIET=1 "$PY" -m g2c.course progress ;;
+    --submit) shift; exec env G2C_QUIET=1 "$PY" -m g2c.course submit "$@" ;;
     --author) author=1; shift ;;
 esac
 

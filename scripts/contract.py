@@ -14,6 +14,14 @@ answer, a test lost its teeth, or a test needs a module its owner does not decla
     python scripts/contract.py --record tests/test_kvcache.py   # (re)record just these files
     python scripts/contract.py --graph    # the module graph holds: each module's tests with exactly its
                                           # prerequisites solved keep the pristine counts; solved too, all pass
+    python scripts/contract.py --record-hashes  # rewrite only tests/pristine.sha256 (no test run)
+
+Beside the counts, ``tests/pristine.sha256`` records the sha256 of every recorded test file and of
+the shared helpers (``tests/conftest.py``, ``tests/*_mocks.py``), in ``sha256sum`` format
+(``sha256sum -c tests/pristine.sha256`` at the repository root checks it). ``--record`` rewrites the
+hashes of the files it records; ``--check`` fails when a file differs from its recorded hash.
+``./test.sh ID`` warns that a result is no valid grade when a module's test files differ from these
+hashes (``g2c/course/progress.py``), and class grading always runs the teacher's own tests.
 
 Both run ``tests/`` in one pytest process per module (its files, its prerequisites solved) plus
 one for the unowned files (nothing solved). Errors (collection or fixture errors) count as
@@ -34,7 +42,60 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 PRISTINE = ROOT / "tests" / "pristine.json"
+HASHES = ROOT / "tests" / "pristine.sha256"
 RECORD = "python scripts/contract.py --record"
+
+
+def helper_files(root: Path = ROOT) -> list[str]:
+    """The shared test helpers every module's run loads: ``tests/*.py`` that are not ``test_*.py``."""
+    return sorted(p.relative_to(root).as_posix() for p in (root / "tests").glob("*.py")
+                  if not p.name.startswith("test_"))
+
+
+def file_hash(path: Path) -> str:
+    import hashlib
+
+    return hashlib.sha256(path.read_bytes()).hexdigest()
+
+
+def read_hashes(path: Path = HASHES) -> dict[str, str]:
+    """Repo-relative path -> sha256 from a ``sha256sum``-format file ({} when missing)."""
+    try:
+        lines = path.read_text(encoding="utf-8").splitlines()
+    except OSError:
+        return {}
+    out = {}
+    for line in lines:
+        digest, _, rel = line.strip().partition("  ")
+        if len(digest) == 64 and rel:
+            out[rel] = digest
+    return out
+
+
+def write_hashes(files: list[str], root: Path = ROOT, path: Path = HASHES) -> dict[str, str]:
+    """(Re)record the sha256 of ``files`` and of the shared helpers; other recorded hashes are kept unless the file
+    is gone."""
+    hashes = {rel: h for rel, h in read_hashes(path).items() if (root / rel).is_file()}
+    for rel in [*files, *helper_files(root)]:
+        if (root / rel).is_file():
+            hashes[rel] = file_hash(root / rel)
+    path.write_text("".join(f"{h}  {rel}\n" for rel, h in sorted(hashes.items())), encoding="utf-8")
+    return hashes
+
+
+def hash_problems(files: list[str], root: Path = ROOT, path: Path = HASHES) -> list[str]:
+    """One line per recorded test file or helper whose content differs from its recorded sha256 (or has none)."""
+    hashes = read_hashes(path)
+    problems = []
+    for rel in [*files, *helper_files(root)]:
+        if not (root / rel).is_file():
+            continue
+        if rel not in hashes:
+            problems.append(f"{rel}: no recorded sha256 in {path.relative_to(root).as_posix()}; run `{RECORD} {rel}`")
+        elif file_hash(root / rel) != hashes[rel]:
+            problems.append(f"{rel}: the file changed since its contract was recorded (sha256 differs); check its "
+                            f"counts and run `{RECORD} {rel}` (students see a 'not a valid grade' warning until then)")
+    return problems
 
 
 def test_files(root: Path = ROOT) -> list[str]:
@@ -125,6 +186,11 @@ def run_tests(root: Path = ROOT, paths: list[str] | None = None,
     return counts, skips, proc.returncode
 
 
+def counts_only(rec: dict | None) -> dict[str, int] | None:
+    """The pass/fail counts of a record entry (None stays None)."""
+    return None if rec is None else {"passed": rec.get("passed", 0), "failed": rec.get("failed", 0)}
+
+
 def as_record(counts: dict[str, Counter], files: list[str]) -> dict[str, dict[str, int]]:
     return {f: {"passed": counts[f]["passed"], "failed": counts[f]["failed"]}
             for f in sorted(set(files) | set(counts))}
@@ -140,7 +206,7 @@ def compare(expected: dict[str, dict[str, int]], got: dict[str, dict[str, int]],
                             f"run `{RECORD}`")
         elif f not in got and f not in files:
             problems.append(f"{f}: recorded {_fmt(expected[f])} but the file is gone; run `{RECORD}`")
-        elif expected[f] != got.get(f, {"passed": 0, "failed": 0}):
+        elif counts_only(expected[f]) != got.get(f, {"passed": 0, "failed": 0}):
             problems.append(f"{f}: expected {_fmt(expected[f])} pass/fail, "
                             f"got {_fmt(got.get(f, {'passed': 0, 'failed': 0}))}")
     return problems
@@ -167,7 +233,7 @@ def graph_problems(module_id: str, root: Path = ROOT) -> list[str]:
     counts, skips, _ = run_tests(root, files, selector_for(closure))
     got = as_record(counts, files)
     for f in files:
-        if got.get(f) != expected.get(f):
+        if got.get(f) != counts_only(expected.get(f)):
             problems.append(f"module {m.id}: {f} with its prerequisites solved ({', '.join(closure) or 'none'}) "
                             f"gives {_fmt(got.get(f))} pass/fail, its pristine contract is {_fmt(expected.get(f))}")
     counts, skips, _ = run_tests(root, files, selector_for([*closure, m.id]))
@@ -184,6 +250,9 @@ def main(argv: list[str] | None = None) -> int:
     mode = ap.add_mutually_exclusive_group(required=True)
     mode.add_argument("--record", action="store_true", help=f"write {PRISTINE.relative_to(ROOT)}")
     mode.add_argument("--check", action="store_true", help="compare with the recorded counts")
+    mode.add_argument("--record-hashes", action="store_true",
+                      help="rewrite only tests/pristine.sha256 for the recorded files (no test run); use it when "
+                           "--check holds the counts and only the hashes are stale")
     mode.add_argument("--graph", nargs="*", metavar="ID",
                       help="check the module graph (default: every module): closure solved -> pristine counts, "
                            "module solved too -> every test passes")
@@ -205,6 +274,11 @@ def main(argv: list[str] | None = None) -> int:
         return 1 if problems else 0
 
     files = [Path(f).as_posix() for f in args.files] or test_files()
+    if args.record_hashes:
+        recorded = json.loads(PRISTINE.read_text(encoding="utf-8")) if PRISTINE.exists() else {}
+        hashes = write_hashes([f for f in files if f in recorded])
+        print(f"contract: recorded the sha256 of {len(hashes)} files in {HASHES.relative_to(ROOT)}")
+        return 0
     counts, skips, _ = run_pristine(paths=args.files or None)
     got = as_record(counts, files)
     if args.record:
@@ -214,7 +288,9 @@ def main(argv: list[str] | None = None) -> int:
         if args.files and PRISTINE.exists():
             got = {**json.loads(PRISTINE.read_text(encoding="utf-8")), **got}
         PRISTINE.write_text(json.dumps(got, indent=2, sort_keys=True) + "\n", encoding="utf-8")
-        print(f"contract: recorded {len(got)} test files in {PRISTINE.relative_to(ROOT)}")
+        write_hashes(files)
+        print(f"contract: recorded {len(got)} test files in {PRISTINE.relative_to(ROOT)} and their sha256 in "
+              f"{HASHES.relative_to(ROOT)}")
         return 0
 
     expected = json.loads(PRISTINE.read_text(encoding="utf-8")) if PRISTINE.exists() else {}
@@ -224,7 +300,7 @@ def main(argv: list[str] | None = None) -> int:
     print(f"{'test file':<{width}}  recorded pass/fail   now pass/fail")
     for f, now in got.items():
         print(f"{f:<{width}}  {_fmt(expected.get(f)):>18}   {_fmt(now):>13}")
-    problems = compare(expected, got, files)
+    problems = compare(expected, got, files) + hash_problems([f for f in files if f in got])
     if skips:
         _report_skips(skips)
     if problems:

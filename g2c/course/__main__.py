@@ -7,6 +7,14 @@
     python -m g2c.course graph               the module graph: each module and what it needs
     python -m g2c.course worked              the modules whose exercise files you edited (space-separated)
     python -m g2c.course prereqs ID          the G2C_APPLY_SOLUTIONS selector of ID's prerequisites
+    python -m g2c.course grade ID --json F   also write the results as JSON to F (one object; see docs/teaching.md)
+
+Teachers (docs/teaching.md):
+    python -m g2c.course submit [--name N]   hand in: one .zip of your edited exercise files and notebook
+                                             working copies, with a manifest (./test.sh --submit)
+    python -m g2c.course grade-class DIR     grade every submission in DIR on this checkout's tests:
+                                             CSV, JSON and an answers page; exit 0 all graded, 1 some
+                                             submission could not be graded fully, 2 usage error
 
 Grading applies the answer key to exactly the modules the graded one needs (the closure of its
 ``requires``) that you have not edited, and never to your own code.
@@ -15,9 +23,12 @@ Grading applies the answer key to exactly the modules the graded one needs (the 
 from __future__ import annotations
 
 import argparse
+import json
+import os
 import sys
+from pathlib import Path
 
-from .progress import format_table, grade, legend, untouched_result
+from .progress import format_table, grade, legend, result_dict, untouched_result
 from .registry import MODULES, get_module, prerequisites, prerequisites_selector, selector_for
 from .scaffolds import grade_command, worked_modules
 
@@ -55,7 +66,26 @@ def report(results, worked: list[str]) -> list[str]:
     return lines
 
 
-def _grade(ids: list[str], solve: list[str]) -> int:
+def _write_json(path: Path, payload: dict) -> None:
+    """Write ``payload`` to ``path`` atomically (a temporary file in the same folder, then a rename)."""
+    import tempfile
+
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as f:
+            json.dump(payload, f, indent=1)
+            f.write("\n")
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+
+
+WARNING_RULE = "!" * 100
+
+
+def _grade(ids: list[str], solve: list[str], json_path: str | None = None) -> int:
     worked = worked_modules()
     ids = [get_module(i).id for i in ids] or worked
     if not ids:
@@ -64,7 +94,21 @@ def _grade(ids: list[str], solve: list[str]) -> int:
         return 0
     print(f"grading your own code for module(s) {', '.join(ids)}; the answer key stands in only for the modules "
           "they need that you have not edited", flush=True)
-    results = grade(ids, worked=worked, solve=solve, echo=True)
+    done: list = []
+    payload = {"format": 1, "worked": worked, "requested": ids, "modules": []}
+
+    def save(result) -> None:
+        done.append(result)
+        if json_path:
+            payload["modules"] = [result_dict(r) for r in done]
+            _write_json(Path(json_path), payload)
+
+    if json_path:
+        _write_json(Path(json_path), payload)
+    results = grade(ids, worked=worked, solve=solve, echo=True, on_result=save)
+    invalid = [r for r in results if r.warnings]
+    if invalid:
+        _warn_invalid(invalid)
     print(format_table(results, worked))
     print(legend(worked))
     for r in results:
@@ -72,9 +116,23 @@ def _grade(ids: list[str], solve: list[str]) -> int:
     bad = [r for r in results if r.failed or r.total == 0]
     for line in report(results, worked):
         print(line)
-    if not bad:
+    if invalid:
+        _warn_invalid(invalid)
+    elif not bad:
         print(f"all {sum(r.total for r in results)} tests of your module(s) pass")
-    return 1 if bad else 0
+    return 1 if bad or invalid else 0
+
+
+def _warn_invalid(invalid) -> None:
+    """The loud banner: these results were not produced by the course's own tests, so they are no grade."""
+    print(WARNING_RULE)
+    for r in invalid:
+        for w in r.warnings:
+            print(f"WARNING: module {r.id}: {w}")
+    print(f"WARNING: the result of module(s) {', '.join(r.id for r in invalid)} below is NOT A VALID GRADE: it did "
+          "not come from the course's own tests. Restore them (git checkout -- tests/) and grade again; a teacher "
+          "grades with the course's tests anyway (docs/teaching.md).")
+    print(WARNING_RULE)
 
 
 def _progress() -> int:
@@ -101,14 +159,35 @@ def main(argv: list[str] | None = None) -> int:
                    help="also apply the answer key to these prerequisites although you edited them")
     sub.add_parser("graph", help="the module graph: what each module needs")
     sub.add_parser("worked", help="the modules whose exercise files you edited")
+    g.add_argument("--json", default=None, metavar="FILE",
+                   help="also write the results to FILE as JSON (rewritten after each module)")
     p = sub.add_parser("prereqs", help="the G2C_APPLY_SOLUTIONS selector of ID's prerequisites")
     p.add_argument("id", metavar="ID")
+    from .teaching import add_grade_class_parser, add_submit_parser
+
+    add_submit_parser(sub)
+    add_grade_class_parser(sub)
     args = ap.parse_args(argv)
     try:
+        return _run(args)
+    except BrokenPipeError:
+        # `./test.sh --progress | head -6`: the reader left; stop quietly, as a shell tool does.
+        try:
+            devnull = os.open(os.devnull, os.O_WRONLY)
+            os.dup2(devnull, sys.stdout.fileno())
+        except OSError:
+            pass
+        return 141  # 128 + SIGPIPE, what a shell reports for a tool its reader left
+
+
+def _run(args) -> int:
+    try:
+        if args.cmd in ("submit", "grade-class"):
+            return args.func(args)
         if args.cmd == "progress":
             return _progress()
         if args.cmd == "grade":
-            return _grade(args.ids, [s for s in args.solve.split(",") if s.strip()])
+            return _grade(args.ids, [s for s in args.solve.split(",") if s.strip()], args.json)
         if args.cmd == "graph":
             print("\n".join(graph_lines()))
             return 0

@@ -14,12 +14,14 @@ and named.
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import re
 import subprocess
 import sys
 import tempfile
+import textwrap
 import xml.etree.ElementTree as ET
 from collections import Counter, defaultdict
 from dataclasses import dataclass
@@ -27,7 +29,10 @@ from pathlib import Path
 
 from .registry import MODULES, REPO_ROOT, SOLUTIONS_ENV, get_module, grading_selection, module_ids, selector_for
 
-__all__ = ["ModuleResult", "format_table", "grade", "parse_junit", "untouched_result"]
+__all__ = ["HASHES", "ModuleResult", "failing_tests", "format_table", "grade", "parse_junit", "read_hashes",
+           "result_dict", "test_file_problems", "untouched_result"]
+
+HASHES = "tests/pristine.sha256"  # sha256sum format: the recorded test files (scripts/contract.py --record)
 
 
 @dataclass(frozen=True)
@@ -36,7 +41,11 @@ class ModuleResult:
 
     ``blocked`` maps a prerequisite id to the number of failing tests whose error is that
     prerequisite's ``NotImplementedError`` (an exercise there is unwritten): those failures are
-    not the graded module's. ``applied`` is the answer key the run used.
+    not the graded module's. ``applied`` is the answer key the run used. ``failures`` names each
+    failing test as ``(test id, prerequisite id or "")``, the id blaming an unwritten prerequisite.
+    ``recorded`` is how many tests the course's contract records for the module's files
+    (``tests/pristine.json``); ``warnings`` say why the result is not a valid grade (the test
+    files differ from the recorded ones, or fewer tests ran than recorded).
     """
 
     id: str
@@ -47,6 +56,9 @@ class ModuleResult:
     untouched: int | None  # tests that pass on the untouched scaffold (tests/pristine.json)
     blocked: tuple[tuple[str, int], ...] = ()
     applied: tuple[str, ...] = ()
+    failures: tuple[tuple[str, str], ...] = ()
+    recorded: int | None = None
+    warnings: tuple[str, ...] = ()
 
     @property
     def total(self) -> int:
@@ -82,6 +94,94 @@ def parse_junit(xml_text: str) -> dict[str, Counter]:
     return counts
 
 
+def _case_id(case, file: str) -> str:
+    """A pytest-like id of a junit test case: ``tests/test_nn.py::TestX::test_y[p]``."""
+    name, classname = case.get("name") or "?", case.get("classname") or ""
+    if not classname:  # a collection error: the name is the dotted test module
+        return f"{file} (collection error)"
+    dotted = file[:-3].replace("/", ".") if file.endswith(".py") else file
+    cls = classname[len(dotted) + 1:] if classname.startswith(dotted + ".") else ""
+    return f"{file}::{cls.replace('.', '::') + '::' if cls else ''}{name}"
+
+
+def failing_tests(xml_text: str) -> list[tuple[str, str]]:
+    """``(test id, unwritten prerequisite id or "")`` for every failing or erroring test case, in run order."""
+    out = []
+    for case in ET.fromstring(xml_text).iter("testcase"):
+        file = case.get("file") or (case.get("classname") or "?").replace(".", "/") + ".py"
+        bad = case.find("failure")
+        if bad is None:
+            bad = case.find("error")
+        if bad is not None:
+            m = UNWRITTEN.search(f"{bad.get('message', '')}\n{bad.text or ''}")
+            out.append((_case_id(case, file), m.group(1) if m else ""))
+    return out
+
+
+def _pristine(root: Path) -> dict:
+    try:
+        return json.loads((root / "tests" / "pristine.json").read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return {}
+
+
+def _recorded(module, root: Path) -> int | None:
+    """How many tests the contract records for the module's files (None without a complete record)."""
+    pristine = _pristine(root)
+    try:
+        return sum(pristine[t]["passed"] + pristine[t]["failed"] for t in module.tests)
+    except (KeyError, TypeError):
+        return None
+
+
+def file_sha256(path: Path) -> str:
+    return hashlib.sha256(path.read_bytes()).hexdigest()
+
+
+def read_hashes(root: Path = REPO_ROOT) -> dict[str, str]:
+    """Repo-relative path -> recorded sha256, from ``tests/pristine.sha256`` ({} when there is none).
+
+    The file is in ``sha256sum`` format (``<hex>  <path>`` a line), so ``sha256sum -c tests/pristine.sha256``
+    run at the repository root checks it too.
+    """
+    try:
+        lines = (root / HASHES).read_text(encoding="utf-8").splitlines()
+    except OSError:
+        return {}
+    out = {}
+    for line in lines:
+        digest, _, rel = line.strip().partition("  ")
+        if len(digest) == 64 and rel:
+            out[rel] = digest
+    return out
+
+
+def support_files(hashes: dict[str, str]) -> list[str]:
+    """The recorded files every module's run loads besides its own tests: ``tests/conftest.py`` and the
+    shared helpers (``tests/*.py`` that are not ``test_*.py``)."""
+    return sorted(rel for rel in hashes if rel.startswith("tests/") and rel.count("/") == 1
+                  and not Path(rel).name.startswith("test_"))
+
+
+def test_file_problems(module, root: Path = REPO_ROOT) -> list[str]:
+    """Why ``module``'s test files in ``root`` are not the course's recorded ones ([] = they are, or there is
+    no record): a test file or shared helper whose sha256 differs from ``tests/pristine.sha256``, or is gone.
+    """
+    hashes = read_hashes(root)
+    if not hashes:
+        return []
+    problems = []
+    for rel in [*module.tests, *support_files(hashes)]:
+        want, path = hashes.get(rel), root / rel
+        if want is None:
+            continue
+        if not path.is_file():
+            problems.append(f"{rel} is missing")
+        elif file_sha256(path) != want:
+            problems.append(f"{rel} differs from the course's recorded test file")
+    return problems
+
+
 def _untouched(module, root: Path) -> int | None:
     try:
         pristine = json.loads((root / "tests" / "pristine.json").read_text(encoding="utf-8"))
@@ -90,8 +190,10 @@ def _untouched(module, root: Path) -> int | None:
         return None
 
 
-def _pytest(files: list[str], selection: list[str], root: Path, python: str, echo: bool) -> dict[str, Counter]:
-    """One pytest run over ``files`` with the answer key applied to exactly ``selection``."""
+def _pytest(files: list[str], selection: list[str], root: Path, python: str,
+            echo: bool) -> tuple[dict[str, Counter], list[tuple[str, str]]]:
+    """One pytest run over ``files`` with the answer key applied to exactly ``selection``: per-file counts
+    and the failing tests."""
     env = dict(os.environ)
     env.pop(SOLUTIONS_ENV, None)
     if selection:
@@ -113,17 +215,20 @@ def _pytest(files: list[str], selection: list[str], root: Path, python: str, ech
                 print(f"  {line}")
             if len(tail) > 40:
                 print(f"  ... and {len(tail) - 40} more")
-        return parse_junit(xml.read_text(encoding="utf-8"))
+        text = xml.read_text(encoding="utf-8")
+        return parse_junit(text), failing_tests(text)
 
 
 def grade(ids: list[str], *, worked: list[str] | None = None, solve: list[str] = (), root: Path = REPO_ROOT,
-          python: str = sys.executable, echo: bool = False) -> list[ModuleResult]:
+          python: str = sys.executable, echo: bool = False, on_result=None) -> list[ModuleResult]:
     """Grade modules ``ids`` on the student's code, one pytest run per module.
 
     Each module runs with the answer key applied to exactly its prerequisites that the student
     has not edited (``grading_selection``), plus ``solve``: prerequisites the student edited
     but asks to have solved for this run (an explicit opt-in). The graded module itself always
-    runs the student's code.
+    runs the student's code. Each result carries the contract's test count and a warning when the
+    module's test files differ from the recorded ones or fewer tests ran than recorded; ``on_result``
+    (if given) is called with each result as soon as its module is graded.
 
     Raises:
         ValueError: an unknown id, or ``solve`` names a graded module.
@@ -140,31 +245,55 @@ def grade(ids: list[str], *, worked: list[str] | None = None, solve: list[str] =
             raise ValueError(f"--solve {m.id} would grade the answer key instead of your module {m.id}")
         selection = [i for i in module_ids() if i in set(grading_selection(m.id, worked)) | set(solve)]
         files = [t for t in m.tests if (root / t).is_file()]
-        counts = _pytest(files, selection, root, python, echo) if files else {}
+        counts, failures = _pytest(files, selection, root, python, echo) if files else ({}, [])
         c = Counter()
         for t in m.tests:
             c.update(counts.get(t, Counter()))
         blocked = tuple((i, c[f"unwritten:{i}"]) for i in module_ids() if i != m.id and c[f"unwritten:{i}"])
-        results.append(ModuleResult(m.id, m.title, c["passed"], c["failed"], c["skipped"], _untouched(m, root),
-                                    blocked, tuple(selection)))
+        recorded = _recorded(m, root)
+        warnings = test_file_problems(m, root)
+        ran = c["passed"] + c["failed"] + c["skipped"]
+        if recorded is not None and ran < recorded:
+            warnings.append(f"{ran} tests ran where the course's contract (tests/pristine.json) records {recorded}: "
+                            f"{recorded - ran} are missing (renamed, deleted or not collected)")
+        result = ModuleResult(m.id, m.title, c["passed"], c["failed"], c["skipped"], _untouched(m, root),
+                              blocked, tuple(selection), tuple((t, b if b != m.id else "") for t, b in failures),
+                              recorded, tuple(warnings))
+        results.append(result)
+        if on_result is not None:
+            on_result(result)
     return results
+
+
+def result_dict(r: ModuleResult) -> dict:
+    """A JSON-ready dict of one module's result (the ``--json`` output of ``grade``)."""
+    return {"id": r.id, "title": r.title, "passed": r.passed, "failed": r.failed, "skipped": r.skipped,
+            "total": r.total, "recorded": r.recorded, "untouched": r.untouched, "own_failures": r.own_failures,
+            "blocked": {i: n for i, n in r.blocked}, "applied": list(r.applied),
+            "failures": [{"test": t, "blocked_by": b or None} for t, b in r.failures],
+            "warnings": list(r.warnings), "valid": not r.warnings}
 
 
 def untouched_result(module_id: str, root: Path = REPO_ROOT) -> ModuleResult:
     """A module the student has not started: its recorded pristine counts (its tests on the untouched
     scaffold with its prerequisites solved; a tooling test keeps that true), without running them."""
     m = get_module(module_id)
+    pristine = _pristine(root)
     try:
-        pristine = json.loads((root / "tests" / "pristine.json").read_text(encoding="utf-8"))
         passed = sum(pristine[t]["passed"] for t in m.tests)
         failed = sum(pristine[t]["failed"] for t in m.tests)
-    except (OSError, ValueError, KeyError):
+    except (KeyError, TypeError):
         passed = failed = 0
-    return ModuleResult(m.id, m.title, passed, failed, 0, passed)
+    return ModuleResult(m.id, m.title, passed, failed, 0, passed, recorded=passed + failed)
+
+
+TITLE_WIDTH = 40  # the module column wraps long titles onto continuation lines (never cuts them)
 
 
 def format_table(results: list[ModuleResult], worked: list[str] = ()) -> str:
-    """A module x tests table: passed / total on the student's code, failures split by owner, a state."""
+    """A module x tests table: passed / total on the student's code, failures split by owner, a state.
+
+    A title longer than ``TITLE_WIDTH`` wraps onto continuation lines under the module column."""
     rows = [("id", "module", "needs", "passed/total", "untouched", "yours failing", "blocked by", "state")]
     for r in results:
         if r.total == 0:
@@ -175,12 +304,13 @@ def format_table(results: list[ModuleResult], worked: list[str] = ()) -> str:
             state = "in progress"
         else:
             state = "not started"
-        title = r.title if len(r.title) <= 48 else r.title[:47] + "…"
+        title = textwrap.wrap(r.title, TITLE_WIDTH) or [""]
         needs = ",".join(get_module(r.id).requires) or "-"
         blocked = ", ".join(f"{i} ({n})" for i, n in r.blocked) or "-"
-        rows.append((r.id + ("*" if r.id in worked else ""), title, needs, f"{r.passed}/{r.total}",
+        rows.append((r.id + ("*" if r.id in worked else ""), title[0], needs, f"{r.passed}/{r.total}",
                      "-" if r.untouched is None else str(r.untouched),
                      str(r.own_failures) if r.id in worked else "-", blocked, state))
+        rows.extend(("", more, "", "", "", "", "", "") for more in title[1:])
     widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]))]
     lines = ["  ".join(cell.ljust(w) if i in (0, 1, 2, 6, 7) else cell.rjust(w) for i, (cell, w) in
                        enumerate(zip(row, widths))).rstrip() for row in rows]

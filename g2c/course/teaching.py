@@ -1,0 +1,965 @@
+"""The teacher's path: a student hands in, a teacher grades the class on the course's own tests and reads
+every written answer. ``docs/teaching.md`` is the guide.
+
+    python -m g2c.course submit [--name NAME] [--out FILE.zip]       (./test.sh --submit)
+    python -m g2c.course grade-class DIR [--modules SEL] [--out DIR] [--timeout S] [--jobs N]
+
+**Hand in** (``submit``) writes one zip archive of exactly what the student wrote: every exercise
+file they edited (``scaffolds.status`` says "edited": neither the fresh scaffold nor its recorded
+generation) and every notebook working copy under ``notebooks/work/`` that differs from its clean
+notebook, plus ``manifest.json`` (format version, the student's name, the course commit, the modules
+worked, and each file's path, size and sha256). Nothing else: no tests, no provided code, no
+``.venv``, data or artifacts. Edits outside the exercise files are listed as warnings and left out. It
+refuses a folder that is not a g2c checkout, or a checkout other than the one whose ``g2c`` runs. It
+reads the checkout and writes only the archive (a temporary file in the target folder, then a rename).
+
+**Grade a class** (``grade-class``) takes a folder of submissions: ``.zip`` archives from ``submit``,
+the same archives unpacked (a folder holding ``manifest.json``), or whole clones of the course (a
+folder holding a g2c checkout, directly or one level down). Each submission is graded in its own
+temporary copy of the teacher's checkout (the overlay): every exercise file reset to its fresh
+scaffold, then the student's exercise files placed in it; the teacher's tests, answer key and
+contract; the one shared ``.venv``, ``artifacts/`` and ``data/`` linked in. The overlay runs
+``python -m g2c.course grade IDS --json`` in a subprocess of its own (its cwd and ``PYTHONPATH`` are
+the overlay, so one submission's code never meets another's), exactly what ``./test.sh IDS`` runs in
+a student's clone: the answer key stands in for the prerequisites the student did not edit, and a
+failure caused by an unwritten prerequisite the student edited is reported as blocking. A
+submission gets ``--timeout`` seconds in all (its process group is killed after that); a crash, a
+hang or garbage on stdout is reported on its row and never stops the class.
+
+Output (``--out``, default ``<DIR>-grades`` beside the submissions folder): ``grades.csv`` (one row
+per student and module), ``grades.json`` (everything, including each failing test), ``answers.html``
+and ``answers.md`` (each notebook question with the answer key's rubric and worked answer, then every
+student's answer), and ``summary.txt`` (the table printed on stdout).
+
+Exit codes of ``grade-class``: 0 every submission was graded; 1 at least one could not be graded
+fully (unreadable or tampered archive, grader error, timeout); 2 usage error (no such folder, bad
+``--modules``, not run from a g2c checkout). Failing tests are results, not errors: they never
+change the exit code. ``submit``: 0 archive written (warnings printed), 2 refused.
+
+Isolation here is against accidents (a module cached in one run, a stray import, a hang); a
+submission's code still runs as the teacher's user. Grade code you do not trust in a container.
+"""
+
+from __future__ import annotations
+
+import csv
+import datetime as _dt
+import hashlib
+import html
+import importlib.util
+import io
+import json
+import os
+import re
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+import zipfile
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from .registry import MODULES, REPO_ROOT, get_module, module_for_file, module_ids, parse_selection, selector_for
+
+FORMAT = 1
+KIND = "g2c-submission"
+MANIFEST = "manifest.json"
+HAND_IN_DIR = "hand-in"  # git ignores it
+WORK_DIR = "notebooks/work"
+MAX_FILE_BYTES = 50 * 2**20       # one handed-in file (a notebook with figures stays far below)
+MAX_ARCHIVE_BYTES = 200 * 2**20   # all files of one archive, uncompressed
+EXIT_OK, EXIT_INCOMPLETE, EXIT_USAGE = 0, 1, 2
+# Never copied into a grading overlay (linked or not needed): the teacher's own state.
+OVERLAY_SKIP = {".git", ".venv", "data", "artifacts", "runs", "__pycache__", ".pytest_cache", ".ruff_cache",
+                ".hypothesis", ".ipynb_checkpoints", ".g2c-backup", HAND_IN_DIR}
+LINKED = (".venv", "artifacts", "data")
+
+__all__ = ["EXIT_INCOMPLETE", "EXIT_OK", "EXIT_USAGE", "FORMAT", "Submission", "collect_hand_in", "find_root",
+           "grade_class", "load_submission", "submit", "write_archive"]
+
+
+class Refused(ValueError):
+    """The command cannot run here (the message says why and what to do)."""
+
+
+# -- shared helpers ------------------------------------------------------------------------------
+
+def _say(line: str) -> None:
+    print(line, flush=True)
+
+
+def sha256(data: bytes) -> str:
+    return hashlib.sha256(data).hexdigest()
+
+
+def find_root(start: Path) -> Path | None:
+    """The g2c checkout that holds ``start`` (itself or a parent), or None."""
+    start = Path(start).resolve()
+    for p in (start, *start.parents):
+        if (p / "g2c" / "course" / "registry.py").is_file() and (p / "solutions" / "generated.json").is_file():
+            return p
+    return None
+
+
+def _git(root: Path, *args: str) -> str | None:
+    try:
+        proc = subprocess.run(["git", "-C", str(root), *args], capture_output=True, text=True, timeout=60)
+    except (OSError, subprocess.SubprocessError):
+        return None
+    return proc.stdout if proc.returncode == 0 else None
+
+
+def course_commit(root: Path) -> str | None:
+    out = _git(root, "rev-parse", "HEAD")
+    return out.strip() if out else None
+
+
+def notebook_names() -> dict[str, str]:
+    """Working-copy path (``notebooks/work/<stem>.ipynb``) -> module id, for every module."""
+    return {f"{WORK_DIR}/{Path(m.notebook).name}": m.id for m in MODULES}
+
+
+def allowed_kind(rel: str) -> tuple[str, str] | None:
+    """``(kind, module id)`` of a path a submission may carry (an exercise file or a notebook working copy)."""
+    m = module_for_file(rel)
+    if m is not None:
+        return "exercise", m.id
+    nb = notebook_names().get(rel)
+    return ("notebook", nb) if nb else None
+
+
+def _safe_rel(name: str) -> str | None:
+    """A normalised repo-relative path, or None for absolute paths, ``..`` and other tricks."""
+    name = name.replace("\\", "/")
+    parts = name.split("/")
+    if name.startswith("/") or re.match(r"^[A-Za-z]:", name) or any(p in ("", ".", "..") for p in parts):
+        return None
+    return name
+
+
+def _atomic_write(path: Path, data: bytes) -> None:
+    """Write ``data`` to ``path`` through a temporary file in the same folder and a rename."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".part", dir=path.parent)
+    try:
+        with os.fdopen(fd, "wb") as f:
+            f.write(data)
+        umask = os.umask(0)
+        os.umask(umask)
+        os.chmod(tmp, 0o666 & ~umask)  # as a plain file would be created (mkstemp makes it 0600)
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+
+
+# -- hand in -------------------------------------------------------------------------------------
+
+@dataclass
+class HandIn:
+    """What ``submit`` would archive: ``files`` as (path, kind, module id) and the warnings to print."""
+
+    root: Path
+    files: list[tuple[str, str, str]]
+    warnings: list[str]
+    worked: list[str]
+
+
+def _dirty_paths(root: Path) -> list[tuple[str, str]] | None:
+    """``(status, path)`` of every changed or new file git sees (None without git)."""
+    out = _git(root, "status", "--porcelain", "--untracked-files=all", "-z")
+    if out is None:
+        return None
+    entries, parts, i = [], out.split("\0"), 0
+    while i < len(parts):
+        item = parts[i]
+        i += 1
+        if len(item) < 4:
+            continue
+        code, path = item[:2], item[3:]
+        if code[0] in "RC":  # a rename or copy: the next field is the old path
+            i += 1
+        entries.append((code, path))
+    return entries
+
+
+def collect_hand_in(root: Path) -> HandIn:
+    """Find the student's work in checkout ``root``; read-only.
+
+    Raises:
+        Refused: ``root`` is not a g2c checkout.
+    """
+    from .progress import test_file_problems
+    from .scaffolds import expected, status
+
+    if find_root(root) != Path(root).resolve():
+        raise Refused(f"{root} is not a g2c checkout (no g2c/course/registry.py and solutions/generated.json): "
+                      "run this in the course folder you worked in")
+    root = Path(root).resolve()
+    fresh = expected(root)
+    states = status(root, fresh)
+    files: list[tuple[str, str, str]] = []
+    warnings: list[str] = []
+    for s in states:
+        if s.state == "edited":
+            files.append((s.rel, "exercise", s.module))
+            try:
+                compile((root / s.rel).read_bytes(), s.rel, "exec")
+            except SyntaxError as exc:
+                warnings.append(f"{s.rel} has a syntax error (line {exc.lineno}): it is handed in, but every test of "
+                                f"module {s.module} will fail")
+        elif s.state == "missing":
+            warnings.append(f"{s.rel} (module {s.module}) is missing: nothing to hand in for it, the scaffold grades")
+    for rel, module_id in notebook_names().items():
+        work, clean = root / rel, root / get_module(module_id).notebook
+        if work.is_file() and (not clean.is_file() or work.read_bytes() != clean.read_bytes()):
+            files.append((rel, "notebook", module_id))
+    handed = {rel for rel, _, _ in files}
+    dirty = _dirty_paths(root)
+    if dirty is None:
+        warnings.append("not a git checkout: edits outside the exercise files cannot be listed (they are never "
+                        "handed in)")
+    else:
+        for code, rel in dirty:
+            if rel in handed or rel.startswith((f"{HAND_IN_DIR}/", f"{WORK_DIR}/", ".g2c-backup/")) \
+                    or module_for_file(rel) is not None:
+                continue
+            what = "new file" if code == "??" else ("deleted" if "D" in code else "changed")
+            if rel.startswith("tests/"):
+                why = "your teacher grades with the course's own tests"
+            elif rel.startswith("g2c/"):
+                why = "only exercise files are handed in; code that needs it will fail when graded"
+            else:
+                why = "only exercise files and notebook working copies are handed in"
+            warnings.append(f"{rel} ({what}): not handed in ({why})")
+    for m in MODULES:
+        for problem in test_file_problems(m, root):
+            line = f"{problem}: your local ./test.sh results are not a valid grade (the teacher's tests grade)"
+            if line not in warnings:
+                warnings.append(line)
+    worked = [m.id for m in MODULES if any(k == "exercise" and i == m.id for _, k, i in files)]
+    return HandIn(root, sorted(files), warnings, worked)
+
+
+def _default_name(root: Path) -> str:
+    name = (_git(root, "config", "user.name") or "").strip()
+    if not name:
+        import getpass
+
+        try:
+            name = getpass.getuser()
+        except Exception:  # no user database entry: the archive still needs a name
+            name = "student"
+    return name
+
+
+def _slug(name: str) -> str:
+    return re.sub(r"[^A-Za-z0-9._-]+", "-", name.strip()).strip("-.") or "student"
+
+
+def write_archive(hand_in: HandIn, out: Path, student: str) -> dict:
+    """Write the archive ``out`` (atomically) for ``hand_in``; return its manifest."""
+    entries = []
+    blobs = {}
+    for rel, kind, module_id in hand_in.files:
+        data = (hand_in.root / rel).read_bytes()
+        blobs[rel] = data
+        entries.append({"path": rel, "kind": kind, "module": module_id, "bytes": len(data), "sha256": sha256(data)})
+    commit = course_commit(hand_in.root)
+    record = hand_in.root / "solutions" / "generated.json"
+    manifest = {
+        "kind": KIND, "format": FORMAT, "student": student,
+        "created": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
+        "course": {"commit": commit,
+                   "scaffolds_sha256": sha256(record.read_bytes()) if record.is_file() else None},
+        "worked": hand_in.worked,
+        "files": entries,
+        "warnings": hand_in.warnings,
+    }
+    buf = io.BytesIO()
+    with zipfile.ZipFile(buf, "w", compression=zipfile.ZIP_DEFLATED) as zf:
+        zf.writestr(zipfile.ZipInfo(MANIFEST, (1980, 1, 1, 0, 0, 0)), json.dumps(manifest, indent=1) + "\n",
+                    compress_type=zipfile.ZIP_DEFLATED)
+        for rel in sorted(blobs):
+            zf.writestr(zipfile.ZipInfo(rel, (1980, 1, 1, 0, 0, 0)), blobs[rel], compress_type=zipfile.ZIP_DEFLATED)
+    _atomic_write(out, buf.getvalue())
+    return manifest
+
+
+def submit(root: Path, *, name: str | None = None, out: Path | None = None, echo=_say) -> Path:
+    """Hand in the work of checkout ``root``: write the archive and return its path.
+
+    Raises:
+        Refused: not a g2c checkout, or not the checkout whose ``g2c`` this Python imports.
+    """
+    found = find_root(root)
+    if found is None:
+        raise Refused(f"{Path(root).resolve()} is not inside a g2c checkout: run ./test.sh --submit in the course "
+                      "folder you worked in")
+    if found != REPO_ROOT.resolve():
+        raise Refused(f"this Python runs the course in {REPO_ROOT}, but you are in the checkout {found}: hand in "
+                      f"from {found} with its own environment (cd {found} && ./test.sh --submit)")
+    hand_in = collect_hand_in(found)
+    student = name or _default_name(found)
+    out = Path(out) if out else found / HAND_IN_DIR / f"g2c-{_slug(student)}.zip"
+    if out.suffix != ".zip":
+        raise Refused(f"--out {out}: the archive is a zip file; give a name ending in .zip")
+    existed = out.exists()
+    manifest = write_archive(hand_in, out, student)
+    for w in hand_in.warnings:
+        echo(f"warning: {w}")
+    files = manifest["files"]
+    if not files:
+        echo("warning: you have not edited any exercise file or notebook working copy: the archive holds only "
+             "its manifest")
+    for e in files:
+        echo(f"  {e['path']}  ({e['kind']}, module {e['module']}, {e['bytes']} bytes)")
+    shown = out.relative_to(found) if out.is_relative_to(found) else out
+    echo(f"{'replaced' if existed else 'wrote'} {shown}: {sum(e['kind'] == 'exercise' for e in files)} exercise "
+         f"file(s) of module(s) {', '.join(manifest['worked']) or 'none'}, "
+         f"{sum(e['kind'] == 'notebook' for e in files)} notebook(s), for {student!r}"
+         f"{', course commit ' + manifest['course']['commit'][:12] if manifest['course']['commit'] else ''}. "
+         "Hand this one file in; nothing in your checkout was changed.")
+    return out
+
+
+# -- loading submissions ---------------------------------------------------------------------------
+
+@dataclass
+class Submission:
+    """One student's hand-in, as read by the teacher.
+
+    ``files``: repo-relative path -> bytes (exercise files and notebook working copies, verified);
+    ``problems``: what makes it not cleanly gradable (tampering, an unreadable archive), each one line;
+    ``notes``: what the teacher should know but does not invalidate the grade (ignored extra files,
+    edited tests in a clone, another course commit); ``error``: set when it cannot be graded at all.
+    """
+
+    name: str
+    source: Path
+    kind: str                      # "archive", "folder" (an unpacked archive) or "clone"
+    student: str = ""
+    commit: str | None = None
+    files: dict[str, bytes] = field(default_factory=dict)
+    problems: list[str] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)
+    error: str | None = None
+
+    @property
+    def exercise_files(self) -> dict[str, bytes]:
+        return {r: b for r, b in self.files.items() if allowed_kind(r) and allowed_kind(r)[0] == "exercise"}
+
+    @property
+    def notebooks(self) -> dict[str, bytes]:
+        return {r: b for r, b in self.files.items() if allowed_kind(r) and allowed_kind(r)[0] == "notebook"}
+
+    @property
+    def worked(self) -> list[str]:
+        mods = {module_for_file(r).id for r in self.exercise_files}
+        return [i for i in module_ids() if i in mods]
+
+
+def _read_manifest_files(sub: Submission, manifest_bytes: bytes | None, names: list[str], read) -> None:
+    """Check a manifest against the files beside it (``names``, read with ``read(name)``) and keep the good ones."""
+    if manifest_bytes is None:
+        sub.error = f"no {MANIFEST}: not an archive made by `python -m g2c.course submit`"
+        return
+    try:
+        manifest = json.loads(manifest_bytes.decode("utf-8"))
+        assert isinstance(manifest, dict) and manifest.get("kind") == KIND
+        entries = manifest["files"]
+        assert isinstance(entries, list)
+    except (ValueError, AssertionError, KeyError, UnicodeDecodeError):
+        sub.error = f"{MANIFEST} is not a g2c submission manifest"
+        return
+    if manifest.get("format") != FORMAT:
+        sub.error = f"{MANIFEST} has format {manifest.get('format')!r}; this course reads format {FORMAT}"
+        return
+    sub.student = str(manifest.get("student") or "")
+    sub.commit = (manifest.get("course") or {}).get("commit")
+    listed = {}
+    for e in entries:
+        rel = _safe_rel(str(e.get("path", ""))) if isinstance(e, dict) else None
+        if rel is None or not isinstance(e.get("sha256"), str):
+            sub.problems.append(f"tampered: a manifest entry is malformed ({str(e)[:80]})")
+            continue
+        listed[rel] = e["sha256"]
+    present = set(names) - {MANIFEST}
+    total = 0
+    for name in sorted(present | set(listed)):
+        rel = _safe_rel(name)
+        if rel is None:
+            sub.problems.append(f"tampered: the archive holds an unsafe path {name!r} (ignored)")
+            continue
+        if rel not in listed:
+            sub.problems.append(f"tampered: {rel} is in the archive but not in its manifest (ignored)")
+            continue
+        if rel not in present:
+            sub.problems.append(f"tampered: {rel} is in the manifest but missing from the archive")
+            continue
+        if allowed_kind(rel) is None:
+            what = "the course's tests grade" if rel.startswith("tests/") else "not an exercise file or notebook"
+            sub.notes.append(f"ignored {rel} ({what})")
+            continue
+        data = read(name)
+        if data is None:
+            sub.problems.append(f"{rel} is larger than {MAX_FILE_BYTES // 2**20} MiB (ignored)")
+            continue
+        total += len(data)
+        if total > MAX_ARCHIVE_BYTES:
+            sub.error = f"the archive holds more than {MAX_ARCHIVE_BYTES // 2**20} MiB"
+            return
+        if sha256(data) != listed[rel]:
+            sub.problems.append(f"tampered: {rel} does not match its sha256 in the manifest (graded as found)")
+        sub.files[rel] = data
+
+
+def _load_archive(sub: Submission) -> None:
+    try:
+        with zipfile.ZipFile(sub.source) as zf:
+            infos = {i.filename: i for i in zf.infolist() if not i.is_dir()}
+
+            def read(name: str) -> bytes | None:
+                if infos[name].file_size > MAX_FILE_BYTES:
+                    return None
+                return zf.read(infos[name])
+
+            manifest = read(MANIFEST) if MANIFEST in infos else None
+            _read_manifest_files(sub, manifest, list(infos), read)
+    except (zipfile.BadZipFile, OSError, RuntimeError, EOFError, ValueError) as exc:
+        sub.error = f"not a readable zip archive ({type(exc).__name__}: {str(exc)[:120]})"
+
+
+def _load_folder(sub: Submission) -> None:
+    root = sub.source
+    names = [p.relative_to(root).as_posix() for p in sorted(root.rglob("*")) if p.is_file() and not p.is_symlink()]
+
+    def read(name: str) -> bytes | None:
+        path = root / name
+        return None if path.stat().st_size > MAX_FILE_BYTES else path.read_bytes()
+
+    _read_manifest_files(sub, (root / MANIFEST).read_bytes(), names, read)
+
+
+def _load_clone(sub: Submission, clone: Path, teacher_root: Path) -> None:
+    """A student's whole checkout: their edited exercise files and changed notebook working copies."""
+    from .progress import file_sha256, read_hashes
+    from .scaffolds import expected, read_record
+
+    fresh = expected(teacher_root)
+    own_record, teacher_record = read_record(clone), read_record(teacher_root)
+    for path, text in fresh.items():
+        rel = path.relative_to(teacher_root).as_posix()
+        theirs = clone / rel
+        if not theirs.is_file():
+            continue
+        data = theirs.read_bytes()
+        digest = sha256(data)
+        if data != text.encode("utf-8") and digest not in (own_record.get(rel), teacher_record.get(rel)):
+            sub.files[rel] = data
+    for rel, module_id in notebook_names().items():
+        work = clone / rel
+        clean = teacher_root / get_module(module_id).notebook
+        if work.is_file() and work.stat().st_size <= MAX_FILE_BYTES \
+                and (not clean.is_file() or work.read_bytes() != clean.read_bytes()):
+            sub.files[rel] = work.read_bytes()
+    changed = [rel for rel, want in read_hashes(teacher_root).items()
+               if (clone / rel).is_file() and file_sha256(clone / rel) != want]
+    if changed:
+        sub.notes.append(f"the clone's test files differ from the course's ({', '.join(changed[:4])}"
+                         f"{', ...' if len(changed) > 4 else ''}): ignored, the course's tests grade")
+    sub.commit = course_commit(clone)
+    sub.student = (_git(clone, "config", "user.name") or "").strip()
+
+
+def load_submission(entry: Path, teacher_root: Path) -> Submission | None:
+    """Read one entry of a submissions folder (None for files that are no submission, e.g. ``.DS_Store``)."""
+    entry = Path(entry)
+    if entry.name.startswith("."):
+        return None
+    if entry.is_file():
+        if entry.suffix.lower() != ".zip":
+            return None
+        sub = Submission(entry.stem, entry, "archive")
+        _load_archive(sub)
+    elif entry.is_dir():
+        if (entry / MANIFEST).is_file():
+            sub = Submission(entry.name, entry, "folder")
+            _load_folder(sub)
+        else:
+            sub = Submission(entry.name, entry, "clone")
+            candidates = [entry] + [d for d in sorted(entry.iterdir()) if d.is_dir() and not d.name.startswith(".")]
+            clone = next((c for c in candidates if find_root(c) == c.resolve()), None)
+            if clone is None:
+                sub.error = ("neither a submission archive (no manifest.json) nor a g2c checkout (no "
+                             "g2c/course/registry.py here or one folder down)")
+            else:
+                _load_clone(sub, clone, teacher_root)
+    else:
+        return None
+    if sub.error is None and sub.commit and (teacher := course_commit(teacher_root)) and sub.commit != teacher:
+        sub.notes.append(f"handed in from course commit {sub.commit[:12]}, graded on the teacher's {teacher[:12]}")
+    return sub
+
+
+# -- grading ---------------------------------------------------------------------------------------
+
+def _overlay_ignore(teacher_root: Path):
+    def ignore(folder: str, names: list[str]) -> set[str]:
+        rel = Path(os.path.relpath(folder, teacher_root)).as_posix()
+        skip = {n for n in names if n in OVERLAY_SKIP or n.endswith(".egg-info")}
+        if rel == "notebooks":
+            skip.add("work")
+        return skip
+    return ignore
+
+
+def make_overlay(teacher_root: Path, dest: Path, files: dict[str, bytes], fresh: dict[Path, str]) -> Path:
+    """A grading copy of the teacher's checkout in ``dest``: every exercise file as its fresh scaffold, then
+    the student's ``files`` written over them; ``.venv``, ``artifacts`` and ``data`` linked to the teacher's."""
+    shutil.copytree(teacher_root, dest, ignore=_overlay_ignore(teacher_root), symlinks=True)
+    for path, text in fresh.items():
+        target = dest / path.relative_to(teacher_root)
+        target.parent.mkdir(parents=True, exist_ok=True)
+        target.write_text(text, encoding="utf-8")
+    for rel, data in files.items():
+        if allowed_kind(rel) and allowed_kind(rel)[0] == "exercise":
+            (dest / rel).parent.mkdir(parents=True, exist_ok=True)
+            (dest / rel).write_bytes(data)
+    for name in LINKED:
+        if (teacher_root / name).exists():
+            (dest / name).symlink_to((teacher_root / name).resolve(), target_is_directory=True)
+    return dest
+
+
+def grade_env(overlay: Path) -> dict[str, str]:
+    """The environment of a submission's grading run: its overlay first on the import path, no selection of
+    the teacher's shell (``G2C_APPLY_SOLUTIONS``, ``G2C_REPLACE_EDITED``) leaking in."""
+    env = {k: v for k, v in os.environ.items()
+           if k not in ("G2C_APPLY_SOLUTIONS", "G2C_REPLACE_EDITED", "PYTHONPATH", "PYTHONSTARTUP")}
+    env.update(PYTHONPATH=str(overlay), G2C_QUIET="1", PYTHONIOENCODING="utf-8")
+    return env
+
+
+def _tail(path: Path, n: int = 1500) -> str:
+    try:
+        data = path.read_bytes()[-n:]
+    except OSError:
+        return ""
+    text = data.decode("utf-8", errors="replace")
+    return "".join(c if c.isprintable() or c in "\n\t" else "?" for c in text)
+
+
+def grade_submission(sub: Submission, ids: list[str], teacher_root: Path, fresh: dict[Path, str], *,
+                     timeout: float, python: str = sys.executable) -> dict:
+    """Grade one submission on modules ``ids`` in its own overlay; return its JSON-ready record."""
+    from .progress import untouched_result
+
+    record = {"name": sub.name, "source": str(sub.source), "kind": sub.kind, "student": sub.student,
+              "commit": sub.commit, "worked": sub.worked, "problems": list(sub.problems), "notes": list(sub.notes),
+              "files": {r: sha256(b) for r, b in sorted(sub.files.items())}, "modules": {}, "status": "ok",
+              "error": None, "wall_s": 0.0}
+    if sub.error:
+        record.update(status="error", error=sub.error)
+        return record
+    start = time.monotonic()
+    with tempfile.TemporaryDirectory(prefix="g2c-class-") as tmp:
+        overlay = make_overlay(teacher_root, Path(tmp) / "g2c", sub.files, fresh)
+        out, log = Path(tmp) / "grade.json", Path(tmp) / "grade.log"
+        cmd = [python, "-m", "g2c.course", "grade", *ids, "--json", str(out)]
+        timed_out = False
+        with open(log, "wb") as logf:
+            proc = subprocess.Popen(cmd, cwd=overlay, env=grade_env(overlay), stdout=logf, stderr=subprocess.STDOUT,
+                                    stdin=subprocess.DEVNULL, start_new_session=True)
+            try:
+                rc = proc.wait(timeout=timeout)
+            except subprocess.TimeoutExpired:
+                timed_out = True
+                try:
+                    os.killpg(proc.pid, signal.SIGKILL)
+                except (ProcessLookupError, PermissionError):
+                    proc.kill()
+                rc = proc.wait()
+        try:
+            graded = {m["id"]: m for m in json.loads(out.read_text(encoding="utf-8"))["modules"]}
+        except (OSError, ValueError, KeyError, TypeError):
+            graded = {}
+        tail = _tail(log)
+    record["wall_s"] = round(time.monotonic() - start, 1)
+    for i in ids:
+        m = graded.get(i)
+        if m is None:
+            r = untouched_result(i, teacher_root)
+            m = {"id": i, "title": r.title, "passed": 0, "failed": 0, "skipped": 0, "total": 0,
+                 "recorded": r.recorded, "blocked": {}, "failures": [], "warnings": [], "valid": False,
+                 "state": "timeout" if timed_out else "error"}
+        else:
+            m = dict(m)
+            m["state"] = _state(m, i in sub.worked)
+        record["modules"][i] = m
+    if timed_out:
+        record.update(status="timeout", error=f"killed after {timeout:g} s (an endless loop or a very slow "
+                                               f"submission); the modules graded before that are kept")
+    elif rc not in (0, 1) or len(graded) < len(ids):
+        record.update(status="error", error=f"the grader exited with code {rc}: {tail[-600:].strip()}")
+    elif record["problems"]:
+        record["status"] = "tampered"
+    if record["status"] != "ok":
+        record["log_tail"] = tail
+    return record
+
+
+def _state(m: dict, worked: bool) -> str:
+    if m["total"] == 0:
+        return "no tests ran"
+    if not m.get("valid", True):
+        return "invalid"
+    if m["failed"] == 0 and m["skipped"] == 0 and (m["recorded"] is None or m["total"] >= m["recorded"]):
+        return "done"
+    if m["blocked"] and m["own_failures"] == 0:
+        return "blocked"
+    return "in progress" if worked or (m["untouched"] is not None and m["passed"] > m["untouched"]) \
+        else "not started"
+
+
+def _cell(m: dict) -> str:
+    denominator = m["recorded"] if m.get("recorded") is not None else m["total"]
+    if m["state"] in ("timeout", "error"):
+        return m["state"]
+    text = f"{m['passed']}/{denominator}"
+    if m["state"] == "blocked" or m["blocked"]:
+        text += " b"
+    if m["state"] == "invalid":
+        text += " !"
+    return text
+
+
+def grade_class(folder: Path, *, teacher_root: Path = REPO_ROOT, modules: str | None = None, out: Path | None = None,
+                timeout: float | None = None, jobs: int = 1, echo=_say) -> int:
+    """Grade every submission in ``folder`` on the teacher's checkout; write the reports; return the exit code.
+
+    Raises:
+        Refused: ``folder`` is missing or is itself a checkout, or ``modules`` is malformed (exit code 2).
+    """
+    from .progress import test_file_problems
+    from .scaffolds import expected
+
+    folder = Path(folder)
+    if not folder.is_dir():
+        raise Refused(f"{folder} is not a folder: give the folder that holds the submissions (zip archives or clones)")
+    if find_root(folder) == folder.resolve():
+        raise Refused(f"{folder} is a g2c checkout itself: give the folder that holds the submissions")
+    teacher_root = Path(teacher_root).resolve()
+    subs = [s for s in (load_submission(e, teacher_root) for e in sorted(folder.iterdir())) if s is not None]
+    try:
+        ids = parse_selection(modules) if modules else \
+            [i for i in module_ids() if any(i in s.worked for s in subs)]
+    except ValueError as exc:
+        raise Refused(f"--modules: {exc}") from None
+    ids = [i for i in ids if get_module(i).tests]
+    timeout = float(timeout) if timeout else max(60.0, 300.0 * len(ids))
+    out = Path(out) if out else folder.resolve().parent / f"{folder.resolve().name}-grades"
+    teacher_commit = course_commit(teacher_root)
+    echo(f"grading {len(subs)} submission(s) from {folder} on module(s) {', '.join(ids) or 'none'} with the tests "
+         f"of {teacher_root}{' (commit ' + teacher_commit[:12] + ')' if teacher_commit else ''}; "
+         f"{jobs} at a time, at most {timeout:g} s each")
+    for m in ids:
+        for p in test_file_problems(get_module(m), teacher_root):
+            echo(f"WARNING: the teacher's checkout: {p} (module {m}); run `git checkout -- tests/` or re-record")
+    fresh = expected(teacher_root)
+    lock = threading.Lock()
+    started = time.monotonic()
+    done = [0]
+
+    def one(sub: Submission) -> dict:
+        try:
+            rec = grade_submission(sub, ids, teacher_root, fresh, timeout=timeout) if ids else \
+                grade_submission(sub, [], teacher_root, fresh, timeout=timeout)
+        except Exception as exc:  # one broken submission never stops the class
+            rec = {"name": sub.name, "source": str(sub.source), "kind": sub.kind, "student": sub.student,
+                   "commit": sub.commit, "worked": sub.worked, "problems": sub.problems, "notes": sub.notes,
+                   "files": {}, "modules": {}, "status": "error", "error": f"{type(exc).__name__}: {exc}",
+                   "wall_s": 0.0}
+        with lock:
+            done[0] += 1
+            echo(f"[{done[0]}/{len(subs)}] {sub.name}: {rec['status']} ({rec['wall_s']:.1f} s)")
+        return rec
+
+    if ids:
+        with ThreadPoolExecutor(max_workers=max(1, jobs)) as pool:
+            records = list(pool.map(one, subs))
+    else:
+        records = [one(s) for s in subs]
+    wall = time.monotonic() - started
+    report = {"kind": "g2c-class-grades", "format": FORMAT,
+              "created": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
+              "teacher": {"root": str(teacher_root), "commit": teacher_commit},
+              "modules": ids, "selector": selector_for(ids), "timeout_s": timeout, "jobs": jobs,
+              "wall_s": round(wall, 1), "submissions": records}
+    summary = summary_text(report)
+    echo(summary)
+    out.mkdir(parents=True, exist_ok=True)
+    _atomic_write(out / "grades.json", (json.dumps(report, indent=1) + "\n").encode("utf-8"))
+    _atomic_write(out / "grades.csv", csv_text(report).encode("utf-8"))
+    _atomic_write(out / "summary.txt", (summary + "\n").encode("utf-8"))
+    page = answers_page(subs, teacher_root)
+    _atomic_write(out / "answers.html", answers_html(page).encode("utf-8"))
+    _atomic_write(out / "answers.md", answers_markdown(page).encode("utf-8"))
+    echo(f"wrote {out}/grades.csv, grades.json, summary.txt, answers.html, answers.md ({wall:.1f} s in all)")
+    return EXIT_OK if all(r["status"] == "ok" for r in records) else EXIT_INCOMPLETE
+
+
+# -- reports -------------------------------------------------------------------------------------
+
+def summary_text(report: dict) -> str:
+    """The readable table: a row per student, a column per module (passed / tests the course records)."""
+    ids = report["modules"]
+    rows = [("student", "status", *ids, "notes")]
+    details = []
+    for r in report["submissions"]:
+        notes = []
+        for i in ids:
+            m = r["modules"].get(i)
+            if not m:
+                continue
+            blocked = ", ".join(f"{b} ({n})" for b, n in m["blocked"].items())
+            if blocked:
+                notes.append(f"{i} blocked by {blocked}")
+            own = [f["test"] for f in m["failures"] if not f["blocked_by"]]
+            if own and m["state"] not in ("timeout", "error"):
+                details.append(f"  {r['name']} / {i}: {len(own)} failing: "
+                               + ", ".join(t.split("::", 1)[-1] for t in own[:6]) + (" ..." if len(own) > 6 else ""))
+            for w in m.get("warnings", []):
+                details.append(f"  {r['name']} / {i}: NOT VALID: {w}")
+        if r["error"]:
+            details.append(f"  {r['name']}: {r['status'].upper()}: {r['error']}")
+        for p in r["problems"]:
+            details.append(f"  {r['name']}: {p}")
+        for n in r["notes"]:
+            details.append(f"  {r['name']}: note: {n}")
+        rows.append((r["name"], r["status"], *(_cell(r["modules"][i]) if i in r["modules"] else "-" for i in ids),
+                     "; ".join(notes)))
+    widths = [max(len(row[c]) for row in rows) for c in range(len(rows[0]))]
+    lines = ["  ".join(cell.ljust(w) for cell, w in zip(row, widths)).rstrip() for row in rows]
+    lines.insert(1, "  ".join("-" * w for w in widths))
+    legend = ("cells: tests passed / tests the course records for the module (its own tests, the answer key for the "
+              "prerequisites the student did not edit); b: some failures come from an unwritten prerequisite the "
+              "student edited (blocking, not failing); !: not a valid grade; timeout / error: not graded")
+    out = [*lines, "", legend]
+    if details:
+        out += ["", "details:", *details]
+    n = len(report["submissions"])
+    bad = [r["name"] for r in report["submissions"] if r["status"] != "ok"]
+    out.append("")
+    out.append(f"{n} submission(s) in {report['wall_s']:.1f} s; "
+               + (f"not graded cleanly: {', '.join(bad)}" if bad else "all graded"))
+    return "\n".join(out)
+
+
+CSV_FIELDS = ["student", "name_in_manifest", "status", "module", "state", "passed", "failed", "skipped", "ran",
+              "recorded", "score", "blocked_by", "failing_tests", "valid", "notes"]
+
+
+def csv_text(report: dict) -> str:
+    """One row per student and module (a row with an empty module for a submission that was not graded)."""
+    buf = io.StringIO()
+    w = csv.DictWriter(buf, fieldnames=CSV_FIELDS, lineterminator="\n")
+    w.writeheader()
+    for r in report["submissions"]:
+        notes = "; ".join([*([r["error"]] if r["error"] else []), *r["problems"], *r["notes"]])
+        if not r["modules"]:
+            w.writerow({"student": r["name"], "name_in_manifest": r["student"], "status": r["status"], "notes": notes})
+        for i, m in r["modules"].items():
+            denominator = m["recorded"] if m.get("recorded") is not None else m["total"]
+            w.writerow({
+                "student": r["name"], "name_in_manifest": r["student"], "status": r["status"], "module": i,
+                "state": m["state"], "passed": m["passed"], "failed": m["failed"], "skipped": m["skipped"],
+                "ran": m["total"], "recorded": m.get("recorded"),
+                "score": f"{m['passed'] / denominator:.3f}" if denominator else "",
+                "blocked_by": ";".join(f"{b}:{n}" for b, n in m["blocked"].items()),
+                "failing_tests": ";".join(f["test"] for f in m["failures"]),
+                "valid": "yes" if m.get("valid") and m["state"] not in ("timeout", "error") else "no",
+                "notes": "; ".join([notes, *m.get("warnings", [])]).strip("; "),
+            })
+    return buf.getvalue()
+
+
+# -- answers -------------------------------------------------------------------------------------
+
+def _notebook_builder(root: Path):
+    script = root / "scripts" / "notebooks" / "build.py"
+    spec = importlib.util.spec_from_file_location("g2c_notebook_build_teaching", script)
+    build = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(build)
+    return build
+
+
+def questions_of(module, root: Path) -> list[dict]:
+    """The written questions of a module's notebook, from the answer key: question, worked answer, rubric, and
+    the clean notebook's cell id of the Answer cell."""
+    build = _notebook_builder(root)
+    src = build.read_source(build.source_path(module, root=root))
+    out = []
+    for index, cell in enumerate(src.cells):
+        text = cell.source
+        if cell.cell_type == "markdown" and text.lstrip("\n").startswith(build.ANSWER):
+            answer, rubric = build.split_answer(text, f"{module.id}: cell {index + 1}")
+            question = src.cells[index - 1].source.strip()
+            out.append({"cell_id": f"cell-{index + 1:02d}", "question": question, "worked": answer, "rubric": rubric})
+    return out
+
+
+def student_answers(raw: bytes, questions: list[dict]) -> tuple[list[str | None], str | None]:
+    """Each question's answer in a student's notebook (None: no Answer cell for it), and an error if unreadable.
+
+    An Answer cell is matched by its cell id (the clean notebook's ids are fixed), else by its order."""
+    try:
+        cells = json.loads(raw.decode("utf-8"))["cells"]
+        texts = [(c.get("id"), "".join(c["source"]) if isinstance(c["source"], list) else str(c["source"]))
+                 for c in cells if c.get("cell_type") == "markdown"]
+    except (ValueError, KeyError, TypeError, AttributeError, UnicodeDecodeError) as exc:
+        return [None] * len(questions), f"unreadable notebook ({type(exc).__name__})"
+    answers = [(cid, t) for cid, t in texts if t.lstrip().startswith("**Answer:**")]
+    by_id = {cid: t for cid, t in answers if cid}
+    out = []
+    for k, q in enumerate(questions):
+        text = by_id.get(q["cell_id"])
+        if text is None and k < len(answers):
+            text = answers[k][1]
+        out.append(None if text is None else text.lstrip().removeprefix("**Answer:**").strip())
+    return out, None
+
+
+def answers_page(subs: list[Submission], root: Path) -> list[dict]:
+    """Per notebook handed in (course order): its questions with rubric and worked answer, every student's answer."""
+    pages = []
+    for m in MODULES:
+        rel = f"{WORK_DIR}/{Path(m.notebook).name}"
+        handed = [s for s in subs if rel in s.files]
+        if not handed:
+            continue
+        try:
+            questions = questions_of(m, root)
+        except Exception as exc:  # a broken answer key must not hide the answers
+            pages.append({"module": m.id, "title": m.title, "error": f"answer key unreadable: {exc}",
+                          "questions": [], "students": []})
+            continue
+        students = []
+        for s in subs:
+            if rel in s.files:
+                answers, error = student_answers(s.files[rel], questions)
+            else:
+                answers, error = [None] * len(questions), "no notebook handed in"
+            students.append({"name": s.name, "answers": answers, "error": error})
+        pages.append({"module": m.id, "title": m.title, "notebook": rel, "questions": questions,
+                      "students": students, "error": None})
+    return pages
+
+
+CSS = """body{font-family:system-ui,sans-serif;max-width:60rem;margin:2rem auto;padding:0 1rem;line-height:1.45}
+.q{border-left:4px solid #4a6fa5;padding-left:1rem;margin:2rem 0}.pre{white-space:pre-wrap}
+.rubric{background:#f3f6fa;padding:.5rem 1rem}.ans{border-top:1px solid #ddd;padding:.4rem 0}
+.who{font-weight:600}.blank{color:#a33}table{border-collapse:collapse}td,th{border:1px solid #ccc;padding:2px 8px}"""
+
+
+def answers_html(pages: list[dict]) -> str:
+    """A self-contained HTML page (every student text escaped, shown as written)."""
+    e = html.escape
+    out = ["<!doctype html><html><head><meta charset='utf-8'><title>g2c: notebook answers</title>",
+           f"<style>{CSS}</style></head><body><h1>Notebook answers</h1>"]
+    if not pages:
+        out.append("<p>No notebook working copy was handed in.</p>")
+    for p in pages:
+        out.append(f"<h2 id='m-{e(p['module'])}'>Module {e(p['module'])}: {e(p['title'])}</h2>")
+        if p["error"]:
+            out.append(f"<p class='blank'>{e(p['error'])}</p>")
+            continue
+        for k, q in enumerate(p["questions"]):
+            out.append(f"<div class='q'><h3>Question {k + 1}</h3><div class='pre'>{e(q['question'])}</div>")
+            out.append(f"<details open class='rubric'><summary>Rubric</summary><div class='pre'>{e(q['rubric'])}"
+                       "</div></details>")
+            out.append(f"<details class='rubric'><summary>Worked answer</summary><div class='pre'>{e(q['worked'])}"
+                       "</div></details>")
+            for s in p["students"]:
+                a = s["answers"][k]
+                body = (f"<span class='blank'>({e(s['error'])})</span>" if s["error"] else
+                        "<span class='blank'>(no Answer cell)</span>" if a is None else
+                        "<span class='blank'>(blank)</span>" if not a else f"<div class='pre'>{e(a)}</div>")
+                out.append(f"<div class='ans'><span class='who'>{e(s['name'])}</span>{body}</div>")
+            out.append("</div>")
+    out.append("</body></html>")
+    return "\n".join(out) + "\n"
+
+
+def answers_markdown(pages: list[dict]) -> str:
+    out = ["# Notebook answers", ""]
+    if not pages:
+        out.append("No notebook working copy was handed in.")
+    for p in pages:
+        out += [f"## Module {p['module']}: {p['title']}", ""]
+        if p["error"]:
+            out += [p["error"], ""]
+            continue
+        for k, q in enumerate(p["questions"]):
+            out += [f"### Question {k + 1}", "", q["question"], "", "**Rubric:**", "", q["rubric"], "",
+                    "<details><summary>Worked answer</summary>", "", q["worked"], "", "</details>", ""]
+            for s in p["students"]:
+                a = s["answers"][k]
+                text = (f"*({s['error']})*" if s["error"] else "*(no Answer cell)*" if a is None else
+                        "*(blank)*" if not a else "\n".join("> " + line for line in a.splitlines()))
+                out += [f"**{s['name']}**:", "", text, ""]
+    return "\n".join(out) + "\n"
+
+
+# -- command line --------------------------------------------------------------------------------
+
+def _submit_cmd(args) -> int:
+    try:
+        submit(Path.cwd(), name=args.name, out=args.out)
+    except Refused as exc:
+        print(f"submit: {exc}", file=sys.stderr)
+        return EXIT_USAGE
+    return EXIT_OK
+
+
+def _grade_class_cmd(args) -> int:
+    if args.jobs < 1 or (args.timeout is not None and args.timeout <= 0):
+        print("grade-class: --jobs must be >= 1 and --timeout > 0", file=sys.stderr)
+        return EXIT_USAGE
+    root = find_root(Path.cwd())
+    if root is None or root != REPO_ROOT.resolve():
+        print(f"grade-class: run it in the teacher's g2c checkout ({REPO_ROOT}), whose tests grade", file=sys.stderr)
+        return EXIT_USAGE
+    try:
+        return grade_class(Path(args.folder), teacher_root=root, modules=args.modules, out=args.out,
+                           timeout=args.timeout, jobs=args.jobs)
+    except Refused as exc:
+        print(f"grade-class: {exc}", file=sys.stderr)
+        return EXIT_USAGE
+
+
+def add_submit_parser(sub) -> None:
+    p = sub.add_parser("submit", help="hand in: one zip of your edited exercise files and notebooks (docs/teaching.md)")
+    p.add_argument("--name", default=None, help="your name in the manifest and the file name (default: git's "
+                                                "user.name, else your login)")
+    p.add_argument("--out", type=Path, default=None, metavar="FILE.zip",
+                   help=f"where to write the archive (default: {HAND_IN_DIR}/g2c-NAME.zip in the checkout)")
+    p.set_defaults(func=_submit_cmd)
+
+
+def add_grade_class_parser(sub) -> None:
+    p = sub.add_parser("grade-class", help="grade a folder of submissions on this checkout's tests "
+                                           "(exit 0 all graded, 1 some not, 2 usage)")
+    p.add_argument("folder", metavar="DIR", help="a folder of submission zips, unpacked submissions or clones")
+    p.add_argument("--modules", default=None, metavar="SEL",
+                   help="modules to grade, as G2C_APPLY_SOLUTIONS (e.g. 03,04 or 03-11; default: every module some "
+                        "submission edited)")
+    p.add_argument("--out", type=Path, default=None, metavar="DIR", help="report folder (default: DIR-grades)")
+    p.add_argument("--timeout", type=float, default=None, metavar="S",
+                   help="seconds per submission before it is stopped (default: 300 per module, at least 60)")
+    p.add_argument("--jobs", type=int, default=1, metavar="N", help="submissions graded at once (default 1)")
+    p.set_defaults(func=_grade_class_cmd)
