@@ -402,8 +402,8 @@ def _read_manifest_files(sub: Submission, manifest_bytes: bytes | None, names: l
             sub.problems.append(f"tampered: {rel} is in the manifest but missing from the archive")
             continue
         if allowed_kind(rel) is None:
-            what = "the course's tests grade" if rel.startswith("tests/") else "not an exercise file or notebook"
-            sub.notes.append(f"ignored {rel} ({what})")
+            what = "the course's own tests grade" if rel.startswith("tests/") else "not an exercise file or notebook"
+            sub.problems.append(f"tampered: the archive carries {rel}, which submit never hands in (ignored: {what})")
             continue
         data = read(name)
         if data is None:
@@ -590,13 +590,21 @@ def grade_submission(sub: Submission, ids: list[str], teacher_root: Path, fresh:
             graded = {}
         tail = _tail(log)
     record["wall_s"] = round(time.monotonic() - start, 1)
+    # pytest could not even start (the student's code breaks an import its conftest needs): a result, 0 passed
+    crashed = not timed_out and rc == 2 and "pytest wrote no report" in tail
+    cause = next((line[1:].strip() for line in reversed(tail.splitlines())
+                  if re.match(r"^E\s+\w+(Error|Exception)", line)), "see grades.json")
+    if crashed:
+        record["notes"].append(f"the code breaks before any test starts ({cause}): its modules score 0")
     for i in ids:
         m = graded.get(i)
         if m is None:
             r = untouched_result(i, teacher_root)
             m = {"id": i, "title": r.title, "passed": 0, "failed": 0, "skipped": 0, "total": 0,
-                 "recorded": r.recorded, "blocked": {}, "failures": [], "warnings": [], "valid": False,
-                 "state": "timeout" if timed_out else "error"}
+                 "recorded": r.recorded, "untouched": r.untouched, "own_failures": 0, "blocked": {}, "applied": [],
+                 "failures": [{"test": f"(no test could start: {cause})", "blocked_by": None}] if crashed else [],
+                 "warnings": [], "valid": crashed,
+                 "state": "crashed" if crashed else "timeout" if timed_out else "error"}
         else:
             m = dict(m)
             m["state"] = _state(m, i in sub.worked)
@@ -604,7 +612,7 @@ def grade_submission(sub: Submission, ids: list[str], teacher_root: Path, fresh:
     if timed_out:
         record.update(status="timeout", error=f"killed after {timeout:g} s (an endless loop or a very slow "
                                                f"submission); the modules graded before that are kept")
-    elif rc not in (0, 1) or len(graded) < len(ids):
+    elif not crashed and (rc not in (0, 1) or len(graded) < len(ids)):
         record.update(status="error", error=f"the grader exited with code {rc}: {tail[-600:].strip()}")
     elif record["problems"]:
         record["status"] = "tampered"
@@ -628,8 +636,8 @@ def _state(m: dict, worked: bool) -> str:
 
 def _cell(m: dict) -> str:
     denominator = m["recorded"] if m.get("recorded") is not None else m["total"]
-    if m["state"] in ("timeout", "error"):
-        return m["state"]
+    if m["state"] in ("timeout", "error", "crashed"):
+        return m["state"] if m["state"] != "crashed" else f"0/{denominator} crashed"
     text = f"{m['passed']}/{denominator}"
     if m["state"] == "blocked" or m["blocked"]:
         text += " b"
@@ -730,7 +738,7 @@ def summary_text(report: dict) -> str:
             if blocked:
                 notes.append(f"{i} blocked by {blocked}")
             own = [f["test"] for f in m["failures"] if not f["blocked_by"]]
-            if own and m["state"] not in ("timeout", "error"):
+            if own and m["state"] not in ("timeout", "error", "crashed"):
                 details.append(f"  {r['name']} / {i}: {len(own)} failing: "
                                + ", ".join(t.split("::", 1)[-1] for t in own[:6]) + (" ..." if len(own) > 6 else ""))
             for w in m.get("warnings", []):
