@@ -145,6 +145,9 @@ def _progress() -> int:
     print(legend(worked))
     for line in report([r for r in results if r.id in graded], worked):
         print(line)
+    invalid = [r for r in graded.values() if getattr(r, "warnings", ())]
+    if invalid:
+        _warn_invalid(invalid)
     return 0
 
 
