@@ -394,3 +394,23 @@ def test_a_closed_pipe_ends_quietly():
     err = proc.stderr.read().decode()
     assert proc.wait(timeout=300) in (0, 141)
     assert "Traceback" not in err and "BrokenPipeError" not in err, err
+
+
+def test_contract_check_flags_a_test_file_that_changed_since_its_record(tmp_path):
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("g2c_contract_for_test", REPO_ROOT / "scripts" / "contract.py")
+    contract = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(contract)
+    (tmp_path / "tests").mkdir()
+    (tmp_path / "tests" / "test_a.py").write_text("def test_a():\n    pass\n")
+    (tmp_path / "tests" / "conftest.py").write_text("")
+    hashes = tmp_path / "tests" / "pristine.sha256"
+    contract.write_hashes(["tests/test_a.py"], root=tmp_path, path=hashes)
+    assert contract.hash_problems(["tests/test_a.py"], root=tmp_path, path=hashes) == []
+    assert set(contract.read_hashes(hashes)) == {"tests/test_a.py", "tests/conftest.py"}
+    (tmp_path / "tests" / "test_a.py").write_text("def test_a():\n    assert True\n")
+    (tmp_path / "tests" / "conftest.py").write_text("import os\n")
+    problems = contract.hash_problems(["tests/test_a.py"], root=tmp_path, path=hashes)
+    assert len(problems) == 2 and all("changed since its contract was recorded" in p for p in problems)
+    assert "python scripts/contract.py --record tests/test_a.py" in problems[0]
