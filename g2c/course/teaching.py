@@ -738,7 +738,7 @@ def summary_text(report: dict) -> str:
             if blocked:
                 notes.append(f"{i} blocked by {blocked}")
             own = [f["test"] for f in m["failures"] if not f["blocked_by"]]
-            if own and m["state"] not in ("timeout", "error", "crashed"):
+            if own and i in r["worked"] and m["state"] not in ("timeout", "error", "crashed"):
                 details.append(f"  {r['name']} / {i}: {len(own)} failing: "
                                + ", ".join(t.split("::", 1)[-1] for t in own[:6]) + (" ..." if len(own) > 6 else ""))
             for w in m.get("warnings", []):
@@ -749,14 +749,17 @@ def summary_text(report: dict) -> str:
             details.append(f"  {r['name']}: {p}")
         for n in r["notes"]:
             details.append(f"  {r['name']}: note: {n}")
-        rows.append((r["name"], r["status"], *(_cell(r["modules"][i]) if i in r["modules"] else "-" for i in ids),
-                     "; ".join(notes)))
+        rows.append((r["name"], r["status"],
+                     *(_cell(r["modules"][i]) + ("*" if i in r["worked"] else "") if i in r["modules"] else "-"
+                       for i in ids), "; ".join(notes)))
     widths = [max(len(row[c]) for row in rows) for c in range(len(rows[0]))]
     lines = ["  ".join(cell.ljust(w) for cell, w in zip(row, widths)).rstrip() for row in rows]
     lines.insert(1, "  ".join("-" * w for w in widths))
     legend = ("cells: tests passed / tests the course records for the module (its own tests, the answer key for the "
-              "prerequisites the student did not edit); b: some failures come from an unwritten prerequisite the "
-              "student edited (blocking, not failing); !: not a valid grade; timeout / error: not graded")
+              "prerequisites the student did not edit); *: the student handed in exercise files of this module (the "
+              "others run the untouched scaffold); b: some failures come from an unwritten prerequisite the student "
+              "edited (blocking, not failing); !: not a valid grade; crashed: no test could start (scores 0); "
+              "timeout / error: not graded. Failing tests are listed for the modules handed in.")
     out = [*lines, "", legend]
     if details:
         out += ["", "details:", *details]
@@ -904,6 +907,7 @@ def answers_html(pages: list[dict]) -> str:
 
 
 def answers_markdown(pages: list[dict]) -> str:
+    """The same page in markdown; a student's text is quoted with its HTML escaped (a viewer never runs it)."""
     out = ["# Notebook answers", ""]
     if not pages:
         out.append("No notebook working copy was handed in.")
@@ -918,7 +922,8 @@ def answers_markdown(pages: list[dict]) -> str:
             for s in p["students"]:
                 a = s["answers"][k]
                 text = (f"*({s['error']})*" if s["error"] else "*(no Answer cell)*" if a is None else
-                        "*(blank)*" if not a else "\n".join("> " + line for line in a.splitlines()))
+                        "*(blank)*" if not a else "\n".join("> " + html.escape(line, quote=False)
+                                                              for line in a.splitlines()))
                 out += [f"**{s['name']}**:", "", text, ""]
     return "\n".join(out) + "\n"
 
