@@ -467,8 +467,8 @@ def _load_clone(sub: Submission, clone: Path, teacher_root: Path) -> None:
         if work.is_file() and work.stat().st_size <= MAX_FILE_BYTES \
                 and (not clean.is_file() or work.read_bytes() != clean.read_bytes()):
             sub.files[rel] = work.read_bytes()
-    changed = [rel for rel, want in read_hashes(teacher_root).items()
-               if (clone / rel).is_file() and file_sha256(clone / rel) != want]
+    changed = [rel for rel, want in read_hashes(teacher_root).items()   # the course's tests, not its tooling tests
+               if not rel.startswith("tests/tooling/") and (clone / rel).is_file() and file_sha256(clone / rel) != want]
     if changed:
         sub.notes.append(f"the clone's test files differ from the course's ({', '.join(changed[:4])}"
                          f"{', ...' if len(changed) > 4 else ''}): ignored, the course's tests grade")
@@ -565,6 +565,9 @@ def grade_submission(sub: Submission, ids: list[str], teacher_root: Path, fresh:
               "error": None, "wall_s": 0.0}
     if sub.error:
         record.update(status="error", error=sub.error)
+        return record
+    if not ids:  # nothing to grade: only the checks of the hand-in itself (and its answers) count
+        record["status"] = "tampered" if sub.problems else "ok"
         return record
     start = time.monotonic()
     with tempfile.TemporaryDirectory(prefix="g2c-class-") as tmp:
@@ -685,8 +688,7 @@ def grade_class(folder: Path, *, teacher_root: Path = REPO_ROOT, modules: str | 
 
     def one(sub: Submission) -> dict:
         try:
-            rec = grade_submission(sub, ids, teacher_root, fresh, timeout=timeout) if ids else \
-                grade_submission(sub, [], teacher_root, fresh, timeout=timeout)
+            rec = grade_submission(sub, ids, teacher_root, fresh, timeout=timeout)
         except Exception as exc:  # one broken submission never stops the class
             rec = {"name": sub.name, "source": str(sub.source), "kind": sub.kind, "student": sub.student,
                    "commit": sub.commit, "worked": sub.worked, "problems": sub.problems, "notes": sub.notes,
@@ -956,7 +958,11 @@ def _grade_class_cmd(args) -> int:
 
 
 def add_submit_parser(sub) -> None:
-    p = sub.add_parser("submit", help="hand in: one zip of your edited exercise files and notebooks (docs/teaching.md)")
+    p = sub.add_parser("submit", help="hand in: one zip of your edited exercise files and notebooks (docs/teaching.md)",
+                       description="Write one zip of exactly what you wrote: your edited exercise files, your notebook "
+                                   "working copies, and a manifest (sha256 of each, the course commit). Nothing in "
+                                   "your checkout changes. Exit codes: 0 written (warnings printed), 2 refused. "
+                                   "See docs/teaching.md.")
     p.add_argument("--name", default=None, help="your name in the manifest and the file name (default: git's "
                                                 "user.name, else your login)")
     p.add_argument("--out", type=Path, default=None, metavar="FILE.zip",
@@ -966,7 +972,12 @@ def add_submit_parser(sub) -> None:
 
 def add_grade_class_parser(sub) -> None:
     p = sub.add_parser("grade-class", help="grade a folder of submissions on this checkout's tests "
-                                           "(exit 0 all graded, 1 some not, 2 usage)")
+                                           "(exit 0 all graded, 1 some not, 2 usage)",
+                       description="Grade every submission in DIR (zip archives from `submit`, unpacked archives, or "
+                                   "clones) on this checkout's own tests, each in its own temporary copy; write "
+                                   "grades.csv, grades.json, summary.txt, answers.html and answers.md. Exit codes: 0 "
+                                   "every submission graded; 1 some submission not graded cleanly (unreadable or "
+                                   "tampered archive, grader error, timeout); 2 usage error. See docs/teaching.md.")
     p.add_argument("folder", metavar="DIR", help="a folder of submission zips, unpacked submissions or clones")
     p.add_argument("--modules", default=None, metavar="SEL",
                    help="modules to grade, as G2C_APPLY_SOLUTIONS (e.g. 03,04 or 03-11; default: every module some "
