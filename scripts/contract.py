@@ -307,7 +307,8 @@ def main(argv: list[str] | None = None) -> int:
         print("scaffold contract violated:", file=sys.stderr)
         for p in problems:
             print(f"  {p}", file=sys.stderr)
-        print(f"if the change is intended, run `{RECORD}` and commit tests/pristine.json", file=sys.stderr)
+        print(f"if the change is intended, run `{RECORD}` and commit tests/pristine.json and tests/pristine.sha256",
+              file=sys.stderr)
     if problems or skips:
         return 1
     print(f"scaffold contract: {len(got)} test files match tests/pristine.json")
