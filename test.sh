@@ -8,10 +8,11 @@
 #   ./test.sh tests/test_nn.py     just `pytest tests/test_nn.py` on YOUR code (no solutions
 #                                  applied unless you export G2C_APPLY_SOLUTIONS yourself)
 # Authors and CI (the scaffolds are as generated, e.g. a clean clone):
-#   ./test.sh                      the whole check: ruff, scaffold and notebook freshness, scaffold
-#                                  contract, full suite with every solution applied, every module's
-#                                  tests on a fake accelerator (--fake-device), notebooks
-#                                  (solved twins)
+#   ./test.sh                      the whole check (about 10 minutes on 2 quiet cores; it uses every
+#                                  core): ruff, scaffold and notebook freshness, scaffold contract and
+#                                  module graph, the rest of the suite with every solution applied,
+#                                  every module's tests on a fake accelerator (--fake-device),
+#                                  notebooks (solved twins)
 #   ./test.sh --author             the whole check even with edited exercise files
 set -euo pipefail
 cd "$(dirname "$0")"
@@ -64,25 +65,68 @@ step "scaffold freshness: python scripts/scaffolds.py --check"
 step "notebook freshness: python scripts/notebooks/build.py --check"
 "$PY" scripts/notebooks/build.py --check
 
-step "scaffold contract: python scripts/contract.py --check"
-env -u G2C_APPLY_SOLUTIONS "$PY" scripts/contract.py --check
+# Both cores: pytest-xdist runs test files side by side (-n, one worker per core; --dist loadfile keeps
+# a file on one worker, so module-scoped fixtures are built once), and the contract runs, one pytest
+# process per module, go two at a time. Every test is xdist-safe: temporary files under tmp_path, repo
+# copies under tmp_path_factory, hypothesis derandomized (no example database), no shared output file.
+JOBS="$("$PY" -c 'import os; print(max(1, min(len(os.sched_getaffinity(0)), 8)))')"
+XDIST=(-n "$JOBS" --dist loadfile)
+if ! "$PY" -c 'import xdist' 2>/dev/null; then
+    echo "test.sh: pytest-xdist is missing from .venv (run ./setup.sh again); the suite runs on one core" >&2
+    XDIST=()
+fi
 
-step "module graph: python scripts/contract.py --graph (each module's tests pass once it and its prerequisites are solved)"
-env -u G2C_APPLY_SOLUTIONS "$PY" scripts/contract.py --graph
+step "scaffold contract and module graph, side by side: python scripts/contract.py --check | --graph --solved-only"
+# --check: every test file on the untouched scaffolds, each module's files with exactly its prerequisites
+# solved (the pristine counts of tests/pristine.json). --graph's first run per module is that same run, so
+# only its second runs here (--solved-only): each module's files with the module and its prerequisites
+# solved, every test must pass. That second run is also the module files' "suite with solutions": the
+# code under test is the answer key, as with G2C_APPLY_SOLUTIONS=all, and a test that needed a module
+# outside the graph would fail there; so the full-suite step below does not run module files again.
+check_log="$(mktemp)"
+trap 'rm -f "$check_log"' EXIT
+env -u G2C_APPLY_SOLUTIONS "$PY" scripts/contract.py --check >"$check_log" 2>&1 &
+check_pid=$!
+graph_rc=0
+env -u G2C_APPLY_SOLUTIONS "$PY" scripts/contract.py --graph --solved-only || graph_rc=$?
+check_rc=0
+wait "$check_pid" || check_rc=$?
+cat "$check_log"
+if [ "$check_rc" -ne 0 ] || [ "$graph_rc" -ne 0 ]; then
+    echo "test.sh: scaffold contract (exit $check_rc) or module graph (exit $graph_rc) failed" >&2
+    exit 1
+fi
 
-step "full suite with solutions: G2C_APPLY_SOLUTIONS=all pytest"
+# The test files no module owns (tooling, ...) whose pristine record has failures: they need the answer
+# key to pass. An unowned file that passes in full on the untouched scaffolds (--check above, nothing
+# solved) tests provided code only, by the contract's own rule, so the answer key cannot change it.
+mapfile -t rest < <("$PY" - <<'PYEOF'
+import json
+from pathlib import Path
+
+from g2c.course import MODULES
+
+owned = {t for m in MODULES for t in m.tests}
+pristine = json.loads(Path("tests/pristine.json").read_text(encoding="utf-8"))
+for f in sorted(p.as_posix() for p in Path("tests").rglob("test_*.py")):
+    if f not in owned and pristine.get(f, {}).get("failed", 1) > 0:
+        print(f)
+PYEOF
+)
+step "the rest of the suite with solutions: G2C_APPLY_SOLUTIONS=all pytest ${rest[*]}"
 # The author run replaces any edited exercise file with the answer key on purpose.
-G2C_APPLY_SOLUTIONS=all G2C_QUIET=1 G2C_REPLACE_EDITED=1 "$PY" -m pytest -q -p no:cacheprovider
+G2C_APPLY_SOLUTIONS=all G2C_QUIET=1 G2C_REPLACE_EDITED=1 "$PY" -m pytest -q -p no:cacheprovider "${XDIST[@]}" "${rest[@]}"
 
 step "every device, without one: G2C_APPLY_SOLUTIONS=all pytest --fake-device (every module's tests; own_device tests skipped)"
 # Parameters on the fake accelerator of tests/device_mocks.py: device mixing, float64 and ops MPS
 # lacks raise inside the course's code (the file list: FAKE_DEVICE_FILES in tests/conftest.py).
-G2C_APPLY_SOLUTIONS=all G2C_QUIET=1 G2C_REPLACE_EDITED=1 "$PY" -m pytest -q -p no:cacheprovider --fake-device tests --ignore=tests/tooling
+G2C_APPLY_SOLUTIONS=all G2C_QUIET=1 G2C_REPLACE_EDITED=1 "$PY" -m pytest -q -p no:cacheprovider "${XDIST[@]}" \
+    --fake-device tests --ignore=tests/tooling
 
 step "data for the notebooks: ./datasets.sh (idempotent)"
 # The specdec notebook trains an MTP head on the training split. Without $G2C_TINYSTORIES this
 # prepares the TinyStories sample shipped in artifacts/ (offline); prepared data is kept.
 ./datasets.sh
 
-step "notebooks: python scripts/run_notebooks.py (solved twins, solutions applied, G2C_QUICK=1)"
-"$PY" scripts/run_notebooks.py
+step "notebooks: python scripts/run_notebooks.py --jobs $JOBS (solved twins, solutions applied, G2C_QUICK=1)"
+"$PY" scripts/run_notebooks.py --jobs "$JOBS"
