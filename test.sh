@@ -65,37 +65,31 @@ step "scaffold freshness: python scripts/scaffolds.py --check"
 step "notebook freshness: python scripts/notebooks/build.py --check"
 "$PY" scripts/notebooks/build.py --check
 
-# Both cores: pytest-xdist runs test files side by side (-n, one worker per core; --dist loadfile keeps
-# a file on one worker, so module-scoped fixtures are built once), and the contract runs, one pytest
-# process per module, go two at a time. Every test is xdist-safe: temporary files under tmp_path, repo
-# copies under tmp_path_factory, hypothesis derandomized (no example database), no shared output file.
-JOBS="$("$PY" -c 'import os; print(max(1, min(len(os.sched_getaffinity(0)), 8)))')"
+# Every core: pytest-xdist runs test files side by side (-n, one worker per core; --dist loadfile keeps
+# a file on one worker, so module-scoped fixtures are built once), and the contract runs its pytest
+# processes (one per module) that many at a time (--jobs). Every test is xdist-safe: temporary files
+# under tmp_path, repo copies under tmp_path_factory, hypothesis derandomized (no example database),
+# no shared output file.
+JOBS="$("$PY" -c 'import os; n = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
+print(max(1, min(n or 1, 8)))')"
 XDIST=(-n "$JOBS" --dist loadfile)
 if ! "$PY" -c 'import xdist' 2>/dev/null; then
     echo "test.sh: pytest-xdist is missing from .venv (run ./setup.sh again); the suite runs on one core" >&2
     XDIST=()
 fi
 
-step "scaffold contract and module graph, side by side: python scripts/contract.py --check | --graph --solved-only"
-# --check: every test file on the untouched scaffolds, each module's files with exactly its prerequisites
-# solved (the pristine counts of tests/pristine.json). --graph's first run per module is that same run, so
-# only its second runs here (--solved-only): each module's files with the module and its prerequisites
-# solved, every test must pass. That second run is also the module files' "suite with solutions": the
-# code under test is the answer key, as with G2C_APPLY_SOLUTIONS=all, and a test that needed a module
-# outside the graph would fail there; so the full-suite step below does not run module files again.
-check_log="$(mktemp)"
-trap 'rm -f "$check_log"' EXIT
-env -u G2C_APPLY_SOLUTIONS "$PY" scripts/contract.py --check >"$check_log" 2>&1 &
-check_pid=$!
-graph_rc=0
-env -u G2C_APPLY_SOLUTIONS "$PY" scripts/contract.py --graph --solved-only || graph_rc=$?
-check_rc=0
-wait "$check_pid" || check_rc=$?
-cat "$check_log"
-if [ "$check_rc" -ne 0 ] || [ "$graph_rc" -ne 0 ]; then
-    echo "test.sh: scaffold contract (exit $check_rc) or module graph (exit $graph_rc) failed" >&2
-    exit 1
-fi
+step "scaffold contract: python scripts/contract.py --check --jobs $JOBS"
+# Every test file on the untouched scaffolds: each module's files with exactly its prerequisites solved,
+# the files no module owns (tooling) with nothing solved; the counts of tests/pristine.json.
+env -u G2C_APPLY_SOLUTIONS "$PY" scripts/contract.py --check --jobs "$JOBS"
+
+step "module graph: python scripts/contract.py --graph --solved-only --jobs $JOBS (each module's tests pass once it and its prerequisites are solved)"
+# --graph's first run per module (prerequisites solved -> pristine counts) is the run --check just made, so
+# only its second run goes here (--solved-only): each module's files with the module and its prerequisites
+# solved, every test must pass. That is also the module files' "suite with solutions": the code under
+# test is the answer key, as under G2C_APPLY_SOLUTIONS=all (every module), and a test that needed a module outside its
+# graph would fail here; so the suite step below does not run the module files again.
+env -u G2C_APPLY_SOLUTIONS "$PY" scripts/contract.py --graph --solved-only --jobs "$JOBS"
 
 # The test files no module owns (tooling, ...) whose pristine record has failures: they need the answer
 # key to pass. An unowned file that passes in full on the untouched scaffolds (--check above, nothing
@@ -113,9 +107,12 @@ for f in sorted(p.as_posix() for p in Path("tests").rglob("test_*.py")):
         print(f)
 PYEOF
 )
-step "the rest of the suite with solutions: G2C_APPLY_SOLUTIONS=all pytest ${rest[*]}"
-# The author run replaces any edited exercise file with the answer key on purpose.
-G2C_APPLY_SOLUTIONS=all G2C_QUIET=1 G2C_REPLACE_EDITED=1 "$PY" -m pytest -q -p no:cacheprovider "${XDIST[@]}" "${rest[@]}"
+if [ "${#rest[@]}" -gt 0 ]; then
+    step "the rest of the suite with solutions: G2C_APPLY_SOLUTIONS=all pytest ${rest[*]}"
+    # The author run replaces any edited exercise file with the answer key on purpose.
+    G2C_APPLY_SOLUTIONS=all G2C_QUIET=1 G2C_REPLACE_EDITED=1 "$PY" -m pytest -q -p no:cacheprovider "${XDIST[@]}" \
+        "${rest[@]}"
+fi
 
 step "every device, without one: G2C_APPLY_SOLUTIONS=all pytest --fake-device (every module's tests; own_device tests skipped)"
 # Parameters on the fake accelerator of tests/device_mocks.py: device mixing, float64 and ops MPS

@@ -30,6 +30,7 @@ import sys
 import tempfile
 import xml.etree.ElementTree as ET
 from collections import Counter, defaultdict
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -89,14 +90,22 @@ def groups(files: list[str], root: Path = ROOT) -> list[tuple[str, list[str]]]:
     return out
 
 
-def run_pristine(root: Path = ROOT, paths: list[str] | None = None) -> tuple[dict[str, Counter], list[str], int]:
+def run_pristine(root: Path = ROOT, paths: list[str] | None = None,
+                 jobs: int = 1) -> tuple[dict[str, Counter], list[str], int]:
     """The pristine run of ``tests/`` (or just ``paths``): each module's files with exactly its prerequisites
-    solved, the unowned files with nothing solved; per-file counts, skip lines, the worst exit code."""
+    solved, the unowned files with nothing solved; per-file counts, skip lines, the worst exit code.
+
+    ``jobs`` > 1 runs that many pytest processes at once, and the unowned files (the tooling tests, the
+    largest group) one process per file so that they spread over the processes; the counts are the same."""
+    todo = groups(paths or test_files(root), root)
+    if jobs > 1:
+        todo = [(sel, [f]) for sel, files in todo if not sel for f in files] + [g for g in todo if g[0]]
+    with ThreadPoolExecutor(max_workers=max(1, jobs)) as pool:
+        results = list(pool.map(lambda group: run_tests(root, group[1], group[0]), todo))
     counts: dict[str, Counter] = defaultdict(Counter)
     skips: list[str] = []
     worst = 0
-    for selector, files in groups(paths or test_files(root), root):
-        c, s, rc = run_tests(root, files, selector)
+    for c, s, rc in results:
         for f, n in c.items():
             counts[f].update(n)
         skips += s
@@ -165,7 +174,7 @@ def graph_problems(module_id: str, root: Path = ROOT, *, pristine: bool = True) 
     expected = json.loads(PRISTINE.read_text(encoding="utf-8")) if PRISTINE.exists() else {}
     closure = prerequisites(m.id)
     problems = []
-    counts, skips, _ = run_tests(root, files, selector_for(closure)) if pristine else ({}, [], 0)
+    counts, skips, _ = run_tests(root, files, selector_for(closure)) if pristine else (defaultdict(Counter), [], 0)
     got = as_record(counts, files)
     for f in files if pristine else ():
         if got.get(f) != expected.get(f):
@@ -188,6 +197,8 @@ def main(argv: list[str] | None = None) -> int:
     mode.add_argument("--graph", nargs="*", metavar="ID",
                       help="check the module graph (default: every module): closure solved -> pristine counts, "
                            "module solved too -> every test passes")
+    ap.add_argument("--jobs", "-j", type=int, default=1, metavar="N",
+                    help="run up to N pytest processes at once (./test.sh: one per core); same results")
     ap.add_argument("--solved-only", action="store_true",
                     help="with --graph: only the second run (module solved too -> every test passes); the first, "
                          "closure solved -> pristine counts, is the same run --check makes")
@@ -198,18 +209,20 @@ def main(argv: list[str] | None = None) -> int:
         from g2c.course import module_ids
 
         problems = []
-        for module_id in args.graph or module_ids():
-            found = graph_problems(module_id, pristine=not args.solved_only)
-            print(f"graph: module {module_id}: {'ok' if not found else f'{len(found)} problem(s)'}", flush=True)
-            for p in found:
-                print(f"  {p}", flush=True)
-            problems += found
+        ids = args.graph or module_ids()
+        with ThreadPoolExecutor(max_workers=max(1, args.jobs)) as pool:
+            found_all = pool.map(lambda i: graph_problems(i, pristine=not args.solved_only), ids)
+            for module_id, found in zip(ids, found_all):     # in module order, each as soon as it is known
+                print(f"graph: module {module_id}: {'ok' if not found else f'{len(found)} problem(s)'}", flush=True)
+                for p in found:
+                    print(f"  {p}", flush=True)
+                problems += found
         if problems:
             print(f"module graph: {len(problems)} problem(s) above", file=sys.stderr)
         return 1 if problems else 0
 
     files = [Path(f).as_posix() for f in args.files] or test_files()
-    counts, skips, _ = run_pristine(paths=args.files or None)
+    counts, skips, _ = run_pristine(paths=args.files or None, jobs=args.jobs)
     got = as_record(counts, files)
     if args.record:
         if skips:
