@@ -244,13 +244,13 @@ plt.show()
 # Within one text, the i.i.d. model is a fair first approximation here: the per-position
 # rates scatter around α̂ within about two standard errors, and τ(α̂, k) lands within a few
 # hundredths of the measured τ. The conditional rates cannot show everything, though: they
-# pool rounds from easy and hard stretches. What breaks independence is the text: the
-# per-prompt α̂ above spread by more than their standard errors (on the full run, four prompts
-# of 96 tokens, from 0.64 to 0.76 at about ±0.04 each), and which prompt comes out
-# easiest is not something the opening words predict (a stock opening such as "Once upon a time"
-# need not rank first: what counts is where the 30M target takes the story next, and the 1M
-# drafter cannot guess a specific plot); within a story, stretches of boilerplate alternate with
-# names and turns. Acceptance depends on the prefix,
+# pool rounds from easy and hard stretches. What breaks independence is the text: on the full
+# run (four prompts of 96 tokens) the per-prompt α̂ spread from 0.64 to 0.76, three times their
+# standard errors of about ±0.04. Which prompt comes out easiest is not something the opening
+# words predict, and a short run ranks them differently: with 96 tokens the stock opening
+# "Once upon a time" came last (the 30M target soon takes the story somewhere specific that the
+# 1M drafter cannot guess), with 32 tokens (G2C_QUICK=1) it came first. Within a story,
+# stretches of boilerplate alternate with names and turns. Acceptance depends on the prefix,
 # so a single α is an average over a task distribution; that is why a measured τ means nothing
 # without the prompts it was measured on (the serving lab's two prompt sets show it), and why
 # engines re-estimate α online (the dynamic-k rule above).
