@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Open a module's notebook in Jupyter, working on your own copy under notebooks/work/.
-#   ./notebook.sh <id> [--fresh] [--solutions[=SEL]] [--no-launch]
+#   ./notebook.sh <id> [--fresh] [--apply SEL] [--solutions[=SEL]] [--no-launch] [--execute]
 set -euo pipefail
 cd "$(dirname "$0")"
 if [ ! -x .venv/bin/python ]; then

@@ -10,10 +10,11 @@
 #   ./test.sh tests/test_nn.py     just `pytest tests/test_nn.py` on YOUR code (no solutions
 #                                  applied unless you export G2C_APPLY_SOLUTIONS yourself)
 # Authors and CI (the scaffolds are as generated, e.g. a clean clone):
-#   ./test.sh                      the whole check: ruff, scaffold and notebook freshness, scaffold
-#                                  contract, full suite with every solution applied, every module's
-#                                  tests on a fake accelerator (--fake-device), notebooks
-#                                  (solved twins)
+#   ./test.sh                      the whole check (about 10 minutes on 2 quiet cores; it uses every
+#                                  core): ruff, scaffold and notebook freshness, scaffold contract and
+#                                  module graph, the rest of the suite with every solution applied,
+#                                  every module's tests on a fake accelerator (--fake-device),
+#                                  notebooks (solved twins)
 #   ./test.sh --author             the whole check even with edited exercise files
 set -euo pipefail
 cd "$(dirname "$0")"
@@ -67,25 +68,65 @@ step "scaffold freshness: python scripts/scaffolds.py --check"
 step "notebook freshness: python scripts/notebooks/build.py --check"
 "$PY" scripts/notebooks/build.py --check
 
-step "scaffold contract: python scripts/contract.py --check"
-env -u G2C_APPLY_SOLUTIONS "$PY" scripts/contract.py --check
+# Every core: pytest-xdist runs test files side by side (-n, one worker per core; --dist loadfile keeps
+# a file on one worker, so module-scoped fixtures are built once), and the contract runs its pytest
+# processes (one per module) that many at a time (--jobs). Every test is xdist-safe: temporary files
+# under tmp_path, repo copies under tmp_path_factory, hypothesis derandomized (no example database),
+# no shared output file.
+JOBS="$("$PY" -c 'import os; n = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
+print(max(1, min(n or 1, 8)))')"
+XDIST=(-n "$JOBS" --dist loadfile)
+if ! "$PY" -c 'import xdist' 2>/dev/null; then
+    echo "test.sh: pytest-xdist is missing from .venv (run ./setup.sh again); the suite runs on one core" >&2
+    XDIST=()
+fi
 
-step "module graph: python scripts/contract.py --graph (each module's tests pass once it and its prerequisites are solved)"
-env -u G2C_APPLY_SOLUTIONS "$PY" scripts/contract.py --graph
+step "scaffold contract: python scripts/contract.py --check --jobs $JOBS"
+# Every test file on the untouched scaffolds: each module's files with exactly its prerequisites solved,
+# the files no module owns (tooling) with nothing solved; the counts of tests/pristine.json.
+env -u G2C_APPLY_SOLUTIONS "$PY" scripts/contract.py --check --jobs "$JOBS"
 
-step "full suite with solutions: G2C_APPLY_SOLUTIONS=all pytest"
-# The author run replaces any edited exercise file with the answer key on purpose.
-G2C_APPLY_SOLUTIONS=all G2C_QUIET=1 G2C_REPLACE_EDITED=1 "$PY" -m pytest -q -p no:cacheprovider
+step "module graph: python scripts/contract.py --graph --solved-only --jobs $JOBS (each module's tests pass once it and its prerequisites are solved)"
+# --graph's first run per module (prerequisites solved -> pristine counts) is the run --check just made, so
+# only its second run goes here (--solved-only): each module's files with the module and its prerequisites
+# solved, every test must pass. That is also the module files' "suite with solutions": the code under
+# test is the answer key, as under G2C_APPLY_SOLUTIONS=all (every module), and a test that needed a module outside its
+# graph would fail here; so the suite step below does not run the module files again.
+env -u G2C_APPLY_SOLUTIONS "$PY" scripts/contract.py --graph --solved-only --jobs "$JOBS"
+
+# The test files no module owns (tooling, ...) whose pristine record has failures: they need the answer
+# key to pass. An unowned file that passes in full on the untouched scaffolds (--check above, nothing
+# solved) tests provided code only, by the contract's own rule, so the answer key cannot change it.
+mapfile -t rest < <("$PY" - <<'PYEOF'
+import json
+from pathlib import Path
+
+from g2c.course import MODULES
+
+owned = {t for m in MODULES for t in m.tests}
+pristine = json.loads(Path("tests/pristine.json").read_text(encoding="utf-8"))
+for f in sorted(p.as_posix() for p in Path("tests").rglob("test_*.py")):
+    if f not in owned and pristine.get(f, {}).get("failed", 1) > 0:
+        print(f)
+PYEOF
+)
+if [ "${#rest[@]}" -gt 0 ]; then
+    step "the rest of the suite with solutions: G2C_APPLY_SOLUTIONS=all pytest ${rest[*]}"
+    # The author run replaces any edited exercise file with the answer key on purpose.
+    G2C_APPLY_SOLUTIONS=all G2C_QUIET=1 G2C_REPLACE_EDITED=1 "$PY" -m pytest -q -p no:cacheprovider "${XDIST[@]}" \
+        "${rest[@]}"
+fi
 
 step "every device, without one: G2C_APPLY_SOLUTIONS=all pytest --fake-device (every module's tests; own_device tests skipped)"
 # Parameters on the fake accelerator of tests/device_mocks.py: device mixing, float64 and ops MPS
 # lacks raise inside the course's code (the file list: FAKE_DEVICE_FILES in tests/conftest.py).
-G2C_APPLY_SOLUTIONS=all G2C_QUIET=1 G2C_REPLACE_EDITED=1 "$PY" -m pytest -q -p no:cacheprovider --fake-device tests --ignore=tests/tooling
+G2C_APPLY_SOLUTIONS=all G2C_QUIET=1 G2C_REPLACE_EDITED=1 "$PY" -m pytest -q -p no:cacheprovider "${XDIST[@]}" \
+    --fake-device tests --ignore=tests/tooling
 
 step "data for the notebooks: ./datasets.sh (idempotent)"
 # The specdec notebook trains an MTP head on the training split. Without $G2C_TINYSTORIES this
 # prepares the TinyStories sample shipped in artifacts/ (offline); prepared data is kept.
 ./datasets.sh
 
-step "notebooks: python scripts/run_notebooks.py (solved twins, solutions applied, G2C_QUICK=1)"
-"$PY" scripts/run_notebooks.py
+step "notebooks: python scripts/run_notebooks.py --jobs $JOBS (solved twins, solutions applied, G2C_QUICK=1)"
+"$PY" scripts/run_notebooks.py --jobs "$JOBS"

@@ -38,6 +38,7 @@ import sys
 import tempfile
 import xml.etree.ElementTree as ET
 from collections import Counter, defaultdict
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -150,14 +151,22 @@ def groups(files: list[str], root: Path = ROOT) -> list[tuple[str, list[str]]]:
     return out
 
 
-def run_pristine(root: Path = ROOT, paths: list[str] | None = None) -> tuple[dict[str, Counter], list[str], int]:
+def run_pristine(root: Path = ROOT, paths: list[str] | None = None,
+                 jobs: int = 1) -> tuple[dict[str, Counter], list[str], int]:
     """The pristine run of ``tests/`` (or just ``paths``): each module's files with exactly its prerequisites
-    solved, the unowned files with nothing solved; per-file counts, skip lines, the worst exit code."""
+    solved, the unowned files with nothing solved; per-file counts, skip lines, the worst exit code.
+
+    ``jobs`` > 1 runs that many pytest processes at once, and the unowned files (the tooling tests, the
+    largest group) one process per file so that they spread over the processes; the counts are the same."""
+    todo = groups(paths or test_files(root), root)
+    if jobs > 1:
+        todo = [(sel, [f]) for sel, files in todo if not sel for f in files] + [g for g in todo if g[0]]
+    with ThreadPoolExecutor(max_workers=max(1, jobs)) as pool:
+        results = list(pool.map(lambda group: run_tests(root, group[1], group[0]), todo))
     counts: dict[str, Counter] = defaultdict(Counter)
     skips: list[str] = []
     worst = 0
-    for selector, files in groups(paths or test_files(root), root):
-        c, s, rc = run_tests(root, files, selector)
+    for c, s, rc in results:
         for f, n in c.items():
             counts[f].update(n)
         skips += s
@@ -212,12 +221,13 @@ def compare(expected: dict[str, dict[str, int]], got: dict[str, dict[str, int]],
     return problems
 
 
-def graph_problems(module_id: str, root: Path = ROOT) -> list[str]:
+def graph_problems(module_id: str, root: Path = ROOT, *, pristine: bool = True) -> list[str]:
     """Check one module against the registry's graph by running its tests twice.
 
     1. With exactly its prerequisites (the closure of ``requires``) solved, every test file keeps its
        pristine pass/fail counts: the tests need nothing outside the closure, and the module's own
-       unwritten exercises are what fails.
+       unwritten exercises are what fails. (``pristine=False`` skips this run: ``--check`` makes exactly
+       the same run for every module's files, and ``./test.sh`` runs both.)
     2. With the module solved too, every test passes.
     """
     sys.path.insert(0, str(root))
@@ -230,9 +240,9 @@ def graph_problems(module_id: str, root: Path = ROOT) -> list[str]:
     expected = json.loads(PRISTINE.read_text(encoding="utf-8")) if PRISTINE.exists() else {}
     closure = prerequisites(m.id)
     problems = []
-    counts, skips, _ = run_tests(root, files, selector_for(closure))
+    counts, skips, _ = run_tests(root, files, selector_for(closure)) if pristine else (defaultdict(Counter), [], 0)
     got = as_record(counts, files)
-    for f in files:
+    for f in files if pristine else ():
         if got.get(f) != counts_only(expected.get(f)):
             problems.append(f"module {m.id}: {f} with its prerequisites solved ({', '.join(closure) or 'none'}) "
                             f"gives {_fmt(got.get(f))} pass/fail, its pristine contract is {_fmt(expected.get(f))}")
@@ -256,6 +266,11 @@ def main(argv: list[str] | None = None) -> int:
     mode.add_argument("--graph", nargs="*", metavar="ID",
                       help="check the module graph (default: every module): closure solved -> pristine counts, "
                            "module solved too -> every test passes")
+    ap.add_argument("--jobs", "-j", type=int, default=1, metavar="N",
+                    help="run up to N pytest processes at once (./test.sh: one per core); same results")
+    ap.add_argument("--solved-only", action="store_true",
+                    help="with --graph: only the second run (module solved too -> every test passes); the first, "
+                         "closure solved -> pristine counts, is the same run --check makes")
     ap.add_argument("files", nargs="*", help="only these test files (repo-relative); the others keep their record")
     args = ap.parse_args(argv)
     if args.graph is not None:
@@ -263,12 +278,14 @@ def main(argv: list[str] | None = None) -> int:
         from g2c.course import module_ids
 
         problems = []
-        for module_id in args.graph or module_ids():
-            found = graph_problems(module_id)
-            print(f"graph: module {module_id}: {'ok' if not found else f'{len(found)} problem(s)'}", flush=True)
-            for p in found:
-                print(f"  {p}", flush=True)
-            problems += found
+        ids = args.graph or module_ids()
+        with ThreadPoolExecutor(max_workers=max(1, args.jobs)) as pool:
+            found_all = pool.map(lambda i: graph_problems(i, pristine=not args.solved_only), ids)
+            for module_id, found in zip(ids, found_all):     # in module order, each as soon as it is known
+                print(f"graph: module {module_id}: {'ok' if not found else f'{len(found)} problem(s)'}", flush=True)
+                for p in found:
+                    print(f"  {p}", flush=True)
+                problems += found
         if problems:
             print(f"module graph: {len(problems)} problem(s) above", file=sys.stderr)
         return 1 if problems else 0
@@ -279,7 +296,7 @@ def main(argv: list[str] | None = None) -> int:
         hashes = write_hashes([f for f in files if f in recorded])
         print(f"contract: recorded the sha256 of {len(hashes)} files in {HASHES.relative_to(ROOT)}")
         return 0
-    counts, skips, _ = run_pristine(paths=args.files or None)
+    counts, skips, _ = run_pristine(paths=args.files or None, jobs=args.jobs)
     got = as_record(counts, files)
     if args.record:
         if skips:

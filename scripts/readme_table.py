@@ -1,8 +1,10 @@
 #!/usr/bin/env python3
-"""Print the README's module table and module graph from the course registry (g2c/course/registry.py).
+"""Print the README's module table, module graph and shipped-artifact counts from the registries
+(g2c/course/registry.py for the modules, g2c/assets for the artifacts: ``checkpoints.all_names``,
+``artifacts.DRAFTERS``), so the README cannot go stale.
 
     python scripts/readme_table.py            # print the table and the graph
-    python scripts/readme_table.py --write    # replace both between the README markers, and the layer
+    python scripts/readme_table.py --write    # replace them between the README markers, and the layer
                                               # map of docs/CONTRIBUTING.md
     python scripts/readme_table.py --check    # exit 1 if the README's copies are stale
 """
@@ -12,6 +14,7 @@ from __future__ import annotations
 import os
 import re
 import sys
+import textwrap
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -22,6 +25,13 @@ from g2c.course import MODULES  # noqa: E402
 BEGIN, END = "<!-- modules:begin -->", "<!-- modules:end -->"
 GRAPH_BEGIN, GRAPH_END = "<!-- graph:begin -->", "<!-- graph:end -->"
 LAYERS_BEGIN, LAYERS_END = "<!-- layers:begin -->", "<!-- layers:end -->"
+ARTIFACTS_BEGIN, ARTIFACTS_END = "<!-- artifacts:begin -->", "<!-- artifacts:end -->"
+NUMBER_WORDS = ("no", "one", "two", "three", "four", "five", "six", "seven", "eight", "nine", "ten", "eleven",
+                "twelve", "thirteen", "fourteen", "fifteen", "sixteen", "seventeen", "eighteen", "nineteen", "twenty")
+
+
+def number_word(n: int) -> str:
+    return NUMBER_WORDS[n] if 0 <= n < len(NUMBER_WORDS) else str(n)
 
 
 def code_folder(files: tuple[str, ...]) -> str:
@@ -82,6 +92,36 @@ def layers() -> str:
     return "\n".join(lines) + "\n"
 
 
+def artifacts() -> str:
+    """The README's paragraph on the shipped artifacts and the ``./checkpoints.sh`` block: the counts and
+    names come from ``g2c.assets`` (the corpus, the tokenizer, the ladder, ``DRAFTERS``)."""
+    from g2c.assets.artifacts import CORPUS_NAMES, DRAFTERS, TOKENIZER_NAMES, model_names
+    from g2c.assets.checkpoints import all_names
+
+    ladder = model_names()
+    sizes = [n.removeprefix("StoryLM") for n in ladder]
+    models = f"StoryLM{sizes[0]}" if len(sizes) == 1 else \
+        f"StoryLM{', '.join(sizes[:-1])} and {sizes[-1]}"             # StoryLM-1M, -5M and -30M
+    drafters = list(DRAFTERS)
+    assert CORPUS_NAMES == ("TinyStories-sample",) and TOKENIZER_NAMES == ("StoryTokenizer",), \
+        "scripts/readme_table.py: describe the new corpus or tokenizer in artifacts()"
+    total = len(all_names())
+    paragraph = (f"The TinyStories sample, the StoryTokenizer, the {models} models and "
+                 f"{number_word(len(drafters))} drafters trained against them ({', '.join(drafters)}) ship in "
+                 f"`artifacts/`, {number_word(total)} artifacts in all, each with a manifest of sha256 checksums "
+                 "(see [docs/models.md](docs/models.md)). `./checkpoints.sh` checks them:")
+    lines = [*textwrap.wrap(paragraph, 95, break_on_hyphens=False, break_long_words=False),
+             "",
+             "```bash",
+             f"./checkpoints.sh                        # verify all {number_word(total)}, one line each; "
+             "exit 0 iff all OK",
+             "./checkpoints.sh --from /path/to/mirror # install from a folder laid out like artifacts/",
+             "G2C_ARTIFACTS_URL=https://host/g2c ./checkpoints.sh   # download missing or corrupted ones",
+             f"./checkpoints.sh --train {ladder[0]}     # retrain one with its recorded recipe (--force: from scratch)",
+             "```"]
+    return "\n".join(lines) + "\n"
+
+
 def _replace(text: str, begin: str, end: str, body: str) -> str:
     pattern = re.compile(re.escape(begin) + r"\n.*?" + re.escape(end), re.S)
     if not pattern.search(text):
@@ -90,8 +130,9 @@ def _replace(text: str, begin: str, end: str, body: str) -> str:
 
 
 def readme_with_table(text: str) -> str:
-    """``text`` with the blocks between the markers replaced by a fresh table and graph."""
-    return _replace(_replace(text, BEGIN, END, table()), GRAPH_BEGIN, GRAPH_END, graph())
+    """``text`` with the blocks between the markers replaced by a fresh table, graph and artifact counts."""
+    text = _replace(_replace(text, BEGIN, END, table()), GRAPH_BEGIN, GRAPH_END, graph())
+    return _replace(text, ARTIFACTS_BEGIN, ARTIFACTS_END, artifacts())
 
 
 def contributing_with_layers(text: str) -> str:
@@ -105,16 +146,17 @@ def main(argv: list[str]) -> int:
     if "--write" in argv:
         readme.write_text(readme_with_table(readme.read_text(encoding="utf-8")), encoding="utf-8")
         contributing.write_text(contributing_with_layers(contributing.read_text(encoding="utf-8")), encoding="utf-8")
-        print("README.md: module table and graph updated; docs/CONTRIBUTING.md: layer map updated")
+        print("README.md: module table, graph and artifact counts updated; docs/CONTRIBUTING.md: layer map updated")
     elif "--check" in argv:
         text = readme.read_text(encoding="utf-8")
         other = contributing.read_text(encoding="utf-8")
         if readme_with_table(text) != text or contributing_with_layers(other) != other:
             print("README.md or docs/CONTRIBUTING.md is stale; run python scripts/readme_table.py --write")
             return 1
-        print("README.md: module table and graph up to date; docs/CONTRIBUTING.md: layer map up to date")
+        print("README.md: module table, graph and artifact counts up to date; docs/CONTRIBUTING.md: layer map "
+              "up to date")
     else:
-        sys.stdout.write(table() + "\n" + graph())
+        sys.stdout.write(table() + "\n" + graph() + "\n" + artifacts())
     return 0
 
 

@@ -5,6 +5,7 @@
     python scripts/run_notebooks.py specdec 03         # some modules (ids, clean notebooks or sources)
     python scripts/run_notebooks.py --save DIR         # also keep the executed copies in DIR
     python scripts/run_notebooks.py path/to/any.ipynb  # run that file as it is
+    python scripts/run_notebooks.py --jobs 2           # two notebooks at a time (./test.sh: one per core)
 
 A clean notebook leaves its code exercises blank (they raise ``NotImplementedError``), so it
 cannot run to the end. For every registry module this script therefore:
@@ -16,7 +17,10 @@ cannot run to the end. For every registry module this script therefore:
 Each notebook runs in a fresh ``python3`` kernel (this interpreter's environment) from the
 repository root with ``G2C_APPLY_SOLUTIONS=all``, ``G2C_QUICK=1`` (notebooks shrink their
 loops) and ``G2C_QUIET=1``. The first failing cell stops that notebook and is reported with
-its error; the exit code is 1 if any notebook failed or is stale.
+its error; the exit code is 1 if any notebook failed or is stale. With ``--jobs N`` up to N
+notebooks run at once, each in its own kernel (no notebook writes a shared file: checkpoints go
+to temporary folders, data is prepared before by ``./datasets.sh``); each result line is printed
+when its notebook ends, in the order they finish.
 """
 
 from __future__ import annotations
@@ -28,6 +32,7 @@ import re
 import sys
 import tempfile
 import time
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -93,6 +98,8 @@ def main(argv: list[str] | None = None) -> int:
                     help="module ids, clean notebooks, sources or other .ipynb files (default: every module)")
     ap.add_argument("--timeout", type=int, default=TIMEOUT_S, help="per-notebook timeout in seconds")
     ap.add_argument("--save", type=Path, metavar="DIR", help="write each executed notebook to DIR/<stem>.ipynb")
+    ap.add_argument("--jobs", "-j", type=int, default=1, metavar="N",
+                    help="run up to N notebooks at once, each in its own kernel (default 1)")
     args = ap.parse_args(argv)
     try:
         items = [resolve(item) for item in args.notebooks] if args.notebooks else list(MODULES)
@@ -103,19 +110,26 @@ def main(argv: list[str] | None = None) -> int:
     os.environ.update(NOTEBOOK_ENV)
     bindir = str(Path(sys.executable).parent)
     os.environ["PATH"] = bindir + os.pathsep + os.environ.get("PATH", "")
+    if args.jobs < 1:
+        print(f"run_notebooks.py: --jobs must be >= 1, got {args.jobs}", file=sys.stderr)
+        return 2
     failed: list[str] = []
     with tempfile.TemporaryDirectory(prefix="g2c-solved-") as tmp:
+        runs: list[tuple[str, Path]] = []
         for item in items:
             if isinstance(item, Path):
-                path, name = item, str(item)
-            else:
-                name = f"{item.notebook} (solved twin of {build.source_path(item).relative_to(ROOT).as_posix()})"
-                stale = build.stale_notebooks([item])
-                if stale:
-                    print(f"FAIL  {stale[0]}", flush=True)
-                    failed.append(item.notebook)
-                    continue
-                path = build.write_solved(item, Path(tmp))
+                runs.append((str(item), item))
+                continue
+            stale = build.stale_notebooks([item])
+            if stale:
+                print(f"FAIL  {stale[0]}", flush=True)
+                failed.append(item.notebook)
+                continue
+            name = f"{item.notebook} (solved twin of {build.source_path(item).relative_to(ROOT).as_posix()})"
+            runs.append((name, build.write_solved(item, Path(tmp))))
+
+        def one(run: tuple[str, Path]) -> str | None:
+            name, path = run
             t0 = time.perf_counter()
             save = args.save / path.name if args.save else None
             try:
@@ -127,7 +141,12 @@ def main(argv: list[str] | None = None) -> int:
                 print(f"ok    {name}  ({dt:.1f} s)", flush=True)
             else:
                 print(f"FAIL  {name}  ({dt:.1f} s)\n{error}", flush=True)
-                failed.append(name)
+            return error
+
+        with ThreadPoolExecutor(max_workers=args.jobs) as pool:
+            for (name, _), error in zip(runs, pool.map(one, runs)):
+                if error is not None:
+                    failed.append(name)
     print(f"notebooks: {len(items) - len(failed)} passed, {len(failed)} failed")
     return 1 if failed else 0
 

@@ -72,34 +72,51 @@ def _solutions_lines() -> tuple[str, ...]:
 
 
 def replaced_own_work_message(applied: list[str], worked: list[str], running: list[str] = ()) -> str | None:
-    """The one-line refusal when the answer key would replace modules the student edited, else None.
+    """The one-line refusal when the answer key would replace a module the student edited *whose tests run*,
+    else None.
 
-    ``running``: the modules whose test files this run names; the grading command names one of them when
-    it is among the edited ones (the module being worked on), else the first edited module selected.
+    ``running``: the modules whose test files this run selects. A selected test file grades its own module;
+    the answer key may stand in for that module's prerequisites, edited or not (the seed's
+    ``G2C_APPLY_SOLUTIONS=01-11 pytest tests/test_specdec.py`` grades the student's specdec on the key's
+    03-11), so only an edited module that is both selected by ``applied`` and graded by a running test file
+    is refused: its tests would grade the answer key, not the student's code.
     """
     from g2c.course import SOLUTIONS_ENV
 
-    mine = [i for i in applied if i in worked]
+    mine = [i for i in applied if i in worked and i in running]
     if not mine:
         return None
-    first = next((i for i in running if i in worked), mine[0])
+    first = mine[0]
     return (f"g2c: {SOLUTIONS_ENV} selects module(s) {', '.join(mine)} that you edited, so their tests would grade "
             f"the answer key, not your code. Grade with ./test.sh {first} (the answer key only for the modules "
             f"{first} needs that you have not edited), or set {REPLACE_EDITED}=1 to run the answer key anyway.")
 
 
+def graded_modules(args: list[str], root: Path = REPO_ROOT, cwd: Path | None = None) -> list[str]:
+    """The modules whose test files a pytest run over ``args`` selects: a file named directly (``tests/x.py``,
+    ``tests/x.py::test_y``) or lying under a named folder (``tests``; a bare ``pytest`` runs ``testpaths``)."""
+    from g2c.course import MODULES
+
+    named = [((cwd or Path.cwd()) / a.split("::")[0]).resolve() for a in args]
+
+    def selected(test: str) -> bool:
+        path = (root / test).resolve()
+        return any(path == n or n in path.parents for n in named)
+
+    return [m.id for m in MODULES if any(selected(t) for t in m.tests)]
+
+
 def pytest_configure(config) -> None:
-    # Refuse before collecting: a selector that names an edited module would silently grade the answer key.
+    # Refuse before collecting: a selector that names an edited module whose tests run would silently grade
+    # the answer key.
     import g2c
 
     if not g2c.APPLIED_SOLUTIONS or os.environ.get(REPLACE_EDITED, "") == "1":
         return
-    from g2c.course import MODULES
     from g2c.course.scaffolds import worked_modules
 
-    named = {Path(a.split("::")[0]).resolve() for a in config.args}
-    running = [m.id for m in MODULES if any((REPO_ROOT / t).resolve() in named for t in m.tests)]
-    msg = replaced_own_work_message(list(g2c.APPLIED_SOLUTIONS), worked_modules(), running)
+    msg = replaced_own_work_message(list(g2c.APPLIED_SOLUTIONS), worked_modules(),
+                                    graded_modules(list(config.args) or ["tests"], cwd=config.invocation_params.dir))
     if msg:
         pytest.exit(msg, returncode=4)
 

@@ -1,6 +1,6 @@
 """The notebook launcher behind ``./notebook.sh``.
 
-    ./notebook.sh <id> [--fresh] [--apply SEL] [--solutions[=SEL]] [--no-launch]
+    ./notebook.sh <id> [--fresh] [--apply SEL] [--solutions[=SEL]] [--no-launch] [--execute]
 
 Each course module has a clean notebook under ``notebooks/clean/`` (its Answer cells blank,
 its code exercises raising ``NotImplementedError``). You work in a copy under
@@ -17,6 +17,12 @@ answers, rubrics and exercise code, built from the answer key ``solutions/notebo
 (``scripts/notebooks/build.py``), with every module's solutions applied (``--solutions=SEL``:
 only those). It is rebuilt (the old one archived) when the answer key changed or with
 ``--fresh``; your own copy is never touched.
+
+``--execute`` runs the copy headless instead of opening Jupyter: every code cell top to bottom
+in a fresh kernel (from the repository root, with the same answer-key selection as above), one
+``[cell i/N]`` line per cell, the cells' printed output and progress bars (as text) streamed to
+the terminal, and the executed notebook, outputs included, written back to the copy (also when
+a cell fails: it stops there, names the cell and its error, and exits 1).
 """
 
 from __future__ import annotations
@@ -25,6 +31,7 @@ import argparse
 import importlib.util
 import os
 import shutil
+import subprocess
 import sys
 import time
 from pathlib import Path
@@ -138,6 +145,90 @@ def launch_env(solutions: str | None, environ: dict[str, str] | None = None) -> 
     return env
 
 
+# Run in the kernel before the first cell: `tqdm.auto` would draw ipywidgets bars, which a headless
+# run can neither show nor save (a reopened notebook says "model not found"); text bars go to stderr.
+_TEXT_BARS = "import tqdm.auto as _g2c_a, tqdm.std as _g2c_s\n_g2c_a.tqdm, _g2c_a.trange = _g2c_s.tqdm, _g2c_s.trange\n"
+
+
+def _first_line(source: str) -> str:
+    for line in source.splitlines():
+        if line.strip():
+            return line.strip()[:70]
+    return "(empty)"
+
+
+def execute_notebook(path: Path, env: dict[str, str], *, root: Path = REPO_ROOT, out=None) -> int:
+    """Run the notebook at ``path`` headless and write it back with its outputs; return an exit code.
+
+    Every code cell runs in order in a fresh ``python3`` kernel started from ``root`` with ``env``
+    (its ``G2C_APPLY_SOLUTIONS`` is the answer-key selection). Before each code cell a line
+    ``[cell i/N] <its first line>`` goes to ``out`` (default: stdout); the cell's stdout and stderr
+    (``tqdm`` bars as text) follow as they arrive. The executed notebook is written to ``path``
+    atomically (a temporary file, then a rename) when the run ends, whether it passed or not.
+
+    Returns:
+        0 when every cell ran; 1 when a cell raised, the kernel died, or the run was interrupted
+        (one line names the cell and the error; the notebook keeps the outputs up to there).
+
+    Raises:
+        ValueError: ``path`` is not a notebook nbformat can read.
+    """
+    import nbformat
+    from nbclient import NotebookClient
+    from nbclient.exceptions import CellExecutionError, DeadKernelError
+
+    out = out or sys.stdout
+    try:
+        nb = nbformat.read(path, as_version=4)
+    except Exception as e:  # nbformat raises several types on a broken file
+        raise ValueError(f"{path} is not a readable notebook ({type(e).__name__}: {e}); "
+                         f"./notebook.sh ID --fresh starts a new copy (the old one is archived)") from None
+    code = [i for i, c in enumerate(nb.cells) if c.cell_type == "code"]
+
+    class EchoClient(NotebookClient):
+        def output(self, outs, msg, display_id, cell_index):
+            if msg["msg_type"] == "stream":
+                stream = sys.stderr if msg["content"].get("name") == "stderr" else out
+                stream.write(msg["content"].get("text", ""))
+                stream.flush()
+            return super().output(outs, msg, display_id, cell_index)
+
+    client = EchoClient(nb, kernel_name="python3", coalesce_streams=True,  # a bar's \r updates saved as one line
+                        resources={"metadata": {"path": str(root)}})
+    rel = path.relative_to(root).as_posix() if path.is_relative_to(root) else str(path)
+    failure = None
+    t0 = time.perf_counter()
+    try:
+        # the kernel's own log lines (a transport warning at start-up) would bury the cells' output
+        with client.setup_kernel(env=env, stderr=subprocess.DEVNULL):
+            info = client.wait_for_reply(client.kc.kernel_info())
+            nb.metadata["language_info"] = info["content"]["language_info"]
+            client.wait_for_reply(client.kc.execute(_TEXT_BARS, silent=True, store_history=False))
+            for n, index in enumerate(code, 1):
+                cell = nb.cells[index]
+                print(f"[cell {n}/{len(code)}] {_first_line(cell.source)}", file=out, flush=True)
+                try:
+                    client.execute_cell(cell, index, execution_count=n)
+                except CellExecutionError as e:
+                    failure = f"cell {n}/{len(code)} failed: {e.ename}: {e.evalue}".rstrip(": ")
+                    break
+    except DeadKernelError as e:
+        failure = f"the kernel died ({e}); out of memory?"
+    except KeyboardInterrupt:
+        failure = "interrupted"
+    except Exception as e:  # no kernel spec, the kernel would not start, ...
+        failure = f"could not run the kernel: {type(e).__name__}: {e}"
+    finally:
+        tmp = path.with_name(f".{path.name}.executing")
+        nbformat.write(nb, tmp)
+        os.replace(tmp, path)
+    if failure:
+        print(f"notebook.sh: {failure}; the outputs so far (and any traceback) are saved in {rel}", file=sys.stderr)
+        return 1
+    print(f"ran {len(code)} cells in {time.perf_counter() - t0:.0f} s; executed notebook: {rel}", file=out)
+    return 0
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog="./notebook.sh", description=__doc__,
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -151,6 +242,9 @@ def main(argv: list[str] | None = None) -> int:
                     help="open the solved notebook (worked answers, rubrics, code), solutions applied "
                          "(default: all; or e.g. 01-11)")
     ap.add_argument("--no-launch", action="store_true", help="prepare the copy and print what would run")
+    ap.add_argument("--execute", action="store_true",
+                    help="run the copy headless instead of opening Jupyter (cell i/N progress, printed output "
+                         "and bars shown), write it back with its outputs; exit 1 if a cell fails")
     args = ap.parse_args(argv)
     try:
         get_module(args.module_id)
@@ -178,6 +272,13 @@ def main(argv: list[str] | None = None) -> int:
              if default else ""))
     for line in stack_hints(args.module_id, selected):
         print(line)
+    if args.execute:
+        env["PATH"] = str(Path(sys.executable).parent) + os.pathsep + env.get("PATH", "")  # this venv's kernel
+        try:
+            return execute_notebook(path, env)
+        except ValueError as e:
+            print(f"notebook.sh: {e}", file=sys.stderr)
+            return 2
     if args.no_launch:
         print("would run: " + (f"{ENV_VAR}={env[ENV_VAR]} " if selected else "") + " ".join(cmd))
         return 0

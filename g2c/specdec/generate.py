@@ -207,8 +207,9 @@ def speculative_generate(target, drafter, prompt_ids, max_new_tokens: int, *, k:
         1. Validate the inputs (``test_speculative_generate_validates_inputs``):
            ``check_language_model`` for both models, ``as_token_ids(prompt_ids, "prompt_ids",
            vocab_size=target.vocab_size)``, then k, max_new_tokens, the vocabularies and the
-           window. Run the loop inside ``with eval_mode(target, drafter):`` (provided), which
-           restores both modes even when a model raises
+           window. Run the loop inside ``with eval_mode(target, drafter):`` (the context manager
+           is imported at the top of this file from ``g2c.sampling.model``; the ``with`` block is
+           yours to write), which restores both modes even when a model raises
            (``test_speculative_generate_restores_modes_when_a_model_raises``). Start a ``SpecStats``.
         2. Loop while the budget is not used up. k_step = ``draft_room(min(k, remaining
            budget), len(context), target.max_seq_len)`` (provided: the window-edge rule every

@@ -119,3 +119,19 @@ def test_greedy_verify_takes_a_cpu_draft_with_device_rows():
     logits = torch.tensor([[0.0, 5.0, 0.0], [5.0, 0.0, 0.0], [0.0, 0.0, 5.0]])
     with FakeAccelerator():
         assert greedy_verify(torch.tensor([1, 0]), to_accel(logits)) == (2, 2)
+
+
+def test_the_lesson_lists_every_rule_the_fake_device_enforces():
+    # issue 30: the lesson taught float64 and mixed devices but not the int64-scan rule a test enforces.
+    import device_mocks
+
+    lesson = (Path(__file__).resolve().parents[2] / "docs" / "beyond" / "specdec.md").read_text(encoding="utf-8")
+    rules = lesson[lesson.index("## The device rules"):lesson.index("## Pitfalls")]
+    for error in ("DeviceMismatch", "Float64OnDevice", "UnsupportedOnDevice"):
+        assert f"`{error}`" in rules
+    for func in device_mocks.NOT_ON_MPS | device_mocks._SCANS:
+        assert func.__name__.rstrip("_") in rules, f"{func.__name__} is refused by the fake device, not in the lesson"
+    for dtype in device_mocks._SCAN_DTYPES:
+        assert str(dtype).removeprefix("torch.") in rules
+    for word in ("float64", "complex128", "torch.Generator", ".numpy()", "0-dim", "x[i] = cpu_row"):
+        assert word in rules

@@ -174,3 +174,50 @@ def test_notebook_sh_unknown_id_exits_2_listing_ids(tmp_repo):
     proc = _notebook_sh(tmp_repo, "99", "--no-launch")
     assert proc.returncode == 2
     assert "valid ids: " + ", ".join(module_ids()) in proc.stderr
+
+
+def _tiny_notebook(path: Path, *sources: str) -> None:
+    import nbformat
+
+    nb = nbformat.v4.new_notebook()
+    nb.cells = [nbformat.v4.new_markdown_cell("# a lesson"), *(nbformat.v4.new_code_cell(s) for s in sources)]
+    nbformat.write(nb, path)
+
+
+def test_notebook_sh_execute_runs_headless_with_the_selection_and_progress(tmp_repo):
+    import nbformat
+
+    clean = tmp_repo / get_module("specdec").notebook
+    _tiny_notebook(clean, "import os\nprint('selection', os.environ['G2C_APPLY_SOLUTIONS'], os.getcwd())",
+                   "from tqdm.auto import tqdm\nfor _ in tqdm(range(3), desc='steps'): pass",
+                   "print('done')")
+    proc = _notebook_sh(tmp_repo, "specdec", "--apply", "03,04", "--execute")
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert "[cell 1/3] import os" in proc.stdout and "[cell 3/3] print('done')" in proc.stdout
+    assert f"selection 03,04 {tmp_repo}" in proc.stdout                 # the selector, from the repo root
+    assert "steps: 100%" in proc.stderr                                  # tqdm.auto as a text bar, visible
+    work = tmp_repo / "notebooks" / "work" / clean.name
+    cells = nbformat.read(work, as_version=4).cells
+    assert cells[3].outputs[0]["text"] == "done\n"                       # the executed copy is written back
+    assert "steps: 100%" in cells[2].outputs[0]["text"] and "\r" not in cells[2].outputs[0]["text"]
+    assert "Kernel is running" not in proc.stderr                        # no kernel log noise
+
+
+def test_notebook_sh_execute_stops_at_the_failing_cell_and_keeps_the_outputs(tmp_repo):
+    import nbformat
+
+    clean = tmp_repo / get_module("specdec").notebook
+    _tiny_notebook(clean, "print('first')", "raise NotImplementedError('notebook exercise: write it')", "print('x')")
+    proc = _notebook_sh(tmp_repo, "specdec", "--apply", "0", "--execute")
+    assert proc.returncode == 1
+    name = clean.name
+    assert (f"notebook.sh: cell 2/3 failed: NotImplementedError: notebook exercise: write it; the outputs so far "
+            f"(and any traceback) are saved in notebooks/work/{name}") in proc.stderr
+    cells = nbformat.read(tmp_repo / "notebooks" / "work" / name, as_version=4).cells
+    assert cells[1].outputs[0]["text"] == "first\n" and cells[2].outputs[0]["ename"] == "NotImplementedError"
+    assert cells[3].outputs == []                                        # never ran
+
+
+def test_notebook_sh_execute_refuses_a_broken_copy(tmp_repo):
+    proc = _notebook_sh(tmp_repo, "specdec", "--apply", "0", "--execute")   # the fixture's copy is not a notebook
+    assert proc.returncode == 2 and "is not a readable notebook" in proc.stderr and "--fresh" in proc.stderr

@@ -139,6 +139,38 @@ def test_plain_pytest_refuses_a_selector_that_names_an_edited_module(student_rep
     assert res.returncode == 0, res.stdout + res.stderr
 
 
+def test_plain_pytest_lets_the_key_stand_in_for_edited_prerequisites(student_repo):
+    # The seed's grading command (G2C_APPLY_SOLUTIONS=01-11 pytest tests/test_specdec.py, issue 30) for a
+    # student who edited 03-11: only specdec's tests run, and specdec is not selected, so the answer key only
+    # stands in for prerequisites. Here: 06 edited and selected, but the run grades 05 (tests/test_embeddings.py).
+    env = env_for(student_repo, G2C_APPLY_SOLUTIONS="01-06")
+    res = subprocess.run([".venv/bin/python", "-m", "pytest", "-q", "-p", "no:cacheprovider",
+                          "tests/test_embeddings.py"], cwd=student_repo, env=env, capture_output=True, text=True,
+                         timeout=600)
+    assert res.returncode == 0, res.stdout + res.stderr
+    assert "that you edited" not in res.stdout + res.stderr
+
+
+def test_refusal_names_only_edited_modules_whose_tests_run():
+    from conftest import graded_modules, replaced_own_work_message
+
+    numbered = ["03", "03b", "04", "05", "06", "07", "08", "09", "09b", "10", "11"]
+    # the seed's command: specdec graded, 03-11 edited and replaced by the key -> allowed
+    assert graded_modules(["tests/test_specdec.py"], cwd=REPO_ROOT) == ["specdec"]
+    assert replaced_own_work_message(numbered, numbered, ["specdec"]) is None
+    # a test file (or ::test id) of an edited, selected module -> refused, naming it and its grading command
+    running = graded_modules(["tests/test_sampling.py::test_generate_greedy"], cwd=REPO_ROOT)
+    assert running == ["11"]
+    msg = replaced_own_work_message(numbered, numbered, running)
+    assert msg is not None and "selects module(s) 11 that you edited" in msg and "./test.sh 11" in msg
+    # a folder (a bare `pytest` runs testpaths = tests) selects every module's files
+    assert graded_modules(["tests"], cwd=REPO_ROOT) == [m.id for m in MODULES]
+    everything = graded_modules(["tests"], cwd=REPO_ROOT)
+    assert "module(s) 06 that" in replaced_own_work_message(["06", "09"], ["06"], everything)
+    # tooling files grade no module
+    assert graded_modules(["tests/tooling/test_hook.py"], cwd=REPO_ROOT) == []
+
+
 def test_freshness_check_names_the_edited_file(student_repo):
     # what ./test.sh --author would report at its freshness step
     res = sh(student_repo, ".venv/bin/python", "scripts/scaffolds.py", "--check")
