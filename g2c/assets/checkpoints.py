@@ -41,11 +41,11 @@ import urllib.request
 from pathlib import Path
 
 import g2c
+from g2c.assets import artifacts as _artifacts
 from g2c.assets.artifacts import (
     ARTIFACTS_DIR,
     CORPUS_FILE,
     CORPUS_NAMES,
-    PINS_FILE,
     TOKENIZER_NAMES,
     ArtifactError,
     ArtifactMissingError,
@@ -244,7 +244,7 @@ def install_from_url(name: str, base_url: str, *, root: Path | None = None, forc
         for fname, expected in files.items():
             if fname not in pins or pins[fname]["sha256"] != expected:
                 raise ChecksumError(f"{base}manifest.json: {fname} is not the pinned {name}/{fname} ("
-                                    f"{_rel(PINS_FILE)} pins "
+                                    f"{_rel(_artifacts.PINS_FILE)} pins "
                                     f"{pins[fname]['sha256'] if fname in pins else 'no such file'}, the mirror says "
                                     f"{expected}); use another mirror or restore from git with ./checkpoints.sh")
             got = _download(base + fname, folder / fname, timeout=timeout, max_bytes=pins[fname]["size"])
@@ -368,8 +368,8 @@ def train(names: list[str], *, force: bool, root: Path | None, out=print) -> int
     from g2c.course import REPO_ROOT
 
     try:  # before minutes of training whose result could not be saved
-        for folder, what in ((artifact_dir(todo[0]).parent.parent, "artifacts"), (PINS_FILE.parent, "pinned record"),
-                             (REPO_ROOT / "runs", "training runs")):
+        for folder, what in ((artifact_dir(todo[0]).parent.parent, "artifacts"),
+                             (_artifacts.PINS_FILE.parent, "pinned record"), (REPO_ROOT / "runs", "training runs")):
             check_writable(folder, what)
     except OSError as exc:
         print(f"checkpoints: error: {write_problem(exc)}; nothing was trained", file=sys.stderr)
@@ -396,8 +396,8 @@ def train(names: list[str], *, force: bool, root: Path | None, out=print) -> int
             print(f"checkpoints: error: cannot save {name}: {write_problem(exc)}", file=sys.stderr)
             return 1
         out(_line(name, None, *artifact_state(name)[:2], "trained"))
-        out(f"  pinned the new {name} in {_rel(PINS_FILE)}: commit it with {_rel(artifact_dir(name))}/"
-            if changed else f"  {name} is byte-identical to its pin in {_rel(PINS_FILE)}")
+        out(f"  pinned the new {name} in {_rel(_artifacts.PINS_FILE)}: commit it with {_rel(artifact_dir(name))}/"
+            if changed else f"  {name} is byte-identical to its pin in {_rel(_artifacts.PINS_FILE)}")
     return 0
 
 
@@ -412,12 +412,12 @@ def pin(names: list[str], *, out=print) -> int:
         print(f"checkpoints: error: {exc}", file=sys.stderr)
         return 1
     except OSError as exc:
-        print(f"checkpoints: error: {write_problem(exc, PINS_FILE)}", file=sys.stderr)
+        print(f"checkpoints: error: {write_problem(exc, _artifacts.PINS_FILE)}", file=sys.stderr)
         return 1
     for name in names:
         out(f"{name:<20} {'pinned (changed)' if name in changed else 'pinned (unchanged)'}")
     if changed:
-        out(f"commit {_rel(PINS_FILE)} together with the artifacts it pins")
+        out(f"commit {_rel(_artifacts.PINS_FILE)} together with the artifacts it pins")
     return 0
 
 

@@ -240,14 +240,13 @@ def prepare(source: str | Path | None = None, *, tiny: bool = False, hub: bool =
                          "dozens of stories separated by lines <|endoftext|>). Nothing was changed.")
     out_dir.mkdir(parents=True, exist_ok=True)
     files = {}
-    # Both splits are written in full to temporaries first and renamed only then (a full disk or
-    # Ctrl-C leaves the previous split); the old manifest goes before the renames, so a run killed
-    # between them leaves files no manifest vouches for, which the next run redoes.
+    # Both splits are written in full to temporaries first and renamed only then: a full disk or
+    # Ctrl-C leaves the previous split and manifest. (A kill between the two renames leaves files
+    # whose sha256 the old manifest does not vouch for, so the next run redoes them.)
     with atomic_path(out_dir / "train.txt") as tmp_train, atomic_path(out_dir / "val.txt") as tmp_val:
         for tmp, part in ((tmp_train, train), (tmp_val, val)):
             tmp.write_text(f"\n{EOT}\n".join(part) + f"\n{EOT}\n", encoding="utf-8")
         files = {"train.txt": sha256_file(tmp_train), "val.txt": sha256_file(tmp_val)}
-        manifest_path.unlink(missing_ok=True)
     for stale in ("train.bin", "val.bin", "tokens.json"):
         (out_dir / stale).unlink(missing_ok=True)
     manifest = {
@@ -313,8 +312,6 @@ def tokenize_splits(tokenizer, *, data_dir: Path = DATA_DIR, force: bool = False
                 ids.extend(row)
                 ids.append(tokenizer.eot_id)
         arr = np.asarray(ids, dtype=np.uint16)
-        if split == "train":
-            meta_path.unlink(missing_ok=True)  # the old record must not vouch for a half-replaced cache
         with atomic_path(data_dir / f"{split}.bin") as tmp:
             arr.tofile(tmp)
             files[f"{split}.bin"] = {"sha256": sha256_file(tmp), "bytes": tmp.stat().st_size}
