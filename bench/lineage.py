@@ -56,6 +56,7 @@ import g2c.course.solved  # noqa: F401  (first: applies the answer key before co
 from g2c.assets import cli
 from g2c.assets.artifacts import ArtifactError, load_model, load_story_tokenizer
 from g2c.assets.data import DATA_DIR, load_split_text, prepare
+from g2c.course.files import atomic_path, write_text_atomic
 from g2c.kvcache import KVCache, cached_forward, cached_generate
 from g2c.nn import synchronize
 from g2c.specdec import SpecStats
@@ -106,8 +107,8 @@ def parse_args(argv):
                     help="run every row at its default k (e.g. both trees at 16 nodes: the same budget)")
     ap.add_argument("--threads", type=cli.count(1), default=None, help="torch threads (default: torch's)")
     ap.add_argument("--seed", type=cli.count(0), default=0, help="generator seed of the sampled rows")
-    ap.add_argument("--figure", type=Path, default=None, help="write the figure (png) here")
-    ap.add_argument("--json", type=Path, default=None, help="write every number (json) here")
+    ap.add_argument("--figure", type=cli.output_file(as_path=True), default=None, help="write the figure (png) here")
+    ap.add_argument("--json", type=cli.output_file(as_path=True), default=None, help="write every number (json) here")
     args = ap.parse_args(argv)
     preset = QUICK if args.quick else FULL
     args.prompts = args.prompts or preset["prompts"]
@@ -370,8 +371,8 @@ def figure(path: Path, tables: dict, curves: dict, sizes) -> None:
     ax2.set_title("Draft cost per round: autoregressive vs one-pass block")
     ax2.legend()
     fig.tight_layout()
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(path, dpi=110)
+    with atomic_path(path) as tmp:
+        fig.savefig(tmp, dpi=110)
 
 
 def main(argv=None) -> int:
@@ -441,8 +442,7 @@ def main(argv=None) -> int:
         figure(args.figure, tables, curves, sizes)
         print(f"figure: {args.figure}")
     if args.json:
-        args.json.parent.mkdir(parents=True, exist_ok=True)
-        args.json.write_text(json.dumps({"threads": torch.get_num_threads(), "best_k": best_k,
+        write_text_atomic(args.json, json.dumps({"threads": torch.get_num_threads(), "best_k": best_k,
                                          "tables": {f"{s} T={t}": v for (s, t), v in tables.items()},
                                          "cost_curves": curves, "typical": typical}, indent=1))
     return 0

@@ -48,7 +48,8 @@ import torch
 
 import g2c.course.solved  # noqa: F401  (first: applies the answer key before course modules load)
 from g2c.assets.artifacts import ArtifactError, load_model
-from g2c.assets.cli import count, device_name, int_list, model_list
+from g2c.assets.cli import count, device_name, int_list, model_list, output_file
+from g2c.course.files import atomic_path
 from g2c.kvcache import KVCache, cached_forward
 from g2c.kvcache.fast import fast_model, packed_kernels_available
 from g2c.nn import resolve_device, synchronize
@@ -69,11 +70,13 @@ def parse_args(argv):
                     help="rows per pass, k + 1 (default 1,2,3,5,9,17,33; --quick 1,2,5,9)")
     ap.add_argument("--rounds", type=count(1), default=None,
                     help="timed rounds after the warm-up (default 15; --quick 4)")
-    ap.add_argument("--context", type=count(1), default=64, help="committed positions in the cache (default 64)")
+    ap.add_argument("--context", type=count(1), default=64,
+                    help="committed positions in the cache (default 64; clamped per model to max_seq_len - the "
+                         "largest --rows, and the clamped value is printed)")
     ap.add_argument("--paths", default=",".join(PATHS), help=f"which of {', '.join(PATHS)} (comma-separated)")
     ap.add_argument("--threads", type=count(1), default=1, help="torch.set_num_threads (default 1; printed)")
     ap.add_argument("--device", type=device_name(), default="cpu", help="cpu (default), cuda, mps or auto")
-    ap.add_argument("--plot", default=str(ROOT / "docs" / "img" / "roofline.png"),
+    ap.add_argument("--plot", type=output_file(allow_empty=True), default=str(ROOT / "docs" / "img" / "roofline.png"),
                     help="where to save the plot ('' = no plot)")
     ap.add_argument("--clock", choices=("auto", "wall", "cpu"), default="auto",
                     help="wall: time.perf_counter; cpu: this process's CPU seconds (time.process_time), the "
@@ -153,12 +156,18 @@ def measure_ladder(args, device: torch.device) -> dict:
         except (ArtifactError, ValueError) as exc:
             raise SystemExit(f"roofline: cannot load {name!r}: {exc}")
         context = min(args.context, model.max_seq_len - max(args.rows))
+        if context < 1:
+            raise SystemExit(f"roofline: {name} holds {model.max_seq_len} positions, too few for {max(args.rows)} "
+                             "rows per pass; use smaller --rows")
+        if context != args.context:
+            print(f"{name}: measuring at context {context}, not {args.context}: clamped to max_seq_len "
+                  f"{model.max_seq_len} - {max(args.rows)} rows")
         variants = {"teaching": model, "fast fp32": fast_model(model), "fast bf16": fast_model(model, dtype="bf16")}
         info = {"params": sum(p.numel() for b in model.blocks for p in (b.attn.qkv.weight, b.attn.proj.weight,
                                                                          b.mlp.fc.weight, b.mlp.proj.weight))
                 + model.token_embed.weight.numel(),
                 "bytes": {"fp32": variants["fast fp32"].weight_bytes, "bf16": variants["fast bf16"].weight_bytes},
-                "times": {p: {} for p in args.paths}}
+                "times": {p: {} for p in args.paths}, "context": context}
         out[model.name if hasattr(model, "name") else name] = info
         prompt = torch.randint(0, model.vocab_size, (1, context), generator=torch.Generator().manual_seed(1))
         for path in args.paths:
@@ -230,8 +239,8 @@ def plot(results: dict, beta: float, pi: dict, out: str, threads: int, device: t
     fig.suptitle(f"Cached pass cost vs rows, {device.type}, {threads} thread(s), {clock_name} clock\n"
                  f"black line: fp32 weight-read floor at {beta / 1e9:.1f} GB/s", fontsize=10)
     fig.tight_layout()
-    Path(out).parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(out, dpi=110)
+    with atomic_path(out) as tmp:  # an interrupted or disk-full run leaves the previous figure
+        fig.savefig(tmp, dpi=110)
     print(f"plot: {out}")
 
 
@@ -245,7 +254,8 @@ def main(argv: list[str] | None = None) -> int:
     clock, clock_name = CLOCK[args.clock], args.clock
     print(f"device {device}, torch {torch.__version__}, {torch.get_num_threads()} thread(s), {args.clock} clock, "
           f"oneDNN packing fp32 {packed_kernels_available(torch.float32)} / bf16 "
-          f"{packed_kernels_available(torch.bfloat16)}, context {args.context}, {args.rounds} interleaved rounds")
+          f"{packed_kernels_available(torch.bfloat16)}, context {args.context} asked (each model's table says the "
+          f"context it measured at), {args.rounds} interleaved rounds")
     beta = read_bandwidth(device, args.rounds)
     pi = {"fp32": compute_peak(device, torch.float32, args.rounds)}
     pi["bf16"] = compute_peak(device, torch.bfloat16, args.rounds) if device.type != "mps" else pi["fp32"]
@@ -262,7 +272,9 @@ def main(argv: list[str] | None = None) -> int:
         print(f"| {name} | {info['bytes']['fp32'] / 1e6:.1f} MB | {info['bytes']['bf16'] / 1e6:.1f} MB | "
               f"{f32 * 1e3:.2f} | {f16 * 1e3:.2f} | {kstar:.0f} rows |")
     for name, info in results.items():
-        print(f"\n{name}: ms per cached pass (ratio to the 1-row pass), {torch.get_num_threads()} thread(s)")
+        print(f"\n{name}: ms per cached pass (ratio to the 1-row pass) at context {info['context']}"
+              f"{' (clamped from ' + str(args.context) + ')' if info['context'] != args.context else ''}, "
+              f"{torch.get_num_threads()} thread(s)")
         rows = sorted(next(iter(info["times"].values())))
         print("| path | " + " | ".join(f"{r} rows" for r in rows) + " | knee (> 1.25x) |")
         print("|---|" + "---|" * (len(rows) + 1))

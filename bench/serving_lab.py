@@ -49,7 +49,8 @@ import torch
 
 import g2c.course.solved  # noqa: F401  (first: applies the answer key before course modules load)
 from g2c.assets import load_model
-from g2c.assets.cli import count, device_name, int_list, model_name
+from g2c.assets.cli import count, device_name, int_list, model_name, output_dir
+from g2c.course.files import atomic_path, atomic_write, write_text_atomic
 from g2c.specdec.lab.batched import batched_greedy, batched_speculative_generate
 
 PROMPT_SETS = {
@@ -148,7 +149,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--new-tokens", type=count(1), help="new tokens per request (default 32; --quick: 8)")
     ap.add_argument("--threads", type=count(1), default=1)
     ap.add_argument("--device", type=device_name(), default="cpu")
-    ap.add_argument("--out", default="runs/serving_lab")
+    ap.add_argument("--out", type=output_dir(), default="runs/serving_lab")
     ap.add_argument("--quick", action="store_true", help="CI smoke run: B in {1, 4}, k in {1, 4}, 8 tokens")
     ap.add_argument("--export-prompts", metavar="PREFIX",
                     help="write PREFIX-<set>.jsonl ({\"prompt\": ...} per line) for vllm bench serve, then exit")
@@ -158,8 +159,7 @@ def main(argv: list[str] | None = None) -> int:
 
         for set_name, texts in PROMPT_SETS.items():
             path = Path(f"{args.export_prompts}-{set_name}.jsonl")
-            path.parent.mkdir(parents=True, exist_ok=True)
-            path.write_text("".join(json.dumps({"prompt": t}) + "\n" for t in texts))
+            write_text_atomic(path, "".join(json.dumps({"prompt": t}) + "\n" for t in texts))
             print(f"wrote {path}")
         return 0
     quick = {"batches": "1,4", "ks": "1,4", "new_tokens": 8}
@@ -214,7 +214,7 @@ def main(argv: list[str] | None = None) -> int:
         if batch == 1:
             itl_keep[(set_name, k)] = cell["itl"]
 
-    with open(out / "serving_lab.csv", "w", newline="") as f:
+    with atomic_write(out / "serving_lab.csv", "w", newline="") as f:
         w = csv.DictWriter(f, fieldnames=list(rows[0]))
         w.writeheader()
         w.writerows(rows)
@@ -258,7 +258,8 @@ def main(argv: list[str] | None = None) -> int:
     axes[0].legend(fontsize=7)
     fig.suptitle(f"{args.drafter} drafting for {args.target}, {args.threads} CPU thread(s)")
     fig.tight_layout()
-    fig.savefig(out / "speedup_vs_batch.png", dpi=110)
+    with atomic_path(out / "speedup_vs_batch.png") as tmp:
+        fig.savefig(tmp, dpi=110)
 
     fig, ax = plt.subplots(figsize=(6, 3.4))
     k_hist = max(ks)
@@ -274,7 +275,8 @@ def main(argv: list[str] | None = None) -> int:
     ax.set_title(f"B = 1, {first} prompts: speculation makes ITL bimodal", fontsize=9)
     ax.legend()
     fig.tight_layout()
-    fig.savefig(out / "itl_hist.png", dpi=110)
+    with atomic_path(out / "itl_hist.png") as tmp:
+        fig.savefig(tmp, dpi=110)
     print(f"wrote {out / 'serving_lab.csv'}, {out / 'speedup_vs_batch.png'}, {out / 'itl_hist.png'}")
     return 0
 

@@ -48,6 +48,7 @@ import torch
 
 import g2c.course.solved  # noqa: F401  (first: applies the answer key before course modules load)
 from g2c.assets.artifacts import DRAFTERS, ArtifactError, canonical_name, load_model, model_names
+from g2c.assets.cli import output_file
 from g2c.assets.data import load_token_stream, validation_prompts
 from g2c.kvcache import cached_generate
 from g2c.kvcache import cached_hidden_states as _cached_hidden_states
@@ -96,7 +97,8 @@ def parse_args(argv: list[str] | None):
     ap.add_argument("--fast", action="store_true",
                     help="add the fast path (g2c.kvcache.fast, float32): plain cached decoding and the greedy "
                          "LM-drafter rows with fast target and drafter")
-    ap.add_argument("--out", default=None, help="also write the drafter table (markdown, with the command) here")
+    ap.add_argument("--out", type=output_file(), default=None,
+                    help="also write the drafter table (markdown, with the command) here")
     ap.add_argument("--quick", action="store_true",
                     help="smoke run: 2 prompts, 16 tokens, k in {1, 4}, 1 repeat (options you give still win)")
     args = ap.parse_args(argv)
@@ -394,10 +396,10 @@ def drafter_table(args, argv: list[str] | None = None) -> int:
     print("\n" + table + "\n\n" + note)
     if args.out:
         command = "python bench/specdec.py " + " ".join(sys.argv[1:] if argv is None else argv)
-        from pathlib import Path
 
-        Path(args.out).parent.mkdir(parents=True, exist_ok=True)
-        Path(args.out).write_text(f"Measured with `{command.strip()}`.\n\n{table}\n\n{note}\n")
+        from g2c.course.files import write_text_atomic
+
+        write_text_atomic(args.out, f"Measured with `{command.strip()}`.\n\n{table}\n\n{note}\n")
         print(f"wrote {args.out}")
     return 0
 

@@ -18,6 +18,7 @@ from pathlib import Path
 
 import g2c
 from g2c.assets.artifacts import artifact_dir, drafter_names, load_model, model_names, verify_artifact
+from g2c.course.files import atomic_path, write_text_atomic
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -88,7 +89,8 @@ def plot_curves(manifests: dict, drafters: dict) -> None:
     ax.set_title("StoryLM ladder: validation loss during training")
     ax.legend()
     fig.tight_layout()
-    fig.savefig(img / "ladder-curves.png", dpi=100)
+    with atomic_path(img / "ladder-curves.png") as tmp:
+        fig.savefig(tmp, dpi=100)
     plt.close(fig)
     fig, axes = plt.subplots(1, 2, figsize=(10, 3.6))
     for name, m in drafters.items():
@@ -104,7 +106,8 @@ def plot_curves(manifests: dict, drafters: dict) -> None:
         ax.legend(fontsize=8)
     fig.suptitle("Drafters: validation during training (best weights kept)")
     fig.tight_layout()
-    fig.savefig(img / "drafter-curves.png", dpi=100)
+    with atomic_path(img / "drafter-curves.png") as tmp:
+        fig.savefig(tmp, dpi=100)
     plt.close(fig)
 
 
@@ -123,7 +126,7 @@ def main() -> int:
     bench_text = (bench.read_text() if bench.is_file()
                   else "(run `python bench/specdec.py --out docs/bench/specdec-drafters.md`)")
     text = render(tok_manifest, manifests, rows, samples, size_mb, drafters, bench_text)
-    (ROOT / "docs" / "models.md").write_text(text)
+    write_text_atomic(ROOT / "docs" / "models.md", text)
     print(text)
     return 0
 

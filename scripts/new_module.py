@@ -13,18 +13,29 @@ notebook is ``notebooks/clean/<id>-<slug>.ipynb``, built from ``solutions/notebo
 notebook apply their answer key to the ones a student has not edited.
 
 It refuses to touch an id or a file that already exists (nothing is overwritten); a Beyond module's
-folder must not exist yet (one module, one folder).
+folder must not exist yet (one module, one folder). It adds a whole module or nothing: every
+generated Python file is compiled before anything is written, each file is written atomically,
+and after the generators ran the new scaffold must compile and its test file must collect; if any
+step fails (or you press Ctrl-C) every file it created is removed and the registry and the
+records it touched are put back, and it says so. Edited exercises elsewhere in the checkout are
+left alone (the scaffold generator names them) and do not stop it.
 """
 
 from __future__ import annotations
 
 import argparse
+import os
 import re
+import shutil
 import subprocess
 import sys
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+from g2c.course.files import write_problem, write_text_atomic  # noqa: E402
+
 REGISTRY = ROOT / "g2c" / "course" / "registry.py"
 END_OF_MODULES = "\n)\n\n\ndef module_ids()"
 
@@ -75,6 +86,8 @@ def registry_entry(module_id: str, title: str, paths: dict[str, str], *, new_ini
 def templates(module_id: str, title: str, package: str, file: str, paths: dict[str, str]) -> dict[str, str]:
     lesson = paths["lesson"]
     dotted = package.replace("/", ".")
+    plain = title
+    title = title.replace("\\", "\\\\").replace('"', '\\"')  # inside the docstrings below: no early close
     return {
         "init": f'"""{title} (module {module_id})."""\n\nfrom .{file} import scale\n\n__all__ = ["scale"]\n',
         "solution": (
@@ -101,7 +114,7 @@ def templates(module_id: str, title: str, package: str, file: str, paths: dict[s
             "def test_scale_multiplies():\n"
             "    torch.testing.assert_close(scale(torch.ones(2, 3), 2.5), torch.full((2, 3), 2.5))\n"),
         "lesson": (
-            f"# {module_id}: {title}\n\n## The question\n\nWhat problem does this module solve, in one paragraph?\n\n"
+            f"# {module_id}: {plain}\n\n## The question\n\nWhat problem does this module solve, in one paragraph?\n\n"
             "## The idea\n\nThe concept, with the maths and its source (paper, section).\n\n"
             f"## What you build\n\n| exercise | file | tests |\n|---|---|---|\n"
             f"| `scale` | `g2c/{package}/{file}.py` | `{paths['test']}` |\n\n"
@@ -111,7 +124,7 @@ def templates(module_id: str, title: str, package: str, file: str, paths: dict[s
             "## Reading\n\n- ...\n"),
         "notebook_source": (
             "# %% [markdown]\n"
-            f"# # {title}\n#\n# Lesson: `{lesson}`. `./notebook.sh {module_id}` runs it on your own code, with the\n"
+            f"# # {plain}\n#\n# Lesson: `{lesson}`. `./notebook.sh {module_id}` runs it on your own code, with the\n"
             f"# answer key for the modules it needs that you have not edited.\n\n"
             "# %%\nimport torch\n\n"
             f"from g2c.{dotted}.{file} import scale\n\n"
@@ -131,6 +144,8 @@ def add_module(module_id: str, title: str, package: str, file: str, *, root: Pat
         ValueError: a malformed id/package/file name, an id already in the registry, or a file that
             already exists (nothing is written then).
     """
+    if not title.strip() or any(ord(c) < 32 or c == "\x7f" for c in title):
+        raise ValueError(f"title {title!r}: give one line of text (no newline or control character)")
     if not re.fullmatch(r"[a-z0-9][a-z0-9-]*", module_id):
         raise ValueError(f"module id {module_id!r}: use lowercase letters, digits and '-' (e.g. 16, specdec-foo)")
     for what, name in [("file", file), *(("package", part) for part in package.split("/"))]:
@@ -158,25 +173,94 @@ def add_module(module_id: str, title: str, package: str, file: str, *, root: Pat
         raise ValueError(f"refusing to overwrite existing files: {', '.join(clash)}")
     if END_OF_MODULES not in text:
         raise ValueError("cannot find the end of MODULES in g2c/course/registry.py")
+    for key in ("init", "solution", "test", "notebook_source"):  # every generated Python file compiles
+        if key in wanted:
+            try:
+                compile(body[key], paths[key], "exec")
+            except SyntaxError as exc:
+                raise ValueError(f"the generated {paths[key]} would not compile ({exc.msg}, line {exc.lineno}); "
+                                 "nothing was written. Simplify the title?") from None
     entry = registry_entry(module_id, title, paths, new_init=new_init, requires=requires)
-    registry.write_text(text.replace(END_OF_MODULES, "\n" + entry + END_OF_MODULES, 1), encoding="utf-8")
-    for key in wanted:
-        dest = root / paths[key]
-        dest.parent.mkdir(parents=True, exist_ok=True)
-        dest.write_text(body[key], encoding="utf-8")
-        out(f"created {paths[key]}")
-    steps = [[sys.executable, "scripts/scaffolds.py"]]
-    if (root / "scripts" / "notebooks" / "build.py").exists():
-        steps.append([sys.executable, "scripts/notebooks/build.py"])
-    if record:
-        steps.append([sys.executable, "scripts/contract.py", "--record", paths["test"]])
-    for cmd in steps:
-        out("running " + " ".join(c if c != sys.executable else "python" for c in cmd))
-        subprocess.run(cmd, cwd=root, check=True)
+    new_registry = text.replace(END_OF_MODULES, "\n" + entry + END_OF_MODULES, 1)
+    try:
+        compile(new_registry, "g2c/course/registry.py", "exec")
+    except SyntaxError as exc:
+        raise ValueError(f"the registry entry would not compile ({exc.msg}); nothing was written") from None
+    # What this run may change, to put back if any step fails: the records the generators rewrite,
+    # every file it creates and every folder that does not exist yet.
+    records = {rel: (root / rel).read_bytes() if (root / rel).is_file() else None
+               for rel in ("g2c/course/registry.py", "solutions/generated.json", "tests/pristine.json")}
+    created = [paths[k] for k in wanted] + [paths["scaffold"], paths["notebook"]]
+    new_dirs = sorted({d for rel in created for d in Path(rel).parents
+                       if d != Path(".") and not (root / d).exists()}, key=lambda d: len(d.parts))
+    try:
+        write_text_atomic(registry, new_registry)
+        for key in wanted:
+            write_text_atomic(root / paths[key], body[key])
+            out(f"created {paths[key]}")
+        steps = [[sys.executable, "scripts/scaffolds.py"]]
+        if (root / "scripts" / "notebooks" / "build.py").exists():
+            steps.append([sys.executable, "scripts/notebooks/build.py"])
+        if record:
+            steps.append([sys.executable, "scripts/contract.py", "--record", paths["test"]])
+        for cmd in steps:
+            out("running " + " ".join(c if c != sys.executable else "python" for c in cmd))
+            done = subprocess.run(cmd, cwd=root, capture_output=True, text=True)
+            sys.stdout.write(done.stdout)
+            sys.stderr.write(done.stderr)
+            kept_edited = (cmd[1] == "scripts/scaffolds.py" and (root / paths["scaffold"]).is_file()
+                           and "not overwritten" in done.stderr)  # a student's edited exercise, left alone
+            if done.returncode != 0 and not kept_edited:
+                raise RuntimeError(f"{' '.join(cmd[1:])} failed (exit {done.returncode})")
+        check_generated(root, paths)
+    except BaseException as exc:
+        _roll_back(root, records, created, new_dirs)
+        if isinstance(exc, KeyboardInterrupt):
+            out(f"interrupted: module {module_id} not added; every file it had created was removed and "
+                "the registry and records were put back")
+            raise
+        if isinstance(exc, OSError):
+            raise
+        raise ValueError(f"{exc}; module {module_id} not added: every file it had created was removed and the "
+                         "registry and records were put back") from None
     out(f"module {module_id} added: edit {paths['solution']} and {paths['test']}, then "
         f"`python scripts/scaffolds.py`, `python scripts/contract.py --record {paths['test']}` and "
         f"`python scripts/readme_table.py --write`; grade it with ./test.sh {module_id}")
     return paths
+
+
+def check_generated(root: Path, paths: dict[str, str]) -> None:
+    """The new module works before success is reported: its scaffold (and package init) compiles
+    and its test file collects under pytest.
+
+    Raises:
+        RuntimeError: naming the file and the last lines of the error.
+    """
+    for key in ("init", "scaffold"):
+        path = root / paths[key]
+        try:
+            compile(path.read_text(encoding="utf-8"), str(path), "exec")
+        except (OSError, SyntaxError) as exc:
+            raise RuntimeError(f"the generated {paths[key]} does not compile: {exc}") from None
+    env = {k: v for k, v in os.environ.items() if k != "G2C_APPLY_SOLUTIONS"}
+    env["PYTHONPATH"] = str(root) + os.pathsep + env.get("PYTHONPATH", "")
+    done = subprocess.run([sys.executable, "-m", "pytest", "--collect-only", "-q", "-p", "no:cacheprovider",
+                           paths["test"]], cwd=root, env=env, capture_output=True, text=True)
+    if done.returncode != 0:
+        tail = " | ".join((done.stdout + done.stderr).strip().splitlines()[-4:])
+        raise RuntimeError(f"the generated {paths['test']} does not collect under pytest: {tail}")
+
+
+def _roll_back(root: Path, records: dict[str, bytes | None], created: list[str], new_dirs: list[Path]) -> None:
+    for rel in created:
+        (root / rel).unlink(missing_ok=True)
+    for rel, data in records.items():
+        if data is None:
+            (root / rel).unlink(missing_ok=True)
+        elif not (root / rel).is_file() or (root / rel).read_bytes() != data:
+            (root / rel).write_bytes(data)
+    for d in new_dirs:  # shallowest first: removing it removes what the run put inside
+        shutil.rmtree(root / d, ignore_errors=True)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -192,9 +276,14 @@ def main(argv: list[str] | None = None) -> int:
     try:
         add_module(args.id, args.title, args.package or default_package(args.id), args.file,
                    record=not args.no_record, requires=tuple(r.strip() for r in args.requires.split(",") if r.strip()))
-    except (ValueError, subprocess.CalledProcessError) as exc:
+    except ValueError as exc:
         print(f"new_module: {exc}", file=sys.stderr)
         return 1
+    except OSError as exc:
+        print(f"new_module: {write_problem(exc)}; nothing was added", file=sys.stderr)
+        return 1
+    except KeyboardInterrupt:
+        return 130
     return 0
 
 

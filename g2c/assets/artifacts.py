@@ -7,8 +7,15 @@ Layout (CONVENTIONS §4-5)::
     artifacts/tokenizers/StoryTokenizer/{tokenizer.json, manifest.json}
     artifacts/models/StoryLM-{1M,5M,30M}/{model.safetensors, config.json, manifest.json}
 
-Every ``manifest.json`` lists the sha256 of each other file in its folder. Weights are
-float16 safetensors (never unpickled) and are loaded into float32 models.
+Every ``manifest.json`` lists the sha256 of each other file in its folder. A manifest travels
+with its files, so it only proves that they arrived intact, not that they are the right ones:
+the expected sha256 and size of every shipped file are also *pinned* in the repository, in
+``g2c/assets/pins.json`` beside this loader (as pip's hash-checking mode pins a requirement).
+Loading from ``artifacts/`` and every install (git, mirror, download) is checked against the
+pins; ``./checkpoints.sh --train NAME`` re-pins what it retrains, ``--pin NAME`` re-pins an
+artifact replaced on purpose, and a tooling test fails when the record is stale. Sizes are
+compared before anything is hashed. Weights are float16 safetensors (never unpickled) and are
+loaded into float32 models.
 """
 
 from __future__ import annotations
@@ -24,8 +31,10 @@ import torch
 from safetensors.torch import load_file
 
 from g2c.course import REPO_ROOT
+from g2c.course.files import atomic_write, clean_leftovers, fsync_dir
 
 ARTIFACTS_DIR = REPO_ROOT / "artifacts"
+PINS_FILE = Path(__file__).with_name("pins.json")  # the pinned sha256 and size of every shipped file
 TOKENIZER_NAMES = ("StoryTokenizer",)
 CORPUS_NAMES = ("TinyStories-sample",)
 CORPUS_FILE = "tinystories-collected.txt.xz"  # the corpus inside artifacts/corpora/TinyStories-sample/
@@ -44,8 +53,10 @@ DRAFTERS: dict[str, dict] = {
 
 __all__ = ["ARTIFACTS_DIR", "ArtifactError", "ArtifactMissingError", "CORPUS_FILE", "CORPUS_NAMES", "ChecksumError",
            "DRAFTERS", "LOAD_DTYPES", "TOKENIZER_NAMES", "artifact_dir", "artifact_kind", "canonical_name",
-           "check_member_name", "corpus_path", "drafter_names", "is_verified", "load_model", "load_story_tokenizer",
-           "load_tokenizer", "manifest_files", "model_names", "verify_artifact", "write_artifact"]
+           "check_member_name", "clean_artifact_leftovers", "corpus_path",
+           "drafter_names", "is_verified", "load_model", "load_story_tokenizer",
+           "load_tokenizer", "manifest_files", "model_names", "pinned_files", "pins_from_tree", "verify_artifact",
+           "write_artifact", "write_pins"]
 
 
 class ArtifactError(Exception):
@@ -129,15 +140,93 @@ def corpus_path(name: str = "TinyStories-sample", *, root: Path | None = None) -
     return artifact_dir(name, root) / CORPUS_FILE
 
 
-def verify_artifact(name: str, root: Path | None = None) -> dict:
-    """Check every file of an artifact against its manifest; return the manifest.
+def _is_shipped_root(root: Path | None) -> bool:
+    if root is None:
+        return True
+    try:
+        return Path(root).resolve() == ARTIFACTS_DIR.resolve()
+    except OSError:
+        return False
+
+
+def load_pins() -> dict[str, dict[str, dict]]:
+    """The pinned record ``g2c/assets/pins.json``: ``{name: {file: {"sha256": hex, "size": bytes}}}``.
+
+    Raises:
+        ChecksumError: the record is missing or damaged (the message says to restore it from git).
+    """
+    try:
+        pins = json.loads(PINS_FILE.read_text(encoding="utf-8"))
+    except (OSError, ValueError) as exc:
+        raise ChecksumError(f"the pinned artifact record {PINS_FILE} is unreadable ({exc}): restore it with "
+                            f"`git checkout -- {_rel(PINS_FILE)}`") from exc
+    if not isinstance(pins, dict) or not isinstance(pins.get("artifacts"), dict):
+        raise ChecksumError(f"the pinned artifact record {PINS_FILE} has the wrong structure: restore it with "
+                            f"`git checkout -- {_rel(PINS_FILE)}`")
+    return pins["artifacts"]
+
+
+def pinned_files(name: str) -> dict[str, dict]:
+    """The pinned files of one artifact: ``{file: {"sha256": hex, "size": bytes}}``.
+
+    Raises:
+        ChecksumError: the record has no (valid) entry for ``name``.
+    """
+    name = canonical_name(name)
+    entry = load_pins().get(name)
+    ok = isinstance(entry, dict) and entry and all(
+        isinstance(v, dict) and isinstance(v.get("sha256"), str) and isinstance(v.get("size"), int)
+        for v in entry.values())
+    if not ok:
+        raise ChecksumError(f"{name} has no valid pin in {_rel(PINS_FILE)}: restore the record with `git checkout -- "
+                            f"{_rel(PINS_FILE)}`, or pin a verified copy on purpose with "
+                            f"./checkpoints.sh --pin {name}")
+    return entry
+
+
+def _rel(path: Path) -> str:
+    path = Path(path)
+    try:
+        return path.resolve().relative_to(REPO_ROOT.resolve()).as_posix()
+    except (ValueError, OSError):
+        return str(path)
+
+
+def _check_pins(name: str, folder: Path, files: dict[str, str], fix: str) -> None:
+    """Compare an artifact folder (its manifest's ``files`` and each file's size) with the pins,
+    before any file is hashed. Raises ChecksumError naming the file, both hashes and ``fix``."""
+    pins = pinned_files(name)
+    if set(files) != set(pins):
+        raise ChecksumError(f"{folder}/manifest.json lists {', '.join(sorted(files)) or 'no file'}, but the pinned "
+                            f"record of {name} ({_rel(PINS_FILE)}) lists {', '.join(sorted(pins))}: it is not the "
+                            f"shipped {name}; {fix}")
+    for fname, pin in pins.items():
+        path = folder / fname
+        if files[fname] != pin["sha256"]:
+            raise ChecksumError(f"{path} is not the pinned {name}/{fname}: {_rel(PINS_FILE)} pins sha256 "
+                                f"{pin['sha256']} ({pin['size']:,} bytes), its manifest says {files[fname]}; {fix}")
+        if path.is_file() and path.stat().st_size != pin["size"]:
+            raise ChecksumError(f"{path} has {path.stat().st_size:,} bytes, the pinned {name}/{fname} has "
+                                f"{pin['size']:,} (sha256 {pin['sha256']}); not hashed; {fix}")
+
+
+def verify_artifact(name: str, root: Path | None = None, *, pinned: bool | None = None) -> dict:
+    """Check every file of an artifact against its manifest and, for the shipped folder, against
+    the pinned record ``g2c/assets/pins.json``; return the manifest.
+
+    Args:
+        pinned: also require the files the pins name (sizes first, then sha256). Default: only
+            for the shipped ``artifacts/`` (a test's or a user's own root is theirs); the
+            installers pass ``True`` for every source.
 
     Raises:
         ValueError: unknown name.
         ArtifactMissingError: the folder, manifest or a listed file is missing
             (the message says to run ``./checkpoints.sh``).
         ChecksumError: a file's sha256 differs (the message names the file and says to run
-            ``./checkpoints.sh --force``).
+            ``./checkpoints.sh --force``); with pins, a file whose size or sha256 is not the
+            pinned one, or a manifest listing other files (the message names the file, both
+            hashes and the fix).
     """
     folder = artifact_dir(name, root)
     manifest_path = folder / "manifest.json"
@@ -149,15 +238,56 @@ def verify_artifact(name: str, root: Path | None = None) -> dict:
     except (json.JSONDecodeError, UnicodeDecodeError) as exc:
         raise ChecksumError(f"{manifest_path} is corrupted ({exc}): run ./checkpoints.sh --force") from exc
     files = manifest_files(manifest, manifest_path)
+    if pinned if pinned is not None else _is_shipped_root(root):
+        _check_pins(canonical_name(name), folder, files,
+                    "run ./checkpoints.sh --force to restore the pinned copy (from git or a trusted mirror)")
     for fname, expected in files.items():
         path = folder / fname
         if not path.is_file():
             raise ArtifactMissingError(f"{path} is missing: run ./checkpoints.sh to install it")
         got = sha256_file(path)
         if got != expected:
-            raise ChecksumError(f"checksum mismatch for {path}: manifest says {expected[:12]}…, file has {got[:12]}…; "
+            raise ChecksumError(f"checksum mismatch for {path}: manifest says {expected}, file has {got}; "
                                 "the file is corrupted or was edited. Run ./checkpoints.sh --force to restore it")
     return manifest
+
+
+def pins_from_tree(root: Path | None = None, names: tuple[str, ...] | None = None) -> dict[str, dict[str, dict]]:
+    """The pinned record of the artifacts installed under ``root`` (each verified against its
+    own manifest first): ``{name: {file: {"sha256", "size"}}}``, for ``names`` (default: every
+    artifact present). The tooling test compares this with ``pins.json``.
+
+    Raises:
+        ArtifactMissingError / ChecksumError: a named artifact is missing or damaged.
+    """
+    all_known = model_names() + drafter_names() + TOKENIZER_NAMES + CORPUS_NAMES
+    if names is None:
+        names = tuple(n for n in all_known if (artifact_dir(n, root) / "manifest.json").is_file())
+    out = {}
+    for name in names:
+        name = canonical_name(name)
+        files = verify_artifact(name, root, pinned=False)["files"]
+        folder = artifact_dir(name, root)
+        out[name] = {f: {"sha256": files[f], "size": (folder / f).stat().st_size} for f in sorted(files)}
+    return out
+
+
+def write_pins(update: dict[str, dict[str, dict]]) -> list[str]:
+    """Merge ``update`` (as ``pins_from_tree`` returns) into ``pins.json``, atomically; return the
+    names whose pin changed."""
+    try:
+        current = load_pins()
+    except ChecksumError:
+        current = {}
+    changed = [n for n, v in update.items() if current.get(n) != v]
+    merged = {**current, **update}
+    text = json.dumps({"about": "sha256 and size of every shipped artifact file, checked on load and install "
+                                "(g2c/assets/artifacts.py); regenerate with ./checkpoints.sh --train NAME or "
+                                "--pin NAME",
+                       "artifacts": dict(sorted(merged.items()))}, indent=1, sort_keys=False) + "\n"
+    with atomic_write(PINS_FILE, "w") as f:
+        f.write(text)
+    return changed
 
 
 def check_member_name(fname: object, where: object) -> str:
@@ -219,21 +349,64 @@ def is_verified(name: str, root: Path | None = None) -> bool:
     return True
 
 
+def clean_artifact_leftovers(root: Path | None = None, *, log=None) -> list[str]:
+    """Undo what a run killed inside ``write_artifact`` left behind, and say so through ``log``:
+    a ``.tmp-<Name>-*`` staging folder is removed; a ``<Name>.old`` folder is moved back when
+    ``<Name>`` itself is gone (killed between the two renames), else removed (a dangling
+    ``.old`` link too); temporaries of ``g2c.course.files`` are removed. Returns one line per fix."""
+    root = Path(root) if root is not None else ARTIFACTS_DIR
+    lines = []
+    for kind in ("models", "tokenizers", "corpora"):
+        folder = root / kind
+        if not folder.is_dir():
+            continue
+        for entry in sorted(folder.iterdir()):
+            try:
+                if entry.name.startswith(".tmp-"):
+                    shutil.rmtree(entry) if entry.is_dir() and not entry.is_symlink() else entry.unlink()
+                    lines.append(f"removed {entry}, the staging folder of an interrupted install")
+                elif entry.name.endswith(".old"):
+                    live = entry.with_name(entry.name[:-4])
+                    if entry.is_dir() and not entry.is_symlink() and not live.exists() and not live.is_symlink():
+                        os.replace(entry, live)
+                        lines.append(f"moved {entry} back to {live.name}: an interrupted install had set it aside")
+                    else:
+                        shutil.rmtree(entry) if entry.is_dir() and not entry.is_symlink() else entry.unlink()
+                        lines.append(f"removed {entry}, left over by an interrupted install")
+            except OSError:
+                continue
+        lines += [f"removed {p}, left over by an interrupted write" for p in clean_leftovers(folder, recursive=True)]
+    if log is not None:
+        for line in lines:
+            log(line)
+    return lines
+
+
+def _fsync_file(path: Path) -> None:
+    with open(path, "rb+") as f:
+        os.fsync(f.fileno())
+
+
 def write_artifact(name: str, files: dict[str, bytes | Path], manifest: dict, *, root: Path | None = None,
                    force: bool = False) -> Path:
-    """Write an artifact folder atomically: everything goes to a temp folder, then one rename.
+    """Write an artifact folder atomically: everything goes to a temp folder (each file fsynced),
+    then one rename.
 
-    ``manifest["files"]`` is filled with the sha256 of every file. A killed run leaves at
-    most a ``.tmp-*`` folder, never a half-written artifact that passes verification.
-    Files in an existing folder that its manifest does not own (a user's notes, say) are
-    carried over into the new folder, never deleted; a file the old manifest owned and the
-    new one does not is dropped with the old copy. Without a readable old manifest, every
-    file the new manifest does not name is kept.
+    ``manifest["files"]`` is filled with the sha256 of every file. A failed or interrupted run
+    (an exception, Ctrl-C, a full disk) removes its temp folder and leaves the previous artifact
+    as it was; a run killed outright leaves at most a ``.tmp-*`` folder or a ``<Name>.old``
+    folder, which the next run cleans up or moves back (``clean_artifact_leftovers``), never a
+    half-written artifact that passes verification. Files in an existing folder that its
+    manifest does not own (a user's notes, say) are carried over into the new folder, never
+    deleted; a file the old manifest owned and the new one does not is dropped with the old
+    copy. Without a readable old manifest, every file the new manifest does not name is kept.
+    Writing does not consult the pins (``verify_artifact`` and the installers do).
 
     Raises:
         FileExistsError: a verified artifact is already there and ``force`` is False.
         ChecksumError: a file name is not a plain name inside the folder (``../x``, ``a/b``,
             ``.hidden``, ``manifest.json``): nothing is written.
+        OSError: the folder cannot be written (read-only, full disk): nothing changed.
     """
     dest = artifact_dir(name, root)
     for fname in files:
@@ -241,6 +414,7 @@ def write_artifact(name: str, files: dict[str, bytes | Path], manifest: dict, *,
     if not force and is_verified(name, root):
         raise FileExistsError(f"{dest} already holds a verified {canonical_name(name)}; pass --force to replace it")
     dest.parent.mkdir(parents=True, exist_ok=True)
+    clean_artifact_leftovers(dest.parent.parent)
     tmp = Path(tempfile.mkdtemp(prefix=f".tmp-{dest.name}-", dir=dest.parent))
     try:
         if dest.is_dir():  # keep what the old manifest does not own
@@ -256,17 +430,26 @@ def write_artifact(name: str, files: dict[str, bytes | Path], manifest: dict, *,
             if isinstance(content, Path):
                 shutil.copyfile(content, tmp / fname)
             else:
-                (tmp / fname).write_bytes(content)
+                with open(tmp / fname, "wb") as f:
+                    f.write(content)
+            _fsync_file(tmp / fname)
             hashes[fname] = sha256_file(tmp / fname)
-        (tmp / "manifest.json").write_text(json.dumps({**manifest, "files": hashes}, indent=2) + "\n")
+        with open(tmp / "manifest.json", "w") as f:
+            f.write(json.dumps({**manifest, "files": hashes}, indent=2) + "\n")
+        _fsync_file(tmp / "manifest.json")
+        fsync_dir(tmp)
         if dest.exists():
             old = dest.with_name(dest.name + ".old")
-            shutil.rmtree(old, ignore_errors=True)
             os.replace(dest, old)
-            os.replace(tmp, dest)
+            try:
+                os.replace(tmp, dest)
+            except BaseException:
+                os.replace(old, dest)  # put the previous copy back
+                raise
             shutil.rmtree(old, ignore_errors=True)
         else:
             os.replace(tmp, dest)
+        fsync_dir(dest.parent)
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
     return dest
@@ -396,5 +579,7 @@ def load_model(name: str, *, device: str | torch.device = "auto", root: Path | N
 
 
 def save_model_file(model, path: Path) -> None:
-    """Write a model's weights as float16 safetensors to ``path`` (helper for tests/tools)."""
-    Path(path).write_bytes(model_state_to_bytes(model))
+    """Write a model's weights as float16 safetensors to ``path``, atomically (helper for tests/tools)."""
+    from g2c.course.files import write_bytes_atomic
+
+    write_bytes_atomic(path, model_state_to_bytes(model))

@@ -11,14 +11,19 @@ Usage (``python -m g2c.assets.checkpoints`` is the same)::
                                           download missing or corrupted artifacts
     ./checkpoints.sh --from DIR --force   also replace verified artifacts
     ./checkpoints.sh --train [NAME...]    retrain with the recipes in g2c/assets/recipes/ladder.py and
-                                          g2c/assets/recipes/drafters.py (not the corpus)
+                                          g2c/assets/recipes/drafters.py (not the corpus); re-pins them
+    ./checkpoints.sh --pin NAME...        pin the installed copy in g2c/assets/pins.json (an author
+                                          replacing an artifact on purpose; commit both)
 
 A missing or corrupted artifact is restored from the first source available: ``--from
 DIR``, then ``$G2C_ARTIFACTS_URL``, then the copy committed in git (``HEAD``). Every
-source copy is checked against its own manifest before it is installed, and installs go
-through ``write_artifact`` (temp folder + rename), so a killed run never leaves a
-half-written artifact that passes verification. A verified artifact is only replaced with
-``--force``.
+source copy is checked against its own manifest *and* against the record pinned in the
+repository (``g2c/assets/pins.json``: sizes first, then sha256), so a mirror holding another
+model under a shipped name is refused. Installs go through ``write_artifact`` (temp folder +
+rename), so a killed run never leaves a half-written artifact that passes verification, and
+the next run cleans up what it left (and says so). A verified artifact is only replaced with
+``--force``. A read-only checkout, a full disk or an unwritable folder is one line naming the
+path and the fix, exit 1.
 """
 
 from __future__ import annotations
@@ -36,6 +41,7 @@ import urllib.request
 from pathlib import Path
 
 import g2c
+from g2c.assets import artifacts as _artifacts
 from g2c.assets.artifacts import (
     ARTIFACTS_DIR,
     CORPUS_FILE,
@@ -44,17 +50,23 @@ from g2c.assets.artifacts import (
     ArtifactError,
     ArtifactMissingError,
     ChecksumError,
+    _rel,
     artifact_dir,
     artifact_kind,
     canonical_name,
+    clean_artifact_leftovers,
     drafter_names,
     is_verified,
     manifest_files,
     model_names,
+    pinned_files,
+    pins_from_tree,
     verify_artifact,
     write_artifact,
+    write_pins,
 )
 from g2c.course import module_ids
+from g2c.course.files import check_writable, write_problem
 from g2c.course.hook import loaded_course_modules
 
 URL_ENV = "G2C_ARTIFACTS_URL"
@@ -152,37 +164,57 @@ def _check_complete(name: str, manifest: dict, where: str) -> None:
 def install_from_dir(name: str, source_root: Path, *, root: Path | None = None, force: bool = False) -> Path:
     """Install ``name`` from a mirror laid out like ``artifacts/`` (``models/<Name>/...``).
 
-    The source copy is verified against its own manifest first; the install is atomic.
+    The source copy is verified against its own manifest and against the pinned record
+    (``g2c/assets/pins.json``, sizes before hashes) first; the install is atomic and the
+    installed copy is verified against the pins again.
 
     Raises:
-        ArtifactMissingError / ChecksumError: the source copy is missing, incomplete or corrupted.
+        ArtifactMissingError / ChecksumError: the source copy is missing, incomplete or corrupted,
+            or is not the pinned artifact (a mirror whose ``StoryLM-1M`` holds another model).
         FileExistsError: a verified artifact is already installed and ``force`` is False.
+        OSError: the destination cannot be written (read-only, full disk).
     """
     name = canonical_name(name)
     source_root = Path(source_root)
+    src_manifest = artifact_dir(name, source_root) / "manifest.json"
     try:
-        manifest = verify_artifact(name, source_root)
+        listed = manifest_files(json.loads(src_manifest.read_text()), src_manifest)
+    except (OSError, ValueError):
+        listed = None  # verify_artifact below says what is wrong
+    try:
+        if listed is not None:
+            _check_complete(name, {"files": listed}, str(artifact_dir(name, source_root)))
+        manifest = verify_artifact(name, source_root, pinned=True)  # sizes against the pins before any hash
     except ArtifactError as exc:
         raise type(exc)(f"source copy under {source_root} is unusable: {exc}") from exc
-    _check_complete(name, manifest, str(artifact_dir(name, source_root)))
     src = artifact_dir(name, source_root)
     meta = {k: v for k, v in manifest.items() if k != "files"}
     dest = write_artifact(name, {f: src / f for f in manifest["files"]}, meta, root=root, force=force)
-    installed = verify_artifact(name, root)
+    installed = verify_artifact(name, root, pinned=True)
     if installed["files"] != manifest["files"]:  # the source changed while we copied it
         raise ChecksumError(f"{name}: the installed files differ from the source manifest; run it again")
     return dest
 
 
-def _download(url: str, path: Path, *, timeout: float) -> str:
-    """Stream ``url`` to ``path``; return its sha256."""
+def _download(url: str, path: Path, *, timeout: float, max_bytes: int | None = None) -> str:
+    """Stream ``url`` to ``path``; return its sha256. Stops as soon as more than ``max_bytes``
+    arrive (the pinned size: a huge file is refused without reading it all)."""
     h = hashlib.sha256()
+    n = 0
     try:
         with urllib.request.urlopen(url, timeout=timeout) as resp, open(path, "wb") as f:
             for chunk in iter(lambda: resp.read(1 << 20), b""):
+                n += len(chunk)
+                if max_bytes is not None and n > max_bytes:
+                    raise ChecksumError(f"{url} is larger than the pinned {max_bytes:,} bytes: not the shipped file; "
+                                        "use another mirror or restore from git with ./checkpoints.sh")
                 h.update(chunk)
                 f.write(chunk)
-    except (urllib.error.URLError, OSError, ValueError) as exc:
+    except (urllib.error.URLError, ValueError) as exc:
+        raise ArtifactMissingError(f"could not download {url}: {exc}") from exc
+    except OSError as exc:
+        if getattr(exc, "errno", None) is not None and exc.filename is not None:
+            raise  # our side: a full disk or an unwritable temp folder, reported as such
         raise ArtifactMissingError(f"could not download {url}: {exc}") from exc
     return h.hexdigest()
 
@@ -208,10 +240,16 @@ def install_from_url(name: str, base_url: str, *, root: Path | None = None, forc
         except (json.JSONDecodeError, UnicodeDecodeError) as exc:
             raise ChecksumError(f"{base}manifest.json is not a valid manifest ({exc})") from exc
         files = manifest_files(parsed, f"{base}manifest.json")  # refuses ../x before any download
+        pins = pinned_files(name)
         for fname, expected in files.items():
-            got = _download(base + fname, folder / fname, timeout=timeout)
+            if fname not in pins or pins[fname]["sha256"] != expected:
+                raise ChecksumError(f"{base}manifest.json: {fname} is not the pinned {name}/{fname} ("
+                                    f"{_rel(_artifacts.PINS_FILE)} pins "
+                                    f"{pins[fname]['sha256'] if fname in pins else 'no such file'}, the mirror says "
+                                    f"{expected}); use another mirror or restore from git with ./checkpoints.sh")
+            got = _download(base + fname, folder / fname, timeout=timeout, max_bytes=pins[fname]["size"])
             if got != expected:
-                raise ChecksumError(f"downloaded {base}{fname} has sha256 {got[:12]}…, manifest says {expected[:12]}…")
+                raise ChecksumError(f"downloaded {base}{fname} has sha256 {got}, manifest says {expected}")
         return install_from_dir(name, Path(tmp), root=root, force=force)
 
 
@@ -219,6 +257,12 @@ def install_from_git(name: str, *, root: Path | None = None, force: bool = False
     """Restore ``name`` from the copy committed at git ``HEAD``; None when there is none.
 
     Applies when ``root`` is the ``artifacts/`` folder of a git work tree that tracks the artifact.
+    The committed copy is checked against the pins like any other source.
+
+    Raises:
+        OSError: the checkout cannot be written (read-only, full disk): git holds a copy, but it
+            cannot be put in place; the caller says so (never "no source").
+        ArtifactError: the committed copy is not the pinned one.
     """
     name = canonical_name(name)
     root = Path(root) if root is not None else ARTIFACTS_DIR
@@ -234,14 +278,15 @@ def install_from_git(name: str, *, root: Path | None = None, force: bool = False
         tracked = git("ls-tree", "--name-only", "HEAD", f"{rel}/").decode().split()
         if not tracked:
             return None
-        with tempfile.TemporaryDirectory(prefix="g2c-git-") as tmp:
-            folder = artifact_dir(name, Path(tmp))
-            folder.mkdir(parents=True)
-            for path in tracked:
-                (folder / Path(path).name).write_bytes(git("show", f"HEAD:./{path}"))
-            return install_from_dir(name, Path(tmp), root=root, force=force)
-    except (OSError, subprocess.CalledProcessError):
+        blobs = {Path(path).name: git("show", f"HEAD:./{path}") for path in tracked}
+    except (OSError, subprocess.CalledProcessError):  # no git, not a work tree, nothing committed
         return None
+    with tempfile.TemporaryDirectory(prefix="g2c-git-") as tmp:
+        folder = artifact_dir(name, Path(tmp))
+        folder.mkdir(parents=True)
+        for fname, blob in blobs.items():
+            (folder / fname).write_bytes(blob)
+        return install_from_dir(name, Path(tmp), root=root, force=force)
 
 
 def _repair(name: str, *, root: Path | None, source: Path | None, url: str | None, force: bool) -> str | None:
@@ -272,6 +317,7 @@ def verify_or_install(names: list[str], *, root: Path | None, source: Path | Non
             sys.stdout.flush()
             print(msg, file=sys.stderr, flush=True)
     url = os.environ.get(URL_ENV) or None
+    clean_artifact_leftovers(root, log=lambda line: err(f"checkpoints: {line}"))
     t0 = time.time()
     bad = 0
     for name in names:
@@ -281,8 +327,10 @@ def verify_or_install(names: list[str], *, root: Path | None, source: Path | Non
             before = state
             try:
                 note = _repair(name, root=root, source=source, url=url, force=force) or ""
-            except (ArtifactError, OSError) as exc:
+            except ArtifactError as exc:
                 failure, note = str(exc), "install failed, see below"
+            except OSError as exc:  # read-only checkout, full disk: the source exists, the write failed
+                failure, note = write_problem(exc, artifact_dir(name, root)), "install failed, see below"
             state, manifest, message = artifact_state(name, root)
             if before != "OK" and note:
                 note = f"was {before}: {note}"
@@ -317,6 +365,16 @@ def train(names: list[str], *, force: bool, root: Path | None, out=print) -> int
         print("checkpoints: error: training runs the course's code with every reference solution applied; "
               "run ./checkpoints.sh --train (it selects them) or set G2C_APPLY_SOLUTIONS=all", file=sys.stderr)
         return 1
+    from g2c.course import REPO_ROOT
+
+    try:  # before minutes of training whose result could not be saved
+        for folder, what in ((artifact_dir(todo[0]).parent.parent, "artifacts"),
+                             (_artifacts.PINS_FILE.parent, "pinned record"), (REPO_ROOT / "runs", "training runs")):
+            check_writable(folder, what)
+    except OSError as exc:
+        print(f"checkpoints: error: {write_problem(exc)}; nothing was trained", file=sys.stderr)
+        return 1
+    clean_artifact_leftovers(log=lambda line: out(f"checkpoints: {line}"))
     from g2c.assets.recipes import drafters, ladder
 
     if "StoryTokenizer" in todo and any(is_verified(m) for m in model_names() if m not in todo):
@@ -330,10 +388,36 @@ def train(names: list[str], *, force: bool, root: Path | None, out=print) -> int
                 drafters.train_drafter(name, force=force)
             else:
                 ladder.train_model(name, force=force)
+            changed = write_pins(pins_from_tree(None, (name,)))
         except (FileNotFoundError, ValueError) as exc:  # e.g. data not prepared, tokenizer missing
             print(f"checkpoints: error: cannot train {name}: {exc}", file=sys.stderr)
             return 1
+        except OSError as exc:  # a full disk or a folder turned read-only mid-run
+            print(f"checkpoints: error: cannot save {name}: {write_problem(exc)}", file=sys.stderr)
+            return 1
         out(_line(name, None, *artifact_state(name)[:2], "trained"))
+        out(f"  pinned the new {name} in {_rel(_artifacts.PINS_FILE)}: commit it with {_rel(artifact_dir(name))}/"
+            if changed else f"  {name} is byte-identical to its pin in {_rel(_artifacts.PINS_FILE)}")
+    return 0
+
+
+def pin(names: list[str], *, out=print) -> int:
+    """``--pin NAME...``: record the installed copy of each artifact (verified against its own
+    manifest) as the pinned one in ``g2c/assets/pins.json``. For authors replacing an artifact
+    on purpose; everyone else restores the pinned copy with ``./checkpoints.sh``."""
+    try:
+        update = pins_from_tree(None, tuple(names))
+        changed = write_pins(update)
+    except ArtifactError as exc:
+        print(f"checkpoints: error: {exc}", file=sys.stderr)
+        return 1
+    except OSError as exc:
+        print(f"checkpoints: error: {write_problem(exc, _artifacts.PINS_FILE)}", file=sys.stderr)
+        return 1
+    for name in names:
+        out(f"{name:<20} {'pinned (changed)' if name in changed else 'pinned (unchanged)'}")
+    if changed:
+        out(f"commit {_rel(_artifacts.PINS_FILE)} together with the artifacts it pins")
     return 0
 
 
@@ -364,6 +448,9 @@ examples:
                     help="retrain these (default: all, tokenizer first) with the recipes in "
                          "g2c/assets/recipes/ (ladder.py, drafters.py); "
                          "needs ./datasets.sh first; applies G2C_APPLY_SOLUTIONS=all")
+    ap.add_argument("--pin", action="store_true",
+                    help="record the installed NAMEs (each verified against its own manifest) as the pinned copies "
+                         "in g2c/assets/pins.json: for an author replacing an artifact on purpose")
     ap.add_argument("--from", dest="source", metavar="DIR", help="install from a mirror laid out like artifacts/")
     ap.add_argument("--force", action="store_true", help="replace verified artifacts (install or retrain)")
     ap.add_argument("--root", type=Path, default=None, help=argparse.SUPPRESS)  # tests: another artifacts/
@@ -390,6 +477,11 @@ def main(argv: list[str] | None = None) -> int:
     except ValueError as exc:
         print(f"checkpoints: error: {exc}", file=sys.stderr)
         return 2
+    if args.pin:
+        if args.train is not None or args.source or not args.names:
+            print("checkpoints: error: --pin takes the NAMEs to pin and no other option", file=sys.stderr)
+            return 2
+        return pin(names)
     if args.train is not None:
         names = [n for n in names if n in trainable_names()]
         if args.source:
@@ -405,5 +497,14 @@ def main(argv: list[str] | None = None) -> int:
     return verify_or_install(names, root=args.root, source=source, force=args.force)
 
 
+def _entry() -> int:
+    try:
+        return main()
+    except KeyboardInterrupt:
+        print("\ncheckpoints: interrupted; every artifact is either the previous copy or the complete new one "
+              "(nothing half-written); run it again to finish", file=sys.stderr)
+        return 130
+
+
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(_entry())

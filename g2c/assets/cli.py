@@ -18,7 +18,8 @@ import argparse
 import math
 from collections.abc import Callable
 
-__all__ = ["choice_list", "count", "device_name", "int_list", "model_list", "model_name", "real"]
+__all__ = ["choice_list", "count", "device_name", "int_list", "model_list", "model_name", "output_dir", "output_file",
+           "real"]
 
 
 def _named(fn: Callable, name: str) -> Callable:
@@ -121,6 +122,45 @@ def model_list(*, ladder_only: bool = False) -> Callable[[str], str]:
         return ",".join(_model(p, ladder_only) for p in parts)
 
     return _named(parse, "model list")
+
+
+def _writable(text: str, folder: bool):
+    from pathlib import Path
+
+    from g2c.course.files import check_writable
+
+    path = Path(text)
+    if folder and path.exists() and not path.is_dir():
+        raise argparse.ArgumentTypeError(f"{text} is a file; give a folder to write into")
+    if not folder and path.is_dir():
+        raise argparse.ArgumentTypeError(f"{text} is a folder; give the file to write")
+    try:
+        check_writable(path if folder else path.parent, "output")
+    except PermissionError as exc:
+        raise argparse.ArgumentTypeError(exc.strerror) from None
+    return path
+
+
+def output_file(*, as_path: bool = False, allow_empty: bool = False) -> Callable[[str], object]:
+    """A file to write (a figure, a table, JSON): not a folder, and its folder (or the nearest
+    existing parent) writable, checked at parse time, before minutes of measuring. Returned as
+    given (``as_path``: a ``Path``); ``allow_empty`` accepts ``''`` (= do not write)."""
+    def parse(text: str):
+        if allow_empty and text == "":
+            return text
+        path = _writable(text, folder=False)
+        return path if as_path else text
+
+    return _named(parse, "output file")
+
+
+def output_dir(*, as_path: bool = False) -> Callable[[str], object]:
+    """A folder to write into: not a file, writable (or creatable), checked at parse time."""
+    def parse(text: str):
+        path = _writable(text, folder=True)
+        return path if as_path else text
+
+    return _named(parse, "output folder")
 
 
 def device_name(*, auto: bool = True) -> Callable[[str], str]:

@@ -21,6 +21,7 @@ Layout under ``data/tinystories/`` (gitignored)::
 from __future__ import annotations
 
 import argparse
+import errno
 import hashlib
 import json
 import lzma
@@ -36,6 +37,7 @@ from tqdm.auto import tqdm
 
 from g2c.assets.artifacts import ArtifactError, corpus_path, sha256_file
 from g2c.course import REPO_ROOT
+from g2c.course.files import atomic_path, clean_leftovers, write_problem, write_text_atomic
 from g2c.tokenizer.bpe import EOT  # the end-of-text token, defined once by module 04
 
 DATA_DIR = REPO_ROOT / "data" / "tinystories"
@@ -198,6 +200,7 @@ def prepare(source: str | Path | None = None, *, tiny: bool = False, hub: bool =
                          "pick one (unset G2C_TINYSTORIES to use --hub)")
     out_dir = Path(out_dir)
     manifest_path = out_dir / "manifest.json"
+    clean_leftovers(out_dir, extra=("*.tmp",), log=lambda line: log(f"datasets: {line}"))
     if source:
         check_source_file(source)
     if source:
@@ -237,11 +240,13 @@ def prepare(source: str | Path | None = None, *, tiny: bool = False, hub: bool =
                          "dozens of stories separated by lines <|endoftext|>). Nothing was changed.")
     out_dir.mkdir(parents=True, exist_ok=True)
     files = {}
-    for name, part in (("train.txt", train), ("val.txt", val)):
-        tmp = out_dir / (name + ".tmp")
-        tmp.write_text(f"\n{EOT}\n".join(part) + f"\n{EOT}\n", encoding="utf-8")
-        tmp.replace(out_dir / name)
-        files[name] = sha256_file(out_dir / name)
+    # Both splits are written in full to temporaries first and renamed only then: a full disk or
+    # Ctrl-C leaves the previous split and manifest. (A kill between the two renames leaves files
+    # whose sha256 the old manifest does not vouch for, so the next run redoes them.)
+    with atomic_path(out_dir / "train.txt") as tmp_train, atomic_path(out_dir / "val.txt") as tmp_val:
+        for tmp, part in ((tmp_train, train), (tmp_val, val)):
+            tmp.write_text(f"\n{EOT}\n".join(part) + f"\n{EOT}\n", encoding="utf-8")
+        files = {"train.txt": sha256_file(tmp_train), "val.txt": sha256_file(tmp_val)}
     for stale in ("train.bin", "val.bin", "tokens.json"):
         (out_dir / stale).unlink(missing_ok=True)
     manifest = {
@@ -251,7 +256,7 @@ def prepare(source: str | Path | None = None, *, tiny: bool = False, hub: bool =
         "train_chars": sum(map(len, train)), "val_chars": sum(map(len, val)),
         "files": files,
     }
-    manifest_path.write_text(json.dumps(manifest, indent=2) + "\n")
+    write_text_atomic(manifest_path, json.dumps(manifest, indent=2) + "\n")
     log(f"datasets: wrote {len(train)} train / {len(val)} val stories to {out_dir} in {time.time() - t0:.1f}s "
         f"(from {_describe(src_id)})")
     return manifest
@@ -307,14 +312,12 @@ def tokenize_splits(tokenizer, *, data_dir: Path = DATA_DIR, force: bool = False
                 ids.extend(row)
                 ids.append(tokenizer.eot_id)
         arr = np.asarray(ids, dtype=np.uint16)
-        tmp = data_dir / f"{split}.bin.tmp"
-        arr.tofile(tmp)
-        files[f"{split}.bin"] = {"sha256": sha256_file(tmp), "bytes": tmp.stat().st_size}
-        tmp.replace(data_dir / f"{split}.bin")
+        with atomic_path(data_dir / f"{split}.bin") as tmp:
+            arr.tofile(tmp)
+            files[f"{split}.bin"] = {"sha256": sha256_file(tmp), "bytes": tmp.stat().st_size}
         counts[split] = int(arr.size)
-    tmp = data_dir / "tokens.json.tmp"
-    tmp.write_text(json.dumps({"tokenizer_sha256": tok_sha, "tokens": counts, "files": files}, indent=2) + "\n")
-    tmp.replace(meta_path)
+    write_text_atomic(meta_path, json.dumps({"tokenizer_sha256": tok_sha, "tokens": counts, "files": files},
+                                            indent=2) + "\n")
     log(f"datasets: tokenized train {counts['train']:,} / val {counts['val']:,} tokens")
     return counts
 
@@ -405,8 +408,28 @@ Already prepared data is kept ("nothing to do"); --force redoes it.""")
     ap.add_argument("--force", action="store_true", help="redo the split and the token cache")
     args = ap.parse_args(argv)
     try:
+        return _run(args)
+    except KeyboardInterrupt:
+        print("\ndatasets: interrupted; the prepared files are the previous ones or complete new ones (nothing "
+              "half-written): run ./datasets.sh again to finish", file=sys.stderr)
+        return 130
+
+
+def _os_message(exc: OSError) -> str:
+    """A write failure (full disk, read-only) with its fix; other OS errors keep their own words."""
+    if getattr(exc, "errno", None) in (errno.ENOSPC, errno.EACCES, errno.EPERM, errno.EROFS,
+                                       getattr(errno, "EDQUOT", -1)) and not isinstance(exc, FileNotFoundError):
+        return write_problem(exc)
+    return str(exc)
+
+
+def _run(args) -> int:
+    try:
         manifest = prepare(args.source, tiny=args.tiny, hub=args.hub, force=args.force)
-    except (OSError, ValueError, RuntimeError) as exc:  # FileNotFoundError and PermissionError are OSErrors
+    except OSError as exc:  # FileNotFoundError and PermissionError are OSErrors
+        print(f"datasets: error: {_os_message(exc)}", file=sys.stderr)
+        return 1
+    except (ValueError, RuntimeError) as exc:
         print(f"datasets: error: {exc}", file=sys.stderr)
         return 1
     try:
@@ -417,7 +440,10 @@ Already prepared data is kept ("nothing to do"); --force redoes it.""")
         return 0
     try:
         counts = tokenize_splits(tok, force=args.force and not manifest.get("skipped"))
-    except (OSError, ValueError) as exc:
+    except OSError as exc:
+        print(f"datasets: error: tokenizing failed: {_os_message(exc)}", file=sys.stderr)
+        return 1
+    except ValueError as exc:
         print(f"datasets: error: tokenizing failed: {exc}; run ./datasets.sh --force to redo the split",
               file=sys.stderr)
         return 1

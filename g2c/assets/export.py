@@ -25,11 +25,14 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import shutil
 import sys
 from pathlib import Path
 
 import torch
+
+from g2c.course.files import check_writable, fsync_dir, temp_name, write_problem
 
 __all__ = ["export_hf"]
 
@@ -50,22 +53,54 @@ def export_hf(name: str, out_dir: str | Path, *, dtype: torch.dtype = torch.floa
         the folder's path.
 
     Raises:
-        ValueError: unknown model name; dtype not a floating dtype.
+        ValueError: unknown model name, or a drafter that is not a language model (an MTP,
+            EAGLE, Medusa or block head); dtype not a floating dtype.
         FileExistsError: out_dir is a non-empty folder and ``overwrite`` is False (the
             message says to pass ``--overwrite``).
+        NotADirectoryError: out_dir is a file.
+        PermissionError / OSError: out_dir cannot be written (read-only, full disk); checked
+            before the model is loaded where possible. Files are written to a temporary folder
+            beside out_dir and moved in only when all are complete, so a failed export leaves
+            out_dir as it was.
         ImportError: ``transformers`` is not installed (``pip install transformers``).
         ArtifactMissingError / ChecksumError: the model artifact is missing or corrupted
             (run ``./checkpoints.sh``).
     """
-    from g2c.assets.artifacts import artifact_dir, load_model
+    from g2c.assets.artifacts import DRAFTERS, artifact_dir, canonical_name, load_model
     from g2c.transformer.export import to_hf_gpt2
 
     if not isinstance(dtype, torch.dtype) or not dtype.is_floating_point:
         raise ValueError(f"dtype must be a torch floating dtype such as torch.float32, got {dtype!r}")
+    name = canonical_name(name)
+    if DRAFTERS.get(name, {}).get("kind", "lm") != "lm":
+        raise ValueError(f"{name} is a draft head on a base model, not a language model; export a ladder model or "
+                         "StoryLM-1M-distilled")
     out = Path(out_dir)
+    if out.exists() and not out.is_dir():
+        raise NotADirectoryError(f"{out} is a file; --hf takes a folder to write the model into")
     if out.exists() and any(out.iterdir()) and not overwrite:
         raise FileExistsError(f"{out} exists and is not empty; choose another folder or pass --overwrite")
+    check_writable(out.parent if not out.exists() else out, "export")
     model, tok = load_model(name, device="cpu", root=root)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    stage = temp_name(out)
+    stage.mkdir()
+    try:
+        _write_hf(name, stage, model, tok, to_hf_gpt2, dtype, artifact_dir(name, root).parent.parent, artifact_dir)
+        if not out.exists() or not any(out.iterdir()):
+            if out.exists():
+                out.rmdir()
+            os.replace(stage, out)
+        else:  # --overwrite into a folder with files: each complete file replaces its namesake
+            for f in sorted(stage.iterdir()):
+                os.replace(f, out / f.name)
+        fsync_dir(out)
+    finally:
+        shutil.rmtree(stage, ignore_errors=True)
+    return out
+
+
+def _write_hf(name, out, model, tok, to_hf_gpt2, dtype, root, artifact_dir) -> None:
     hf = to_hf_gpt2(model)
     eot = tok.eot_id
     hf.config.bos_token_id = eot
@@ -74,7 +109,6 @@ def export_hf(name: str, out_dir: str | Path, *, dtype: torch.dtype = torch.floa
     hf.generation_config.eos_token_id = eot
     hf.config.architectures = ["GPT2LMHeadModel"]
     hf = hf.to(dtype)
-    out.mkdir(parents=True, exist_ok=True)
     hf.save_pretrained(str(out), safe_serialization=True)
     # Older readers (vLLM before transformers 5) look for "torch_dtype" rather than "dtype".
     cfg_path = out / "config.json"
@@ -96,7 +130,9 @@ def export_hf(name: str, out_dir: str | Path, *, dtype: torch.dtype = torch.floa
     (out / "tokenizer_config.json").write_text(json.dumps(tok_cfg, indent=2) + "\n")
     (out / "special_tokens_map.json").write_text(json.dumps(
         {"bos_token": special, "eos_token": special, "unk_token": special, "pad_token": special}, indent=2) + "\n")
-    return out
+    for f in out.iterdir():
+        with open(f, "rb+") as fh:
+            os.fsync(fh.fileno())
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -108,9 +144,19 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     try:
         out = export_hf(args.name, args.hf, dtype=getattr(torch, args.dtype), overwrite=args.overwrite)
-    except (ValueError, OSError, ImportError) as e:  # FileExistsError, NotADirectoryError, ... are OSErrors
+    except (FileExistsError, NotADirectoryError, FileNotFoundError) as e:
         print(f"error: {e}", file=sys.stderr)
         return 1
+    except OSError as e:  # read-only, full disk
+        print(f"error: {write_problem(e, args.hf)}", file=sys.stderr)
+        return 1
+    except (ValueError, ImportError) as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 1
+    except KeyboardInterrupt:
+        print(f"\nerror: interrupted; {args.hf} is as it was (files move in only when all are written)",
+              file=sys.stderr)
+        return 130
     files = ", ".join(sorted(p.name for p in out.iterdir()))
     print(f"wrote {out}: {files}")
     return 0

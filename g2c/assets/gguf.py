@@ -40,6 +40,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import struct
 import subprocess
 import sys
 import tempfile
@@ -47,6 +48,8 @@ from pathlib import Path
 
 import numpy as np
 import torch
+
+from g2c.course.files import atomic_path, check_writable, clean_leftovers, write_problem
 
 __all__ = ["check_gguf", "export_gguf", "gguf_tensors", "llama_cpp_source", "read_gguf", "write_gguf"]
 
@@ -123,8 +126,19 @@ def write_gguf(model, path: str | Path, *, tokenizer: dict | None = None, outtyp
     if len(vocab) != model.vocab_size:
         raise ValueError(f"the tokenizer has {len(vocab)} tokens but the model's vocab_size is {model.vocab_size}")
     path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    w = gguf.GGUFWriter(str(path), "gpt2")
+    with atomic_path(path) as tmp:  # a full disk or Ctrl-C leaves no partial .gguf
+        w = gguf.GGUFWriter(str(tmp), "gpt2")
+        try:
+            _fill_writer(w, gguf, model, tok, vocab, hidden, outtype, name)
+            w.write_header_to_file()
+            w.write_kv_data_to_file()
+            w.write_tensors_to_file()
+        finally:
+            w.close()
+    return path
+
+
+def _fill_writer(w, gguf, model, tok, vocab, hidden, outtype, name) -> None:
     w.add_name(name)
     w.add_block_count(len(model.blocks))
     w.add_context_length(model.max_seq_len)
@@ -150,11 +164,6 @@ def write_gguf(model, path: str | Path, *, tokenizer: dict | None = None, outtyp
         if outtype == "f16" and arr.ndim == 2:
             arr = arr.astype(np.float16)
         w.add_tensor(tname, arr)
-    w.write_header_to_file()
-    w.write_kv_data_to_file()
-    w.write_tensors_to_file()
-    w.close()
-    return path
 
 
 # The converter run: llama.cpp's convert_hf_to_gguf.py with the pre-tokenizer named, nothing edited.
@@ -188,7 +197,10 @@ def export_gguf(name: str, path: str | Path, *, via: str = "auto", outtype: str 
     Raises:
         ValueError: unknown via/outtype, or a model that is not an LM (an MTP/EAGLE head).
         FileNotFoundError: ``via="converter"`` without a llama.cpp tree (names the setup command).
+        IsADirectoryError: ``path`` is a folder.
+        PermissionError: the output folder cannot be written (checked before any work).
         RuntimeError: the converter failed (its last output lines are in the message).
+        OSError: a write failed (full disk); either way no partial file is left at ``path``.
     """
     from g2c.assets.artifacts import DRAFTERS, canonical_name, load_model
 
@@ -204,7 +216,11 @@ def export_gguf(name: str, path: str | Path, *, via: str = "auto", outtype: str 
     if via == "auto":
         via = "converter" if src is not None else "writer"
     path = Path(path).resolve()
+    if path.is_dir():
+        raise IsADirectoryError(f"{path} is a folder; give the .gguf file to write, e.g. {path / (name + '.gguf')}")
+    check_writable(path.parent, "GGUF output")
     path.parent.mkdir(parents=True, exist_ok=True)
+    clean_leftovers(path.parent, log=lambda line: print(f"gguf: {line}", file=sys.stderr))
     if via == "writer":
         model, _ = load_model(name, device="cpu", root=root)
         return write_gguf(model, path, outtype=outtype, name=name)
@@ -219,12 +235,13 @@ def export_gguf(name: str, path: str | Path, *, via: str = "auto", outtype: str 
         cfg = json.loads(cfg_path.read_text())
         cfg["n_ctx"] = cfg["n_positions"]            # GPT-2's context key, which the converter reads
         cfg_path.write_text(json.dumps(cfg, indent=2, sort_keys=True) + "\n")
-        cmd = [sys.executable, "-c", _CONVERT, str(src), str(hf), "--outfile", str(path), "--outtype", outtype,
-               "--model-name", name]
-        done = subprocess.run(cmd, capture_output=True, text=True)
-        if done.returncode != 0 or not path.exists():
-            tail = "\n".join((done.stdout + done.stderr).strip().splitlines()[-8:])
-            raise RuntimeError(f"convert_hf_to_gguf.py failed (exit {done.returncode}):\n{tail}")
+        with atomic_path(path) as out:
+            cmd = [sys.executable, "-c", _CONVERT, str(src), str(hf), "--outfile", str(out), "--outtype", outtype,
+                   "--model-name", name]
+            done = subprocess.run(cmd, capture_output=True, text=True)
+            if done.returncode != 0 or not out.exists():
+                tail = "\n".join((done.stdout + done.stderr).strip().splitlines()[-8:])
+                raise RuntimeError(f"convert_hf_to_gguf.py failed (exit {done.returncode}):\n{tail}")
     return path
 
 
@@ -236,13 +253,25 @@ def read_gguf(path: str | Path):
         ``file_type`` and ``tokens`` (the vocabulary strings).
 
     Raises:
-        ImportError: no ``gguf`` package. ValueError: not a ``gpt2`` GGUF, or a tensor missing.
+        ImportError: no ``gguf`` package. FileNotFoundError: no file at ``path``.
+        ValueError: not a ``gpt2`` GGUF, a tensor missing, or a file the reader cannot parse
+            (truncated by a full disk or an interrupted copy, or not GGUF at all): the message
+            names the file and says to export it again.
     """
     import gguf
 
     from g2c.transformer import TransformerLM
 
-    reader = gguf.GGUFReader(str(path))
+    path = Path(path)
+    if not path.is_file():
+        raise FileNotFoundError(f"no GGUF file at {path}" + (" (it is a folder)" if path.is_dir() else ""))
+    try:
+        reader = gguf.GGUFReader(str(path))
+        raw = [(t.name, t.shape.tolist(), np.asarray(t.data)) for t in reader.tensors]
+    except (IndexError, ValueError, KeyError, EOFError, OverflowError, struct.error) as exc:
+        raise ValueError(f"{path} is not a complete GGUF file ({type(exc).__name__}: {exc}); it was truncated "
+                         "(a full disk, an interrupted copy) or is not GGUF: export it again with "
+                         "python -m g2c.assets.gguf NAME OUT") from None
 
     def field(key):
         f = reader.fields.get(key)
@@ -254,9 +283,12 @@ def read_gguf(path: str | Path):
     if arch != "gpt2":
         raise ValueError(f"{path}: architecture {arch!r}; read_gguf reads llama.cpp 'gpt2' files")
     tensors = {}
-    for t in reader.tensors:
-        shape = tuple(int(d) for d in reversed(t.shape.tolist()))        # GGUF lists dims fastest-first
-        tensors[t.name] = torch.from_numpy(np.asarray(t.data).astype(np.float32).reshape(shape))
+    for tname, dims, data in raw:
+        shape = tuple(int(d) for d in reversed(dims))        # GGUF lists dims fastest-first
+        if data.size != int(np.prod(shape)):
+            raise ValueError(f"{path}: tensor {tname} holds {data.size} values, its header says {shape}; the file is "
+                             "truncated or damaged: export it again")
+        tensors[tname] = torch.from_numpy(data.astype(np.float32).reshape(shape))
     tokens = field("tokenizer.ggml.tokens")
     V, D = tensors["token_embd.weight"].shape
     model = TransformerLM(V, D, int(field("gpt2.block_count")), int(field("gpt2.attention.head_count")),
@@ -307,12 +339,15 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--check", metavar="GGUF", default=None,
                     help="read GGUF back and compare its logits with NAME's (no export)")
     args = ap.parse_args(argv)
-    from g2c.assets.artifacts import ArtifactError, load_model
+    from g2c.assets.artifacts import DRAFTERS, ArtifactError, load_model
 
     try:
         if args.check:
             if not args.name:
                 ap.error("--check GGUF needs the model NAME to compare with")
+            if DRAFTERS.get(args.name, {}).get("kind", "lm") != "lm":
+                ap.error(f"{args.name} is a draft head, not a language model; compare with a ladder model or "
+                         "StoryLM-1M-distilled")
             model, _ = load_model(args.name, device="cpu")
             rel = check_gguf(args.check, model)
             print(f"{args.check}: logits within {rel:.2e} of {args.name} (relative to the largest logit)")
@@ -325,9 +360,15 @@ def main(argv: list[str] | None = None) -> int:
         print(f"wrote {out} ({out.stat().st_size / 1e6:.1f} MB, {args.outtype}); read back: logits within "
               f"{rel:.2e} of {args.name} (relative to the largest logit)")
         return 0
-    except (ValueError, FileNotFoundError, RuntimeError, ImportError, ArtifactError) as e:
+    except (ValueError, FileNotFoundError, IsADirectoryError, RuntimeError, ImportError, ArtifactError) as e:
         print(f"error: {e}", file=sys.stderr)
         return 1
+    except OSError as e:  # read-only output folder, full disk
+        print(f"error: {write_problem(e, args.out)}", file=sys.stderr)
+        return 1
+    except KeyboardInterrupt:
+        print(f"\nerror: interrupted; no partial file was left at {args.out}", file=sys.stderr)
+        return 130
 
 
 if __name__ == "__main__":

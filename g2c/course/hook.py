@@ -53,13 +53,32 @@ class SolutionFinder(importlib.abc.MetaPathFinder):
         )
 
 
+class SelectorError(ValueError):
+    """A malformed ``G2C_APPLY_SOLUTIONS`` in the environment. Uncaught in a script or a CLI it
+    prints one line (``g2c: error: ...``) and exits 1 instead of a traceback (see ``install``)."""
+
+
+def _one_line(kind, exc, tb, _previous=sys.excepthook):
+    if isinstance(exc, SelectorError):
+        print(f"g2c: error: {exc}", file=sys.stderr)
+    else:
+        _previous(kind, exc, tb)
+
+
 def install() -> list[str]:
     """Read ``G2C_APPLY_SOLUTIONS`` and install the finder. Returns the selected ids.
 
     Raises:
-        ValueError: the selector is malformed (the message lists the valid ids).
+        SelectorError (a ValueError): the selector is malformed (the message lists the valid ids
+            and says to fix or unset the variable); left uncaught in a script, it is one line on
+            stderr and exit status 1, not a traceback (Jupyter and pytest show it as usual).
     """
-    selected = parse_selection(os.environ.get(ENV_VAR, ""))
+    try:
+        selected = parse_selection(os.environ.get(ENV_VAR, ""))
+    except ValueError as exc:
+        if sys.excepthook is sys.__excepthook__:
+            sys.excepthook = _one_line
+        raise SelectorError(f"{exc} (read from the environment: fix it or unset {ENV_VAR})") from None
     for f in list(sys.meta_path):
         if isinstance(f, SolutionFinder):
             sys.meta_path.remove(f)

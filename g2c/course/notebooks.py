@@ -36,6 +36,7 @@ import sys
 import time
 from pathlib import Path
 
+from .files import clean_leftovers, write_bytes_atomic, write_problem, write_text_atomic
 from .registry import REPO_ROOT, SOLUTIONS_ENV, get_module, parse_selection, selector_for
 from .scaffolds import default_selection, stack_hints
 
@@ -88,23 +89,45 @@ def prepare_solved_copy(module_id: str, *, fresh: bool = False, root: Path = REP
         if not fresh and cells(path.read_text(encoding="utf-8")) == cells(text):
             return path
         _archive(path, root)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(text, encoding="utf-8")
+    write_text_atomic(path, text)  # a full disk or Ctrl-C leaves no half-written notebook
     return path
 
 
-def _archive(work: Path, root: Path) -> None:
-    """Move ``work`` to ``notebooks/work/archive/<stem>-YYYYmmdd-HHMMSS.ipynb`` and say where."""
+def _archive(work: Path, root: Path, *, tag: str = "") -> Path:
+    """Move ``work`` to ``notebooks/work/archive/<stem>[-tag]-YYYYmmdd-HHMMSS.ipynb`` and say where."""
     archive = work.parent / "archive"
     archive.mkdir(parents=True, exist_ok=True)
     stamp = time.strftime("%Y%m%d-%H%M%S")
-    target = archive / f"{work.stem}-{stamp}{work.suffix}"
+    stem = f"{work.stem}-{tag}" if tag else work.stem
+    target = archive / f"{stem}-{stamp}{work.suffix}"
     n = 1
     while target.exists():  # two --fresh runs within the same second
-        target = archive / f"{work.stem}-{stamp}-{n}{work.suffix}"
+        target = archive / f"{stem}-{stamp}-{n}{work.suffix}"
         n += 1
     shutil.move(str(work), str(target))
-    print(f"archived your previous copy to {target.relative_to(root).as_posix()}", file=sys.stderr)
+    if not tag:
+        print(f"archived your previous copy to {_shown(target, root)}", file=sys.stderr)
+    return target
+
+
+def _shown(path: Path, root: Path) -> str:
+    return path.relative_to(root).as_posix() if path.is_relative_to(root) else str(path)
+
+
+def notebook_problem(path: Path) -> str | None:
+    """Why ``path`` is not a notebook Jupyter can open (truncated by a full disk or a killed
+    write, not JSON, no ``cells`` list), or None when it parses."""
+    import json
+
+    try:
+        nb = json.loads(path.read_text(encoding="utf-8"))
+    except UnicodeDecodeError as exc:
+        return f"it is not UTF-8 text (byte {exc.start})"
+    except ValueError as exc:
+        return f"it is not valid JSON ({exc}; a truncated file?)"
+    if not isinstance(nb, dict) or not isinstance(nb.get("cells"), list) or "nbformat" not in nb:
+        return "it is JSON but not a notebook (no nbformat / cells)"
+    return None
 
 
 def prepare_working_copy(module_id: str, *, fresh: bool = False, root: Path = REPO_ROOT) -> Path:
@@ -113,9 +136,16 @@ def prepare_working_copy(module_id: str, *, fresh: bool = False, root: Path = RE
     With ``fresh=True`` an existing working copy is first moved to
     ``notebooks/work/archive/<stem>-YYYYmmdd-HHMMSS.ipynb``.
 
+    A working copy that does not parse (truncated by a full disk or a killed write) is never
+    handed to Jupyter: it is moved to ``notebooks/work/archive/<stem>-damaged-<stamp>.ipynb``,
+    the student is told (one line on stderr naming the backup), and a copy of the clean
+    notebook takes its place. Copies are written atomically (temp file, fsync, rename), and
+    temporaries an interrupted earlier copy left are removed (and reported).
+
     Raises:
         ValueError: unknown module id (the message lists the valid ids).
         FileNotFoundError: the module's clean notebook does not exist yet.
+        OSError: ``notebooks/work/`` cannot be written (read-only, full disk).
     """
     module = get_module(module_id)
     clean = root / module.notebook
@@ -124,11 +154,18 @@ def prepare_working_copy(module_id: str, *, fresh: bool = False, root: Path = RE
         raise FileNotFoundError(
             f"module {module.id} has no clean notebook yet: {module.notebook} does not exist"
         )
+    clean_leftovers(work.parent, log=lambda line: print(f"notebook.sh: {line}", file=sys.stderr))
     if fresh and work.exists():
         _archive(work, root)
+    if work.exists():
+        problem = notebook_problem(work)
+        if problem is not None:
+            backup = _archive(work, root, tag="damaged")
+            print(f"notebook.sh: your working copy {_shown(work, root)} cannot be opened: {problem}. It is backed up "
+                  f"to {_shown(backup, root)} (recover your code from it with a text editor); starting a fresh copy "
+                  "from the clean notebook", file=sys.stderr)
     if not work.exists():
-        work.parent.mkdir(parents=True, exist_ok=True)
-        shutil.copyfile(clean, work)
+        write_bytes_atomic(work, clean.read_bytes())
     return work
 
 
@@ -262,6 +299,9 @@ def main(argv: list[str] | None = None) -> int:
     except (ValueError, FileNotFoundError) as e:
         print(f"notebook.sh: {e}", file=sys.stderr)
         return 2
+    except OSError as e:  # notebooks/work/ read-only, a full disk
+        print(f"notebook.sh: {write_problem(e)}", file=sys.stderr)
+        return 1
     jupyter = Path(sys.executable).with_name("jupyter")
     cmd = [str(jupyter) if jupyter.exists() else "jupyter", "lab", str(path)]
     selected = parse_selection(env.get(ENV_VAR, ""))

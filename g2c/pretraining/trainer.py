@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import hashlib
 import math
+import os
 import time
 from contextlib import nullcontext
 from dataclasses import asdict, dataclass
@@ -270,18 +271,31 @@ def _sha256(path: Path) -> str:
 
 
 def save_checked(state: dict, path: str | Path) -> None:
-    """``torch.save`` a checkpoint atomically (temp file + rename) and record its sha256 and
-    size beside it in ``<path>.sha256`` (one line: ``<hex sha256> <bytes> <file name>``).
-    Provided: the one place checkpoints are written, so a resume can refuse a damaged file."""
+    """``torch.save`` a checkpoint atomically (temp file + fsync + rename) and record its sha256
+    and size beside it in ``<path>.sha256`` (one line: ``<hex sha256> <bytes> <file name>``).
+    Provided: the one place checkpoints are written, so a resume can refuse a damaged file.
+
+    A failed save (a full disk: ``OSError`` errno ENOSPC; Ctrl-C) removes its temporaries and
+    re-raises, leaving the previous checkpoint and its record as they were; temporaries a killed
+    run left (``<path>.tmp``, ``<path>.tmp.sha256``) are removed by the next save."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_suffix(path.suffix + ".tmp")
-    torch.save(state, tmp)
-    record = f"{_sha256(tmp)} {tmp.stat().st_size} {path.name}\n"
     side_tmp = _checksum_path(tmp)
-    side_tmp.write_text(record)
-    tmp.replace(path)
-    side_tmp.replace(_checksum_path(path))
+    try:
+        torch.save(state, tmp)
+        record = f"{_sha256(tmp)} {tmp.stat().st_size} {path.name}\n"
+        with open(side_tmp, "w") as f:
+            f.write(record)
+            f.flush()
+            os.fsync(f.fileno())
+        with open(tmp, "rb+") as f:
+            os.fsync(f.fileno())
+        tmp.replace(path)
+        side_tmp.replace(_checksum_path(path))
+    finally:
+        tmp.unlink(missing_ok=True)
+        side_tmp.unlink(missing_ok=True)
 
 
 def load_checked(path: str | Path) -> dict:

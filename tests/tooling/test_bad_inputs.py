@@ -20,10 +20,12 @@ Covered, generated from the tables below (a new entry point is covered once it i
   a (2, 3) block on a batch-1 transaction, an empty prefill, a transaction of another model or
   already used.
 * Scripts (``SCRIPTS``, 10: every ``bench/*.py`` and ``g2c/assets`` entry point;
-  ``test_every_script_is_listed`` fails until a new one is listed) x their options (7 classes: a
+  ``test_every_script_is_listed`` fails until a new one is listed) x their options (10 classes: a
   negative count, a non-number, an unknown choice, NaN or inf where a finite number is needed,
-  an unknown model, an unavailable device, an unknown option): one error line, exit 2 (1 for
-  ./checkpoints.sh's unknown name).
+  an unknown model, an unavailable device, an unknown option, an output path that is a folder
+  where a file is written or a file where a folder is (issue 31), a model of the wrong kind): one
+  error line, exit 2 (1 for ./checkpoints.sh's unknown name and the exports' runtime checks).
+  Unwritable outputs, full disks and interrupted writes: tests/tooling/test_trust.py.
 
 Every error must be a ValueError/TypeError on one line naming the argument, the rule and the fix.
 Script controllers (``HeuristicK``, ``CostModelK``) are covered in tests/test_specdec_sampling.py,
@@ -49,6 +51,8 @@ SCRIPTS: dict[str, dict[str, tuple[list[str], str]]] = {
         "negative count": (["--new-tokens", "-1"], r"--new-tokens -1: use 1 or more"),
         "not a number": (["--ks", "1,x"], r"--ks 1,x: give comma-separated draft lengths"),
         "unknown name": (["--target", "nope"], r"unknown artifact 'nope'"),
+        "output is a folder": (["--out", str(REPO_ROOT / "docs")], r"argument --out: .*docs is a folder; give the "
+                                                                     r"file to write"),
     },
     "bench/specdec_sampling.py": {
         "negative count": (["--new-tokens", "-3"], r"argument --new-tokens: -3 is below 1; use an int >= 1"),
@@ -62,6 +66,7 @@ SCRIPTS: dict[str, dict[str, tuple[list[str], str]]] = {
         "negative count": (["--prompts", "-2"], r"argument --prompts: -2 is below 1"),
         "zero temperature": (["--temperature", "0"], r"argument --temperature"),
         "unknown row": (["--rows", "Medusa,Hydra"], r"argument --rows: 'Hydra': choose from"),
+        "output is a folder": (["--json", str(REPO_ROOT / "docs")], r"argument --json: .*docs is a folder"),
     },
     "bench/specdec_trees.py": {
         "negative count": (["--new-tokens", "-5"], r"argument --new-tokens: -5 is below 1"),
@@ -81,6 +86,8 @@ SCRIPTS: dict[str, dict[str, tuple[list[str], str]]] = {
         "not a number": (["--batches", "1,b"], r"argument --batches: 'b' is not an integer"),
         "unknown name": (["--target", "nope"], r"argument --target: unknown model 'nope'"),
         "unknown device": (["--device", "tpu"], r"argument --device: unknown device 'tpu'"),
+        "output is a file": (["--out", str(REPO_ROOT / "README.md")], r"argument --out: .*README\.md is a file; give "
+                                                                       r"a folder"),
     },
     "bench/peer_hf.py": {
         "negative count": (["--prompts", "-8"], r"argument --prompts: -8 is below 1"),
@@ -103,6 +110,7 @@ SCRIPTS: dict[str, dict[str, tuple[list[str], str]]] = {
         "not a number": (["--rows", "1,2,x"], r"argument --rows: 'x' is not an integer"),
         "unknown name": (["--models", "StoryLM-1M,nope"], r"argument --models: unknown model 'nope'"),
         "unknown device": (["--device", "tpu"], r"argument --device: unknown device 'tpu'"),
+        "output is a folder": (["--plot", str(REPO_ROOT / "docs")], r"argument --plot: .*docs is a folder"),
     },
     "bench/llamacpp.py": {
         "negative count": (["--k", "0"], r"argument --k: 0 is below 1"),
@@ -116,6 +124,10 @@ SCRIPTS: dict[str, dict[str, tuple[list[str], str]]] = {
     "g2c/assets/gguf.py": {
         "unknown name": (["StoryLM-2M", "x.gguf"], r"argument name: unknown model 'StoryLM-2M'"),
         "unknown choice": (["StoryLM-1M", "x.gguf", "--outtype", "q3"], r"argument --outtype: invalid choice"),
+        "wrong kind": (["--check", "x.gguf", "StoryLM-30M-MTP"], r"error: StoryLM-30M-MTP is a draft head, not a "
+                                                                 r"language model"),
+        "output is a folder": (["StoryLM-1M", str(REPO_ROOT / "docs")], r"error: .*docs is a folder; give the "
+                                                                        r"\.gguf file"),
     },
     "g2c/assets/data.py": {
         "unknown option": (["--tokens", "5"], r"unrecognized arguments: --tokens 5"),
@@ -125,6 +137,9 @@ SCRIPTS: dict[str, dict[str, tuple[list[str], str]]] = {
     },
     "g2c/assets/export.py": {
         "unknown choice": (["StoryLM-1M", "--hf", "x", "--dtype", "float64"], r"argument --dtype: invalid choice"),
+        "wrong kind": (["StoryLM-30M-EAGLE", "--hf", "x"], r"error: StoryLM-30M-EAGLE is a draft head on a base "
+                                                           r"model, not a language model"),
+        "output is a file": (["StoryLM-1M", "--hf", str(REPO_ROOT / "README.md")], r"error: .*README\.md is a file"),
     },
 }
 

@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from g2c.assets import checkpoints
+from g2c.assets import artifacts, checkpoints
 from g2c.assets.artifacts import (
     ArtifactMissingError,
     ChecksumError,
@@ -56,6 +56,20 @@ def fill(root: Path, tag: bytes = b"v1") -> Path:
 @pytest.fixture(autouse=True)
 def no_url(monkeypatch):
     monkeypatch.delenv(checkpoints.URL_ENV, raising=False)
+
+
+@functools.cache
+def _fake_pins(tmp: str) -> str:
+    return json.dumps({"artifacts": artifacts.pins_from_tree(fill(Path(tmp) / "pinned"))})
+
+
+@pytest.fixture(autouse=True)
+def pins(tmp_path_factory, tmp_path, monkeypatch):
+    """Here the pinned record is that of fill()'s stand-in models (the real one pins the real weights)."""
+    path = tmp_path / "pins.json"
+    path.write_text(_fake_pins(str(tmp_path_factory.getbasetemp())))
+    monkeypatch.setattr(artifacts, "PINS_FILE", path)
+    return path
 
 
 @pytest.fixture
@@ -179,15 +193,16 @@ def test_from_accepts_a_checkout_holding_artifacts(capsys, tmp_path, root):
 
 
 def test_from_refuses_to_overwrite_verified_without_force(capsys, mirror, tmp_path):
-    root = fill(tmp_path / "root", tag=b"mine")
-    mine = weights(root)
+    root = fill(tmp_path / "root")
+    inode = artifact_dir("StoryLM-1M", root).stat().st_ino
     rc, out, _ = run(capsys, "--root", root, "--from", mirror)
     assert rc == 0
     assert out.count("already installed and verified; --force replaces it") == 12
-    assert weights(root) == mine
+    assert artifact_dir("StoryLM-1M", root).stat().st_ino == inode          # not rewritten
     rc, out, _ = run(capsys, "--root", root, "--from", mirror, "--force")
     assert rc == 0
-    assert weights(root) == weights(mirror) != mine
+    assert artifact_dir("StoryLM-1M", root).stat().st_ino != inode          # replaced by the mirror's copy
+    assert weights(root) == weights(mirror)
 
 
 def test_from_repairs_a_corrupted_install_without_force(capsys, mirror, tmp_path):

@@ -96,3 +96,55 @@ def test_new_module_refuses_unknown_requires(tmp_repo):
     proc = _run(tmp_repo, "specdec-widgets", "Beyond: widgets", "--requires", "99", "--no-record")
     assert proc.returncode == 1 and "--requires 99: not a module" in proc.stderr
     assert "specdec-widgets" not in (tmp_repo / "g2c/course/registry.py").read_text()
+
+
+def _compiles(path: Path) -> bool:
+    try:
+        compile(path.read_text(encoding="utf-8"), str(path), "exec")
+    except SyntaxError:
+        return False
+    return True
+
+
+def test_title_with_triple_quotes_gives_files_that_compile(tmp_repo):
+    """Issue 31: the title lands in docstrings; a ``\"\"\"`` in it must not end one early."""
+    proc = _run(tmp_repo, "42", 'Widgets """ and \\ gadgets', "--package", "widgets", "--no-record")
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    for rel in ("g2c/widgets/__init__.py", "g2c/widgets/core.py", "solutions/g2c/widgets/core.py",
+                "tests/test_widgets.py"):
+        assert _compiles(tmp_repo / rel), rel
+    assert 'Widgets """ and \\ gadgets' in (tmp_repo / "docs/modules/42-widgets-and-gadgets.md").read_text()
+
+
+def test_new_module_in_a_checkout_with_an_edited_exercise_adds_the_whole_module(tmp_repo):
+    """Issue 31: a student's edited scaffold elsewhere makes the generator exit 1 (it keeps the
+    file); that must not stop new_module half way."""
+    assert _run(tmp_repo, "42", "Widgets", "--package", "widgets", "--no-record").returncode == 0
+    edited = tmp_repo / "g2c/widgets/core.py"
+    edited.write_text(edited.read_text() + "\n# my own work\n")
+    proc = _run(tmp_repo, "43", "Gadgets", "--package", "gadgets", "--requires", "42")
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert "module 43 added" in proc.stdout and "not overwritten" in proc.stderr
+    assert (tmp_repo / "g2c/gadgets/core.py").is_file() and '"tests/test_gadgets.py"' in (
+        tmp_repo / "tests/pristine.json").read_text()
+    assert edited.read_text().endswith("# my own work\n")
+
+
+def test_a_failing_step_adds_nothing(tmp_repo):
+    """A whole module or nothing: when a step fails, every created file goes and the registry and
+    records are put back."""
+    before = {rel: (tmp_repo / rel).read_bytes() for rel in ("g2c/course/registry.py", "tests/pristine.json")}
+    tree = sorted(p.relative_to(tmp_repo).as_posix() for p in tmp_repo.rglob("*") if "__pycache__" not in p.parts)
+    (tmp_repo / "scripts" / "contract.py").write_text("import sys\nsys.exit('contract: boom')\n")
+    proc = _run(tmp_repo, "42", "Widgets", "--package", "widgets")
+    assert proc.returncode == 1
+    assert "module 42 not added" in proc.stderr and "Traceback" not in proc.stderr
+    assert {rel: (tmp_repo / rel).read_bytes() for rel in before} == before
+    after = sorted(p.relative_to(tmp_repo).as_posix() for p in tmp_repo.rglob("*") if "__pycache__" not in p.parts)
+    assert after == tree
+
+
+def test_title_on_two_lines_is_refused_before_anything_is_written(tmp_repo):
+    proc = _run(tmp_repo, "42", "Widgets\nand gadgets", "--package", "widgets")
+    assert proc.returncode == 1 and "one line of text" in proc.stderr
+    assert not (tmp_repo / "g2c" / "widgets").exists()
