@@ -57,9 +57,16 @@ def install() -> list[str]:
     """Read ``G2C_APPLY_SOLUTIONS`` and install the finder. Returns the selected ids.
 
     Raises:
-        ValueError: the selector is malformed (the message lists the valid ids).
+        SystemExit: the selector is malformed: one line on stderr (the message lists the valid ids
+            and says to fix or unset the variable) and exit status 2, no traceback: this runs at
+            ``import g2c``, where a traceback through the import machinery would hide the one
+            line that matters.
     """
-    selected = parse_selection(os.environ.get(ENV_VAR, ""))
+    try:
+        selected = parse_selection(os.environ.get(ENV_VAR, ""))
+    except ValueError as exc:
+        print(f"g2c: {exc} (fix or unset {ENV_VAR})", file=sys.stderr)
+        raise SystemExit(2) from None
     for f in list(sys.meta_path):
         if isinstance(f, SolutionFinder):
             sys.meta_path.remove(f)

@@ -30,7 +30,7 @@ from dataclasses import dataclass
 import torch
 
 from g2c.sampling.generate import as_token_ids
-from g2c.sampling.model import check_count, check_language_model, eval_mode
+from g2c.sampling.model import check_count, check_eos_id, check_language_model, eval_mode
 
 from .verify import greedy_verify
 
@@ -229,6 +229,7 @@ def speculative_generate(target, drafter, prompt_ids, max_new_tokens: int, *, k:
            ``test_speculative_generate_perfect_drafter_accepts_everything``).
     """
     check_count(max_new_tokens, "max_new_tokens", minimum=None)  # provided: 2.5 or None is a TypeError here
+    eos_id = check_eos_id(eos_id, getattr(target, "vocab_size", None))                # None, or an id the loop can emit
     # BEGIN SOLUTION
     check_language_model(target, "target")
     check_language_model(drafter, "drafter")
