@@ -124,6 +124,7 @@ def speculative_generate_stateful(target: RecurrentLM, draft: Drafter, prompt_id
         k: draft length per round, an int >= 1.
         strategy: "snapshot", "replay", "recompute", or a fresh ``StateTransaction`` on ``target``.
         eos_id: stop right after emitting this id.
+            None, or an id in [0, V) (``check_eos_id``: ValueError outside it, TypeError for a non-int).
         on_round: optional ``on_round(txn, ids)`` after each committed round; then
             ``txn.committed_state()`` is the state after ``ids[:-1]``.
         **strategy_kwargs: passed to the transaction (e.g. ``capacity=`` for replay).

@@ -162,6 +162,7 @@ def generate(model, prompt_ids, max_new_tokens: int, *, temperature: float = 1.0
         top_k, top_p: optional filters (see ``g2c.sampling.warpers``).
         repetition_penalty: CTRL penalty over every token so far (1.0 = off).
         eos_id: stop right after emitting this id (it is included in the output).
+            None, or an id in [0, V) (``check_eos_id``: ValueError outside it, TypeError for a non-int).
         generator: ``torch.Generator`` for sampling (pass one for reproducible output).
 
     Returns:

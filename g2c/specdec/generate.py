@@ -181,6 +181,7 @@ def speculative_generate(target, drafter, prompt_ids, max_new_tokens: int, *, k:
         max_new_tokens: budget, >= 0; never exceeded.
         k: draft length per target pass, >= 1.
         eos_id: stop right after emitting this id (included in the output).
+            None, or an id in [0, V) (``check_eos_id``: ValueError outside it, TypeError for a non-int).
         on_pass: optional callback ``on_pass(emitted, num_accepted)`` called after each
             target pass with the list of emitted ids and how many of them (a prefix) are
             accepted drafts; ``python -m g2c.specdec`` uses it to colour the drafts.

@@ -316,6 +316,7 @@ def mtp_generate(base, head: MTPHead, prompt_ids, max_new_tokens: int, *,
         prompt_ids: 1-D int tensor or list, length >= 1.
         max_new_tokens: budget, an int >= 0; never exceeded.
         eos_id: stop right after emitting this id (included in the output).
+            None, or an id in [0, V) (``check_eos_id``: ValueError outside it, TypeError for a non-int).
 
     Returns:
         (ids, stats): LongTensor (N,) on the CPU, the prompt followed by the new tokens, and a

@@ -7,15 +7,23 @@ Covered, generated from the tables below (a new entry point is covered once it i
   ``speculative_generate_cached``, ``mtp_generate``, ``mtp_generate_cached``,
   ``tree_speculative_generate``, ``lineage_generate``, ``batched_greedy``,
   ``batched_speculative_generate``, and the
-  recurrent ``plain_greedy`` and ``speculative_generate_stateful``; x ``BAD_ARGS`` (10 classes: a
+  recurrent ``plain_greedy`` and ``speculative_generate_stateful``; x ``BAD_ARGS`` (13 classes: a
   float, ``None`` or negative budget; an empty, float, negative-id or out-of-vocabulary prompt; a
-  NaN or infinite temperature and a seed as generator, the last three where the loop samples);
-  plus a model that produced NaN (1 class, every loop) and, with hypothesis, any non-integer or
-  negative budget.
-* Verifiers (4: ``greedy_verify``, ``speculative_verify``, ``greedy_tree_verify``,
-  ``tree_speculative_verify``) x ``BAD_TABLES`` (7 classes: target rows summing to 10, draft rows
-  summing to 0.01, raw logits as probabilities, a NaN probability row, a NaN score row, an all
-  -inf score row, a draft id outside the vocabulary).
+  NaN or infinite temperature and a seed as generator, where the loop samples; an ``eos_id``
+  outside the vocabulary, negative or a float, where the loop takes one); plus a model that
+  produced NaN (1 class, every loop) and, with hypothesis, any non-integer or negative budget.
+* Verifiers (5: ``greedy_verify``, ``speculative_verify``, ``greedy_tree_verify``,
+  ``tree_speculative_verify``, ``typical_tree_verify``) x ``BAD_TABLES`` (11 classes: target rows
+  summing to 10, draft rows summing to 0.01, raw logits as probabilities, a NaN probability row, a
+  NaN score row, an all -inf score row, a draft id outside the vocabulary, integer counts as
+  target or draft probabilities, a bool one-hot as probabilities, integer scores); good tables
+  in every float dtype are accepted; a seed as generator; ``typical_accept``'s tables and knobs.
+* Issue 31's families: one-shot iterables read once (rank paths, fusion layers, tree parents,
+  a static tree's choices); static-tree choices checked where they enter; a custom drafter's tree
+  checked before the target reads it (``DraftTree.check``); the fast path's vocabulary check; a
+  ragged cache's row indices; heads on a bfloat16 base (every head) and a head on another base
+  or left in another dtype; ranges before use (``optimal_k``). The standing fuzz pass over the
+  same entry points is ``tests/tooling/test_fuzz.py``.
 * Caches and transactions: a cache built for another model or dtype, ``KVCache.advance(2.5)``,
   a (2, 3) block on a batch-1 transaction, an empty prefill, a transaction of another model or
   already used.
@@ -26,6 +34,10 @@ Covered, generated from the tables below (a new entry point is covered once it i
   ./checkpoints.sh's unknown name).
 
 Every error must be a ValueError/TypeError on one line naming the argument, the rule and the fix.
+The type rule: a Python value of the wrong type (a float, bool, string or None where an int or a
+number is needed; a non-tensor where a tensor is needed) is a TypeError; a tensor of the wrong
+dtype or shape, and a value of the right type outside its range, is a ValueError. Tables that are
+not floating point are refused, never converted (``g2c.sampling.model.check_table_dtype``).
 Script controllers (``HeuristicK``, ``CostModelK``) are covered in tests/test_specdec_sampling.py,
 files and manifests in tests/tooling/test_checkpoints.py, test_artifacts.py and test_data.py.
 """

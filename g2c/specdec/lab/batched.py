@@ -136,6 +136,7 @@ def batched_greedy(model, prompts, max_new_tokens: int, *, eos_id: int | None = 
         prompts: list of B 1-D token id sequences (lists or tensors), lengths may differ.
         max_new_tokens: per-row budget, >= 0.
         eos_id: a row stops right after emitting it.
+            None, or an id in [0, V) (``check_eos_id``: ValueError outside it, TypeError for a non-int).
 
     Returns:
         ``BatchedResult``; outputs[b] equals greedy decoding of prompts[b] alone.
@@ -203,6 +204,7 @@ def batched_speculative_generate(target, drafter, prompts, max_new_tokens: int, 
         max_new_tokens: per-row budget, >= 0; never exceeded.
         k: draft length, int >= 1.
         eos_id: a row stops right after emitting it.
+            None, or an id in [0, V) (``check_eos_id``: ValueError outside it, TypeError for a non-int).
         on_round: optional ``on_round(rows, emitted, accepted)`` after each target pass:
             the original indices of the active rows, their emitted ids, and how many of
             those are accepted drafts.

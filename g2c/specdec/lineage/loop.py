@@ -139,6 +139,7 @@ def lineage_generate(target, drafter: TreeDrafter, prompt_ids, max_new_tokens: i
             softmax(logits / T) (output distributed as plain sampling at T).
         generator: CPU ``torch.Generator`` for sampled verification.
         eos_id: stop after emitting it.
+            None, or an id in [0, V) (``check_eos_id``: ValueError outside it, TypeError for a non-int).
         acceptance: ``"exact"`` (default, lossless) or ``"typical"``: at T > 0, Medusa's typical
             acceptance with ``epsilon``/``delta`` (``medusa.typical_tree_verify``). Typical
             acceptance is NOT lossless: the output no longer follows the target's distribution.

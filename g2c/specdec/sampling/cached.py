@@ -278,6 +278,7 @@ def speculative_generate_cached(target, drafter, prompt_ids, max_new_tokens: int
         k: drafts per target pass, >= 1 (fewer near the end of the budget or the window:
             ``g2c.specdec.draft_room``).
         eos_id: stop right after emitting this id (included).
+            None, or an id in [0, V) (``check_eos_id``: ValueError outside it, TypeError for a non-int).
         on_pass: ``on_pass(emitted, num_accepted)`` after each target pass, as in
             ``g2c.specdec.speculative_generate``.
         on_round: ``on_round(record)`` with a ``RoundRecord`` after each target pass, after

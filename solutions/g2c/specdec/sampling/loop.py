@@ -251,6 +251,7 @@ def speculative_sample(target, drafter, prompt_ids, max_new_tokens: int, *, k: i
         generator: CPU ``torch.Generator`` for every random draw (drafting, the uniforms,
             resampling): the same seed gives the same output.
         eos_id: stop right after emitting this id (included in the output).
+            None, or an id in [0, V) (``check_eos_id``: ValueError outside it, TypeError for a non-int).
         controller: chooses k per round (``g2c.specdec.sampling.controllers``: ``StaticK``,
             ``HeuristicK``, ``CostModelK``); None means ``StaticK(k)``. It never changes
             the distribution of the output, only the number of passes.

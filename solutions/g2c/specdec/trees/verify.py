@@ -247,6 +247,7 @@ def tree_speculative_generate(target, drafter, prompt_ids, max_new_tokens: int, 
             ranks (deterministic proposals) in both cases.
         generator: CPU ``torch.Generator`` for sampled verification.
         eos_id: stop after emitting it.
+            None, or an id in [0, V) (``check_eos_id``: ValueError outside it, TypeError for a non-int).
         on_pass: ``on_pass(emitted, num_accepted)`` after each target pass (after the
             cache commit when cached).
         use_cache: keep the target's state in module 16's ``KVCache`` across passes: each
