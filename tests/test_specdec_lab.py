@@ -209,7 +209,6 @@ def test_bimodal_itl_lecture_70b_mtp_example():
 @pytest.mark.parametrize("call, match", [
     (lambda: expected_tokens_per_pass(1.2, 4), r"alpha must be a probability in \[0, 1\], got 1.2"),
     (lambda: expected_tokens_per_pass(0.5, -1), r"k must be an int >= 0"),
-    (lambda: expected_tokens_per_pass(0.5, 2.0), r"k must be an int"),
     (lambda: speedup_per_round(0.5, 0.1), r"tau must be >= 1"),
     (lambda: speedup_per_round(2.0, -0.1), r"c must be a finite number >= 0"),
     (lambda: optimal_k(0.8, 0.1, k_max=0), r"k_max must be an int >= 1"),
@@ -222,6 +221,33 @@ def test_bimodal_itl_lecture_70b_mtp_example():
 def test_theory_validates_inputs(call, match):
     with pytest.raises(ValueError, match=match):
         call()
+
+
+@pytest.mark.parametrize("call, match", [
+    (lambda: expected_tokens_per_pass(0.5, 2.0), r"k must be an int, got float 2\.0"),
+    (lambda: expected_tokens_per_pass("0.5", 2), r"alpha must be a real number, got str"),
+    (lambda: expected_tokens_per_pass(torch.tensor([0.5, 0.6]), 2), r"alpha must be a real number, got Tensor"),
+    (lambda: optimal_k(0.8, 0.1, k_max=8.0), r"k_max must be an int, got float"),
+    (lambda: speculative_intensity(140e9, 2.0, 4, 2048, 1.0), r"batch must be an int, got float"),
+    (lambda: speedup_per_round(None, 0.1), r"tau must be a real number, got NoneType"),
+    (lambda: tree_expected_tokens([-1, 0.0], [0.5, 0.5]), r"parents\[1\] must be an int, got float"),
+    (lambda: tree_expected_tokens(3, [0.5]), r"parents must be a sequence"),
+])
+def test_theory_reports_a_wrong_type_as_a_type_error(call, match):
+    # issue 31: a float k, a string alpha were ValueErrors ("k must be an int >= 0") or raw errors
+    with pytest.raises(TypeError, match=match):
+        call()
+
+
+def test_theory_reads_0d_tensors_and_numpy_scalars_as_numbers():
+    # issue 31: alpha=torch.tensor(0.8) was refused as "not a probability in [0, 1]"
+    import numpy as np
+
+    assert expected_tokens_per_pass(torch.tensor(0.5), torch.tensor(3)) == pytest.approx(1.875)
+    assert expected_tokens_per_pass(np.float64(0.5), np.int64(3)) == pytest.approx(1.875)
+    assert optimal_k(torch.tensor(0.85), torch.tensor(0.1))[0] == optimal_k(0.85, 0.1)[0]
+    assert tree_expected_tokens(torch.tensor([-1, 0]), torch.tensor([0.5, 0.5])) == pytest.approx(1.75)
+    assert tree_expected_tokens((p for p in [-1, 0]), iter([0.5, 0.5])) == pytest.approx(1.75)   # read once
 
 
 # --- part 2: the simulator (exercise) ---------------------------------------------------

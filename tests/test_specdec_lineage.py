@@ -106,6 +106,18 @@ def test_medusa_tree_by_hand():
     assert tree.parents.tolist() == [-1, -1, 0, 0, 1]
 
 
+def test_medusa_tree_reads_a_generator_of_paths_once():
+    # issue 31: validation consumed a generator, and the tree came out with 0 nodes
+    probs = torch.zeros(2, 10)
+    probs[0, [7, 3, 1]] = torch.tensor([0.5, 0.3, 0.2])
+    probs[1, [5, 9, 2]] = torch.tensor([0.6, 0.3, 0.1])
+    paths = [(0,), (1,), (0, 0), (0, 1), (1, 0)]
+    tree = medusa_tree(probs, (c for c in paths))
+    assert tree.tokens.tolist() == [7, 3, 5, 9, 5] and tree.parents.tolist() == [-1, -1, 0, 0, 1]
+    with pytest.raises(ValueError, match=r"medusa_tree: head_probs must hold probabilities as a floating-point"):
+        medusa_tree((probs * 10).long(), paths)                   # counts are refused, never ranked
+
+
 def test_medusa_tree_ties_go_to_the_smaller_id():
     probs = torch.full((1, 6), 0.1)
     probs[0, 4] = 0.5
@@ -199,9 +211,16 @@ def test_fusion_layers_distinct_for_every_depth():
         assert 0 <= layers[0] and layers[-1] < num_layers
 
 
-@pytest.mark.parametrize("bad", [2, 1, 0, -3, True, 4.0])
+@pytest.mark.parametrize("bad", [2, 1, 0, -3])
 def test_fusion_layers_refuses_shallow_models(bad):
     with pytest.raises(ValueError, match="at least 3 blocks"):
+        fusion_layers(bad)
+
+
+@pytest.mark.parametrize("bad", [True, 4.0, 9.0, "9", None])
+def test_fusion_layers_refuses_a_non_int(bad):
+    # issue 31: fusion_layers(9.0) said "needs at least 3 blocks"; a wrong type is a TypeError
+    with pytest.raises(TypeError, match=r"fusion_layers: num_layers must be an int, got"):
         fusion_layers(bad)
 
 
@@ -484,13 +503,16 @@ def test_bad_drafters_and_choices_are_refused_in_one_line():
         lineage_generate(target, MedusaDrafter(heads), "Once upon", 4)
     with pytest.raises(ValueError, match=r"width must be an int in \[1, 32\]"):
         EagleTreeDrafter(FeatureDrafter(target), width=1000)
-    for bad, match in (([0, 1], "rank paths"), ([], "empty"), ([(0.7,)], "ints"), ([(V,)], "vocabulary size")):
+    for bad, match in (([0, 1], "rank paths"), ([], "empty"), ([(V,)], "vocabulary size")):
         with pytest.raises(ValueError, match=match):
             MedusaDrafter(heads, bad)
+    with pytest.raises(TypeError, match="ints"):
+        MedusaDrafter(heads, [(0.7,)])
     with pytest.raises(ValueError, match="duplicate"):
         check_fusion_layers((0, 0, 1), 2)
-    with pytest.raises(ValueError, match="ints"):
+    with pytest.raises(TypeError, match="ints"):
         check_fusion_layers((2.7, 4, 6), 9)
+    assert check_fusion_layers((i for i in (6, 2, 4)), 9) == (2, 4, 6)     # a generator is read once
     with pytest.raises(ValueError, match="must hold probabilities"):
         typical_accept(torch.tensor([[float("nan"), 1.0]]), torch.tensor([0]))
     with pytest.raises(ValueError, match="must hold probabilities"):

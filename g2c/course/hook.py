@@ -78,7 +78,7 @@ def install() -> list[str]:
     except ValueError as exc:
         if sys.excepthook is sys.__excepthook__:
             sys.excepthook = _one_line
-        raise SelectorError(f"{exc} (read from the environment: fix it or unset {ENV_VAR})") from None
+        raise SelectorError(f"{exc} (read from the environment: fix or unset {ENV_VAR})") from None
     for f in list(sys.meta_path):
         if isinstance(f, SolutionFinder):
             sys.meta_path.remove(f)

@@ -58,6 +58,8 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 
+from g2c.sampling.model import check_token_ids
+
 __all__ = ["FAST_DTYPES", "FastLM", "PackedLinear", "fast_model", "packed_kernels_available"]
 
 FAST_DTYPES = (torch.float32, torch.bfloat16, torch.float16)
@@ -158,6 +160,7 @@ class _Table:
         self.weight = emb.weight.detach().clone()
 
     def __call__(self, ids: torch.Tensor) -> torch.Tensor:
+        check_token_ids(ids, self.weight.shape[0], "ids")                      # the teaching Embedding's check
         return F.embedding(ids, self.weight)
 
 
@@ -262,6 +265,7 @@ class FastLM:
         rows with torch's fused kernel (an explicit causal mask with the cache offset when
         T > 1), output projection, LayerNorm, MLP; final LayerNorm."""
         ids = ids.to(self.device)
+        check_token_ids(ids, self.vocab_size, "ids")                           # as the teaching path: no raw IndexError
         B, T = ids.shape
         start, end = cache.length, cache.length + T
         H, D = self.num_heads, self.embedding_dim

@@ -26,7 +26,7 @@ from __future__ import annotations
 import torch
 
 from g2c.sampling.generate import as_token_ids, check_generation_args, sample_from_logits
-from g2c.sampling.model import check_language_model, eval_mode
+from g2c.sampling.model import check_eos_id, check_language_model, eval_mode
 from g2c.sampling.warpers import apply_repetition_penalty
 
 from .cache import KVCache
@@ -78,6 +78,7 @@ def cached_generate(model, prompt_ids, max_new_tokens: int, *, temperature: floa
     """
     check_language_model(model, "model")
     ids = as_token_ids(prompt_ids, "prompt_ids", vocab_size=model.vocab_size)
+    eos_id = check_eos_id(eos_id, model.vocab_size)                # None, or an id the loop can emit
     check_generation_args(temperature=temperature, top_k=top_k, top_p=top_p, max_new_tokens=max_new_tokens,
                           repetition_penalty=repetition_penalty, generator=generator)
     window = model.max_seq_len

@@ -43,7 +43,7 @@ import math
 import torch
 
 from g2c.attention.multihead import merge_heads, split_heads
-from g2c.sampling.model import check_score_rows
+from g2c.sampling.model import check_count, check_score_rows, check_token_ids
 
 from .cache import KVCache
 from .forward import unembed
@@ -97,6 +97,13 @@ class RaggedKVCache(KVCache):
                              f"got shape {tuple(t.shape)} dtype {t.dtype}")
         return t.long().reshape(-1).expand(self.batch_size).clone()
 
+    def _row(self, row, name: str) -> int:
+        """A batch row index as an int in [0, B); TypeError/ValueError naming ``name`` otherwise."""
+        row = check_count(row, f"RaggedKVCache.{name}: row", minimum=None)
+        if not 0 <= row < self.batch_size:
+            raise ValueError(f"RaggedKVCache.{name}: row {row} is outside the batch [0, {self.batch_size})")
+        return row
+
     def positions(self, num_new: int) -> torch.Tensor:
         """(B, T) int64 CPU: the positions of T new tokens per row, ``lengths[b] + t``."""
         return self._lengths.view(-1, 1) + torch.arange(num_new).view(1, -1)
@@ -112,12 +119,14 @@ class RaggedKVCache(KVCache):
         """Committed keys: (B, H, length, d) (shorter rows padded), or (H, lengths[row], d)."""
         if row is None:
             return super().keys(layer)
+        row = self._row(row, "keys")
         return self.keys_buffer[layer][row, :, :int(self._lengths[row])]
 
     def values(self, layer: int, row: int | None = None) -> torch.Tensor:
         """Committed values: (B, H, length, d) (shorter rows padded), or (H, lengths[row], d)."""
         if row is None:
             return super().values(layer)
+        row = self._row(row, "values")
         return self.values_buffer[layer][row, :, :int(self._lengths[row])]
 
     # ---- writing -----------------------------------------------------------------------
@@ -166,8 +175,20 @@ class RaggedKVCache(KVCache):
 
     def keep(self, rows: torch.Tensor) -> int:
         """Keep only batch rows ``rows`` (int indices), in that order; finished requests
-        leave the batch. Copies the buffers (index_select); returns the bytes copied."""
-        rows = torch.as_tensor(rows, dtype=torch.long).cpu()
+        leave the batch. Copies the buffers (index_select); returns the bytes copied.
+
+        Raises:
+            ValueError: ``rows`` not integer indices in [0, B) (a float, a bool mask, a row index
+                out of range), or not 1-D; nothing is changed then.
+        """
+        rows = torch.as_tensor(rows).cpu()
+        if rows.dim() != 1 or rows.dtype.is_floating_point or rows.dtype.is_complex or rows.dtype == torch.bool:
+            raise ValueError(f"RaggedKVCache.keep: rows must be a 1-D list of int row indices in [0, "
+                             f"{self.batch_size}), got shape {tuple(rows.shape)} dtype {rows.dtype}")
+        outside = [int(r) for r in rows if not 0 <= int(r) < self.batch_size]
+        if outside:
+            raise ValueError(f"RaggedKVCache.keep: row {outside[0]} is outside the batch [0, {self.batch_size})")
+        rows = rows.long()
         idx = rows.to(self.device)
         self.keys_buffer = [t.index_select(0, idx) for t in self.keys_buffer]
         self.values_buffer = [t.index_select(0, idx) for t in self.values_buffer]
@@ -263,8 +284,10 @@ def ragged_forward(model, ids: torch.Tensor, cache: RaggedKVCache) -> torch.Tens
     if not isinstance(cache, RaggedKVCache):
         raise TypeError(f"ragged_forward needs a RaggedKVCache (RaggedKVCache.for_model(model, B)), "
                         f"got {type(cache).__name__}")
-    if ids.dim() != 2 or ids.shape[1] < 1:
-        raise ValueError(f"ragged_forward: ids must be (B, T) with T >= 1, got {tuple(ids.shape)}")
+    if not isinstance(ids, torch.Tensor) or ids.dim() != 2 or ids.shape[1] < 1:
+        shape = tuple(ids.shape) if isinstance(ids, torch.Tensor) else type(ids).__name__
+        raise ValueError(f"ragged_forward: ids must be (B, T) with T >= 1, got {shape}")
+    check_token_ids(ids, model.vocab_size, "ragged_forward: ids")
     B, T = ids.shape
     if B != cache.batch_size:
         raise ValueError(f"ragged_forward: ids has {B} rows but the cache {cache.batch_size}")

@@ -17,7 +17,7 @@ from collections.abc import Callable
 import torch
 
 from g2c.sampling.generate import as_token_ids
-from g2c.sampling.model import check_count, check_score_rows
+from g2c.sampling.model import check_count, check_eos_id, check_score_rows
 from g2c.specdec import SpecStats, draft_greedy, draft_room, greedy_verify
 
 from .model import DecodeState, RecurrentLM
@@ -124,6 +124,7 @@ def speculative_generate_stateful(target: RecurrentLM, draft: Drafter, prompt_id
         k: draft length per round, an int >= 1.
         strategy: "snapshot", "replay", "recompute", or a fresh ``StateTransaction`` on ``target``.
         eos_id: stop right after emitting this id.
+            None, or an id in [0, V) (``check_eos_id``: ValueError outside it, TypeError for a non-int).
         on_round: optional ``on_round(txn, ids)`` after each committed round; then
             ``txn.committed_state()`` is the state after ``ids[:-1]``.
         **strategy_kwargs: passed to the transaction (e.g. ``capacity=`` for replay).
@@ -142,6 +143,7 @@ def speculative_generate_stateful(target: RecurrentLM, draft: Drafter, prompt_id
             ("strategy: ..."): a transaction serves one generation on its own model.
     """
     ids = as_token_ids(prompt_ids, "prompt_ids", vocab_size=target.vocab_size)
+    eos_id = check_eos_id(eos_id, target.vocab_size)                # None, or an id the loop can emit
     if isinstance(k, bool) or not isinstance(k, int) or k < 1:
         raise ValueError(f"k must be >= 1 draft tokens per round (an int), got {k!r}")
     _check_budget(target, ids.numel(), max_new_tokens)

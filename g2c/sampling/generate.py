@@ -11,6 +11,7 @@ import torch
 
 from .model import (
     check_count,
+    check_eos_id,
     check_generator,
     check_language_model,
     check_score_rows,
@@ -33,10 +34,16 @@ def as_token_ids(ids, name: str = "prompt_ids", *, vocab_size: int | None = None
     Raises:
         ValueError: text instead of ids ("encode it first"), not 1-D, empty, not integer token ids,
             or (with ``vocab_size``) an id outside ``[0, V)``; the message names ``name`` (and the range).
+        TypeError: not a sequence torch can read as one tensor (None, a list holding None, ragged
+            rows, an id too large for int64).
     """
     if isinstance(ids, (str, bytes)):
         raise ValueError(f"{name} must be token ids, got text {ids[:40]!r}: encode it first (tokenizer.encode(text))")
-    t = torch.as_tensor(ids)
+    try:
+        t = torch.as_tensor(ids)
+    except (TypeError, ValueError, RuntimeError, OverflowError):                # None, [1, None], [[1], [2, 3]]
+        raise TypeError(f"{name} must be a 1-D list or tensor of int token ids, got {type(ids).__name__} "
+                        f"{ids!r:.40}") from None
     if t.dim() != 1 or t.numel() == 0:
         raise ValueError(f"{name} must be a non-empty 1-D sequence of token ids, got shape {tuple(t.shape)}")
     if t.dtype.is_floating_point or t.dtype.is_complex or t.dtype == torch.bool:
@@ -155,6 +162,7 @@ def generate(model, prompt_ids, max_new_tokens: int, *, temperature: float = 1.0
         top_k, top_p: optional filters (see ``g2c.sampling.warpers``).
         repetition_penalty: CTRL penalty over every token so far (1.0 = off).
         eos_id: stop right after emitting this id (it is included in the output).
+            None, or an id in [0, V) (``check_eos_id``: ValueError outside it, TypeError for a non-int).
         generator: ``torch.Generator`` for sampling (pass one for reproducible output).
 
     Returns:
@@ -177,6 +185,7 @@ def generate(model, prompt_ids, max_new_tokens: int, *, temperature: float = 1.0
     """
     check_language_model(model, "model")
     ids = as_token_ids(prompt_ids, "prompt_ids", vocab_size=model.vocab_size)
+    eos_id = check_eos_id(eos_id, model.vocab_size)                # None, or an id the loop can emit
     check_generation_args(temperature=temperature, top_k=top_k, top_p=top_p, max_new_tokens=max_new_tokens,
                           repetition_penalty=repetition_penalty, generator=generator)
     with eval_mode(model):

@@ -23,8 +23,9 @@ import torch
 
 from g2c.nn import eval_mode  # re-exported: the loops' mode switch lives with Module (module 03)
 
-__all__ = ["LanguageModel", "check_count", "check_generator", "check_language_model", "check_prob_rows",
-           "check_score_rows", "check_temperature", "check_token_ids", "eval_mode", "prob_tolerance"]
+__all__ = ["LanguageModel", "check_count", "check_eos_id", "check_generator", "check_head_on_base",
+           "check_language_model", "check_prob_rows", "check_real", "check_score_rows", "check_table_dtype",
+           "check_temperature", "check_token_ids", "eval_mode", "prob_tolerance"]
 
 REQUIRED = ("vocab_size", "max_seq_len", "device")
 
@@ -74,7 +75,8 @@ def check_token_ids(ids: torch.Tensor, vocab_size: int, name: str) -> None:
     """Reject token ids outside the vocabulary [0, vocab_size). Works on any device.
 
     A negative id would otherwise index from the end (-1 reads token V-1) and an id >= V
-    would raise a bare ``IndexError`` deep inside a model or a verifier.
+    would raise a bare ``IndexError`` deep inside a model or a verifier. One bool is read
+    back from the device when every id is good (one synchronisation per call).
 
     Args:
         ids: integer tensor of any shape, on any device.
@@ -82,16 +84,42 @@ def check_token_ids(ids: torch.Tensor, vocab_size: int, name: str) -> None:
         name: the argument's name, for the message.
 
     Raises:
-        ValueError: an id is < 0 or >= V; the message names ``name``, the offending id and
-            the range ``[0, V)``.
+        TypeError: ``ids`` is not a tensor.
+        ValueError: ``ids`` holds floats, bools or complex numbers ("<name> must hold integer
+            token ids, got dtype ..."); an id is < 0 or >= V: the message names ``name``, the
+            offending id and the range ``[0, V)``.
     """
+    if not isinstance(ids, torch.Tensor):
+        raise TypeError(f"{name} must be a tensor of integer token ids, got {type(ids).__name__}")
+    if ids.dtype.is_floating_point or ids.dtype.is_complex or ids.dtype == torch.bool:
+        raise ValueError(f"{name} must hold integer token ids, got dtype {ids.dtype}")
     if ids.numel() == 0:
         return
-    low, high = int(ids.min()), int(ids.max())
-    if low < 0 or high >= vocab_size:
-        bad = low if low < 0 else high
+    outside = (ids < 0) | (ids >= vocab_size)
+    if bool(outside.any()):
+        bad = int(ids[outside].reshape(-1)[0])
         raise ValueError(f"{name} holds token id {bad}, outside the vocabulary [0, {vocab_size}); "
                          f"ids must come from the model's tokenizer")
+
+
+def check_eos_id(eos_id, vocab_size: int | None, name: str = "eos_id") -> int | None:
+    """An end-of-sequence id: None (no stop) or an int in [0, V); returned as a Python int.
+
+    An id outside the vocabulary can never be emitted, so a loop given one would silently run
+    to its budget instead of stopping. Every loop that takes ``eos_id`` calls this where its
+    arguments enter (``vocab_size`` None: the type only, when the model is checked later).
+
+    Raises:
+        TypeError: not an int (a float, a bool, a string; 0-d integer tensors are accepted).
+        ValueError: outside [0, V); the message names the value and the range.
+    """
+    if eos_id is None:
+        return None
+    value = check_count(eos_id, name, minimum=None)
+    if vocab_size is not None and not 0 <= value < vocab_size:
+        raise ValueError(f"{name} {value} is outside the vocabulary [0, {vocab_size}): the loop could never emit "
+                         "it and would not stop; pass the tokenizer's end-of-text id or None")
+    return value
 
 
 # -- the argument checks every loop shares (one place: a new loop calls these where values enter) --
@@ -130,6 +158,34 @@ def check_generator(generator, name: str = "generator") -> None:
                         "use torch.Generator().manual_seed(seed)")
 
 
+def check_real(value, name: str, *, low: float | None = None, high: float | None = None,
+               low_open: bool = False, high_open: bool = False) -> float:
+    """A real-number argument as a finite Python float within an optional range.
+
+    Python ints and floats, NumPy scalars and 0-d (or one-element) real tensors are accepted; a
+    bool, a string, None, a complex number or a tensor of several elements is a TypeError.
+
+    Raises:
+        TypeError: not a real number; the message names ``name``, the value and its type.
+        ValueError: NaN, infinite, or outside the range; the message names the value and the range.
+    """
+    if isinstance(value, torch.Tensor) and value.numel() == 1 and not value.dtype.is_complex \
+            and value.dtype != torch.bool:
+        value = value.item()
+    if hasattr(value, "dtype") and hasattr(value, "item") and not isinstance(value, torch.Tensor):
+        value = value.item()                                                  # a NumPy scalar
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise TypeError(f"{name} must be a real number, got {type(value).__name__} {value!r:.60}")
+    value = float(value)
+    lo = "-inf" if low is None else f"{low:g}"
+    hi = "inf" if high is None else f"{high:g}"
+    span = f"{'(' if low_open or low is None else '['}{lo}, {hi}{')' if high_open or high is None else ']'}"
+    if not math.isfinite(value) or (low is not None and (value < low or (low_open and value == low))) \
+            or (high is not None and (value > high or (high_open and value == high))):
+        raise ValueError(f"{name} must be a finite number in {span}, got {value!r}")
+    return value
+
+
 def check_temperature(temperature, name: str = "temperature") -> float:
     """A sampling temperature as a float: finite and >= 0 (0 = greedy).
 
@@ -147,6 +203,32 @@ def check_temperature(temperature, name: str = "temperature") -> float:
     return float(temperature)
 
 
+def check_head_on_base(head, base, name: str = "head") -> None:
+    """A draft head reads its base's states and embedding table: it must sit on ``base`` (the same
+    object, or the model a ``FastLM`` snapshot was built from) and compute in the base's dtype.
+
+    Heads take the base's device and dtype when built (``MTPHead(base)``, ``MedusaHeads(base)``,
+    ...); a base converted afterwards (``base.to(dtype=torch.bfloat16)``) leaves its head behind.
+
+    Raises:
+        TypeError: ``head`` has no ``base`` (it is not a draft head).
+        ValueError: the head sits on another model ("built on another model: pass head.base"), or
+            its parameters are in another dtype than the base's weights (names both and the fix).
+    """
+    head_base = getattr(head, "base", None)
+    if head_base is None:
+        raise TypeError(f"{name} ({type(head).__name__}) is not a draft head on a base model (no .base)")
+    if head_base is not base and getattr(base, "source", None) is not head_base:
+        raise ValueError(f"{name} ({type(head).__name__}) was built on another model: it reads the states and "
+                         "embedding table of head.base; pass head.base as the base/target, or build the head on "
+                         "this model")
+    params = head.parameters() if callable(getattr(head, "parameters", None)) else []
+    base_weight = getattr(getattr(head_base, "token_embed", None), "weight", None)
+    if params and isinstance(base_weight, torch.Tensor) and params[0].dtype != base_weight.dtype:
+        raise ValueError(f"{name} ({type(head).__name__}) computes in {params[0].dtype} but its base in "
+                         f"{base_weight.dtype}; convert the head with its base: head.to(dtype={base_weight.dtype})")
+
+
 # -- score and probability rows: every verifier and loop checks its tables here -----------------
 # One layer, so a new verifier or loop inherits it: the flat verifiers (``greedy_verify``,
 # ``speculative_verify``), the tree verifiers, the batched and recurrent loops, module 11's
@@ -162,8 +244,34 @@ def check_temperature(temperature, name: str = "temperature") -> float:
 #   distributions p and q (Leviathan et al. 2023, section 2.3): rows summing to 10 or 0.01
 #   would silently skew the output.
 #
+# * Both refuse a table that is not floating point (``check_table_dtype``): an int64 table of
+#   counts, a bool mask or a complex table is never converted. Counts are not a distribution
+#   (a row of counts summing to 5 would be read as p(x) = 5), and a one-hot bool row converts to
+#   a distribution only by accident; the caller normalises explicitly (``counts / counts.sum(-1,
+#   keepdim=True)``) or passes softmax probabilities. float16, bfloat16, float32 and float64 are
+#   accepted on every path.
+#
 # Both reduce on the table's own device (float32, never float64: MPS has none) and read one bool
 # back. A non-tensor or a table of another rank is left to the caller's shape check.
+
+def check_table_dtype(rows, name: str, *, kind: str = "probabilities") -> None:
+    """Refuse a score or probability table whose dtype is not floating point.
+
+    Args:
+        rows: a tensor; anything else is ignored (the caller's shape check names it).
+        name: the argument's name, for the message.
+        kind: "probabilities" or "scores", for the message.
+
+    Raises:
+        ValueError: "<name> must hold <kind> as a floating-point tensor, got dtype torch.int64"
+            with the fix (normalise counts, or pass softmax probabilities / float logits).
+    """
+    if isinstance(rows, torch.Tensor) and not rows.dtype.is_floating_point:
+        fix = ("normalise counts yourself (counts / counts.sum(-1, keepdim=True)) or pass softmax "
+               "probabilities" if kind == "probabilities" else "pass the model's float logits")
+        raise ValueError(f"{name} must hold {kind} as a floating-point tensor (float32, float16, bfloat16), "
+                         f"got dtype {rows.dtype}; {fix}")
+
 
 def prob_tolerance(dtype: torch.dtype) -> float:
     """How far a probability row's sum may be from 1: 1e-3 (float32/64), 1e-2 (16-bit floats)."""
@@ -178,15 +286,17 @@ def check_score_rows(rows, name: str, *, where: str | None = None) -> None:
     """Refuse logits (..., V) holding NaN or a row of only -inf.
 
     Args:
-        rows: float tensor (..., V) on any device; anything else is ignored.
+        rows: float tensor (..., V) on any device; a non-tensor is ignored.
         name: the argument's name, for the message ("target_logits").
         where: the step, for the message ("generate, position 7").
 
     Raises:
+        ValueError: a tensor that is not floating point (``check_table_dtype``).
         ValueError: "<name> holds NaN at <where>" or "<name> row i is all -inf at <where>", with
             the fix (check the model: overflow in half precision, a bad temperature).
     """
-    if not isinstance(rows, torch.Tensor) or rows.dim() < 1 or not rows.dtype.is_floating_point or rows.numel() == 0:
+    check_table_dtype(rows, name, kind="scores")
+    if not isinstance(rows, torch.Tensor) or rows.dim() < 1 or rows.numel() == 0:
         return
     if bool(torch.isnan(rows).any()):
         raise ValueError(f"{name} holds NaN{_where(where)}: the model produced NaN scores, so no token can be "
@@ -204,16 +314,19 @@ def check_prob_rows(rows, name: str, *, where: str | None = None) -> None:
     """Refuse a probability table (n, V) that is not n distributions.
 
     Args:
-        rows: float tensor (n, V) on any device; anything else (or another rank) is ignored.
+        rows: float tensor (n, V) on any device; a non-tensor or another rank is ignored.
         name: the argument's name ("target_probs", "draft_probs", "proposal_probs").
         where: the step, for the message.
 
     Raises:
+        ValueError: a tensor that is not floating point (integer counts, a bool mask:
+            ``check_table_dtype``; never converted).
         ValueError: "<name> must hold probabilities: ..." naming the first bad row (NaN, an
             infinite or negative entry, or a sum off 1 by more than ``prob_tolerance``) and the
             fix: pass softmax probabilities after the same warpers, not logits or weights.
     """
-    if not isinstance(rows, torch.Tensor) or rows.dim() != 2 or not rows.dtype.is_floating_point or rows.numel() == 0:
+    check_table_dtype(rows, name, kind="probabilities")
+    if not isinstance(rows, torch.Tensor) or rows.dim() != 2 or rows.numel() == 0:
         return
     fix = ("pass each row as a distribution (softmax of the warped logits), not logits or unnormalised "
            "weights")

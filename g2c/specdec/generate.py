@@ -31,7 +31,7 @@ from dataclasses import dataclass
 import torch
 
 from g2c.sampling.generate import as_token_ids
-from g2c.sampling.model import check_count, check_language_model, eval_mode
+from g2c.sampling.model import check_count, check_eos_id, check_language_model, eval_mode
 
 from .verify import greedy_verify
 
@@ -181,6 +181,7 @@ def speculative_generate(target, drafter, prompt_ids, max_new_tokens: int, *, k:
         max_new_tokens: budget, >= 0; never exceeded.
         k: draft length per target pass, >= 1.
         eos_id: stop right after emitting this id (included in the output).
+            None, or an id in [0, V) (``check_eos_id``: ValueError outside it, TypeError for a non-int).
         on_pass: optional callback ``on_pass(emitted, num_accepted)`` called after each
             target pass with the list of emitted ids and how many of them (a prefix) are
             accepted drafts; ``python -m g2c.specdec`` uses it to colour the drafts.
@@ -231,6 +232,7 @@ def speculative_generate(target, drafter, prompt_ids, max_new_tokens: int, *, k:
            ``test_speculative_generate_perfect_drafter_accepts_everything``).
     """
     check_count(max_new_tokens, "max_new_tokens", minimum=None)  # provided: 2.5 or None is a TypeError here
+    eos_id = check_eos_id(eos_id, getattr(target, "vocab_size", None))                # None, or an id the loop can emit
     # TODO: implement this (module specdec, see docs/beyond/specdec.md).
     raise NotImplementedError(
         "module specdec: speculative_generate in g2c/specdec/generate.py is not implemented yet. Write it (see "

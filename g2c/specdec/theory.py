@@ -27,8 +27,10 @@ They agree when c = k * c1 (e.g. k = 1). Pure Python floats: nothing here touche
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
+
+from g2c.sampling.model import check_count, check_real
 
 __all__ = ["ITLModel", "bimodal_itl", "break_even_alpha", "emitted_distribution", "expected_accepted",
            "expected_rollback", "expected_tokens_per_pass", "free_verify_k_ceiling", "kv_reservation_bytes",
@@ -37,22 +39,35 @@ __all__ = ["ITLModel", "bimodal_itl", "break_even_alpha", "emitted_distribution"
 
 
 # --- validation helpers -------------------------------------------------------------------
+# The rule of every function here: a value of the wrong type (a string, None, a bool, a float
+# where a count is needed) is a TypeError naming the argument; a number outside its range is a
+# ValueError. Python numbers, NumPy scalars and 0-d (one-element) tensors are numbers: a 0-d
+# tensor is read as the Python number it holds (``alpha=torch.tensor(0.8)`` works like 0.8).
+
+def _int(value, name: str, *, minimum: int, rule: str = "") -> int:
+    """``value`` as a Python int >= ``minimum`` (TypeError for a non-int, ValueError below)."""
+    number = check_count(value, name, minimum=None)
+    if number < minimum:
+        raise ValueError(f"{name} must be an int >= {minimum}{rule}, got {number!r}")
+    return number
+
 
 def _alpha(alpha, name: str = "alpha") -> float:
-    if isinstance(alpha, bool) or not isinstance(alpha, (int, float)) or not 0.0 <= float(alpha) <= 1.0:
+    if isinstance(alpha, bool) or not isinstance(alpha, (int, float)):
+        alpha = check_real(alpha, name)                      # a 0-d tensor -> float; a string -> TypeError
+    if not 0.0 <= float(alpha) <= 1.0:
         raise ValueError(f"{name} must be a probability in [0, 1], got {alpha!r}")
     return float(alpha)
 
 
 def _k(k, *, minimum: int = 0) -> int:
-    if isinstance(k, bool) or not isinstance(k, int) or k < minimum:
-        raise ValueError(f"k must be an int >= {minimum} (draft tokens per round), got {k!r}")
-    return k
+    return _int(k, "k", minimum=minimum, rule=" (draft tokens per round)")
 
 
 def _nonneg(value, name: str) -> float:
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or not float(value) >= 0.0 \
-            or math.isinf(float(value)):
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        value = check_real(value, name)
+    if not float(value) >= 0.0 or math.isinf(float(value)):
         raise ValueError(f"{name} must be a finite number >= 0, got {value!r}")
     return float(value)
 
@@ -170,10 +185,9 @@ def optimal_k(alpha: float, c1: float, *, k_max: int = 64) -> tuple[int, float]:
     Raises:
         ValueError: alpha outside [0, 1], c1 < 0, k_max not an int >= 1.
     """
-    _alpha(alpha)
-    _nonneg(c1, "c1")
-    if isinstance(k_max, bool) or not isinstance(k_max, int) or k_max < 1:
-        raise ValueError(f"k_max must be an int >= 1, got {k_max!r}")
+    alpha = _alpha(alpha)
+    c1 = _nonneg(c1, "c1")
+    k_max = _int(k_max, "k_max", minimum=1)
     best = max(range(1, k_max + 1), key=lambda k: (speedup_per_token(alpha, k, c1), -k))
     return best, speedup_per_token(alpha, best, c1)
 
@@ -244,6 +258,7 @@ def tree_expected_tokens(parents: Sequence[int], accept: Sequence[float]) -> flo
         accept: accept[i] = a(i), the probability node i is accepted given its parent was.
 
     Raises:
+        TypeError: parents or accept not a sequence, a parent not an int, an a(i) not a number.
         ValueError: lengths differ; a parent index is not -1 or an earlier node; an a(i) is
             outside [0, 1]; the children of one node have a(.) summing above 1 (sibling
             events are disjoint, so their probabilities cannot add up to more than 1).
@@ -251,12 +266,17 @@ def tree_expected_tokens(parents: Sequence[int], accept: Sequence[float]) -> flo
     Source: the lecture, "Draft Trees"; SpecInfer (Miao et al. 2024) and Medusa (Cai et al.
     2024, section 2.3) for tree verification.
     """
+    for name, seq in (("parents", parents), ("accept", accept)):
+        if isinstance(seq, (str, bytes)) or not isinstance(seq, Iterable):
+            raise TypeError(f"{name} must be a sequence with one entry per node, got {type(seq).__name__}")
+    parents, accept = list(parents), list(accept)           # read once (a generator too), then check
     if len(parents) != len(accept):
         raise ValueError(f"parents ({len(parents)}) and accept ({len(accept)}) must have one entry per node")
     reach: list[float] = []
     child_mass: dict[int, float] = {}
     for i, (p, a) in enumerate(zip(parents, accept)):
-        if isinstance(p, bool) or not isinstance(p, int) or not -1 <= p < i:
+        p = check_count(p, f"parents[{i}]", minimum=None)
+        if not -1 <= p < i:
             raise ValueError(f"parents[{i}] = {p!r}: must be -1 (root) or the index of an earlier node")
         a = _alpha(a, f"accept[{i}]")
         child_mass[p] = child_mass.get(p, 0.0) + a
@@ -319,10 +339,8 @@ def speculative_intensity(weight_bytes: float, batch: int, k: int, context: int,
         ValueError: any argument out of the ranges above.
     """
     p2 = _positive(weight_bytes, "weight_bytes")
-    if isinstance(batch, bool) or not isinstance(batch, int) or batch < 1:
-        raise ValueError(f"batch must be an int >= 1, got {batch!r}")
-    if isinstance(context, bool) or not isinstance(context, int) or context < 0:
-        raise ValueError(f"context must be an int >= 0 (KV tokens per request), got {context!r}")
+    batch = _int(batch, "batch", minimum=1)
+    context = _int(context, "context", minimum=0, rule=" (KV tokens per request)")
     k = _k(k)
     kv = _nonneg(kv_bytes_per_token, "kv_bytes_per_token")
     return p2 * batch * (k + 1) / (p2 + batch * context * kv)
@@ -342,8 +360,7 @@ def free_verify_k_ceiling(ridge: float, mfu: float, mbu: float, weight_bytes: fl
         ValueError: ridge, mfu, mbu or weight_bytes <= 0, batch not an int >= 1, kv < 0.
     """
     p2 = _positive(weight_bytes, "weight_bytes")
-    if isinstance(batch, bool) or not isinstance(batch, int) or batch < 1:
-        raise ValueError(f"batch must be an int >= 1, got {batch!r}")
+    batch = _int(batch, "batch", minimum=1)
     kv = _nonneg(kv_bytes_per_request, "kv_bytes_per_request")
     scale = _positive(ridge, "ridge") * _positive(mfu, "mfu") / _positive(mbu, "mbu")
     return scale * (p2 + batch * kv) / (p2 * batch)

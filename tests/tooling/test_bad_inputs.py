@@ -7,15 +7,23 @@ Covered, generated from the tables below (a new entry point is covered once it i
   ``speculative_generate_cached``, ``mtp_generate``, ``mtp_generate_cached``,
   ``tree_speculative_generate``, ``lineage_generate``, ``batched_greedy``,
   ``batched_speculative_generate``, and the
-  recurrent ``plain_greedy`` and ``speculative_generate_stateful``; x ``BAD_ARGS`` (10 classes: a
+  recurrent ``plain_greedy`` and ``speculative_generate_stateful``; x ``BAD_ARGS`` (13 classes: a
   float, ``None`` or negative budget; an empty, float, negative-id or out-of-vocabulary prompt; a
-  NaN or infinite temperature and a seed as generator, the last three where the loop samples);
-  plus a model that produced NaN (1 class, every loop) and, with hypothesis, any non-integer or
-  negative budget.
-* Verifiers (4: ``greedy_verify``, ``speculative_verify``, ``greedy_tree_verify``,
-  ``tree_speculative_verify``) x ``BAD_TABLES`` (7 classes: target rows summing to 10, draft rows
-  summing to 0.01, raw logits as probabilities, a NaN probability row, a NaN score row, an all
-  -inf score row, a draft id outside the vocabulary).
+  NaN or infinite temperature and a seed as generator, where the loop samples; an ``eos_id``
+  outside the vocabulary, negative or a float, where the loop takes one); plus a model that
+  produced NaN (1 class, every loop) and, with hypothesis, any non-integer or negative budget.
+* Verifiers (5: ``greedy_verify``, ``speculative_verify``, ``greedy_tree_verify``,
+  ``tree_speculative_verify``, ``typical_tree_verify``) x ``BAD_TABLES`` (11 classes: target rows
+  summing to 10, draft rows summing to 0.01, raw logits as probabilities, a NaN probability row, a
+  NaN score row, an all -inf score row, a draft id outside the vocabulary, integer counts as
+  target or draft probabilities, a bool one-hot as probabilities, integer scores); good tables
+  in every float dtype are accepted; a seed as generator; ``typical_accept``'s tables and knobs.
+* Issue 31's families: one-shot iterables read once (rank paths, fusion layers, tree parents,
+  a static tree's choices); static-tree choices checked where they enter; a custom drafter's tree
+  checked before the target reads it (``DraftTree.check``); the fast path's vocabulary check; a
+  ragged cache's row indices; heads on a bfloat16 base (every head) and a head on another base
+  or left in another dtype; ranges before use (``optimal_k``). The standing fuzz pass over the
+  same entry points is ``tests/tooling/test_fuzz.py``.
 * Caches and transactions: a cache built for another model or dtype, ``KVCache.advance(2.5)``,
   a (2, 3) block on a batch-1 transaction, an empty prefill, a transaction of another model or
   already used.
@@ -28,6 +36,10 @@ Covered, generated from the tables below (a new entry point is covered once it i
   Unwritable outputs, full disks and interrupted writes: tests/tooling/test_trust.py.
 
 Every error must be a ValueError/TypeError on one line naming the argument, the rule and the fix.
+The type rule: a Python value of the wrong type (a float, bool, string or None where an int or a
+number is needed; a non-tensor where a tensor is needed) is a TypeError; a tensor of the wrong
+dtype or shape, and a value of the right type outside its range, is a ValueError. Tables that are
+not floating point are refused, never converted (``g2c.sampling.model.check_table_dtype``).
 Script controllers (``HeuristicK``, ``CostModelK``) are covered in tests/test_specdec_sampling.py,
 files and manifests in tests/tooling/test_checkpoints.py, test_artifacts.py and test_data.py.
 """
@@ -244,12 +256,14 @@ def _loops():
 
 
 SAMPLED = ("temperature", "generator")
-# loop -> the sampling knobs it takes (greedy-only loops take none); the calls live in _loops()
+EOS = ("eos_id",)
+# loop -> the knobs it takes (sampling: temperature and generator; eos_id); the calls live in _loops()
 LOOPS: dict[str, tuple[str, ...]] = {
-    "generate": SAMPLED, "cached_generate": SAMPLED, "speculative_generate": (), "speculative_sample": SAMPLED,
-    "speculative_generate_cached": (), "mtp_generate": (), "mtp_generate_cached": (),
-    "tree_speculative_generate": SAMPLED, "batched_greedy": (), "batched_speculative_generate": (),
-    "lineage_generate": SAMPLED, "plain_greedy": (), "speculative_generate_stateful": (),
+    "generate": SAMPLED + EOS, "cached_generate": SAMPLED + EOS, "speculative_generate": EOS,
+    "speculative_sample": SAMPLED + EOS, "speculative_generate_cached": EOS, "mtp_generate": EOS,
+    "mtp_generate_cached": EOS, "tree_speculative_generate": SAMPLED + EOS, "batched_greedy": EOS,
+    "batched_speculative_generate": EOS, "lineage_generate": SAMPLED + EOS, "plain_greedy": (),
+    "speculative_generate_stateful": EOS,
 }
 
 # class -> (prompt, max_new_tokens, extra kwargs, the keyword it needs or None, error, match)
@@ -267,6 +281,11 @@ BAD_ARGS = {
                              r"temperature must be >= 0 and finite"),
     "seed as generator": ([1, 2], 3, {"temperature": 1.0, "generator": 0}, "generator", TypeError,
                           r"generator must be a torch\.Generator or None, got int 0; use torch\.Generator\(\)"),
+    # issue 31: an eos_id the model can never emit made every loop run silently to its budget
+    "eos outside the vocabulary": ([1, 2], 3, {"eos_id": V}, "eos_id", ValueError,
+                                   r"eos_id 16 is outside the vocabulary \[0, 16\): the loop could never emit it"),
+    "negative eos": ([1, 2], 3, {"eos_id": -1}, "eos_id", ValueError, r"eos_id -1 is outside the vocabulary"),
+    "float eos": ([1, 2], 3, {"eos_id": 2.0}, "eos_id", TypeError, r"eos_id must be an int, got float 2\.0"),
 }
 
 
@@ -362,6 +381,7 @@ def _verifiers():
     import torch
 
     from g2c.specdec import greedy_verify, speculative_verify
+    from g2c.specdec.lineage.medusa import typical_tree_verify
     from g2c.specdec.trees import DraftTree, greedy_tree_verify, tree_speculative_verify
 
     def gen():
@@ -375,10 +395,11 @@ def _verifiers():
         "speculative_verify": lambda d, t, p, q: speculative_verify(d, p, q, generator=gen()),
         "greedy_tree_verify": lambda d, t, p, q: greedy_tree_verify(t, p),
         "tree_speculative_verify": lambda d, t, p, q: tree_speculative_verify(with_q(t, q), p, generator=gen()),
+        "typical_tree_verify": lambda d, t, p, q: typical_tree_verify(with_q(t, q), p, generator=gen()),
     }
 
 
-PROB_VERIFIERS = ("speculative_verify", "tree_speculative_verify")
+PROB_VERIFIERS = ("speculative_verify", "tree_speculative_verify", "typical_tree_verify")
 SCORE_VERIFIERS = ("greedy_verify", "greedy_tree_verify")
 # class -> (verifiers, (p, q) -> (p, q) damaged, error match)
 BAD_TABLES = {
@@ -397,6 +418,18 @@ BAD_TABLES = {
     "all -inf score row": (SCORE_VERIFIERS, lambda p, q: (p.index_fill(0, __import__("torch").tensor([0]),
                                                                        float("-inf")), q),
                            r"target_logits row 0 is all -inf: every token is masked"),
+    # issue 31: tables that are not floating point were waved through (an int64 table of counts of p
+    # made speculative_verify emit q's distribution); they are refused, never converted
+    "integer counts as target probabilities": (PROB_VERIFIERS, lambda p, q: ((p * 10).long(), q),
+                                               r"target_probs must hold probabilities as a floating-point tensor "
+                                               r"\(float32, float16, bfloat16\), got dtype torch\.int64; normalise"),
+    "integer counts as draft probabilities": (PROB_VERIFIERS, lambda p, q: (p, (q * 10).long()),
+                                              r"(draft_probs|tree\.proposal_probs) must hold probabilities as a "
+                                              r"floating-point tensor .*got dtype torch\.int64"),
+    "bool one-hot as probabilities": (PROB_VERIFIERS, lambda p, q: (p == p.amax(-1, keepdim=True), q),
+                                      r"target_probs must hold probabilities as a floating-point tensor .*torch\.bool"),
+    "integer scores": (SCORE_VERIFIERS, lambda p, q: ((p * 10).long(), q),
+                       r"target_logits must hold scores as a floating-point tensor .*got dtype torch\.int64"),
     "draft id outside the vocabulary": (SCORE_VERIFIERS + PROB_VERIFIERS, None,
                                         r"(draft_ids|tree\.tokens) holds token id 3, outside the vocabulary \[0, 3\)"),
 }
@@ -419,11 +452,43 @@ def test_verifier_bad_table_is_a_one_line_error(verifier, case):
     assert "\n" not in str(info.value)
 
 
-def test_verifiers_accept_good_tables():
+@pytest.mark.parametrize("dtype", ["float32", "float64", "float16", "bfloat16"])
+def test_verifiers_accept_good_tables(dtype):
+    import torch
+
     draft, tree, p, q = _tables()
+    p, q = p.to(getattr(torch, dtype)), q.to(getattr(torch, dtype))     # every float dtype is a table
     for name, call in _verifiers().items():
         path_or_count, token = call(draft, tree, p, q)
         assert 0 <= token < 3, name
+
+
+@pytest.mark.parametrize("verifier", PROB_VERIFIERS)
+def test_sampling_verifier_refuses_a_seed_as_generator(verifier):
+    # issue 31: an int generator reached torch.rand and came back as a torch argument-parsing error
+    from g2c.specdec import speculative_verify
+    from g2c.specdec.lineage.medusa import typical_tree_verify
+    from g2c.specdec.trees import tree_speculative_verify
+
+    draft, tree, p, q = _tables()
+    call = {"speculative_verify": lambda: speculative_verify(draft, p, q, generator=7),
+            "tree_speculative_verify": lambda: tree_speculative_verify(tree, p, generator=7),
+            "typical_tree_verify": lambda: typical_tree_verify(tree, p, generator=7)}[verifier]
+    with pytest.raises(TypeError, match=r"generator must be a torch\.Generator or None, got int 7"):
+        call()
+
+
+def test_typical_accept_refuses_counts_and_non_numbers():
+    import torch
+
+    from g2c.specdec.lineage.medusa import typical_accept
+
+    with pytest.raises(ValueError, match=r"probs must hold probabilities as a floating-point tensor"):
+        typical_accept(torch.tensor([[3, 1]]), torch.tensor([0]))      # was: tensor([True]) from counts
+    with pytest.raises(TypeError, match=r"typical_accept: epsilon must be a real number, got str"):
+        typical_accept(torch.tensor([[0.5, 0.5]]), torch.tensor([0]), epsilon="0.1")
+    with pytest.raises(ValueError, match=r"typical_accept: tokens holds token id 2, outside the vocabulary"):
+        typical_accept(torch.tensor([[0.5, 0.5]]), torch.tensor([2]))
 
 
 # -- a model that produced NaN: every loop stops with an error naming the step (family 3) ------
@@ -444,7 +509,8 @@ def nan_loops():
 
 @pytest.mark.parametrize("loop", list(LOOPS))
 def test_loop_with_a_nan_model_names_the_step(nan_loops, loop):
-    extra = {"temperature": 1.0, "generator": __import__("torch").Generator().manual_seed(0)} if LOOPS[loop] else {}
+    extra = {"temperature": 1.0, "generator": __import__("torch").Generator().manual_seed(0)} \
+        if "temperature" in LOOPS[loop] else {}
     with pytest.raises(ValueError, match=r"(holds NaN|must hold probabilities: row \d+ has a NaN)") as info:
         nan_loops[loop][0]([1, 2, 3], 4, **extra)
     assert "\n" not in str(info.value)
@@ -511,3 +577,183 @@ def test_stateful_loop_refuses_a_used_or_foreign_transaction(strategy):
 def test_any_bad_budget_is_refused_by_every_loop(loops, loop, budget):
     with pytest.raises((TypeError, ValueError), match=r"max_new_tokens"):
         loops[loop][0]([1, 2], budget)
+
+
+# -- issue 31: one-shot iterables are read once, before validation (family: iterables) ----------
+
+def test_every_iterable_argument_is_read_once():
+    """A generator of rank paths, fusion layers or tree parents gives the list's result."""
+    import torch
+
+    from g2c.specdec.lineage import MedusaDrafter, MedusaHeads
+    from g2c.specdec.lineage.eagle3 import check_fusion_layers
+    from g2c.specdec.lineage.medusa import medusa_tree
+    from g2c.specdec.theory import tree_expected_tokens
+    from g2c.specdec.trees.builders import check_choices
+    from g2c.specdec.trees.verify import tree_speculative_generate
+
+    paths = [(0,), (1,), (0, 0)]
+    probs = torch.softmax(torch.arange(10.0).view(2, 5), dim=-1)
+    assert medusa_tree(probs, iter(paths)).num_nodes == 3                     # was a 0-node tree
+    assert MedusaDrafter(MedusaHeads(_lm(), 2), iter(paths)).choices == paths
+    assert check_choices(iter(paths)) == paths
+    assert check_fusion_layers(iter([3, 1, 2]), 4) == (1, 2, 3)
+    assert tree_expected_tokens(iter([-1, 0]), iter([0.5, 0.5])) == 1.75
+    target, draft = _lm(0), _lm(1)
+    want, _ = tree_speculative_generate(target, draft, [1, 2], 8, tree="static", choices=paths)
+    got, stats = tree_speculative_generate(target, draft, [1, 2], 8, tree="static", choices=iter(paths))
+    assert got.tolist() == want.tolist()
+    assert stats.drafted > 3                      # every pass drafted (a consumed generator drafts once, then never)
+
+
+@pytest.mark.parametrize("choices, error, match", [
+    ([(0.7,)], TypeError, r"rank in \(0\.7,\) must be an int, got float 0\.7"),     # was silently rank 0
+    ([0, 1], TypeError, r"each choice must be a rank path"),
+    ("01", TypeError, r"choices must be a list of rank paths"),
+    ([(1,), (0,)], ValueError, r"sorted by \(depth, ranks\)"),
+    ([(0, 0)], ValueError, r"\(0, 0\) has no prefix \(0,\)"),
+])
+def test_static_tree_choices_are_checked_where_they_enter(choices, error, match):
+    from g2c.specdec.trees.verify import tree_speculative_generate
+
+    with pytest.raises(error, match=match):
+        tree_speculative_generate(_lm(0), _lm(1), [1, 2], 4, tree="static", choices=choices)
+
+
+# -- issue 31: token ids against the vocabulary in every path ------------------------------------
+
+def test_a_custom_drafters_tree_is_checked_before_the_target_reads_it():
+    import torch
+
+    from g2c.specdec.lineage import TreeDrafter, lineage_generate
+    from g2c.specdec.trees import DraftTree
+
+    target = _lm(0)
+
+    class Drafter(TreeDrafter):
+        vocab_size, base = V, target
+
+        def __init__(self, tree):
+            self.tree = tree
+
+        def draft(self, context_ids, *, max_nodes, max_depth):
+            return self.tree
+
+    bad = DraftTree(torch.tensor([3, V]), torch.tensor([-1, 0]))
+    with pytest.raises(ValueError, match=r"Drafter\.draft\(\): tree\.tokens holds token id 16, outside the "
+                                         r"vocabulary \[0, 16\)"):
+        lineage_generate(target, Drafter(bad), [1, 2], 4)                  # was a raw IndexError
+    with pytest.raises(TypeError, match=r"Drafter\.draft\(\) must return a DraftTree .*got list"):
+        lineage_generate(target, Drafter([3, 4]), [1, 2], 4)
+    good = DraftTree(torch.tensor([3, 4]), torch.tensor([-1, 0]))
+    ids, _ = lineage_generate(target, Drafter(good), [1, 2], 4)
+    from g2c.sampling import generate
+    assert ids.tolist() == generate(target, [1, 2], 4, temperature=0.0).tolist()
+
+
+@pytest.mark.parametrize("fused", [True, False])
+def test_fast_path_keeps_the_vocabulary_check(fused):
+    import torch
+
+    from g2c.kvcache import KVCache, cached_forward
+    from g2c.kvcache.fast import fast_model
+
+    fast = fast_model(_lm(), fused=fused)
+    for bad in (V, -1):
+        with pytest.raises((ValueError, IndexError), match=rf"(holds token id {bad}, outside the vocabulary \[0, 16\)"
+                                                          r"|must lie in \[0, 16\))"):
+            cached_forward(fast, torch.tensor([[1, bad]]), KVCache.for_model(fast))   # was a raw IndexError
+    with pytest.raises(ValueError, match=r"holds token id 16"):
+        fast(torch.tensor([[1, V]]))
+
+
+def test_ragged_cache_row_indices_are_checked():
+    import torch
+
+    from g2c.kvcache.ragged import RaggedKVCache, ragged_forward
+
+    model = _lm()
+    cache = RaggedKVCache.for_model(model, batch_size=2)
+    with pytest.raises(ValueError, match=r"RaggedKVCache\.keys: row 5 is outside the batch \[0, 2\)"):
+        cache.keys(0, row=5)
+    with pytest.raises(ValueError, match=r"RaggedKVCache\.values: row -1 is outside the batch \[0, 2\)"):
+        cache.values(0, row=-1)                                            # was: silently the last row
+    with pytest.raises(TypeError, match=r"RaggedKVCache\.keys: row must be an int, got float 1\.0"):
+        cache.keys(0, row=1.0)
+    with pytest.raises(ValueError, match=r"RaggedKVCache\.keep: row 3 is outside the batch \[0, 2\)"):
+        cache.keep(torch.tensor([0, 3]))
+    with pytest.raises(ValueError, match=r"RaggedKVCache\.keep: rows must be a 1-D list of int row indices"):
+        cache.keep(torch.tensor([True, False]))
+    assert cache.batch_size == 2
+    with pytest.raises(ValueError, match=r"ragged_forward: ids holds token id 16, outside the vocabulary"):
+        ragged_forward(model, torch.tensor([[1, V], [1, 2]]), cache)
+
+
+# -- issue 31: heads take their base's dtype; a head on another base is refused ------------------
+
+def _heads(base):
+    import torch
+
+    from g2c.specdec import MTPHead
+    from g2c.specdec.lineage import BlockHead, Eagle3Head, MedusaHeads
+    from g2c.specdec.sampling.eagle import FeatureDrafter
+
+    gen = torch.Generator().manual_seed(3)
+    return {"MedusaHeads": MedusaHeads(base, 2), "FeatureDrafter": FeatureDrafter(base, generator=gen),
+            "Eagle3Head": Eagle3Head(base, generator=gen), "BlockHead": BlockHead(base, generator=gen),
+            "MTPHead": MTPHead(base, generator=gen)}
+
+
+def _lm4(dtype):
+    import torch
+
+    from g2c.transformer import TransformerLM
+
+    return TransformerLM(V, 8, 4, 2, 32, generator=torch.Generator().manual_seed(0)).eval().to(dtype=dtype)
+
+
+def test_heads_built_on_a_bfloat16_base_draft_in_bfloat16():
+    import torch
+
+    from g2c.sampling import generate
+    from g2c.specdec.lineage import BlockDrafter, Eagle3Drafter, EagleTreeDrafter, MedusaDrafter, lineage_generate
+    from g2c.specdec.sampling.cached import mtp_generate_cached
+
+    base = _lm4(torch.bfloat16)
+    heads = _heads(base)
+    assert {name: h.parameters()[0].dtype for name, h in heads.items()} == dict.fromkeys(heads, torch.bfloat16)
+    want = generate(base, [1, 2], 6, temperature=0.0).tolist()
+    for drafter in (MedusaDrafter(heads["MedusaHeads"]), EagleTreeDrafter(heads["FeatureDrafter"]),
+                    Eagle3Drafter(heads["Eagle3Head"]), BlockDrafter(heads["BlockHead"])):
+        ids, _ = lineage_generate(base, drafter, [1, 2], 6)                # was: dtype errors from torch
+        assert len(ids) == 8 and all(0 <= t < V for t in ids.tolist()), drafter
+    ids, _ = mtp_generate_cached(base, heads["MTPHead"], [1, 2], 6)
+    assert ids.tolist() == want
+
+
+def test_a_head_on_another_base_or_left_in_another_dtype_is_refused():
+    import torch
+
+    from g2c.specdec import MTPHead
+    from g2c.specdec.sampling.cached import mtp_generate_cached
+
+    base, other = _lm4(torch.float32), _lm4(torch.float32)
+    with pytest.raises(ValueError, match=r"head \(MTPHead\) was built on another model: .*pass head\.base"):
+        mtp_generate_cached(base, MTPHead(other), [1, 2], 4)               # was: silently the wrong drafts
+    head = MTPHead(base)
+    base.to(dtype=torch.bfloat16)                                         # the head stays behind
+    with pytest.raises(ValueError, match=r"head \(MTPHead\) computes in torch\.float32 but its base in "
+                                         r"torch\.bfloat16; convert the head with its base"):
+        mtp_generate_cached(base, head, [1, 2], 4)
+
+
+# -- issue 31: a wrong type is a TypeError, a range is checked before use ------------------------
+
+def test_ranges_are_checked_before_use():
+    from g2c.specdec.sampling.controllers import optimal_k
+
+    with pytest.raises(ValueError, match=r"optimal_k: need k_min <= k_max, got k_min=5, k_max=3"):
+        optimal_k(0.5, 0.1, k_min=5, k_max=3)                              # was: "max() arg is an empty sequence"
+    with pytest.raises(TypeError, match=r"optimal_k: k_max must be an int"):
+        optimal_k(0.5, 0.1, k_max=4.0)
+    assert optimal_k(0.7, 0.1, k_min=4, k_max=4) == 4

@@ -30,6 +30,9 @@ def test_hook_bogus_selector_exits_nonzero_listing_ids():
     assert proc.returncode != 0
     assert "'bogus'" in proc.stderr
     assert ", ".join(module_ids()) in proc.stderr
+    # issue 31: one line naming the value and the fix, no traceback through the import machinery
+    assert "Traceback" not in proc.stderr and len(proc.stderr.strip().splitlines()) == 1, proc.stderr
+    assert proc.returncode == 1 and "fix or unset G2C_APPLY_SOLUTIONS" in proc.stderr
 
 
 def test_hook_range_01_11_selects_every_id_up_to_11():

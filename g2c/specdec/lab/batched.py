@@ -47,7 +47,7 @@ import torch
 
 from g2c.kvcache.ragged import RaggedKVCache, ragged_forward
 from g2c.sampling.generate import as_token_ids
-from g2c.sampling.model import check_count, check_language_model
+from g2c.sampling.model import check_count, check_eos_id, check_language_model
 from g2c.specdec.generate import draft_room
 
 __all__ = ["BatchedResult", "RaggedKV", "batched_greedy", "batched_speculative_generate", "ragged_forward"]
@@ -136,6 +136,7 @@ def batched_greedy(model, prompts, max_new_tokens: int, *, eos_id: int | None = 
         prompts: list of B 1-D token id sequences (lists or tensors), lengths may differ.
         max_new_tokens: per-row budget, >= 0.
         eos_id: a row stops right after emitting it.
+            None, or an id in [0, V) (``check_eos_id``: ValueError outside it, TypeError for a non-int).
 
     Returns:
         ``BatchedResult``; outputs[b] equals greedy decoding of prompts[b] alone.
@@ -145,6 +146,7 @@ def batched_greedy(model, prompts, max_new_tokens: int, *, eos_id: int | None = 
             budget longer than ``max_seq_len + 1``.
     """
     prompts = _check([model], prompts, max_new_tokens)
+    eos_id = check_eos_id(eos_id, model.vocab_size)                # None, or an id the loop can emit
     mode = model.training
     model.eval()
     try:
@@ -202,6 +204,7 @@ def batched_speculative_generate(target, drafter, prompts, max_new_tokens: int, 
         max_new_tokens: per-row budget, >= 0; never exceeded.
         k: draft length, int >= 1.
         eos_id: a row stops right after emitting it.
+            None, or an id in [0, V) (``check_eos_id``: ValueError outside it, TypeError for a non-int).
         on_round: optional ``on_round(rows, emitted, accepted)`` after each target pass:
             the original indices of the active rows, their emitted ids, and how many of
             those are accepted drafts.
@@ -221,6 +224,7 @@ def batched_speculative_generate(target, drafter, prompts, max_new_tokens: int, 
         raise ValueError(f"drafter vocab_size {drafter.vocab_size} differs from target vocab_size "
                          f"{target.vocab_size}; both must use the same tokenizer")
     prompts = _check([target, drafter], prompts, max_new_tokens)
+    eos_id = check_eos_id(eos_id, target.vocab_size)                # None, or an id the loop can emit
     window = min(target.max_seq_len, drafter.max_seq_len)
     modes = (target.training, drafter.training)
     target.eval()

@@ -27,10 +27,13 @@ Shape letters: B batch, T time, N positions per step, S unrolled steps, D width,
 
 from __future__ import annotations
 
+from collections.abc import Iterable
+
 import torch
 
 from g2c.kvcache.forward import unembed
 from g2c.nn import LayerNorm, Linear
+from g2c.sampling.model import check_count
 from g2c.transformer import Block
 
 from .eagle2 import FeatureTreeDrafter
@@ -54,14 +57,17 @@ def fusion_layers(num_layers: int) -> tuple[int, int, int]:
         three strictly increasing block indices in [0, L).
 
     Raises:
-        ValueError: L is not an int >= 3 (message: "needs at least 3 blocks"): fewer blocks have
-            no three distinct depths, and fusing one twice would hide that.
+        TypeError: L is not an int (a float such as 9.0, a bool, a string; provided, before your
+            code runs: ``test_fusion_layers_refuses_a_non_int``).
+        ValueError: L < 3 (message: "needs at least 3 blocks"): fewer blocks have no three
+            distinct depths, and fusing one twice would hide that.
 
     Steps:
-        1. Refuse L < 3 (and non-ints) (``test_fusion_layers_refuses_shallow_models``).
+        1. Refuse L < 3 (``test_fusion_layers_refuses_shallow_models``).
         2. Return the three quarters (``test_fusion_layers_ladder``,
            ``test_fusion_layers_distinct_for_every_depth``).
     """
+    num_layers = check_count(num_layers, "fusion_layers: num_layers", minimum=None)   # provided: ints only
     # TODO: implement this (module specdec-lineage, see docs/beyond/specdec-lineage.md).
     raise NotImplementedError(
         "module specdec-lineage: fusion_layers in g2c/specdec/lineage/eagle3.py is not implemented yet. Write it (see"
@@ -74,12 +80,17 @@ def fusion_layers(num_layers: int) -> tuple[int, int, int]:
 def check_fusion_layers(layers, num_layers: int) -> tuple[int, ...]:
     """Validate explicit fusion layers. Provided.
 
+    ``layers`` may be any iterable (a generator too): it is read once, then checked.
+
     Raises:
-        ValueError: not ints, not exactly 3, a repeat ("duplicate"), or an index outside [0, num_layers).
+        TypeError: not an iterable of ints ("block indices (ints)": a float, a bool).
+        ValueError: not exactly 3, a repeat ("duplicate"), or an index outside [0, num_layers).
     """
+    if isinstance(layers, (str, bytes)) or not isinstance(layers, Iterable):
+        raise TypeError(f"EAGLE-3 fusion layers must be 3 block indices (ints), got {type(layers).__name__}")
+    layers = tuple(layers)                                              # read once, then check
     if any(isinstance(i, bool) or not isinstance(i, int) for i in layers):
-        raise ValueError(f"EAGLE-3 fusion layers must be block indices (ints), got {tuple(layers)}")
-    layers = tuple(layers)
+        raise TypeError(f"EAGLE-3 fusion layers must be block indices (ints), got {layers}")
     if len(layers) != 3:
         raise ValueError(f"EAGLE-3 fuses exactly 3 layers (low, middle, high), got {layers}")
     if len(set(layers)) != 3:
@@ -168,7 +179,7 @@ class Eagle3Head(HeadOnBase):
         self.fuse = Linear(2 * dim, dim, generator=generator)
         self.block = Block(dim, base.num_heads, hidden_dim=base.hidden_dim, causal=True, generator=generator)
         self.ln_out = LayerNorm(dim)
-        self.to(base.token_embed.weight.device)
+        self.to(base.token_embed.weight.device, base.token_embed.weight.dtype)   # the base's device and dtype
 
     @classmethod
     def from_config(cls, base, config: dict) -> "Eagle3Head":

@@ -55,7 +55,7 @@ from g2c.kvcache.forward import unembed
 from g2c.kvcache.ragged import masked_cached_attention
 from g2c.nn import synchronize
 from g2c.sampling.generate import as_token_ids
-from g2c.sampling.model import check_count, check_generator, check_temperature
+from g2c.sampling.model import check_count, check_eos_id, check_generator, check_temperature
 
 from ..generate import SpecStats, draft_room
 from ..trees import DraftTree, commit_tree_kv, greedy_tree_verify, tree_attention_mask, tree_speculative_verify
@@ -139,6 +139,7 @@ def lineage_generate(target, drafter: TreeDrafter, prompt_ids, max_new_tokens: i
             softmax(logits / T) (output distributed as plain sampling at T).
         generator: CPU ``torch.Generator`` for sampled verification.
         eos_id: stop after emitting it.
+            None, or an id in [0, V) (``check_eos_id``: ValueError outside it, TypeError for a non-int).
         acceptance: ``"exact"`` (default, lossless) or ``"typical"``: at T > 0, Medusa's typical
             acceptance with ``epsilon``/``delta`` (``medusa.typical_tree_verify``). Typical
             acceptance is NOT lossless: the output no longer follows the target's distribution.
@@ -164,6 +165,7 @@ def lineage_generate(target, drafter: TreeDrafter, prompt_ids, max_new_tokens: i
         raise TypeError(f"lineage_generate needs a TransformerLM target (it reads the states of its layers), "
                         f"got {type(target).__name__}")
     ids = as_token_ids(prompt_ids, "prompt_ids", vocab_size=target.vocab_size)
+    eos_id = check_eos_id(eos_id, target.vocab_size)                # None, or an id the loop can emit
     max_new_tokens = check_count(max_new_tokens, "max_new_tokens")
     if isinstance(num_nodes, bool) or not isinstance(num_nodes, int) or num_nodes < 1:
         raise ValueError(f"num_nodes must be an int >= 1 (the draft nodes per target pass), got {num_nodes!r}")
@@ -231,6 +233,7 @@ def lineage_generate(target, drafter: TreeDrafter, prompt_ids, max_new_tokens: i
             t0 = clock()
             tree = drafter.draft(ids[start:], max_nodes=room, max_depth=max_depth) if max_depth >= 1 \
                 else DraftTree.empty()
+            tree = DraftTree.check(tree, target.vocab_size, source=f"{type(drafter).__name__}.draft()")
             if tree.num_nodes:
                 tree = tree.truncate(max_depth)
                 tree = tree.subtree(list(range(min(room, tree.num_nodes))))

@@ -29,10 +29,12 @@ Shape letters: K heads, D width, V vocabulary, n tree nodes.
 
 from __future__ import annotations
 
+from collections.abc import Iterable
+
 import torch
 
 from g2c.kvcache.forward import unembed
-from g2c.sampling.model import check_prob_rows
+from g2c.sampling.model import check_prob_rows, check_real, check_token_ids
 
 from ..trees import DraftTree, static_choices
 from ..trees.verify import _check_rows
@@ -65,7 +67,7 @@ class MedusaHeads(HeadOnBase):
         self.num_heads = num_heads
         self.weight = torch.zeros(num_heads, dim, dim, requires_grad=True)
         self.bias = torch.zeros(num_heads, dim, requires_grad=True)
-        self.to(base.token_embed.weight.device)
+        self.to(base.token_embed.weight.device, base.token_embed.weight.dtype)   # the base's device and dtype
 
     @classmethod
     def from_config(cls, base, config: dict) -> "MedusaHeads":
@@ -133,12 +135,19 @@ def medusa_loss(heads: MedusaHeads, states: torch.Tensor, *, decay: float = 0.8)
 
 
 def _check_choices(choices, num_heads: int, vocab_size: int | None = None) -> list[tuple[int, ...]]:
-    """Rank paths as tuples of ints, validated (the messages start with "medusa_tree:")."""
-    if isinstance(choices, (str, bytes)) or not all(isinstance(c, (tuple, list)) for c in choices):
+    """Rank paths as tuples of ints, validated (the messages start with "medusa_tree:").
+
+    ``choices`` may be any iterable (a generator too): it is read once, into a list, before
+    anything is checked, so validation never consumes what the tree is built from."""
+    if isinstance(choices, (str, bytes)) or not isinstance(choices, Iterable):
+        raise ValueError(f"medusa_tree: choices must be a list of rank paths (tuples of ints such as (0,) or "
+                         f"(0, 1)), got {choices!r:.80}")
+    choices = list(choices)                                         # read a one-shot iterable once
+    if not all(isinstance(c, (tuple, list)) for c in choices):
         raise ValueError(f"medusa_tree: choices must be a list of rank paths (tuples of ints such as (0,) or "
                          f"(0, 1)), got {choices!r:.80}")
     if any(isinstance(r, bool) or not isinstance(r, int) for c in choices for r in c):
-        raise ValueError("medusa_tree: ranks must be ints (0 = the head's most probable token)")
+        raise TypeError("medusa_tree: ranks must be ints (0 = the head's most probable token)")
     choices = [tuple(c) for c in choices]
     if vocab_size is not None and any(c and max(c) >= vocab_size for c in choices):
         raise ValueError(f"medusa_tree: a rank exceeds the vocabulary size {vocab_size}")
@@ -171,8 +180,12 @@ def medusa_tree(head_probs: torch.Tensor, choices) -> DraftTree:
         probabilities go to the smaller token id.
 
     Raises:
-        ValueError: head_probs not (K, V); a path deeper than K, unsorted, without its prefix, or
-            with a negative rank (validated for you); a rank >= V.
+        ValueError: head_probs not (K, V) or not float distributions (``check_prob_rows``); a path
+            deeper than K, unsorted, without its prefix, or with a negative rank (validated for
+            you); a rank >= V.
+        TypeError: head_probs not a tensor; a rank that is not an int (validated for you).
+
+    ``choices`` may be any iterable, a generator too: the provided check reads it once.
 
     Example: head 1 ranks tokens [7, 3, ...], head 2 ranks [5, 9, ...]; choices
     [(0,), (1,), (0, 0), (0, 1)] give tokens [7, 3, 5, 9] with parents [-1, -1, 0, 0].
@@ -184,6 +197,9 @@ def medusa_tree(head_probs: torch.Tensor, choices) -> DraftTree:
         3. For each path c: the token is ``order[len(c) - 1, c[-1]]``; the parent is the index of
            ``c[:-1]`` among the paths already placed, or -1 (``test_medusa_tree_by_hand``).
     """
+    if not isinstance(head_probs, torch.Tensor):
+        raise TypeError(f"medusa_tree: head_probs must be a tensor (K, V), got {type(head_probs).__name__}")
+    check_prob_rows(head_probs, "medusa_tree: head_probs")             # float distributions (counts are not ranked)
     if head_probs.dim() != 2:
         raise ValueError(f"medusa_tree: head_probs must be (K, V), got {tuple(head_probs.shape)}")
     choices = _check_choices(choices, head_probs.shape[0])
@@ -219,9 +235,10 @@ def typical_accept(probs: torch.Tensor, tokens: torch.Tensor, *, epsilon: float 
         (n,) bool on probs' device.
 
     Raises:
-        ValueError: probs not finite, negative or rows not summing to 1 (``check_prob_rows``);
-            shapes disagree, tokens not integer ids or outside [0, V), epsilon outside (0, 1],
-            delta <= 0.
+        ValueError: probs not floating point, not finite, negative or rows not summing to 1
+            (``check_prob_rows``); shapes disagree, tokens not integer ids or outside [0, V),
+            epsilon outside (0, 1], delta <= 0.
+        TypeError: probs not a tensor; epsilon or delta not a real number.
 
     Steps:
         1. Validate (provided).
@@ -229,17 +246,18 @@ def typical_accept(probs: torch.Tensor, tokens: torch.Tensor, *, epsilon: float 
            (``test_typical_accept_zero_probabilities``).
         3. The threshold per row, and compare p(x) strictly (``test_typical_accept_by_hand``).
     """
-    check_prob_rows(probs, "probs")                   # finite, >= 0, rows summing to 1 (the shared check)
+    if not isinstance(probs, torch.Tensor):
+        raise TypeError(f"typical_accept: probs must be a tensor (n, V), got {type(probs).__name__}")
+    check_prob_rows(probs, "probs")                   # float, finite, >= 0, rows summing to 1 (the shared check)
     tokens = torch.as_tensor(tokens)
     if tokens.dtype.is_floating_point or tokens.dtype == torch.bool:
         raise ValueError(f"typical_accept: tokens must be integer ids, got dtype {tokens.dtype}")
     if probs.dim() != 2 or tokens.dim() != 1 or tokens.shape[0] != probs.shape[0]:
         raise ValueError(f"typical_accept: probs (n, V) and tokens (n,), got {tuple(probs.shape)} and "
                          f"{tuple(tokens.shape)}")
-    if tokens.numel() and not 0 <= int(tokens.min()) <= int(tokens.max()) < probs.shape[1]:
-        raise ValueError(f"typical_accept: tokens must lie in [0, {probs.shape[1]})")
-    if not 0.0 < epsilon <= 1.0 or not delta > 0.0:
-        raise ValueError(f"typical_accept: need epsilon in (0, 1] and delta > 0, got epsilon={epsilon}, delta={delta}")
+    check_token_ids(tokens, probs.shape[1], "typical_accept: tokens")
+    epsilon = check_real(epsilon, "typical_accept: epsilon", low=0.0, high=1.0, low_open=True)
+    delta = check_real(delta, "typical_accept: delta", low=0.0, low_open=True)
     # TODO: implement this (module specdec-lineage, see docs/beyond/specdec-lineage.md).
     raise NotImplementedError(
         "module specdec-lineage: typical_accept in g2c/specdec/lineage/medusa.py is not implemented yet. Write it "
@@ -271,7 +289,7 @@ def typical_tree_verify(tree: DraftTree, target_probs: torch.Tensor, *, epsilon:
     Raises:
         TypeError / ValueError: as ``greedy_tree_verify`` (the message names "target_probs").
     """
-    _check_rows(tree, target_probs, "target_probs")
+    _check_rows(tree, target_probs, "target_probs", generator=generator)
     probs = target_probs.detach().float().cpu()
     path, row = [], 0
     children = [tree.children(-1)]
@@ -302,7 +320,8 @@ class MedusaDrafter(TreeDrafter):
             round keeps the first ``max_nodes`` that fit.
 
     Raises:
-        TypeError: heads is not ``MedusaHeads``. ValueError: choices empty, not rank paths of ints,
+        TypeError: heads is not ``MedusaHeads``; a rank that is not an int. ValueError: choices empty,
+            not rank paths,
             deeper than K, unsorted, missing a prefix, or with a rank >= V.
     """
 

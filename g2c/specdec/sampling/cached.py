@@ -42,7 +42,7 @@ import torch
 from g2c.kvcache.cache import KVCache
 from g2c.kvcache.forward import cached_block, cached_hidden_states, unembed
 from g2c.sampling.generate import as_token_ids
-from g2c.sampling.model import check_count, check_language_model, eval_mode
+from g2c.sampling.model import check_count, check_eos_id, check_head_on_base, check_language_model, eval_mode
 from g2c.specdec.generate import SpecStats, draft_room
 from g2c.specdec.verify import greedy_verify
 
@@ -278,6 +278,7 @@ def speculative_generate_cached(target, drafter, prompt_ids, max_new_tokens: int
         k: drafts per target pass, >= 1 (fewer near the end of the budget or the window:
             ``g2c.specdec.draft_room``).
         eos_id: stop right after emitting this id (included).
+            None, or an id in [0, V) (``check_eos_id``: ValueError outside it, TypeError for a non-int).
         on_pass: ``on_pass(emitted, num_accepted)`` after each target pass, as in
             ``g2c.specdec.speculative_generate``.
         on_round: ``on_round(record)`` with a ``RoundRecord`` after each target pass, after
@@ -308,6 +309,7 @@ def speculative_generate_cached(target, drafter, prompt_ids, max_new_tokens: int
     check_language_model(target, "target")
     check_language_model(drafter, "drafter")
     ids_t = as_token_ids(prompt_ids, "prompt_ids", vocab_size=target.vocab_size)
+    eos_id = check_eos_id(eos_id, target.vocab_size)                # None, or an id the loop can emit
     if isinstance(k, bool) or not isinstance(k, int) or k < 1:
         raise ValueError(f"k must be >= 1 draft tokens per target pass (an int), got {k!r}")
     max_new_tokens = check_count(max_new_tokens, "max_new_tokens")
@@ -409,10 +411,14 @@ def mtp_generate_cached(base, head, prompt_ids, max_new_tokens: int, *, eos_id: 
 
     Raises:
         ValueError: as ``speculative_generate_cached`` (bad prompt, budget, refill_tokens,
-            window < 3).
+            window < 3); a head built on another model or left in another dtype
+            (``check_head_on_base``).
+        TypeError: head is not a draft head (no ``base``).
     """
     check_language_model(base, "base")
+    check_head_on_base(head, base)                      # the head reads this base's states, in its dtype
     ids_t = as_token_ids(prompt_ids, "prompt_ids", vocab_size=base.vocab_size)
+    eos_id = check_eos_id(eos_id, base.vocab_size)                # None, or an id the loop can emit
     max_new_tokens = check_count(max_new_tokens, "max_new_tokens")
     window = base.max_seq_len
     if window < 3:

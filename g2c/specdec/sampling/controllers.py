@@ -35,6 +35,8 @@ from __future__ import annotations
 import math
 import operator
 
+from g2c.sampling.model import check_count
+
 from ..theory import expected_tokens_per_pass, speedup_per_token
 
 __all__ = ["CostModelK", "HeuristicK", "StaticK", "check_update", "expected_tokens_per_round", "optimal_k", "speedup"]
@@ -99,7 +101,17 @@ def speedup(alpha: float, k: int, c: float) -> float:
 
 
 def optimal_k(alpha: float, c: float, *, k_min: int = 1, k_max: int = 16) -> int:
-    """The k in [k_min, k_max] that maximises ``speedup(alpha, k, c)`` (smallest k on ties)."""
+    """The k in [k_min, k_max] that maximises ``speedup(alpha, k, c)`` (smallest k on ties).
+
+    Raises:
+        TypeError: k_min or k_max not an int (``check_count``).
+        ValueError: k_min < 1, k_max < k_min (an empty range has no best k), alpha outside
+            [0, 1], c < 0 (``theory``).
+    """
+    k_min = check_count(k_min, "optimal_k: k_min", minimum=1)
+    k_max = check_count(k_max, "optimal_k: k_max", minimum=1)
+    if k_min > k_max:
+        raise ValueError(f"optimal_k: need k_min <= k_max, got k_min={k_min}, k_max={k_max}")
     return max(range(k_min, k_max + 1), key=lambda k: (speedup_per_token(alpha, k, c), -k))
 
 

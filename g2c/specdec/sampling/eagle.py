@@ -83,7 +83,7 @@ class FeatureDrafter(Module):
         self.ln_embed = LayerNorm(dim)
         self.fuse = Linear(2 * dim, dim, generator=generator)
         self.block = Block(dim, base.num_heads, hidden_dim=base.hidden_dim, causal=True, generator=generator)
-        self.to(base.token_embed.weight.device)
+        self.to(base.token_embed.weight.device, base.token_embed.weight.dtype)   # the base's device and dtype
 
     @property
     def base(self):

@@ -43,7 +43,7 @@ import torch
 
 from g2c.nn import synchronize
 from g2c.sampling.generate import as_token_ids
-from g2c.sampling.model import check_count, check_generator
+from g2c.sampling.model import check_count, check_eos_id, check_generator
 from g2c.specdec.sampling.cached import CachedScorer, RoundRecord
 
 from ..generate import SpecStats, draft_room
@@ -244,6 +244,7 @@ def speculative_sample(target, drafter, prompt_ids, max_new_tokens: int, *, k: i
         generator: CPU ``torch.Generator`` for every random draw (drafting, the uniforms,
             resampling): the same seed gives the same output.
         eos_id: stop right after emitting this id (included in the output).
+            None, or an id in [0, V) (``check_eos_id``: ValueError outside it, TypeError for a non-int).
         controller: chooses k per round (``g2c.specdec.sampling.controllers``: ``StaticK``,
             ``HeuristicK``, ``CostModelK``); None means ``StaticK(k)``. It never changes
             the distribution of the output, only the number of passes.
@@ -320,6 +321,7 @@ def speculative_sample(target, drafter, prompt_ids, max_new_tokens: int, *, k: i
     max_new_tokens = check_count(max_new_tokens, "max_new_tokens")
     check_generator(generator)
     sampler = Sampler(temperature, top_k, top_p)
+    eos_id = check_eos_id(eos_id, getattr(target, "vocab_size", None))                # None, or an id the loop can emit
     vocab = getattr(drafter, "vocab_size", None)
     if vocab is not None and vocab != target.vocab_size:
         raise ValueError(f"drafter vocab_size {vocab} differs from target vocab_size {target.vocab_size}; "

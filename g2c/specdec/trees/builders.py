@@ -13,12 +13,49 @@ Shape letters: n nodes, C context length, V vocabulary.
 
 from __future__ import annotations
 
+from collections.abc import Iterable
+
 import torch
+
+from g2c.sampling.model import check_count
 
 from .attention import tree_logits
 from .tree import DraftTree
 
-__all__ = ["build_dynamic_tree", "build_static_tree"]
+__all__ = ["build_dynamic_tree", "build_static_tree", "check_choices"]
+
+
+def check_choices(choices, name: str = "choices") -> list[tuple[int, ...]]:
+    """Rank paths as a list of int tuples, read once (a generator too) and validated. Provided.
+
+    Args:
+        choices: an iterable of rank paths (tuples or lists of ints >= 0), sorted by (depth,
+            ranks) and closed under prefixes, as ``static_choices`` and ``chain_choices`` return.
+        name: the caller, for the message.
+
+    Raises:
+        TypeError: choices or a path not iterable (a string is not a path), a rank not an int (a
+            float is never truncated: 0.7 would silently be rank 0).
+        ValueError: an empty path, a negative rank, unsorted or repeated paths, a missing prefix.
+    """
+    if isinstance(choices, (str, bytes)) or not isinstance(choices, Iterable):
+        raise TypeError(f"{name}: choices must be a list of rank paths such as [(0,), (1,), (0, 0)], got "
+                        f"{type(choices).__name__}")
+    paths = []
+    for c in choices:                                                      # read once
+        if isinstance(c, (str, bytes)) or not isinstance(c, Iterable):
+            raise TypeError(f"{name}: each choice must be a rank path (a tuple of ints such as (0, 1)), got {c!r:.40}")
+        paths.append(tuple(check_count(r, f"{name}: rank in {tuple(c)!r:.40}", minimum=None) for r in c))
+    for i, c in enumerate(paths):
+        if not c or min(c) < 0:
+            raise ValueError(f"{name}: bad rank path {c}; ranks are ints >= 0")
+        if i and (len(c), c) <= (len(paths[i - 1]), paths[i - 1]):
+            raise ValueError(f"{name}: choices must be sorted by (depth, ranks) without repeats")
+    known = set(paths)
+    for c in paths:
+        if c[:-1] and c[:-1] not in known:
+            raise ValueError(f"{name}: {c} has no prefix {c[:-1]}; include every prefix")
+    return paths
 
 
 # -- builders -------------------------------------------------------------------------------
@@ -47,18 +84,11 @@ def build_static_tree(drafter, ctx_ids, choices: list[tuple[int, ...]]) -> tuple
         pass per depth (each pass scores the tree built so far with tree attention).
 
     Raises:
-        ValueError: choices unsorted, not closed under prefixes, or with a negative rank.
+        ValueError: choices unsorted, not closed under prefixes, or with a negative rank, or a
+            rank >= V (``check_choices``).
+        TypeError: choices not an iterable of rank paths of ints.
     """
-    choices = [tuple(int(r) for r in c) for c in choices]
-    for i, c in enumerate(choices):
-        if not c or min(c) < 0:
-            raise ValueError(f"build_static_tree: bad rank path {c}; ranks are ints >= 0")
-        if i and (len(c), c) <= (len(choices[i - 1]), choices[i - 1]):
-            raise ValueError("build_static_tree: choices must be sorted by (depth, ranks) without repeats")
-    known = set(choices)
-    for c in choices:
-        if c[:-1] and c[:-1] not in known:
-            raise ValueError(f"build_static_tree: {c} has no prefix {c[:-1]}; include every prefix")
+    choices = check_choices(choices, "build_static_tree")
     index: dict[tuple[int, ...], int] = {}
     tokens: list[int] = []
     parents: list[int] = []

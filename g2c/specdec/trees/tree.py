@@ -49,6 +49,8 @@ from dataclasses import dataclass, field
 
 import torch
 
+from g2c.sampling.model import check_prob_rows, check_token_ids
+
 from ..theory import tree_expected_tokens
 
 __all__ = ["DraftTree", "chain_choices", "expected_tokens_per_pass", "node_acceptance_probs", "static_choices"]
@@ -108,6 +110,34 @@ class DraftTree:
         object.__setattr__(self, "tokens", tokens)
         object.__setattr__(self, "parents", parents)
         object.__setattr__(self, "depths", depths)
+
+    @classmethod
+    def check(cls, tree, vocab_size: int, *, source: str = "tree") -> "DraftTree":
+        """Validate a tree made outside the course's builders (a custom drafter's) before a target
+        reads it; returns it unchanged. One call where a tree enters a loop.
+
+        Args:
+            tree: what the drafter returned.
+            vocab_size: the target's V.
+            source: who made it, for the message ("EagleDrafter.draft()").
+
+        Raises:
+            TypeError: ``tree`` is not a ``DraftTree`` (names ``source`` and the type).
+            ValueError: a node token outside [0, V) ("<source>: tree.tokens holds token id V,
+                outside the vocabulary [0, V)"); proposal rows over another vocabulary or not
+                distributions (``check_prob_rows``).
+        """
+        if not isinstance(tree, cls):
+            raise TypeError(f"{source} must return a DraftTree (g2c.specdec.trees.DraftTree), got "
+                            f"{type(tree).__name__}")
+        check_token_ids(tree.tokens, vocab_size, f"{source}: tree.tokens")
+        q = tree.proposal_probs
+        if q is not None:
+            if q.shape[1] != vocab_size:
+                raise ValueError(f"{source}: tree.proposal_probs has V={q.shape[1]} but the target has "
+                                 f"V={vocab_size}; drafter and target must share one vocabulary")
+            check_prob_rows(q, f"{source}: tree.proposal_probs")
+        return tree
 
     @property
     def num_nodes(self) -> int:

@@ -35,6 +35,7 @@ import torch
 from g2c.sampling.generate import as_token_ids
 from g2c.sampling.model import (
     check_count,
+    check_eos_id,
     check_generator,
     check_prob_rows,
     check_score_rows,
@@ -44,26 +45,27 @@ from g2c.sampling.model import (
 
 from ..generate import SpecStats, draft_room
 from .attention import cached_tree_forward, commit_tree_kv, tree_logits
-from .builders import build_dynamic_tree, build_static_tree
+from .builders import build_dynamic_tree, build_static_tree, check_choices
 from .tree import DraftTree, chain_choices, expected_tokens_per_pass, node_acceptance_probs, static_choices
 
 __all__ = ["TreeStats", "expected_accepted", "greedy_tree_verify", "tree_speculative_generate",
            "tree_speculative_verify"]
 
 
-def _check_rows(tree: DraftTree, rows: torch.Tensor, name: str) -> None:
+def _check_rows(tree: DraftTree, rows: torch.Tensor, name: str, *, generator=None) -> None:
     """Validate a (n+1, V) table for a tree: the flat verifiers' checks, in the same shared
     helpers. Provided.
 
     Raises:
-        TypeError: tree is not a DraftTree.
-        ValueError: rows not (n+1, V); a node token outside [0, V) ("tree.tokens holds token
+        TypeError: tree is not a DraftTree; generator not None or a ``torch.Generator``.
+        ValueError: rows not (n+1, V) or not floating point; a node token outside [0, V) ("tree.tokens holds token
             id ..."); logits (``name`` not ending in ``_probs``) holding NaN or a row of only -inf;
             probabilities (``target_probs``) or the tree's ``proposal_probs`` that are not
             distributions (``check_prob_rows``: finite, >= 0, rows summing to 1).
     """
     if not isinstance(tree, DraftTree):
         raise TypeError(f"tree must be a DraftTree, got {type(tree).__name__}")
+    check_generator(generator)
     if not isinstance(rows, torch.Tensor) or rows.dim() != 2 or rows.shape[0] != tree.num_nodes + 1:
         shape = tuple(rows.shape) if isinstance(rows, torch.Tensor) else type(rows).__name__
         raise ValueError(f"{name} must have shape (n+1, V) = ({tree.num_nodes + 1}, V) for a tree of "
@@ -158,7 +160,7 @@ def tree_speculative_verify(tree: DraftTree, target_probs: torch.Tensor, *,
         4. Sample the final token from p with ``torch.multinomial(..., generator=generator)``
            (``test_tree_speculative_verify_bonus_at_leaf``).
     """
-    _check_rows(tree, target_probs, "target_probs")
+    _check_rows(tree, target_probs, "target_probs", generator=generator)
     if tree.proposal_probs is not None and tree.proposal_probs.shape[1] != target_probs.shape[1]:
         raise ValueError(f"proposal_probs has V={tree.proposal_probs.shape[1]} but target_probs has "
                          f"V={target_probs.shape[1]}; drafter and target must share one vocabulary")
@@ -215,6 +217,7 @@ def tree_speculative_generate(target, drafter, prompt_ids, max_new_tokens: int, 
             ranks (deterministic proposals) in both cases.
         generator: CPU ``torch.Generator`` for sampled verification.
         eos_id: stop after emitting it.
+            None, or an id in [0, V) (``check_eos_id``: ValueError outside it, TypeError for a non-int).
         on_pass: ``on_pass(emitted, num_accepted)`` after each target pass (after the
             cache commit when cached).
         use_cache: keep the target's state in module 16's ``KVCache`` across passes: each
@@ -239,11 +242,13 @@ def tree_speculative_generate(target, drafter, prompt_ids, max_new_tokens: int, 
     the last ``max_seq_len`` tokens, or from the cache's context after a re-prefill).
 
     Raises:
-        ValueError: bad prompt, budget, temperature, node budget, tree kind, or different
-            vocab sizes.
-        TypeError: ``use_cache`` with a target that is not a ``TransformerLM``.
+        ValueError: bad prompt, budget, temperature, node budget, tree kind, ``eos_id`` outside
+            the vocabulary, bad ``choices`` (``check_choices``), or different vocab sizes.
+        TypeError: ``use_cache`` with a target that is not a ``TransformerLM``; choices that
+            are not rank paths of ints; a generator that is not a ``torch.Generator``.
     """
     ids = as_token_ids(prompt_ids, "prompt_ids", vocab_size=target.vocab_size)
+    eos_id = check_eos_id(eos_id, target.vocab_size)                # None, or an id the loop can emit
     max_new_tokens = check_count(max_new_tokens, "max_new_tokens")
     if isinstance(num_nodes, bool) or not isinstance(num_nodes, int) or num_nodes < 1:
         raise ValueError(f"num_nodes must be an int >= 1 (the draft nodes per target pass), got {num_nodes!r}")
@@ -256,7 +261,8 @@ def tree_speculative_generate(target, drafter, prompt_ids, max_new_tokens: int, 
     if tree == "chain":
         shape = chain_choices(num_nodes)
     elif tree == "static":
-        shape = choices if choices is not None else static_choices(num_nodes)
+        shape = check_choices(choices, "tree_speculative_generate") if choices is not None \
+            else static_choices(num_nodes)                                   # read once: reused every pass
     use_cache = use_cache or target_cache is not None
     if use_cache:
         if not (hasattr(target, "blocks") and hasattr(target, "token_embed")):

@@ -28,7 +28,7 @@ import torch.nn.functional as F
 
 from g2c.nn import LayerNorm, Linear, Module
 from g2c.sampling.generate import as_token_ids
-from g2c.sampling.model import check_count, eval_mode
+from g2c.sampling.model import check_count, check_eos_id, eval_mode
 from g2c.training import AdamW
 from g2c.transformer import Block
 
@@ -89,7 +89,7 @@ class MTPHead(Module):
         self.block = Block(dim, base.num_heads, hidden_dim=base.hidden_dim, causal=True, generator=generator)
         self.ln_final = LayerNorm(dim)
         self.bias = torch.zeros(base.vocab_size, requires_grad=True)
-        self.to(base.token_embed.weight.device)
+        self.to(base.token_embed.weight.device, base.token_embed.weight.dtype)   # the base's device and dtype
 
     @property
     def base(self):
@@ -315,6 +315,7 @@ def mtp_generate(base, head: MTPHead, prompt_ids, max_new_tokens: int, *,
         prompt_ids: 1-D int tensor or list, length >= 1.
         max_new_tokens: budget, an int >= 0; never exceeded.
         eos_id: stop right after emitting this id (included in the output).
+            None, or an id in [0, V) (``check_eos_id``: ValueError outside it, TypeError for a non-int).
 
     Returns:
         (ids, stats): LongTensor (N,) on the CPU, the prompt followed by the new tokens, and a
@@ -332,6 +333,7 @@ def mtp_generate(base, head: MTPHead, prompt_ids, max_new_tokens: int, *,
     heads); Leviathan et al. (2023), section 2 (the verification rule).
     """
     ids = as_token_ids(prompt_ids, "prompt_ids", vocab_size=base.vocab_size)
+    eos_id = check_eos_id(eos_id, base.vocab_size)                # None, or an id the loop can emit
     max_new_tokens = check_count(max_new_tokens, "max_new_tokens")
     _check_pair(base, head)
     window = base.max_seq_len

@@ -26,7 +26,7 @@ from __future__ import annotations
 
 import torch
 
-from g2c.sampling.model import check_prob_rows, check_score_rows, check_token_ids
+from g2c.sampling.model import check_generator, check_prob_rows, check_score_rows, check_token_ids
 
 __all__ = ["greedy_verify", "speculative_verify"]
 
@@ -60,10 +60,13 @@ def _check_block(draft_ids: torch.Tensor, rows: torch.Tensor, name: str, *, extr
     return k
 
 
-def _meet(draft_ids, rows, name: str):
+def _meet(draft_ids, rows, name: str, *, generator=None):
     """The provided first step of each verifier: the shared table checks of
     ``g2c.sampling.model`` (``check_score_rows`` for logits, ``check_prob_rows`` for
-    probabilities), and a CPU draft moved to the table's device, where the loops' rows live."""
+    probabilities; a table that is not floating point is refused, never converted), the
+    generator (``check_generator``: None or a ``torch.Generator``), and a CPU draft moved to
+    the table's device, where the loops' rows live."""
+    check_generator(generator)
     (check_prob_rows if name.endswith("_probs") else check_score_rows)(rows, name)
     if isinstance(draft_ids, torch.Tensor) and isinstance(rows, torch.Tensor) and draft_ids.device != rows.device:
         draft_ids = draft_ids.to(rows.device)
@@ -152,7 +155,10 @@ def speculative_verify(draft_ids: torch.Tensor, target_probs: torch.Tensor, draf
             "share one vocabulary" (``test_speculative_verify_rejects_bad_shapes``). A table
             that is not a set of distributions (NaN, inf or negative entries, or a row sum off
             1 by more than ``prob_tolerance``: 1e-3 in float32) raises "<name> must hold
-            probabilities" (provided, before your code runs).
+            probabilities"; a table that is not floating point (integer counts, a bool mask)
+            raises "<name> must hold probabilities as a floating-point tensor" (provided, before
+            your code runs).
+        TypeError: generator is not None or a ``torch.Generator`` (a seed; provided).
 
     Edge cases (our choice, documented):
         * q(x) = 0. The test is written without a division, ``u * q(x) < p(x)`` with
@@ -177,7 +183,7 @@ def speculative_verify(draft_ids: torch.Tensor, target_probs: torch.Tensor, draf
            p when it is all zero (``test_speculative_verify_never_emits_zero_probability_draft``,
            ``test_speculative_verify_matches_target_distribution``).
     """
-    _meet(draft_ids, target_probs, "target_probs")                          # provided: rows are distributions
+    _meet(draft_ids, target_probs, "target_probs", generator=generator)     # provided: rows are distributions
     _meet(draft_ids, draft_probs, "draft_probs")
     # BEGIN SOLUTION
     k = _check_block(draft_ids, target_probs, "target_probs", extra_rows=1)

@@ -103,7 +103,7 @@ class BlockHead(HeadOnBase):
         self.blocks = [Block(dim, base.num_heads, hidden_dim=base.hidden_dim, causal=False, generator=g)
                        for _ in range(num_blocks)]
         self.ln_out = LayerNorm(dim)
-        self.to(base.token_embed.weight.device)
+        self.to(base.token_embed.weight.device, base.token_embed.weight.dtype)   # the base's device and dtype
 
     @classmethod
     def from_config(cls, base, config: dict) -> "BlockHead":
