@@ -1,7 +1,9 @@
 """``python -m g2c.course``: the student's view of the course.
 
     python -m g2c.course grade [ID ...]      grade these modules on your code (default: the ones you edited);
-                                             exit 1 if one fails. Same as ./test.sh ID
+                                             exit 1 if one fails, or if its test files differ from the
+                                             recorded ones (tests/pristine.sha256: then no valid grade).
+                                             Same as ./test.sh ID
     python -m g2c.course grade 16 --solve 11 the same, with the answer key for 11 too although you edited it
     python -m g2c.course progress            every module in graph order: your modules graded, the rest untouched
     python -m g2c.course graph               the module graph: each module and what it needs
