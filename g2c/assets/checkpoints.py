@@ -210,6 +210,8 @@ def _download(url: str, path: Path, *, timeout: float, max_bytes: int | None = N
                                         "use another mirror or restore from git with ./checkpoints.sh")
                 h.update(chunk)
                 f.write(chunk)
+    except ChecksumError:
+        raise
     except (urllib.error.URLError, ValueError) as exc:
         raise ArtifactMissingError(f"could not download {url}: {exc}") from exc
     except OSError as exc:

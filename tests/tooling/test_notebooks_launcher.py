@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import subprocess
@@ -14,50 +15,58 @@ from g2c.course import REPO_ROOT, get_module, module_ids
 from g2c.course.notebooks import launch_env, main, prepare_working_copy, working_copy_path
 
 
+def _nb(tag: str) -> str:
+    """A minimal notebook (it must parse: a copy that does not is backed up, issue 31)."""
+    return json.dumps({"cells": [], "metadata": {"tag": tag}, "nbformat": 4, "nbformat_minor": 5})
+
+
+CLEAN, MINE = _nb("clean"), _nb("my answers")
+
+
 @pytest.fixture
 def root(tmp_path: Path) -> Path:
     clean = tmp_path / get_module("03").notebook
     clean.parent.mkdir(parents=True)
-    clean.write_text('{"clean": 1}')
+    clean.write_text(CLEAN)
     return tmp_path
 
 
 def test_prepare_working_copy_creates_copy_from_clean(root):
     work = prepare_working_copy("03", root=root)
     assert work == root / "notebooks" / "work" / Path(get_module("03").notebook).name
-    assert work.read_text() == '{"clean": 1}'
+    assert work.read_text() == CLEAN
 
 
 def test_prepare_working_copy_keeps_existing_copy(root):
     work = prepare_working_copy("03", root=root)
-    work.write_text("my answers")
-    assert prepare_working_copy("03", root=root).read_text() == "my answers"
+    work.write_text(MINE)
+    assert prepare_working_copy("03", root=root).read_text() == MINE
     assert not (work.parent / "archive").exists()
 
 
 def test_prepare_working_copy_fresh_archives_with_timestamp(root):
     work = prepare_working_copy("03", root=root)
-    work.write_text("my answers")
+    work.write_text(MINE)
     again = prepare_working_copy("03", fresh=True, root=root)
-    assert again == work and again.read_text() == '{"clean": 1}'
+    assert again == work and again.read_text() == CLEAN
     archived = list((work.parent / "archive").iterdir())
     assert len(archived) == 1
     assert re.fullmatch(rf"{re.escape(work.stem)}-\d{{8}}-\d{{6}}\.ipynb", archived[0].name)
-    assert archived[0].read_text() == "my answers"
+    assert archived[0].read_text() == MINE
 
 
 def test_prepare_working_copy_fresh_twice_keeps_both_archives(root):
     work = prepare_working_copy("03", root=root)
-    for text in ("first", "second"):
+    for text in (_nb("first"), _nb("second")):
         work.write_text(text)
         prepare_working_copy("03", fresh=True, root=root)
     archived = sorted(p.read_text() for p in (work.parent / "archive").iterdir())
-    assert archived == ["first", "second"]
+    assert archived == [_nb("first"), _nb("second")]
 
 
 def test_prepare_working_copy_fresh_without_copy_just_copies(root):
     work = prepare_working_copy("03", fresh=True, root=root)
-    assert work.read_text() == '{"clean": 1}'
+    assert work.read_text() == CLEAN
 
 
 def test_prepare_working_copy_unknown_id_lists_valid_ids(root):
@@ -111,7 +120,7 @@ def tmp_repo(tmp_path: Path) -> Path:
     python.chmod(0o755)
     clean = tmp_path / get_module("specdec").notebook
     clean.parent.mkdir(parents=True)
-    clean.write_text('{"clean": 1}')
+    clean.write_text(CLEAN)
     return tmp_path
 
 
@@ -127,7 +136,7 @@ def test_notebook_sh_no_launch_prints_path_and_command(tmp_repo):
     assert proc.returncode == 0, proc.stderr
     name = Path(get_module("specdec").notebook).name
     assert f"working copy: notebooks/work/{name}" in proc.stdout
-    assert (tmp_repo / "notebooks" / "work" / name).read_text() == '{"clean": 1}'
+    assert (tmp_repo / "notebooks" / "work" / name).read_text() == CLEAN
     numbered = [i for i in module_ids() if get_module(i).number is not None and 1 <= get_module(i).number <= 11]
     assert "solutions applied: " + ", ".join(numbered) + "\n" in proc.stdout
     assert re.search(r"would run: G2C_APPLY_SOLUTIONS=01-11 \S*jupyter lab \S+", proc.stdout)

@@ -439,3 +439,14 @@ def test_roofline_prints_the_context_it_measured_at(capsys):
     out = capsys.readouterr().out
     assert results["StoryLM-1M"]["context"] == 256 - 9
     assert "StoryLM-1M: measuring at context 247, not 100000: clamped to max_seq_len 256 - 9 rows" in out
+
+
+def test_download_stops_at_the_pinned_size(tmp_path):
+    """A mirror serving a longer file under the pinned hash is cut off at the pinned size."""
+    mirror = tmp_path / "mirror"
+    shutil.copytree(artifact_dir("StoryLM-1M"), artifact_dir("StoryLM-1M", mirror))
+    with open(artifact_dir("StoryLM-1M", mirror) / "model.safetensors", "ab") as f:
+        f.write(b"\0" * (3 << 20))
+    with pytest.raises(ChecksumError, match=r"model\.safetensors is larger than the pinned 2,705,328 bytes"):
+        checkpoints.install_from_url("StoryLM-1M", mirror.as_uri(), root=tmp_path / "root")
+    assert not artifact_dir("StoryLM-1M", tmp_path / "root").exists()

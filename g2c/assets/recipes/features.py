@@ -25,6 +25,7 @@ import torch
 from g2c.assets.artifacts import verify_artifact
 from g2c.assets.data import load_token_stream
 from g2c.course import REPO_ROOT
+from g2c.course.files import write_text_atomic
 
 FEATURES_DIR = REPO_ROOT / "runs" / "features"
 
@@ -89,7 +90,7 @@ def _cached_states(base, base_name: str, stem: str, want: dict, ids: torch.Tenso
             done += n
             if done % (8 * batch_size) == 0 or done == num_windows:
                 states.flush()
-                record_path.write_text(json.dumps({**want, "done": done}))
+                write_text_atomic(record_path, json.dumps({**want, "done": done}))  # never a half record
             bar.update(n)
         bar.close()
     return np.memmap(path, dtype=np.float16, mode="r", shape=shape)

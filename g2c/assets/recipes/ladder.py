@@ -29,6 +29,7 @@ from g2c.assets.artifacts import (
 )
 from g2c.assets.data import DATA_DIR, load_split_text, load_token_stream, tokenize_splits
 from g2c.course import REPO_ROOT
+from g2c.course.files import write_text_atomic
 
 RUNS_DIR = REPO_ROOT / "runs"
 
@@ -126,7 +127,7 @@ def _run_training(name: str, trainer, config, *, force: bool, progress: bool, lo
     t0 = time.time()
     while trainer.step < config.max_steps:   # chunks of 100 steps, so the wall time survives a kill too
         trainer.fit(min(100, config.max_steps - trainer.step), progress=progress, checkpoint_path=ckpt)
-        wall_file.write_text(json.dumps({"wall_time_s": wall_before + time.time() - t0}))
+        write_text_atomic(wall_file, json.dumps({"wall_time_s": wall_before + time.time() - t0}))
     return wall_before + time.time() - t0
 
 
