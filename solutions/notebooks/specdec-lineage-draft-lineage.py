@@ -91,7 +91,9 @@ def continuation(ctx, ids):
     new = ids[len(ctx):].tolist()
     if tok.eot_id is not None and tok.eot_id in new:
         new = new[:new.index(tok.eot_id)]
-    say(f"prompt {tok.decode(ctx.tolist())!r} -> continuation {tok.decode(new)!r}")
+    say(f"prompt: {tok.decode(ctx.tolist())!r}")
+    say(f"its continuation: {tok.decode(new).lstrip()!r}" + (" (the story ends there)" if len(new) < len(ids) - len(ctx)
+                                                             else ""))
 
 
 # %% [markdown]
