@@ -182,6 +182,8 @@ class RaggedKVCache(KVCache):
                 out of range), or not 1-D; nothing is changed then.
         """
         rows = torch.as_tensor(rows).cpu()
+        if rows.numel() == 0:
+            rows = rows.long().reshape(0)                                    # [] (every row finished) reads as float
         if rows.dim() != 1 or rows.dtype.is_floating_point or rows.dtype.is_complex or rows.dtype == torch.bool:
             raise ValueError(f"RaggedKVCache.keep: rows must be a 1-D list of int row indices in [0, "
                              f"{self.batch_size}), got shape {tuple(rows.shape)} dtype {rows.dtype}")

@@ -172,7 +172,7 @@ def check_real(value, name: str, *, low: float | None = None, high: float | None
     if isinstance(value, torch.Tensor) and value.numel() == 1 and not value.dtype.is_complex \
             and value.dtype != torch.bool:
         value = value.item()
-    if hasattr(value, "dtype") and hasattr(value, "item") and not isinstance(value, torch.Tensor):
+    if getattr(value, "ndim", None) == 0 and hasattr(value, "item") and not isinstance(value, torch.Tensor):
         value = value.item()                                                  # a NumPy scalar
     if isinstance(value, bool) or not isinstance(value, (int, float)):
         raise TypeError(f"{name} must be a real number, got {type(value).__name__} {value!r:.60}")

@@ -599,11 +599,24 @@ def test_every_iterable_argument_is_read_once():
     assert check_choices(iter(paths)) == paths
     assert check_fusion_layers(iter([3, 1, 2]), 4) == (1, 2, 3)
     assert tree_expected_tokens(iter([-1, 0]), iter([0.5, 0.5])) == 1.75
+    from g2c.specdec.trees import static_choices
+
+    assert static_choices(5, iter((0.6, 0.2))) == static_choices(5, (0.6, 0.2)) != []   # was [] from a generator
     target, draft = _lm(0), _lm(1)
     want, _ = tree_speculative_generate(target, draft, [1, 2], 8, tree="static", choices=paths)
     got, stats = tree_speculative_generate(target, draft, [1, 2], 8, tree="static", choices=iter(paths))
     assert got.tolist() == want.tolist()
     assert stats.drafted > 3                      # every pass drafted (a consumed generator drafts once, then never)
+
+
+def test_commit_tree_kv_refuses_a_float_path():
+    from g2c.kvcache import KVCache
+    from g2c.specdec.trees import commit_tree_kv
+
+    cache = KVCache(1, 1, 1, 2, 8)
+    with pytest.raises(TypeError, match=r"commit_tree_kv: a path node must be an int, got float 0\.7"):
+        commit_tree_kv(cache, 0, [0.7])                                   # was: silently node 0
+    assert cache.length == 0
 
 
 @pytest.mark.parametrize("choices, error, match", [

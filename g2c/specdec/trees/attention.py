@@ -34,6 +34,8 @@ from __future__ import annotations
 
 import torch
 
+from g2c.sampling.model import check_count
+
 from .tree import DraftTree
 
 KV = tuple[torch.Tensor, torch.Tensor]                                      # one layer's (K, V)
@@ -210,12 +212,13 @@ def commit_tree_kv(kv, ctx_len: int, path: list[int]) -> tuple[int, int]:
         accepted node already sits in its slot, e.g. a chain).
 
     Raises:
+        TypeError: a path entry that is not an int (0.7 is never truncated to node 0).
         ValueError: path not strictly increasing, a row index beyond the tensors, or a
             ``KVCache`` whose length is past C (nothing to commit after it).
     """
     from g2c.kvcache.cache import KVCache
 
-    path = [int(i) for i in path]
+    path = [check_count(i, "commit_tree_kv: a path node", minimum=None) for i in path]   # a float is refused
     if any(b <= a for a, b in zip(path, path[1:])) or (path and path[0] < 0):
         raise ValueError(f"commit_tree_kv: path must be strictly increasing node indices, got {path}")
     cache = kv if isinstance(kv, KVCache) else None

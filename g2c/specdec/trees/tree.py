@@ -45,11 +45,12 @@ Shape letters: n nodes, C context length, V vocabulary.
 from __future__ import annotations
 
 import heapq
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 
 import torch
 
-from g2c.sampling.model import check_prob_rows, check_token_ids
+from g2c.sampling.model import check_prob_rows, check_real, check_token_ids
 
 from ..theory import tree_expected_tokens
 
@@ -207,9 +208,14 @@ def static_choices(num_nodes: int, rank_accept: tuple[float, ...] = (0.6, 0.2, 0
 
     Raises:
         ValueError: num_nodes < 0, or rank_accept empty or not in (0, 1].
+        TypeError: rank_accept not an iterable of real numbers (read once: a generator works).
     """
     if isinstance(num_nodes, bool) or not isinstance(num_nodes, int) or num_nodes < 0:
         raise ValueError(f"static_choices: num_nodes must be an int >= 0, got {num_nodes!r}")
+    if isinstance(rank_accept, (str, bytes)) or not isinstance(rank_accept, Iterable):
+        raise TypeError(f"static_choices: rank_accept must be a sequence of probabilities, got "
+                        f"{type(rank_accept).__name__}")
+    rank_accept = tuple(check_real(a, "static_choices: rank_accept entry") for a in rank_accept)   # read once
     if not rank_accept or not all(0.0 < a <= 1.0 for a in rank_accept):
         raise ValueError(f"static_choices: rank_accept must be probabilities in (0, 1], got {rank_accept}")
     heap = [(-a, 1, (r,)) for r, a in enumerate(rank_accept)]
