@@ -3,6 +3,8 @@
 
     python bench/lineage.py             # the table, both prompt sets, greedy and T = 0.8 (about 25 min, 2 cores)
     python bench/lineage.py --quick     # a smoke run of every row (a few minutes)
+    python bench/lineage.py --sampled-drafts-only --rows Medusa,EAGLE-2,"EAGLE static tree" --threads 1
+                                        # tau only: greedy, T = 0.8 with top ranks, T = 0.8 with sampled drafts
 
 Rows (every drafter the course ships, each drafting for the same StoryLM-30M, float32):
 
@@ -30,7 +32,9 @@ lossless (greedy: prompts whose output equals plain greedy decoding token for to
 Two prompt sets from the validation split show that tau moves with the task: story endings (a
 story cut 48 tokens before its end) and dialogue (a story cut right after an opening quote).
 Then: c against block length for the autoregressive drafters and the block drafter, and Medusa's
-typical acceptance against the exact rule at T = 0.9. ``--figure`` draws tau and speed-up per
+typical acceptance against the exact rule at T = 0.9; then (issue 29) tau of every state-reading
+drafter greedy, at T with its top ranks, and at T with sampled drafts (``draft_mode="sample"``:
+children drawn without replacement from its q, verified with those rows). ``--figure`` draws tau and speed-up per
 generation and c against block length.
 
 Timing: wall time, and this process's CPU time (the c curves use CPU seconds). Both are noise on
@@ -106,6 +110,8 @@ def parse_args(argv):
                     help="run every row at its default k (e.g. both trees at 16 nodes: the same budget)")
     ap.add_argument("--threads", type=cli.count(1), default=None, help="torch threads (default: torch's)")
     ap.add_argument("--seed", type=cli.count(0), default=0, help="generator seed of the sampled rows")
+    ap.add_argument("--sampled-drafts-only", action="store_true",
+                    help="only the tau table: greedy, T with top ranks, T with sampled drafts (lineage rows)")
     ap.add_argument("--figure", type=Path, default=None, help="write the figure (png) here")
     ap.add_argument("--json", type=Path, default=None, help="write every number (json) here")
     args = ap.parse_args(argv)
@@ -181,8 +187,8 @@ def load_heads(target, names) -> dict:
     return models
 
 
-def make(kind: str, model, k: int, sample: bool, device):
-    """(drafter, loop): the drafter for a row and the loop that runs it."""
+def make(kind: str, model, k: int, sample: bool, device, draft_mode: str = "top"):
+    """(drafter, loop): the drafter for a row and the loop that runs it (``draft_mode``: lineage rows)."""
     if kind == "lm":
         return Clocked(LMDrafter(model, sample=sample, use_cache=True), device), "sample"
     if kind == "ngram":
@@ -190,24 +196,24 @@ def make(kind: str, model, k: int, sample: bool, device):
     if kind == "mtp":
         return Clocked(CachedMTPDrafter(model, sample=sample), device), "sample"
     if kind == "medusa":
-        return MedusaDrafter(model), "lineage"
+        return MedusaDrafter(model, draft_mode=draft_mode), "lineage"
     if kind == "eagle-chain":
-        return EagleTreeDrafter(model, width=1), "lineage"
+        return EagleTreeDrafter(model, width=1, draft_mode=draft_mode), "lineage"
     if kind == "eagle2":
-        return EagleTreeDrafter(model, width=4), "lineage"
+        return EagleTreeDrafter(model, width=4, draft_mode=draft_mode), "lineage"
     if kind == "eagle-static":
-        return EagleTreeDrafter(model, shape="static"), "lineage"
+        return EagleTreeDrafter(model, shape="static", draft_mode=draft_mode), "lineage"
     if kind == "eagle3":
-        return Eagle3Drafter(model, width=1), "lineage"
+        return Eagle3Drafter(model, width=1, draft_mode=draft_mode), "lineage"
     if kind == "block":
-        return BlockDrafter(model, block_size=min(k, model.block_size)), "lineage"
+        return BlockDrafter(model, block_size=min(k, model.block_size), draft_mode=draft_mode), "lineage"
     raise ValueError(kind)
 
 
-def run_row(target, kind, model, k, prompt, n, temperature, seed):
+def run_row(target, kind, model, k, prompt, n, temperature, seed, draft_mode="top"):
     """(ids, SpecStats, drafter seconds) of one row on one prompt."""
     device = target.device
-    drafter, loop = make(kind, model, k, temperature > 0, device)
+    drafter, loop = make(kind, model, k, temperature > 0, device, draft_mode)
     g = torch.Generator().manual_seed(seed)
     if loop == "lineage":
         ids, stats = lineage_generate(target, drafter, prompt, n, num_nodes=k, temperature=temperature, generator=g)
@@ -263,6 +269,38 @@ def measure(target, rows, models, best_k, prompts, n, temperature, seed, device,
                     "plain_tps": s.generated / a["plain_s"], "spec_tps": s.generated / a["spec_s"],
                     "speedup": a["plain_s"] / a["spec_s"], "speedup_cpu": a["plain_cpu"] / a["spec_cpu"]})
     return out
+
+
+LINEAGE_KINDS = ("medusa", "eagle-chain", "eagle2", "eagle-static", "eagle3", "block")
+
+
+def sampled_drafts(target, rows, models, best_k, prompts, n, temperature, seed) -> list[dict]:
+    """tau per lineage row: greedy, at ``temperature`` with top ranks, and with sampled drafts (issue 29)."""
+    out = []
+    for name, _, kind, artifact, _, _ in rows:
+        if kind not in LINEAGE_KINDS:
+            continue
+        taus = {}
+        modes = (("greedy", 0.0, "top"), ("top", temperature, "top"), ("sample", temperature, "sample"))
+        for label, temp, mode in modes:
+            total = SpecStats()
+            for i, prompt in enumerate(prompts):
+                _, stats, _ = run_row(target, kind, models.get(artifact), best_k[name], prompt, n, temp, seed + i, mode)
+                total = total + stats
+            taus[label] = total.tokens_per_pass
+        out.append({"drafter": name, "k": best_k[name], **taus,
+                    "top_vs_greedy": taus["top"] / taus["greedy"] - 1.0,
+                    "sample_vs_greedy": taus["sample"] / taus["greedy"] - 1.0})
+    return out
+
+
+def sampled_markdown(table: list[dict], temperature: float) -> str:
+    lines = [f"| drafter | k | tau greedy | tau T = {temperature}, top ranks | tau T = {temperature}, sampled drafts "
+             "| top vs greedy | sampled vs greedy |", "|---|---|---|---|---|---|---|"]
+    for r in table:
+        lines.append(f"| {r['drafter']} | {r['k']} | {r['greedy']:.2f} | {r['top']:.2f} | {r['sample']:.2f} | "
+                     f"{100 * r['top_vs_greedy']:+.0f}% | {100 * r['sample_vs_greedy']:+.0f}% |")
+    return "\n".join(lines)
 
 
 def markdown(rows: list[dict]) -> str:
@@ -405,6 +443,15 @@ def main(argv=None) -> int:
         for r in rows:
             if len(r[5]) > 1:
                 best_k[r[0]] = max(r[5], key=lambda k: scores[(r[0], k)])
+    if args.sampled_drafts_only:
+        table = sampled_drafts(target, rows, models, best_k, sets["story endings"], args.new_tokens, args.temperature,
+                               args.seed)
+        print("\n## tau with sampled drafts (story endings; target: sampled within 15% of greedy)\n")
+        print(sampled_markdown(table, args.temperature))
+        if args.json:
+            args.json.parent.mkdir(parents=True, exist_ok=True)
+            args.json.write_text(json.dumps({"threads": torch.get_num_threads(), "sampled_drafts": table}, indent=1))
+        return 0
     tables = {}
     runs = [(s, t) for s in sets for t in (0.0, args.temperature)]
     bar = tqdm(total=len(runs) * len(rows) * args.prompts, desc="lineage table")
@@ -432,6 +479,10 @@ def main(argv=None) -> int:
         print("\n## Medusa at T = 0.9: exact rule vs typical acceptance (epsilon 0.09, delta 0.3; NOT lossless)\n")
         for name, v in typical.items():
             print(f"- {name}: acceptance {v['acceptance']:.3f}, tau {v['tau']:.2f}")
+    sampled = sampled_drafts(target, rows, models, best_k, sets["story endings"], args.new_tokens, args.temperature,
+                             args.seed)
+    print("\n## tau with sampled drafts (story endings; target: sampled within 15% of greedy)\n")
+    print(sampled_markdown(sampled, args.temperature))
     greedy = tables[("story endings", 0.0)]
     best = max(greedy, key=lambda r: r["speedup"])
     print(f"\nbest greedy row (story endings): {best['drafter']} tau {best['tau']:.2f}, {best['speedup']:.2f}x "
@@ -444,7 +495,8 @@ def main(argv=None) -> int:
         args.json.parent.mkdir(parents=True, exist_ok=True)
         args.json.write_text(json.dumps({"threads": torch.get_num_threads(), "best_k": best_k,
                                          "tables": {f"{s} T={t}": v for (s, t), v in tables.items()},
-                                         "cost_curves": curves, "typical": typical}, indent=1))
+                                         "cost_curves": curves, "typical": typical,
+                                         "sampled_drafts": sampled}, indent=1))
     return 0
 
 
