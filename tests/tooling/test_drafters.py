@@ -130,7 +130,8 @@ def test_lineage_recipes_are_complete():
 # -- one budget (issue 29) -------------------------------------------------------------------------
 def test_budget_gives_the_steps_and_is_recorded():
     """A budget in target tokens seen: steps = ceil(tokens / (batch x context)), every step runs (no early
-    stop), the lineage drafters read every training window; EAGLE's shipped budget is the default 'equal'."""
+    stop), the lineage drafters read as many windows as the budget sees (capped at the split); EAGLE's
+    shipped budget is the default 'equal'."""
     from g2c.assets.recipes.drafters import (
         EQUAL_BUDGET_TOKENS,
         STATE_READERS,
@@ -144,9 +145,10 @@ def test_budget_gives_the_steps_and_is_recorded():
     assert TRAINING_BUDGETS["StoryLM-30M-Medusa"] == 500 * 8 * 256              # the shipped recipes' budgets
     r = budgeted_recipe("StoryLM-30M-Medusa", EQUAL_BUDGET_TOKENS)
     assert r["steps"] == 2800 and r["budget_tokens"] == EQUAL_BUDGET_TOKENS and r["patience"] is None
-    assert r["features_windows"] is None and r["eval_every"] == 100
+    assert r["features_windows"] == 22_400 and r["eval_every"] == 100            # more than the split: all of it
     r = budgeted_recipe("storylm-30m-eagle3", 10_000)                            # 4 x 256 per step: 10 steps
     assert r["steps"] == 10 and r["budget_tokens"] == 10_240 and r["eval_every"] == 1
+    assert r["features_windows"] == 40
     assert parse_budget("5.7M") == 5_700_000 and parse_budget("200k") == 200_000
     assert parse_budget("equal") == EQUAL_BUDGET_TOKENS and parse_budget("1,024") == 1024
     for bad in ("0", "-3", "lots", "nan", "", "1e20"):
