@@ -93,8 +93,19 @@ ROWS = [
 ]
 FULL = dict(prompts=8, new_tokens=64, sweep=True, c_repeats=5)
 QUICK = dict(prompts=2, new_tokens=24, sweep=False, c_repeats=2)
-HEADER = ("drafter", "generation", "k", "lossless", "acceptance", "tau", "c", "law tau/(1+c)", "plain tok/s",
-          "spec tok/s", "speed-up", "speed-up (CPU time)")
+HEADER = ("drafter", "generation", "tokens seen", "k", "lossless", "acceptance", "tau", "c", "law tau/(1+c)",
+          "plain tok/s", "spec tok/s", "speed-up", "speed-up (CPU time)")
+
+
+def tokens_seen(kind: str, artifact: str | None) -> str:
+    """Target tokens the row's drafter saw in training (its manifest), for the drafters that read the
+    target's states; "-" for the others (a small LM's count is pretraining data, not the target's)."""
+    if artifact is None or kind in ("lm", "ngram"):
+        return "-"
+    from g2c.assets.artifacts import artifact_dir
+
+    path = artifact_dir(artifact) / "manifest.json"
+    return f"{json.loads(path.read_text())['tokens_seen']:,}" if path.is_file() else "?"
 
 
 def parse_args(argv):
@@ -259,11 +270,12 @@ def measure(target, rows, models, best_k, prompts, n, temperature, seed, device,
                 bar.update(1)
     step_s = plain_total / plain_tokens
     out = []
-    for name, generation, kind, _, _, _ in rows:
+    for name, generation, kind, artifact, _, _ in rows:
         a, s = acc[name], acc[name]["stats"]
         tau = s.tokens_per_pass
         c = (a["draft_s"] / max(1, s.target_passes)) / step_s
-        out.append({"drafter": name, "generation": generation, "k": best_k[name], "kind": kind,
+        out.append({"drafter": name, "generation": generation, "tokens_seen": tokens_seen(kind, artifact),
+                    "k": best_k[name], "kind": kind,
                     "lossless": f"{a['lossless']}/{len(prompts)}" if temperature == 0 else "-",
                     "acceptance": s.acceptance_rate, "tau": tau, "c": c, "law": tau / (1 + c),
                     "plain_tps": s.generated / a["plain_s"], "spec_tps": s.generated / a["spec_s"],
@@ -306,7 +318,8 @@ def sampled_markdown(table: list[dict], temperature: float) -> str:
 def markdown(rows: list[dict]) -> str:
     lines = ["| " + " | ".join(HEADER) + " |", "|" + "---|" * len(HEADER)]
     for r in rows:
-        lines.append(f"| {r['drafter']} | {r['generation']} | {r['k']} | {r['lossless']} | {r['acceptance']:.3f} | "
+        lines.append(f"| {r['drafter']} | {r['generation']} | {r['tokens_seen']} | {r['k']} | {r['lossless']} | "
+                     f"{r['acceptance']:.3f} | "
                      f"{r['tau']:.2f} | {r['c']:.2f} | {r['law']:.2f}x | {r['plain_tps']:.1f} | {r['spec_tps']:.1f} | "
                      f"{r['speedup']:.2f}x | {r['speedup_cpu']:.2f}x |")
     return "\n".join(lines)

@@ -206,3 +206,14 @@ def test_budgeted_run_resumes_to_the_same_weights(tiny_run, monkeypatch, tmp_pat
     assert any("epochs of the 4 training windows" in line for line in lines)     # and it says so
     assert [h["tokens_seen"] for h in m1["history"]] == [0, 32, 64, 96, 128, 160, 192]
     assert all("val_agree_1" in h for h in m1["history"])
+
+
+def test_checkpoints_budget_refuses_what_it_cannot_do(capsys):
+    """--budget without --train, or for a model that is not a drafter: one line, exit 2, nothing trained."""
+    from g2c.assets import checkpoints
+
+    assert checkpoints.main(["--budget", "5k"]) == 2
+    assert "--budget goes with --train NAME" in capsys.readouterr().err
+    assert checkpoints.train(["StoryLM-1M"], force=False, root=None, budget=1000) == 2
+    err = capsys.readouterr().err
+    assert "--budget retrains drafters only" in err and "(not StoryLM-1M)" in err and len(err.splitlines()) == 1
