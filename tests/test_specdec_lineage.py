@@ -364,7 +364,7 @@ def test_sampled_first_token_follows_the_target_and_typical_does_not():
     assert tv("typical", 60) > 1 - float(p.max()) - 0.1
 
 
-@pytest.mark.parametrize("kind", ["medusa", "eagle2", "eagle-static", "block"])
+@pytest.mark.parametrize("kind", ["medusa", "eagle2", "block"])    # EAGLE's static tree: the same sampled fill
 def test_sampled_drafts_carry_q_and_keep_the_target_distribution(kind):
     """draft_mode="sample" (issue 29): at T = 0.8 the drafter draws its nodes from its own q (siblings
     distinct) and the tree carries those rows; the first emitted token still follows the target's
@@ -376,7 +376,7 @@ def test_sampled_drafts_carry_q_and_keep_the_target_distribution(kind):
     prompt = _prompt()
     drafter = _drafter(kind, target, draft_mode="sample")
     g = torch.Generator().manual_seed(1)
-    n = 250
+    n = 200
     counts = torch.zeros(V)
     for _ in range(n):
         ids, _ = lineage_generate(target, drafter, prompt, 2, num_nodes=6, temperature=T, generator=g)
