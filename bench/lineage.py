@@ -5,6 +5,8 @@
     python bench/lineage.py --quick     # a smoke run of every row (a few minutes)
     python bench/lineage.py --sampled-drafts-only --rows Medusa,EAGLE-2,"EAGLE static tree" --threads 1
                                         # tau only: greedy, T = 0.8 with top ranks, T = 0.8 with sampled drafts
+    python bench/lineage.py --medusa-joint-only --threads 1
+                                        # Medusa's k-gram agreement against the product of its heads' marginals
 
 Rows (every drafter the course ships, each drafting for the same StoryLM-30M, float32):
 
@@ -123,6 +125,9 @@ def parse_args(argv):
     ap.add_argument("--seed", type=cli.count(0), default=0, help="generator seed of the sampled rows")
     ap.add_argument("--sampled-drafts-only", action="store_true",
                     help="only the tau table: greedy, T with top ranks, T with sampled drafts (lineage rows)")
+    ap.add_argument("--medusa-joint-only", action="store_true",
+                    help="only Medusa's joint k-gram agreement vs the product of its heads' marginal agreements "
+                         "(teacher-forced on the first 16 validation windows)")
     ap.add_argument("--figure", type=Path, default=None, help="write the figure (png) here")
     ap.add_argument("--json", type=Path, default=None, help="write every number (json) here")
     args = ap.parse_args(argv)
@@ -306,6 +311,39 @@ def sampled_drafts(target, rows, models, best_k, prompts, n, temperature, seed) 
     return out
 
 
+@torch.no_grad()
+def medusa_joint(target, heads, windows: int = 16, context: int = 256) -> list[dict]:
+    """Medusa's independence, measured (issue 29): teacher-forced on the validation stream, head i at
+    position t "agrees" when its argmax equals the target's own argmax for token t + 1 + i (the target's
+    unembedded state at t + i, given the true prefix). For k = 1..K: the joint agreement of heads 1..k
+    at the same t (the k-gram a greedy chain would accept) against the product of their marginal
+    agreements (what independent heads would give)."""
+    from g2c.assets.data import load_token_stream
+    from g2c.kvcache.forward import unembed
+
+    stream = load_token_stream("val")
+    n = min(windows, len(stream) // context)
+    x = torch.from_numpy(stream[:n * context].astype("int64")).view(n, context)
+    dev = target.token_embed.weight.device
+    K = heads.num_heads
+    hits = []
+    for w in range(n):                                          # one window at a time: small memory
+        h = target.hidden_states(x[w:w + 1].to(dev))                                  # (1, T, D)
+        T = h.shape[1]
+        guess = heads.logits(h[:, :T - K]).argmax(-1)[0]                              # (T-K, K)
+        want = torch.stack([unembed(target, h[:, i:T - K + i])[0].argmax(-1) for i in range(1, K + 1)], dim=-1)
+        hits.append((guess == want).float().cpu())                                    # (T-K, K)
+    hits = torch.cat(hits)                                                            # (N, K)
+    marginal = hits.mean(0)
+    out = []
+    for k in range(1, K + 1):
+        joint = float(hits[:, :k].prod(-1).mean())
+        product = float(marginal[:k].prod())
+        out.append({"k": k, "marginal": float(marginal[k - 1]), "joint": joint, "product": product,
+                    "ratio": joint / product if product > 0 else float("nan")})
+    return out
+
+
 def sampled_markdown(table: list[dict], temperature: float) -> str:
     lines = [f"| drafter | k | tau greedy | tau T = {temperature}, top ranks | tau T = {temperature}, sampled drafts "
              "| top vs greedy | sampled vs greedy |", "|---|---|---|---|---|---|---|"]
@@ -445,6 +483,18 @@ def main(argv=None) -> int:
     device = target.device
     print(f"# The draft lineage on {TARGET} (float32, {torch.get_num_threads()} threads, {device}); "
           f"{args.prompts} prompts x {args.new_tokens} tokens per set; speed-ups over plain cached decoding")
+    if args.medusa_joint_only:
+        rows_out = medusa_joint(target, models["StoryLM-30M-Medusa"]) if "StoryLM-30M-Medusa" in models else None
+        if rows_out is None:
+            print("bench/lineage.py: --medusa-joint-only needs the Medusa row (drop --rows or include Medusa)",
+                  file=sys.stderr)
+            return 1
+        print("\n## Medusa's independence: joint k-gram agreement vs the product of marginals (16 val windows)\n")
+        print("| k | head k's agreement | heads 1..k all agree (joint) | product of marginals | joint / product |")
+        print("|---|---|---|---|---|")
+        for r in rows_out:
+            print(f"| {r['k']} | {r['marginal']:.3f} | {r['joint']:.3f} | {r['product']:.3f} | {r['ratio']:.2f} |")
+        return 0
     best_k = {r[0]: r[4] for r in rows}
     if args.sweep:
         sweep = [(r, k) for r in rows for k in r[5] if len(r[5]) > 1]
