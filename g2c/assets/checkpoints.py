@@ -328,7 +328,8 @@ def train(names: list[str], *, force: bool, root: Path | None, out=print, budget
             except KeyboardInterrupt:
                 print(f"checkpoints: {name} interrupted; run the same command again to resume", file=sys.stderr)
                 return 130
-            out(f"{name:<18} trained  at a budget of {budget:,} target tokens -> {dest}")
+            seen = drafters.budgeted_recipe(name, budget)["budget_tokens"]          # whole steps
+            out(f"{name:<18} trained  at a budget of {seen:,} target tokens -> {dest}")
         return 0
     todo = []
     for name in names:
