@@ -3,6 +3,10 @@
 
     python bench/lineage.py             # the table, both prompt sets, greedy and T = 0.8 (about 25 min, 2 cores)
     python bench/lineage.py --quick     # a smoke run of every row (a few minutes)
+    python bench/lineage.py --sampled-drafts-only --rows Medusa,EAGLE-2,"EAGLE static tree" --threads 1
+                                        # tau only: greedy, T = 0.8 with top ranks, T = 0.8 with sampled drafts
+    python bench/lineage.py --medusa-joint-only --threads 1
+                                        # Medusa's k-gram agreement against the product of its heads' marginals
 
 Rows (every drafter the course ships, each drafting for the same StoryLM-30M, float32):
 
@@ -30,7 +34,9 @@ lossless (greedy: prompts whose output equals plain greedy decoding token for to
 Two prompt sets from the validation split show that tau moves with the task: story endings (a
 story cut 48 tokens before its end) and dialogue (a story cut right after an opening quote).
 Then: c against block length for the autoregressive drafters and the block drafter, and Medusa's
-typical acceptance against the exact rule at T = 0.9. ``--figure`` draws tau and speed-up per
+typical acceptance against the exact rule at T = 0.9; then (issue 29) tau of every state-reading
+drafter greedy, at T with its top ranks, and at T with sampled drafts (``draft_mode="sample"``:
+children drawn without replacement from its q, verified with those rows). ``--figure`` draws tau and speed-up per
 generation and c against block length.
 
 Timing: wall time, and this process's CPU time (the c curves use CPU seconds). Both are noise on
@@ -90,8 +96,19 @@ ROWS = [
 ]
 FULL = dict(prompts=8, new_tokens=64, sweep=True, c_repeats=5)
 QUICK = dict(prompts=2, new_tokens=24, sweep=False, c_repeats=2)
-HEADER = ("drafter", "generation", "k", "lossless", "acceptance", "tau", "c", "law tau/(1+c)", "plain tok/s",
-          "spec tok/s", "speed-up", "speed-up (CPU time)")
+HEADER = ("drafter", "generation", "tokens seen", "k", "lossless", "acceptance", "tau", "c", "law tau/(1+c)",
+          "plain tok/s", "spec tok/s", "speed-up", "speed-up (CPU time)")
+
+
+def tokens_seen(kind: str, artifact: str | None) -> str:
+    """Target tokens the row's drafter saw in training (its manifest), for the drafters that read the
+    target's states; "-" for the others (a small LM's count is pretraining data, not the target's)."""
+    if artifact is None or kind in ("lm", "ngram"):
+        return "-"
+    from g2c.assets.artifacts import artifact_dir
+
+    path = artifact_dir(artifact) / "manifest.json"
+    return f"{json.loads(path.read_text())['tokens_seen']:,}" if path.is_file() else "?"
 
 
 def parse_args(argv):
@@ -107,6 +124,11 @@ def parse_args(argv):
                     help="run every row at its default k (e.g. both trees at 16 nodes: the same budget)")
     ap.add_argument("--threads", type=cli.count(1), default=None, help="torch threads (default: torch's)")
     ap.add_argument("--seed", type=cli.count(0), default=0, help="generator seed of the sampled rows")
+    ap.add_argument("--sampled-drafts-only", action="store_true",
+                    help="only the tau table: greedy, T with top ranks, T with sampled drafts (lineage rows)")
+    ap.add_argument("--medusa-joint-only", action="store_true",
+                    help="only Medusa's joint k-gram agreement vs the product of its heads' marginal agreements "
+                         "(teacher-forced on the first 16 validation windows)")
     ap.add_argument("--figure", type=cli.output_file(as_path=True), default=None, help="write the figure (png) here")
     ap.add_argument("--json", type=cli.output_file(as_path=True), default=None, help="write every number (json) here")
     args = ap.parse_args(argv)
@@ -182,8 +204,8 @@ def load_heads(target, names) -> dict:
     return models
 
 
-def make(kind: str, model, k: int, sample: bool, device):
-    """(drafter, loop): the drafter for a row and the loop that runs it."""
+def make(kind: str, model, k: int, sample: bool, device, draft_mode: str = "top"):
+    """(drafter, loop): the drafter for a row and the loop that runs it (``draft_mode``: lineage rows)."""
     if kind == "lm":
         return Clocked(LMDrafter(model, sample=sample, use_cache=True), device), "sample"
     if kind == "ngram":
@@ -191,24 +213,24 @@ def make(kind: str, model, k: int, sample: bool, device):
     if kind == "mtp":
         return Clocked(CachedMTPDrafter(model, sample=sample), device), "sample"
     if kind == "medusa":
-        return MedusaDrafter(model), "lineage"
+        return MedusaDrafter(model, draft_mode=draft_mode), "lineage"
     if kind == "eagle-chain":
-        return EagleTreeDrafter(model, width=1), "lineage"
+        return EagleTreeDrafter(model, width=1, draft_mode=draft_mode), "lineage"
     if kind == "eagle2":
-        return EagleTreeDrafter(model, width=4), "lineage"
+        return EagleTreeDrafter(model, width=4, draft_mode=draft_mode), "lineage"
     if kind == "eagle-static":
-        return EagleTreeDrafter(model, shape="static"), "lineage"
+        return EagleTreeDrafter(model, shape="static", draft_mode=draft_mode), "lineage"
     if kind == "eagle3":
-        return Eagle3Drafter(model, width=1), "lineage"
+        return Eagle3Drafter(model, width=1, draft_mode=draft_mode), "lineage"
     if kind == "block":
-        return BlockDrafter(model, block_size=min(k, model.block_size)), "lineage"
+        return BlockDrafter(model, block_size=min(k, model.block_size), draft_mode=draft_mode), "lineage"
     raise ValueError(kind)
 
 
-def run_row(target, kind, model, k, prompt, n, temperature, seed):
+def run_row(target, kind, model, k, prompt, n, temperature, seed, draft_mode="top"):
     """(ids, SpecStats, drafter seconds) of one row on one prompt."""
     device = target.device
-    drafter, loop = make(kind, model, k, temperature > 0, device)
+    drafter, loop = make(kind, model, k, temperature > 0, device, draft_mode)
     g = torch.Generator().manual_seed(seed)
     if loop == "lineage":
         ids, stats = lineage_generate(target, drafter, prompt, n, num_nodes=k, temperature=temperature, generator=g)
@@ -254,11 +276,12 @@ def measure(target, rows, models, best_k, prompts, n, temperature, seed, device,
                 bar.update(1)
     step_s = plain_total / plain_tokens
     out = []
-    for name, generation, kind, _, _, _ in rows:
+    for name, generation, kind, artifact, _, _ in rows:
         a, s = acc[name], acc[name]["stats"]
         tau = s.tokens_per_pass
         c = (a["draft_s"] / max(1, s.target_passes)) / step_s
-        out.append({"drafter": name, "generation": generation, "k": best_k[name], "kind": kind,
+        out.append({"drafter": name, "generation": generation, "tokens_seen": tokens_seen(kind, artifact),
+                    "k": best_k[name], "kind": kind,
                     "lossless": f"{a['lossless']}/{len(prompts)}" if temperature == 0 else "-",
                     "acceptance": s.acceptance_rate, "tau": tau, "c": c, "law": tau / (1 + c),
                     "plain_tps": s.generated / a["plain_s"], "spec_tps": s.generated / a["spec_s"],
@@ -266,10 +289,76 @@ def measure(target, rows, models, best_k, prompts, n, temperature, seed, device,
     return out
 
 
+LINEAGE_KINDS = ("medusa", "eagle-chain", "eagle2", "eagle-static", "eagle3", "block")
+
+
+def sampled_drafts(target, rows, models, best_k, prompts, n, temperature, seed) -> list[dict]:
+    """tau per lineage row: greedy, at ``temperature`` with top ranks, and with sampled drafts (issue 29)."""
+    out = []
+    for name, _, kind, artifact, _, _ in rows:
+        if kind not in LINEAGE_KINDS:
+            continue
+        taus = {}
+        modes = (("greedy", 0.0, "top"), ("top", temperature, "top"), ("sample", temperature, "sample"))
+        for label, temp, mode in modes:
+            total = SpecStats()
+            for i, prompt in enumerate(prompts):
+                _, stats, _ = run_row(target, kind, models.get(artifact), best_k[name], prompt, n, temp, seed + i, mode)
+                total = total + stats
+            taus[label] = total.tokens_per_pass
+        out.append({"drafter": name, "k": best_k[name], **taus,
+                    "top_vs_greedy": taus["top"] / taus["greedy"] - 1.0,
+                    "sample_vs_greedy": taus["sample"] / taus["greedy"] - 1.0})
+    return out
+
+
+@torch.no_grad()
+def medusa_joint(target, heads, windows: int = 16, context: int = 256) -> list[dict]:
+    """Medusa's independence, measured (issue 29): teacher-forced on the validation stream, head i at
+    position t "agrees" when its argmax equals the target's own argmax for token t + 1 + i (the target's
+    unembedded state at t + i, given the true prefix). For k = 1..K: the joint agreement of heads 1..k
+    at the same t (the k-gram a greedy chain would accept) against the product of their marginal
+    agreements (what independent heads would give)."""
+    from g2c.assets.data import load_token_stream
+    from g2c.kvcache.forward import unembed
+
+    stream = load_token_stream("val")
+    n = min(windows, len(stream) // context)
+    x = torch.from_numpy(stream[:n * context].astype("int64")).view(n, context)
+    dev = target.token_embed.weight.device
+    K = heads.num_heads
+    hits = []
+    for w in range(n):                                          # one window at a time: small memory
+        h = target.hidden_states(x[w:w + 1].to(dev))                                  # (1, T, D)
+        T = h.shape[1]
+        guess = heads.logits(h[:, :T - K]).argmax(-1)[0]                              # (T-K, K)
+        want = torch.stack([unembed(target, h[:, i:T - K + i])[0].argmax(-1) for i in range(1, K + 1)], dim=-1)
+        hits.append((guess == want).float().cpu())                                    # (T-K, K)
+    hits = torch.cat(hits)                                                            # (N, K)
+    marginal = hits.mean(0)
+    out = []
+    for k in range(1, K + 1):
+        joint = float(hits[:, :k].prod(-1).mean())
+        product = float(marginal[:k].prod())
+        out.append({"k": k, "marginal": float(marginal[k - 1]), "joint": joint, "product": product,
+                    "ratio": joint / product if product > 0 else float("nan")})
+    return out
+
+
+def sampled_markdown(table: list[dict], temperature: float) -> str:
+    lines = [f"| drafter | k | tau greedy | tau T = {temperature}, top ranks | tau T = {temperature}, sampled drafts "
+             "| top vs greedy | sampled vs greedy |", "|---|---|---|---|---|---|---|"]
+    for r in table:
+        lines.append(f"| {r['drafter']} | {r['k']} | {r['greedy']:.2f} | {r['top']:.2f} | {r['sample']:.2f} | "
+                     f"{100 * r['top_vs_greedy']:+.0f}% | {100 * r['sample_vs_greedy']:+.0f}% |")
+    return "\n".join(lines)
+
+
 def markdown(rows: list[dict]) -> str:
     lines = ["| " + " | ".join(HEADER) + " |", "|" + "---|" * len(HEADER)]
     for r in rows:
-        lines.append(f"| {r['drafter']} | {r['generation']} | {r['k']} | {r['lossless']} | {r['acceptance']:.3f} | "
+        lines.append(f"| {r['drafter']} | {r['generation']} | {r['tokens_seen']} | {r['k']} | {r['lossless']} | "
+                     f"{r['acceptance']:.3f} | "
                      f"{r['tau']:.2f} | {r['c']:.2f} | {r['law']:.2f}x | {r['plain_tps']:.1f} | {r['spec_tps']:.1f} | "
                      f"{r['speedup']:.2f}x | {r['speedup_cpu']:.2f}x |")
     return "\n".join(lines)
@@ -395,6 +484,18 @@ def main(argv=None) -> int:
     device = target.device
     print(f"# The draft lineage on {TARGET} (float32, {torch.get_num_threads()} threads, {device}); "
           f"{args.prompts} prompts x {args.new_tokens} tokens per set; speed-ups over plain cached decoding")
+    if args.medusa_joint_only:
+        rows_out = medusa_joint(target, models["StoryLM-30M-Medusa"]) if "StoryLM-30M-Medusa" in models else None
+        if rows_out is None:
+            print("bench/lineage.py: --medusa-joint-only needs the Medusa row (drop --rows or include Medusa)",
+                  file=sys.stderr)
+            return 1
+        print("\n## Medusa's independence: joint k-gram agreement vs the product of marginals (16 val windows)\n")
+        print("| k | head k's agreement | heads 1..k all agree (joint) | product of marginals | joint / product |")
+        print("|---|---|---|---|---|")
+        for r in rows_out:
+            print(f"| {r['k']} | {r['marginal']:.3f} | {r['joint']:.3f} | {r['product']:.3f} | {r['ratio']:.2f} |")
+        return 0
     best_k = {r[0]: r[4] for r in rows}
     if args.sweep:
         sweep = [(r, k) for r in rows for k in r[5] if len(r[5]) > 1]
@@ -406,6 +507,15 @@ def main(argv=None) -> int:
         for r in rows:
             if len(r[5]) > 1:
                 best_k[r[0]] = max(r[5], key=lambda k: scores[(r[0], k)])
+    if args.sampled_drafts_only:
+        table = sampled_drafts(target, rows, models, best_k, sets["story endings"], args.new_tokens, args.temperature,
+                               args.seed)
+        print("\n## tau with sampled drafts (story endings; target: sampled within 15% of greedy)\n")
+        print(sampled_markdown(table, args.temperature))
+        if args.json:
+            args.json.parent.mkdir(parents=True, exist_ok=True)
+            args.json.write_text(json.dumps({"threads": torch.get_num_threads(), "sampled_drafts": table}, indent=1))
+        return 0
     tables = {}
     runs = [(s, t) for s in sets for t in (0.0, args.temperature)]
     bar = tqdm(total=len(runs) * len(rows) * args.prompts, desc="lineage table")
@@ -433,6 +543,10 @@ def main(argv=None) -> int:
         print("\n## Medusa at T = 0.9: exact rule vs typical acceptance (epsilon 0.09, delta 0.3; NOT lossless)\n")
         for name, v in typical.items():
             print(f"- {name}: acceptance {v['acceptance']:.3f}, tau {v['tau']:.2f}")
+    sampled = sampled_drafts(target, rows, models, best_k, sets["story endings"], args.new_tokens, args.temperature,
+                             args.seed)
+    print("\n## tau with sampled drafts (story endings; target: sampled within 15% of greedy)\n")
+    print(sampled_markdown(sampled, args.temperature))
     greedy = tables[("story endings", 0.0)]
     best = max(greedy, key=lambda r: r["speedup"])
     print(f"\nbest greedy row (story endings): {best['drafter']} tau {best['tau']:.2f}, {best['speedup']:.2f}x "
@@ -444,7 +558,8 @@ def main(argv=None) -> int:
     if args.json:
         write_text_atomic(args.json, json.dumps({"threads": torch.get_num_threads(), "best_k": best_k,
                                          "tables": {f"{s} T={t}": v for (s, t), v in tables.items()},
-                                         "cost_curves": curves, "typical": typical}, indent=1))
+                                         "cost_curves": curves, "typical": typical,
+                                         "sampled_drafts": sampled}, indent=1))
     return 0
 
 

@@ -59,8 +59,18 @@ def drafter_row(name: str, m: dict) -> str:
     else:                                              # the lineage drafters: weighted soft cross-entropy
         score = f"weighted CE {v['val_loss']:.3f}"
     return (f"| {name} | {m['drafter']} | {m['base']} | {m['parameters']:,} | {m['tokens_seen']:,} | "
-            f"{m['epochs']} | {m['steps']} (best {m['best_step']}) | {score} | {agreement(v)} | "
+            f"{equal_budget(name)} | {m['epochs']} | {m['steps']} (best {m['best_step']}) | {score} | {agreement(v)} | "
             f"{m['wall_time_s'] / 60:.1f} min |")
+
+
+def equal_budget(name: str) -> str:
+    """The steps of a retrain at EAGLE's budget (``--budget equal``, issue 29), for the drafters that read
+    the target's states; "-" for the others."""
+    from g2c.assets.recipes.drafters import EQUAL_BUDGET_TOKENS, STATE_READERS, budgeted_recipe
+
+    if name not in STATE_READERS:
+        return "-"
+    return f"{budgeted_recipe(name, EQUAL_BUDGET_TOKENS)['steps']} steps"
 
 
 def agreement(v: dict) -> str:
@@ -211,9 +221,13 @@ validation objective are kept and a run stops after 3 checks without improvement
 target's (for MTP: the head's guess for t+2 against the target's own pick there), the
 teacher-forced proxy of greedy acceptance; for the lineage drafters one number per head
 (Medusa: the token 2, 3, 4, 5 ahead), per unrolled step (EAGLE-3) or per block slot (Block).
+"Tokens seen" counts target tokens (steps x batch x 256); "at the equal budget" is the step count of a
+retrain at EAGLE's 5,734,400 tokens (`./checkpoints.sh --train NAME --budget equal`, issue 29: every
+drafter that reads the target's states, on every training window, all steps run).
 
-| drafter | kind | serves | parameters | tokens seen | epochs | steps | validation objective | agreement | wall time |
-|---|---|---|---|---|---|---|---|---|---|
+| drafter | kind | serves | parameters | tokens seen | at the equal budget | epochs | steps | validation objective \
+| agreement | wall time |
+|---|---|---|---|---|---|---|---|---|---|---|
 {chr(10).join(drafter_rows)}
 
 - **StoryLM-1M-distilled** (`lm`): StoryLM-1M's architecture, started from its weights, trained

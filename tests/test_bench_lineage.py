@@ -45,4 +45,9 @@ def test_lineage_quick_runs_every_row_losslessly(tmp_path):
             assert r["tau"] >= 1.0 and r["spec_tps"] > 0
             assert r["lossless"] == ("1/1" if name.endswith("T=0.0") else "-"), (name, r["drafter"])
     assert set(data["cost_curves"]) >= {"Block (one pass)", "EAGLE (chain)"}
+    sampled = {r["drafter"]: r for r in data["sampled_drafts"]}             # issue 29: tau with sampled drafts
+    assert set(sampled) == {r[0] for r in bench.ROWS if r[2] in bench.LINEAGE_KINDS}
+    assert all(r["greedy"] >= 1.0 and r["top"] >= 1.0 and r["sample"] >= 1.0 for r in sampled.values())
+    eagle = next(r for r in data["tables"]["story endings T=0.0"] if r["drafter"] == "EAGLE")
+    assert eagle["tokens_seen"] == "5,734,400"
     assert (tmp_path / "lineage.png").stat().st_size > 10_000

@@ -73,23 +73,23 @@ def _states(model, ids: torch.Tensor, layers) -> torch.Tensor:
         return torch.stack([kept[i] for i in layers] + [model.ln_final(h)], dim=2)
 
 
-def _drafter(kind: str, target, seed: int = 0):
+def _drafter(kind: str, target, seed: int = 0, *, draft_mode: str = "top"):
     g = torch.Generator().manual_seed(seed)
     if kind == "medusa":
         heads = MedusaHeads(target, 3)
         with torch.no_grad():
             heads.weight.normal_(0, 0.3, generator=g)
-        return MedusaDrafter(heads)
+        return MedusaDrafter(heads, draft_mode=draft_mode)
     if kind == "eagle-chain":
-        return EagleTreeDrafter(FeatureDrafter(target, generator=g).eval())
+        return EagleTreeDrafter(FeatureDrafter(target, generator=g).eval(), draft_mode=draft_mode)
     if kind == "eagle2":
-        return EagleTreeDrafter(FeatureDrafter(target, generator=g).eval(), width=3)
+        return EagleTreeDrafter(FeatureDrafter(target, generator=g).eval(), width=3, draft_mode=draft_mode)
     if kind == "eagle-static":
-        return EagleTreeDrafter(FeatureDrafter(target, generator=g).eval(), shape="static")
+        return EagleTreeDrafter(FeatureDrafter(target, generator=g).eval(), shape="static", draft_mode=draft_mode)
     if kind == "eagle3":
-        return Eagle3Drafter(Eagle3Head(target, generator=g).eval(), width=2)
+        return Eagle3Drafter(Eagle3Head(target, generator=g).eval(), width=2, draft_mode=draft_mode)
     if kind == "block":
-        return BlockDrafter(BlockHead(target, block_size=4, generator=g).eval())
+        return BlockDrafter(BlockHead(target, block_size=4, generator=g).eval(), draft_mode=draft_mode)
     raise AssertionError(kind)
 
 
@@ -381,6 +381,41 @@ def test_sampled_first_token_follows_the_target_and_typical_does_not():
     expected = 0.5 * float(torch.sqrt(2 * p * (1 - p) / (math.pi * n)).sum())
     assert tv("exact", n) < 3 * expected
     assert tv("typical", 60) > 1 - float(p.max()) - 0.1
+
+
+@pytest.mark.parametrize("kind", ["medusa", "eagle2", "block"])    # EAGLE's static tree: the same sampled fill
+def test_sampled_drafts_carry_q_and_keep_the_target_distribution(kind):
+    """draft_mode="sample" (issue 29): at T = 0.8 the drafter draws its nodes from its own q (siblings
+    distinct) and the tree carries those rows; the first emitted token still follows the target's
+    softmax(logits / T) (an accepted node or a residual sample). Tolerance as above: 3x the expected
+    total-variation distance of N draws. (The rule's exactness against planted mistakes is
+    ``tests/test_specdec_trees.py``'s.)"""
+    T = 0.8
+    target = _lm(sharpen=1.5)
+    prompt = _prompt()
+    drafter = _drafter(kind, target, draft_mode="sample")
+    g = torch.Generator().manual_seed(1)
+    n = 200
+    counts = torch.zeros(V)
+    for _ in range(n):
+        ids, _ = lineage_generate(target, drafter, prompt, 2, num_nodes=6, temperature=T, generator=g)
+        counts[ids[len(prompt)]] += 1
+    with torch.no_grad():
+        p = torch.softmax(target(prompt.view(1, -1))[0, -1].float() / T, -1)
+    expected = 0.5 * float(torch.sqrt(2 * p * (1 - p) / (math.pi * n)).sum())
+    assert 0.5 * float((counts / n - p).abs().sum()) < 3 * expected, kind
+    # the tree it drafts at T > 0 carries one q row per node, the token drawn from it
+    drafter.set_sampling(T, torch.Generator().manual_seed(2))
+    tree = drafter.draft(ids[:-1], max_nodes=6, max_depth=4)
+    assert tree.num_nodes > 0 and tree.proposal_probs is not None and tree.proposal_probs.shape == (tree.num_nodes, V)
+    assert bool((tree.proposal_probs[torch.arange(tree.num_nodes), tree.tokens] > 0).all())
+    for parent in [-1, *range(tree.num_nodes)]:                             # siblings are distinct draws
+        kids = [int(tree.tokens[c]) for c in tree.children(parent)]
+        assert len(kids) == len(set(kids))
+    drafter.set_sampling(0.0, None)                                         # T = 0: top ranks, no rows
+    assert drafter.draft(ids[:-1], max_nodes=6, max_depth=4).proposal_probs is None
+    with pytest.raises(ValueError, match="draft_mode"):
+        _drafter(kind, target, draft_mode="beam")
 
 
 def test_feature_drafter_state_matches_a_recomputation_after_every_commit():

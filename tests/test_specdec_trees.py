@@ -25,6 +25,9 @@ from g2c.specdec.trees import (
     build_static_tree,
     chain_choices,
     expected_tokens_per_pass,
+    node_acceptance_probs,
+    sample_children,
+    sampled_acceptance_probs,
     static_choices,
 )
 from g2c.specdec.trees.attention import cached_tree_forward, commit_tree_kv, tree_attention_mask, tree_forward
@@ -483,15 +486,128 @@ def test_tree_speculative_generate_joint_first_two_tokens():
     # Tolerance: cell (x1, x2) is a mean of N Bernoulli(pi) draws, std sqrt(pi(1-pi)/N) <= 0.5/sqrt(N)
     # = 0.0144 at N = 1,200; 0.07 is 4.8 std (per cell < 2e-6, 16 cells x 2 trees < 1e-4).
     # (The chain is a static shape: the static tree covers its code path.)
+    # draft_mode="sample" (issue 29): children drawn without replacement from the drafter's q and
+    # verified with those rows; the dynamic shape is chosen from top ranks, then filled by sampling
+    # with the static builder's sampled path (so one sampled run covers both builders' code).
     n = 1200
-    for kind in ("static", "dynamic"):
+    for kind, mode in (("static", "top"), ("dynamic", "top"), ("dynamic", "sample")):
         gen = torch.Generator().manual_seed(4)
         counts = torch.zeros(V, V)
         for _ in range(n):
             out, _ = tree_speculative_generate(target, drafter, [0], 2, tree=kind, num_nodes=3,
-                                               temperature=T, generator=gen)
+                                               temperature=T, generator=gen, draft_mode=mode)
             counts[out[1], out[2]] += 1
-        assert torch.allclose(counts / n, exact, atol=0.07), (kind, (counts / n - exact).abs().max())
+        assert torch.allclose(counts / n, exact, atol=0.07), (kind, mode, (counts / n - exact).abs().max())
+
+
+# -- sampled drafting (issue 29) -------------------------------------------------------------
+class _RowDrafter:
+    """A drafter answering the builders' ``tree_probs`` hook with one row per depth."""
+
+    def __init__(self, rows: torch.Tensor) -> None:
+        self.rows, self.vocab_size = rows, rows.shape[1]
+
+    def tree_probs(self, ctx_ids, tree: DraftTree) -> torch.Tensor:
+        depth = torch.cat([torch.zeros(1, dtype=torch.long), tree.depths]).clamp(max=self.rows.shape[0] - 1)
+        return self.rows[depth]                                             # (n+1, V)
+
+
+def _sampled_first_token_freqs(make_tree, p: torch.Tensor, n: int, seed: int) -> torch.Tensor:
+    g = torch.Generator().manual_seed(seed)
+    counts = torch.zeros(p.numel())
+    for _ in range(n):
+        tree = make_tree(g)
+        probs = torch.cat([p.view(1, -1), torch.full((tree.num_nodes, p.numel()), 1.0 / p.numel())])
+        path, token = tree_speculative_verify(tree, probs, generator=g)
+        counts[int(tree.tokens[path[0]]) if path else token] += 1
+    return counts / n
+
+
+def test_sampled_siblings_follow_the_target_and_the_classic_mistakes_do_not():
+    """Two siblings drawn WITHOUT replacement from q = [0.05, 0.85, 0.10] (``build_static_tree(...,
+    sample=True)``), verified by the multi-draft rule under p = [0.5, 0.1, 0.4]: the first emitted
+    token follows p. Two planted mistakes, each with its exact law (computed by enumerating the
+    draws and the rule's branches):
+
+    * siblings drawn without replacement but every one verified against the unmodified q (the
+      residual q of the second draw not renormalised): [0.3, 0.1, 0.6], off by 0.2;
+    * siblings drawn WITH replacement but verified with the without-replacement rows:
+      [0.755, 0.1, 0.145], off by 0.255. (Drawn with replacement AND verified against q each
+      time is SpecInfer's original rule, exact but wasteful: a repeated token is never accepted.)
+
+    Tolerance: each frequency is a mean of N = 2,000 Bernoulli draws, std <= 0.5/sqrt(N) = 0.0112;
+    we allow 0.05 (4.5 std, per-token failure probability < 7e-6), and both mistakes sit at least
+    4x the tolerance away (we require 3x)."""
+    p = torch.tensor([0.5, 0.1, 0.4])
+    q = torch.tensor([0.05, 0.85, 0.10])
+    drafter = _RowDrafter(q.view(1, 3))
+    ctx = torch.tensor([0])
+    n, tol = 2000, 0.05
+
+    def right(g):
+        tree, passes = build_static_tree(drafter, ctx, [(0,), (1,)], sample=True, generator=g)
+        assert passes == 1 and tree.tokens[0] != tree.tokens[1]          # distinct siblings
+        return tree
+
+    def q_not_renormalised(g):
+        tree = right(g)
+        return DraftTree(tree.tokens, tree.parents, q.expand(2, 3).clone())
+
+    def with_replacement(g):
+        kids = torch.multinomial(q, 2, replacement=True, generator=g)
+        rest = q.clone()
+        rest[kids[0]] = 0.0
+        return DraftTree(kids, torch.tensor([-1, -1]), torch.stack([q, rest / rest.sum()]))
+
+    freqs = _sampled_first_token_freqs(right, p, n, seed=5)
+    assert torch.allclose(freqs, p, atol=tol), freqs.tolist()
+    for wrong, law in ((q_not_renormalised, [0.3, 0.1, 0.6]), (with_replacement, [0.755, 0.1, 0.145])):
+        freqs = _sampled_first_token_freqs(wrong, p, n, seed=5)
+        assert (freqs - p).abs().max() > 3 * tol, (wrong.__name__, freqs.tolist())
+        assert torch.allclose(freqs, torch.tensor(law), atol=tol), (wrong.__name__, freqs.tolist())
+
+
+def test_sample_children_rows_and_sampled_builders():
+    q = torch.tensor([0.1, 0.2, 0.3, 0.4, 0.0])
+    tokens, rows = sample_children(q, 6, generator=torch.Generator().manual_seed(0))
+    assert sorted(tokens) == [0, 1, 2, 3]                                   # distinct, never the 0-prob token
+    rest = q.clone()
+    for x, row in zip(tokens, rows):                                        # row j = q without earlier draws
+        torch.testing.assert_close(row, rest / rest.sum())
+        rest[x] = 0.0
+    # Static: slots past what q can give are dropped with their subtrees; the tree carries its rows.
+    drafter = _RowDrafter(torch.tensor([[0.5, 0.5, 0.0], [0.2, 0.3, 0.5]]))
+    tree, _ = build_static_tree(drafter, torch.tensor([0]), [(0,), (1,), (2,), (0, 0), (2, 0)], sample=True,
+                                generator=torch.Generator().manual_seed(1))
+    assert tree.num_nodes == 3 and tree.parents.tolist() == [-1, -1, 0]
+    assert tree.proposal_probs.shape == (3, 3) and sorted(tree.tokens[:2].tolist()) == [0, 1]
+    # Dynamic: the shape (rank paths) is the deterministic search's; sampling fills it.
+    g = torch.Generator().manual_seed(2)
+    model = TableLM(torch.randn(6, 6, generator=g))
+    top, _ = build_dynamic_tree(model, torch.tensor([0, 1]), 6, width=2)
+    drawn, passes = build_dynamic_tree(model, torch.tensor([0, 1]), 6, width=2, sample=True, temperature=0.8,
+                                       generator=g)
+    assert drawn.parents.tolist() == top.parents.tolist() and drawn.proposal_probs.shape == (6, 6)
+    assert top.proposal_probs is None and passes > 0
+    for i in range(drawn.num_nodes):                                        # each token drawn from its row
+        assert float(drawn.proposal_probs[i, drawn.tokens[i]]) > 0.0
+    with pytest.raises(ValueError, match="temperature > 0"):
+        build_static_tree(drafter, torch.tensor([0]), [(0,)], sample=True, temperature=0.0)
+    with pytest.raises(ValueError, match="draft_mode"):
+        tree_speculative_generate(model, model, [0], 2, draft_mode="beam")
+
+
+def test_sampled_acceptance_probs_matches_the_rule():
+    # One-hot rows: the deterministic formula. With rows: p = [0.5, 0.3, 0.2, 0], q = [0.1, 0.2, 0.3,
+    # 0.4] for two i.i.d. children [2, 0]: a = min(1, 0.2/0.3) = 2/3, then p' = [0.8, 0.2, 0, 0]
+    # and a = (1/3) * min(1, 0.8/0.1) = 1/3.
+    tree = _tree()
+    probs = torch.softmax(torch.randn(7, 8, generator=torch.Generator().manual_seed(3)), dim=-1)
+    torch.testing.assert_close(sampled_acceptance_probs(tree, probs), node_acceptance_probs(tree, probs))
+    p, q = torch.tensor([0.5, 0.3, 0.2, 0.0]), torch.tensor([0.1, 0.2, 0.3, 0.4])
+    sampled = DraftTree(torch.tensor([2, 0]), torch.tensor([-1, -1]), q.expand(2, 4).clone())
+    a = sampled_acceptance_probs(sampled, torch.stack([p, p, p]))
+    torch.testing.assert_close(a, torch.tensor([2 / 3, 1 / 3]))
 
 
 def test_tree_formula_matches_simulation():

@@ -350,8 +350,37 @@ def verify_or_install(names: list[str], *, root: Path | None, source: Path | Non
     return 0 if not bad else 1
 
 
-def train(names: list[str], *, force: bool, root: Path | None, out=print) -> int:
-    """``--train``: skip verified artifacts (unless force), then train the rest with solutions applied."""
+def train(names: list[str], *, force: bool, root: Path | None, out=print, budget: int | None = None) -> int:
+    """``--train``: skip verified artifacts (unless force), then train the rest with solutions applied.
+    ``budget`` (target tokens, ``--budget``): drafters only, installed under ``runs/budget-<T>/``."""
+    if budget is not None:                          # a budgeted retrain (issue 29): never over the shipped artifact
+        from g2c.assets.recipes import drafters
+
+        bad = [n for n in names if n not in drafters.DRAFTER_RECIPES]
+        if bad or not names:
+            print(f"checkpoints: error: --budget retrains drafters only ({', '.join(drafters.DRAFTER_RECIPES)}); "
+                  f"name one, e.g. --train StoryLM-30M-EAGLE3 --budget 200k"
+                  + (f" (not {', '.join(bad)})" if bad else ""), file=sys.stderr)
+            return 2
+        if not _solutions_applied():
+            print("checkpoints: error: training runs the course's code with every reference solution applied; "
+                  "run ./checkpoints.sh --train (it selects them) or set G2C_APPLY_SOLUTIONS=all", file=sys.stderr)
+            return 1
+        for name in names:
+            try:
+                dest = drafters.train_drafter(name, force=force, budget=budget)
+            except FileExistsError as exc:
+                out(f"{name:<18} OK       {exc}")
+                continue
+            except (FileNotFoundError, ValueError) as exc:
+                print(f"checkpoints: error: cannot train {name}: {exc}", file=sys.stderr)
+                return 1
+            except KeyboardInterrupt:
+                print(f"checkpoints: {name} interrupted; run the same command again to resume", file=sys.stderr)
+                return 130
+            seen = drafters.budgeted_recipe(name, budget)["budget_tokens"]          # whole steps
+            out(f"{name:<18} trained  at a budget of {seen:,} target tokens -> {dest}")
+        return 0
     todo = []
     for name in names:
         if not force and is_verified(name, root):
@@ -443,6 +472,9 @@ examples:
   ./checkpoints.sh --train StoryLM-1M      retrain one model (resumes runs/<Name>/ if present)
   ./checkpoints.sh --train StoryLM-30M-EAGLE
                                            retrain one drafter (resumes runs/<Name>/drafter.pt)
+  ./checkpoints.sh --train StoryLM-30M-EAGLE3 --budget 200k
+                                           retrain a drafter at a budget of target tokens seen (or
+                                           'equal': EAGLE's 5.7M) into runs/budget-<T>/; resumable
   ./checkpoints.sh --train --force         retrain everything from scratch: tokenizer, ladder, drafters
                                            (the TinyStories sample is data: verified and restored, never trained)""")
     ap.add_argument("names", nargs="*", metavar="NAME", help="artifacts to act on (default: all)")
@@ -453,6 +485,9 @@ examples:
     ap.add_argument("--pin", action="store_true",
                     help="record the installed NAMEs (each verified against its own manifest) as the pinned copies "
                          "in g2c/assets/pins.json: for an author replacing an artifact on purpose")
+    ap.add_argument("--budget", metavar="TOKENS", default=None,
+                    help="with --train NAME: a drafter's training budget in target tokens seen (5734400, 5.7M, "
+                         "200k, or 'equal' = EAGLE's); steps follow from it; installs into runs/budget-<T>/")
     ap.add_argument("--from", dest="source", metavar="DIR", help="install from a mirror laid out like artifacts/")
     ap.add_argument("--force", action="store_true", help="replace verified artifacts (install or retrain)")
     ap.add_argument("--root", type=Path, default=None, help=argparse.SUPPRESS)  # tests: another artifacts/
@@ -489,7 +524,19 @@ def main(argv: list[str] | None = None) -> int:
         if args.source:
             print("checkpoints: error: --train and --from do not mix", file=sys.stderr)
             return 2
-        return train(names, force=args.force, root=args.root)
+        budget = None
+        if args.budget is not None:
+            from g2c.assets.recipes.drafters import parse_budget
+
+            try:
+                budget = parse_budget(args.budget)
+            except ValueError as exc:
+                print(f"checkpoints: error: {exc}", file=sys.stderr)
+                return 2
+        return train(names, force=args.force, root=args.root, budget=budget)
+    if args.budget is not None:
+        print("checkpoints: error: --budget goes with --train NAME", file=sys.stderr)
+        return 2
     source = None
     if args.source:
         source = _mirror_root(Path(args.source))

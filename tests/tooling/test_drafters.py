@@ -125,3 +125,95 @@ def test_lineage_recipes_are_complete():
         r = DRAFTER_RECIPES[name]
         assert {"steps", "batch_size", "features_windows", "seed", "val_windows"} <= set(r)
         assert FUSION_LAYERS[r["base"]] == (2, 4, 6)          # fusion_layers(9), checked in test_specdec_lineage
+
+
+# -- one budget (issue 29) -------------------------------------------------------------------------
+def test_budget_gives_the_steps_and_is_recorded():
+    """A budget in target tokens seen: steps = ceil(tokens / (batch x context)), every step runs (no early
+    stop), the lineage drafters read as many windows as the budget sees (capped at the split); EAGLE's
+    shipped budget is the default 'equal'."""
+    from g2c.assets.recipes.drafters import (
+        EQUAL_BUDGET_TOKENS,
+        STATE_READERS,
+        TRAINING_BUDGETS,
+        budgeted_recipe,
+        parse_budget,
+    )
+
+    assert EQUAL_BUDGET_TOKENS == 1400 * 16 * 256 == 5_734_400
+    assert set(TRAINING_BUDGETS) == set(STATE_READERS)
+    assert TRAINING_BUDGETS["StoryLM-30M-Medusa"] == 500 * 8 * 256              # the shipped recipes' budgets
+    r = budgeted_recipe("StoryLM-30M-Medusa", EQUAL_BUDGET_TOKENS)
+    assert r["steps"] == 2800 and r["budget_tokens"] == EQUAL_BUDGET_TOKENS and r["patience"] is None
+    assert r["features_windows"] == 22_400 and r["eval_every"] == 100            # more than the split: all of it
+    r = budgeted_recipe("storylm-30m-eagle3", 10_000)                            # 4 x 256 per step: 10 steps
+    assert r["steps"] == 10 and r["budget_tokens"] == 10_240 and r["eval_every"] == 1
+    assert r["features_windows"] == 40
+    assert parse_budget("5.7M") == 5_700_000 and parse_budget("200k") == 200_000
+    assert parse_budget("equal") == EQUAL_BUDGET_TOKENS and parse_budget("1,024") == 1024
+    for bad in ("0", "-3", "lots", "nan", "", "1e20"):
+        with pytest.raises(ValueError, match="--budget must be a positive number"):
+            parse_budget(bad)
+    with pytest.raises(ValueError, match="is not a drafter"):
+        budgeted_recipe("StoryLM-1M", 1000)
+
+
+@pytest.fixture
+def tiny_run(tiny, monkeypatch, tmp_path):
+    """train_drafter on a tiny 7-block base (Medusa, blocks 2, 4, 6 read), 16-token windows, no artifacts."""
+    import g2c.assets.artifacts as artifacts
+    import g2c.assets.data as data
+    from g2c.assets.recipes import drafters as D
+
+    base = TransformerLM(32, 16, 7, 2, 16, generator=torch.Generator().manual_seed(0)).eval()
+    written = []
+    monkeypatch.setattr(D, "load_model", lambda name, **kw: (base, None))
+    monkeypatch.setattr(D, "load_story_tokenizer", lambda: None)
+    monkeypatch.setattr(data, "tokenize_splits", lambda tok, log=print: None)
+    monkeypatch.setattr(artifacts, "is_verified", lambda name, root=None: False)
+    monkeypatch.setattr(D, "write_artifact", lambda name, files, manifest, **kw: written.append((files, manifest))
+                        or tmp_path / "out")
+    recipe = {**D.DRAFTER_RECIPES["StoryLM-30M-Medusa"], "context": 16, "batch_size": 2, "val_windows": 2}
+    monkeypatch.setitem(D.DRAFTER_RECIPES, "StoryLM-30M-Medusa", recipe)
+    return D, written
+
+
+def test_budgeted_run_resumes_to_the_same_weights(tiny_run, monkeypatch, tmp_path):
+    """An uninterrupted run and one stopped (Ctrl-C) after step 3, then rerun: the same weights, bit for bit;
+    the manifest records the budget, the tokens seen and the validation agreement at every check."""
+    D, written = tiny_run
+    budget = 6 * 2 * 16                                                          # 6 steps of 2 x 16 tokens
+    monkeypatch.setattr(D, "RUNS_DIR", tmp_path / "whole")
+    D.train_drafter("StoryLM-30M-Medusa", budget=budget, progress=False, log=lambda *a: None)
+
+    def stop(step):
+        if step == 3:
+            raise KeyboardInterrupt
+
+    lines = []
+    monkeypatch.setattr(D, "RUNS_DIR", tmp_path / "interrupted")
+    with pytest.raises(KeyboardInterrupt):
+        D.train_drafter("StoryLM-30M-Medusa", budget=budget, progress=False, log=lines.append, on_step=stop)
+    assert any("holds step 3" in line and "resume" in line for line in lines)
+    assert len(written) == 1
+    D.train_drafter("StoryLM-30M-Medusa", budget=budget, progress=False, log=lines.append)
+    assert any("resuming StoryLM-30M-Medusa at step 3" in line for line in lines)
+    (whole, m1), (resumed, m2) = written
+    assert whole["model.safetensors"] == resumed["model.safetensors"]
+    assert m1["history"] == m2["history"] and m1["steps"] == m2["steps"] == 6
+    assert m1["recipe"]["budget_tokens"] == m1["tokens_seen"] == budget
+    assert m1["epochs"] == pytest.approx(budget / (4 * 16), abs=0.01)             # the 4-window split, repeated
+    assert any("epochs of the 4 training windows" in line for line in lines)     # and it says so
+    assert [h["tokens_seen"] for h in m1["history"]] == [0, 32, 64, 96, 128, 160, 192]
+    assert all("val_agree_1" in h for h in m1["history"])
+
+
+def test_checkpoints_budget_refuses_what_it_cannot_do(capsys):
+    """--budget without --train, or for a model that is not a drafter: one line, exit 2, nothing trained."""
+    from g2c.assets import checkpoints
+
+    assert checkpoints.main(["--budget", "5k"]) == 2
+    assert "--budget goes with --train NAME" in capsys.readouterr().err
+    assert checkpoints.train(["StoryLM-1M"], force=False, root=None, budget=1000) == 2
+    err = capsys.readouterr().err
+    assert "--budget retrains drafters only" in err and "(not StoryLM-1M)" in err and len(err.splitlines()) == 1

@@ -46,7 +46,8 @@ from g2c.assets.artifacts import (
 from g2c.assets.recipes.features import Features, layer_features, target_features
 from g2c.assets.recipes.ladder import RUNS_DIR, git_commit, machine
 
-__all__ = ["DRAFTER_RECIPES", "train_drafter"]
+__all__ = ["DRAFTER_RECIPES", "EQUAL_BUDGET_TOKENS", "STATE_READERS", "TRAINING_BUDGETS", "budgeted_recipe",
+           "parse_budget", "recipe_budget", "train_drafter"]
 
 # The budget: each run ran on the project's 2-core CPU beside the others, so step counts
 # are what fitted into an afternoon; early stopping decides when a head is done.
@@ -76,6 +77,75 @@ DRAFTER_RECIPES: dict[str, dict] = {
 }
 LINEAGE_KINDS = ("medusa", "eagle3", "block")
 FUSION_LAYERS = {"StoryLM-30M": (2, 4, 6)}   # = g2c.specdec.lineage.fusion_layers(9)
+
+# -- one budget (issue 29) ------------------------------------------------------------------------
+# A drafter's training budget is counted in TARGET TOKENS SEEN: steps x batch_size x context (every
+# window is `context` tokens of the base's states). The recipes above are the ones that reproduce the
+# shipped artifacts (tests/tooling/test_artifacts.py pins them), so their budgets differ; a budgeted
+# run (`./checkpoints.sh --train NAME --budget TOKENS`, or `--budget equal` for EAGLE's) derives the
+# steps from the budget, runs all of them (no early stop: equal budgets), keeps the best-validation
+# weights, and learns from every window of the training split.
+CONTEXT = 256
+STATE_READERS = ("StoryLM-30M-MTP", "StoryLM-30M-EAGLE", "StoryLM-30M-Medusa", "StoryLM-30M-EAGLE3",
+                 "StoryLM-30M-Block")
+
+
+def recipe_budget(recipe: dict) -> int:
+    """Target tokens a recipe's full run sees: steps x batch_size x context."""
+    return recipe["steps"] * recipe["batch_size"] * recipe.get("context", CONTEXT)
+
+
+EQUAL_BUDGET_TOKENS = recipe_budget(DRAFTER_RECIPES["StoryLM-30M-EAGLE"])     # 5,734,400
+TRAINING_BUDGETS = {name: recipe_budget(DRAFTER_RECIPES[name]) for name in STATE_READERS}   # the shipped recipes'
+
+
+def parse_budget(text) -> int:
+    """``--budget``: a token count (``5734400``, ``5.7M``, ``200k``) or ``equal`` (EAGLE's budget).
+
+    Raises:
+        ValueError: not a positive count, ``k``/``M`` count or ``equal``.
+    """
+    t = str(text).strip().lower().replace(",", "").replace("_", "")
+    if t == "equal":
+        return EQUAL_BUDGET_TOKENS
+    scale = {"k": 1_000, "m": 1_000_000}.get(t[-1:], 1)
+    try:
+        value = float(t[:-1] if scale > 1 else t)
+    except ValueError:
+        value = 0.0
+    if not value > 0 or value != value or value * scale >= 1e12:
+        raise ValueError(f"--budget must be a positive number of target tokens (5734400, 5.7M, 200k) or 'equal' "
+                         f"(EAGLE's {EQUAL_BUDGET_TOKENS:,}), got {text!r}")
+    return int(round(value * scale))
+
+
+def budgeted_recipe(name: str, tokens: int) -> dict:
+    """The recipe of ``name`` at a budget of ``tokens`` target tokens seen.
+
+    steps = ceil(tokens / (batch_size x context)) (so the budget actually seen, ``budget_tokens``,
+    rounds up to whole steps); ``patience`` None (every step runs: equal budgets); at least 10
+    validation checks (``eval_every`` <= steps / 10); lineage drafters read as many training windows
+    as the budget sees tokens (``features_windows`` = ceil(tokens / context), capped at the split by
+    ``layer_features``: EAGLE's budget reads every window, 4.7 times over; a laptop's 200k tokens
+    computes 782 windows of features, not the whole split's 5 GB).
+
+    Raises:
+        ValueError: ``name`` has no recipe, or tokens < 1.
+    """
+    name = canonical_name(name)
+    if name not in DRAFTER_RECIPES:
+        raise ValueError(f"{name} is not a drafter; drafters: {', '.join(DRAFTER_RECIPES)}")
+    if isinstance(tokens, bool) or not isinstance(tokens, int) or tokens < 1:
+        raise ValueError(f"budget must be a positive int of target tokens, got {tokens!r}")
+    r = dict(DRAFTER_RECIPES[name])
+    per_step = r["batch_size"] * r.get("context", CONTEXT)
+    steps = -(-tokens // per_step)
+    r.update(steps=steps, budget_tokens=steps * per_step, patience=None,
+             eval_every=max(1, min(r["eval_every"], -(-steps // 10))),
+             warmup_steps=min(r["warmup_steps"], max(1, steps // 10)))
+    if "features_windows" in r:
+        r["features_windows"] = -(-r["budget_tokens"] // r.get("context", CONTEXT))
+    return r
 
 
 def _lr(step: int, r: dict) -> float:
@@ -197,11 +267,76 @@ def _evaluate(job: _Job, val: Features, num_windows: int, batch_size: int) -> di
     return {f"val_{k}": v / count for k, v in sums.items()}
 
 
-def train_drafter(name: str, *, force: bool = False, progress: bool = True, log=print) -> Path:
+def _train_steps(job, r: dict, train, val, opt, gen, params, ckpt: Path, bar, name: str, log, on_step,
+                 state: dict) -> None:
+    """The training loop from ``state["step"]`` to ``r["steps"]`` (or early stop), checkpointing at every
+    validation check; ``state`` is updated in place (a Ctrl-C leaves it at the last finished step)."""
+    from g2c.pretraining.trainer import save_checked
+    from g2c.training import clip_grad_norm_
+
+    patience = r["patience"] if r["patience"] is not None else float("inf")
+    while state["step"] < r["steps"] and state["bad_checks"] < patience:
+        step = state["step"]
+        opt.lr = _lr(step, r)
+        windows = torch.randint(0, train.num_windows, (r["batch_size"],), generator=gen)
+        ids, states = train.batch(windows, job.base.token_embed.weight.device)
+        with torch.autocast(ids.device.type, dtype=torch.bfloat16):
+            out = job.terms(ids, states, train=True, generator=gen)
+        opt.zero_grad()
+        out["loss"].backward()
+        clip_grad_norm_(params, 1.0)
+        opt.step()
+        step = state["step"] = step + 1
+        bar.update(1)
+        bar.set_postfix(loss=f"{float(out['loss'].detach()):.3f}")
+        if step % r["eval_every"] == 0 or step == r["steps"]:
+            metrics = _evaluate(job, val, r["val_windows"], r["batch_size"])
+            state["history"].append({"step": step, "tokens_seen": step * r["batch_size"] * train.context,
+                                     "train_loss": round(float(out["loss"].detach()), 5),
+                                     **{k: round(v, 5) for k, v in metrics.items()}})
+            if metrics["val_score"] < state["best"] - 1e-4:
+                state["best"], state["bad_checks"] = metrics["val_score"], 0
+                state["best_state"] = {k: v.clone() for k, v in job.module.state_dict().items()}
+            else:
+                state["bad_checks"] += 1
+            log(f"\ndrafters: {name} step {step}: " + ", ".join(f"{k} {v:.4f}" for k, v in metrics.items()))
+            save_checked({"module": job.module.state_dict(), "opt": opt.state_dict(), "gen": gen.get_state(),
+                          "step": step, "history": state["history"], "best": state["best"],
+                          "best_state": state["best_state"],
+                          "wall": state["wall_before"] + time.time() - state["t0"],
+                          "bad_checks": state["bad_checks"]}, ckpt)
+            state["saved"] = step
+        if on_step is not None:
+            on_step(step)
+
+
+def budget_root(tokens: int) -> Path:
+    """Where a budgeted run installs its artifact (an ``artifacts/``-like tree; ``load_model(name, root=...)``)."""
+    return RUNS_DIR / f"budget-{tokens}"
+
+
+def train_drafter(name: str, *, force: bool = False, progress: bool = True, log=print, budget: int | None = None,
+                  on_step=None) -> Path:
     """Train one drafter with its recipe and install the best-validation weights as an artifact.
 
+    Args:
+        name: a drafter with a recipe (``DRAFTER_RECIPES``).
+        force: retrain from step 0 although an artifact (or a checkpoint) exists.
+        progress: tqdm bars.
+        budget: target tokens to see (``budgeted_recipe``); None runs the shipped recipe and installs into
+            ``artifacts/``; a budget trains in ``runs/<Name>-budget<T>/`` and installs into
+            ``runs/budget-<T>/`` (``budget_root``), never over the shipped artifact.
+        on_step: ``on_step(step)`` after each finished step (and its checkpoint, if one was due); tests
+            interrupt a run from it.
+
+    The run is resumable: ``runs/<Name>[-budget<T>]/drafter.pt`` is rewritten at every validation check
+    (every ``eval_every`` steps); after Ctrl-C the same command resumes from the last check, and ends
+    with the same weights as an uninterrupted run (``tests/tooling/test_drafters.py``). Each check logs
+    the validation metrics (agreement included) into the history the manifest keeps
+    (``scripts/agreement_figure.py`` plots them against tokens seen).
+
     Raises:
-        ValueError: ``name`` is not a drafter. FileExistsError: installed and verified (pass ``force``).
+        ValueError: ``name`` is not a drafter; a bad budget. FileExistsError: installed and verified (pass ``force``).
         ArtifactMissingError: its base/teacher is not installed (run ./checkpoints.sh).
         FileNotFoundError: the data is not prepared (run ./datasets.sh).
     """
@@ -209,36 +344,45 @@ def train_drafter(name: str, *, force: bool = False, progress: bool = True, log=
 
     from g2c.assets.artifacts import is_verified
     from g2c.assets.data import tokenize_splits
-    from g2c.pretraining.trainer import load_checked, save_checked
-    from g2c.training import AdamW, clip_grad_norm_
+    from g2c.pretraining.trainer import load_checked
+    from g2c.training import AdamW
 
     name = canonical_name(name)
     if name not in DRAFTER_RECIPES:
         raise ValueError(f"{name} is not a drafter; drafters: {', '.join(DRAFTER_RECIPES)}")
-    if not force and is_verified(name):
-        raise FileExistsError(f"{name} is already installed and verified; pass --force to retrain it")
-    r = DRAFTER_RECIPES[name]
+    r = DRAFTER_RECIPES[name] if budget is None else budgeted_recipe(name, budget)
+    root = None if budget is None else budget_root(r["budget_tokens"])
+    if not force and is_verified(name, root):
+        raise FileExistsError(f"{name} is already installed and verified{'' if root is None else f' in {root}'}; "
+                              "pass --force to retrain it")
     tokenize_splits(load_story_tokenizer(), log=log)
     device = "cpu" if not torch.cuda.is_available() else "cuda"
     job = _Job(name, r, device)
     if job.kind in LINEAGE_KINDS:
         layers = FUSION_LAYERS[job.base_name]
         train = layer_features(job.base, job.base_name, "train", layers, max_windows=r["features_windows"],
-                               progress=progress, log=log)
+                               context=r.get("context", CONTEXT), progress=progress, log=log)
         val = layer_features(job.base, job.base_name, "val", layers, max_windows=r["val_windows"],
-                             progress=progress, log=log)
+                             context=r.get("context", CONTEXT), progress=progress, log=log)
         data = (f"{job.base_name}'s outputs of blocks {', '.join(map(str, layers))} and final states over the "
                 f"first {train.num_windows} train windows of {train.context} tokens "
                 "(g2c.assets.recipes.features.layer_features)")
     else:
-        train = target_features(job.base, job.base_name, "train", progress=progress, log=log)
-        val = target_features(job.base, job.base_name, "val", progress=progress, log=log)
+        train = target_features(job.base, job.base_name, "train", context=r.get("context", CONTEXT),
+                                progress=progress, log=log)
+        val = target_features(job.base, job.base_name, "val", context=r.get("context", CONTEXT), progress=progress,
+                              log=log)
         data = (f"{job.base_name}'s final states over the train split in non-overlapping "
                 f"{train.context}-token windows (g2c.assets.recipes.features)")
     params = list(job.module.parameters())
     opt = AdamW(params, lr=r["max_lr"], betas=(0.9, 0.95), weight_decay=0.0)
     gen = torch.Generator().manual_seed(r["seed"])
-    run_dir = RUNS_DIR / name
+    split_tokens = train.num_windows * train.context
+    planned = r["steps"] * r["batch_size"] * train.context
+    if planned > split_tokens:                               # the split cannot feed the budget once: say so
+        log(f"drafters: {name}: a budget of {planned:,} target tokens is {planned / split_tokens:.2f} epochs of the "
+            f"{train.num_windows:,} training windows ({split_tokens:,} tokens): windows repeat")
+    run_dir = RUNS_DIR / (name if budget is None else f"{name}-budget{r['budget_tokens']}")
     run_dir.mkdir(parents=True, exist_ok=True)
     ckpt = run_dir / "drafter.pt"
     step, history, best, best_state, wall_before, bad_checks = 0, [], None, None, 0.0, 0
@@ -252,39 +396,23 @@ def train_drafter(name: str, *, force: bool = False, progress: bool = True, log=
         log(f"drafters: resuming {name} at step {step}")
     if step == 0:
         first = _evaluate(job, val, r["val_windows"], r["batch_size"])
-        history.append({"step": 0, **{k: round(v, 5) for k, v in first.items()}})
+        history.append({"step": 0, "tokens_seen": 0, **{k: round(v, 5) for k, v in first.items()}})
         best, best_state = first["val_score"], {k: v.clone() for k, v in job.module.state_dict().items()}
     log(f"drafters: training {name} ({sum(p.numel() for p in params):,} parameters) on {job.base_name}'s "
         f"states, up to {r['steps']} steps of {r['batch_size']}x{train.context} tokens")
     job.module.train()
     t0 = time.time()
     bar = tqdm(total=r["steps"], initial=step, desc=name, disable=not progress)
-    while step < r["steps"] and bad_checks < r["patience"]:
-        opt.lr = _lr(step, r)
-        windows = torch.randint(0, train.num_windows, (r["batch_size"],), generator=gen)
-        ids, states = train.batch(windows, job.base.token_embed.weight.device)
-        with torch.autocast(ids.device.type, dtype=torch.bfloat16):
-            out = job.terms(ids, states, train=True, generator=gen)
-        opt.zero_grad()
-        out["loss"].backward()
-        clip_grad_norm_(params, 1.0)
-        opt.step()
-        step += 1
-        bar.update(1)
-        bar.set_postfix(loss=f"{float(out['loss']):.3f}")
-        if step % r["eval_every"] == 0 or step == r["steps"]:
-            metrics = _evaluate(job, val, r["val_windows"], r["batch_size"])
-            history.append({"step": step, "train_loss": round(float(out["loss"]), 5),
-                            **{k: round(v, 5) for k, v in metrics.items()}})
-            if metrics["val_score"] < best - 1e-4:
-                best, bad_checks = metrics["val_score"], 0
-                best_state = {k: v.clone() for k, v in job.module.state_dict().items()}
-            else:
-                bad_checks += 1
-            log(f"\ndrafters: {name} step {step}: " + ", ".join(f"{k} {v:.4f}" for k, v in metrics.items()))
-            save_checked({"module": job.module.state_dict(), "opt": opt.state_dict(), "gen": gen.get_state(),
-                          "step": step, "history": history, "best": best, "best_state": best_state,
-                          "wall": wall_before + time.time() - t0, "bad_checks": bad_checks}, ckpt)
+    state = {"step": step, "history": history, "best": best, "best_state": best_state, "bad_checks": bad_checks,
+             "saved": step, "wall_before": wall_before, "t0": t0}
+    try:
+        _train_steps(job, r, train, val, opt, gen, params, ckpt, bar, name, log, on_step, state)
+    except KeyboardInterrupt:
+        bar.close()
+        log(f"\ndrafters: {name} interrupted at step {state['step']}; its last checkpoint ({ckpt}) holds step "
+            f"{state['saved']}: run the same command again to resume from there")
+        raise
+    step, history, best_state = state["step"], state["history"], state["best_state"]
     bar.close()
     wall = wall_before + time.time() - t0
     job.module.load_state_dict(best_state)
@@ -299,7 +427,9 @@ def train_drafter(name: str, *, force: bool = False, progress: bool = True, log=
         "recipe": {**r, "optimizer": "g2c.training.AdamW (betas 0.9, 0.95, no weight decay)",
                    "schedule": "linear warmup + cosine", "grad_clip": 1.0, "bf16_autocast": True,
                    "data": data,
-                   "weights_kept": "best validation score (val_score), early stop after `patience` checks",
+                   "weights_kept": "best validation score (val_score), " + (
+                       "early stop after `patience` checks" if r["patience"] is not None
+                       else "every step of the budget runs"),
                    "stored_dtype": "float16"},
         "steps": step, "best_step": best_step, "tokens_seen": tokens,
         "epochs": round(tokens / (train.num_windows * train.context), 2),
@@ -308,7 +438,7 @@ def train_drafter(name: str, *, force: bool = False, progress: bool = True, log=
     }
     dest = write_artifact(name, {"model.safetensors": model_state_to_bytes(job.module),
                                  "config.json": (json.dumps(config, indent=2) + "\n").encode()},
-                          manifest, force=True)
+                          manifest, root=root, force=True)
     log(f"drafters: {name} best at step {best_step}: " + ", ".join(f"{k} {v:.4f}" for k, v in final.items())
         + f" after {wall / 60:.1f} min -> {dest}")
     return dest

@@ -36,9 +36,9 @@ from g2c.kvcache.forward import unembed
 from g2c.nn import LayerNorm, Linear
 from g2c.transformer import Block
 
-from ..trees import DraftTree
+from ..trees import DraftTree, warp_probs
 from .eagle3 import check_fusion_layers, fusion_layers
-from .protocol import HeadOnBase, TreeDrafter, chain_tree, masked_block
+from .protocol import HeadOnBase, TreeDrafter, chain_tree, check_draft_mode, masked_block
 
 __all__ = ["BlockDrafter", "BlockHead", "block_loss", "block_loss_weights"]
 
@@ -219,12 +219,17 @@ class BlockDrafter(TreeDrafter):
     Args:
         head: a trained ``BlockHead`` (``load_model("StoryLM-30M-Block")``).
         block_size: slots per round (default: all the head was trained for).
+        draft_mode: ``"top"`` (default: each slot's argmax) or ``"sample"``: at the loop's T > 0 each
+            slot's token is drawn from its softmax(logits / T), the chain carrying those rows (a
+            slot's q does not depend on the earlier slots' drafts, so the rows are exact).
 
     Raises:
-        TypeError: head is not a ``BlockHead``. ValueError: block_size outside [1, head.block_size].
+        TypeError: head is not a ``BlockHead``. ValueError: block_size outside [1, head.block_size];
+            draft_mode not "top" or "sample".
     """
 
-    def __init__(self, head: BlockHead, *, block_size: int | None = None) -> None:
+    def __init__(self, head: BlockHead, *, block_size: int | None = None, draft_mode: str = "top") -> None:
+        self.draft_mode = check_draft_mode(draft_mode, "BlockDrafter")
         if not isinstance(head, BlockHead):
             raise TypeError(f"BlockDrafter needs a BlockHead (load_model('StoryLM-30M-Block')), got "
                             f"{type(head).__name__}")
@@ -254,4 +259,8 @@ class BlockDrafter(TreeDrafter):
             return DraftTree.empty()
         w = self.base.token_embed.weight
         logits = self.head(self._rows.unsqueeze(0).to(w.device, w.dtype), context_ids[-1:], size)[0]   # (size, V)
+        if self.sampling:                                  # sampled drafting (issue 29): one draw per slot
+            q = warp_probs(torch.softmax(logits.float(), dim=-1).cpu(), self.sample_temperature)        # (size, V)
+            tokens = torch.multinomial(q, 1, generator=self.sample_generator).view(-1)
+            return DraftTree(tokens, chain_tree(tokens).parents, q)
         return chain_tree(logits.argmax(-1).cpu())

@@ -32,7 +32,7 @@ from g2c.kvcache import KVCache
 
 from ..sampling.eagle import FeatureDrafter
 from ..trees import DraftTree, build_dynamic_tree, build_static_tree, static_choices
-from .protocol import TreeDrafter, masked_block
+from .protocol import TreeDrafter, check_draft_mode, masked_block
 
 __all__ = ["MAX_WIDTH", "EagleTreeDrafter", "FeatureTreeDrafter"]
 
@@ -51,16 +51,23 @@ class FeatureTreeDrafter(TreeDrafter):
         shape: ``"dynamic"`` (default: EAGLE-2's search, ``width`` per depth) or ``"static"`` (the
             ``static_choices`` shape of the same node budget, filled by ``build_static_tree``: the
             baseline EAGLE-2 is measured against).
+        draft_mode: ``"top"`` (default: top ranks) or ``"sample"``: at the loop's T > 0, children
+            drawn without replacement from the drafter's softmax(logits / T), the tree carrying
+            their rows (``build_static_tree(..., sample=True)``; EAGLE-2's shape is still searched
+            on top ranks, then filled by sampling).
 
     Attributes:
         cache: the head's one-layer ``KVCache``: the committed rows (inputs from the target's true
             states), then during ``draft`` one row per tree node, cropped at the next ``commit``.
 
     Raises:
-        ValueError: width not an int in [1, ``MAX_WIDTH``] (32); shape not "dynamic" or "static".
+        ValueError: width not an int in [1, ``MAX_WIDTH``] (32); shape not "dynamic" or "static";
+            draft_mode not "top" or "sample".
     """
 
-    def __init__(self, head, *, width: int = 1, target_layers: tuple[int, ...] = (), shape: str = "dynamic") -> None:
+    def __init__(self, head, *, width: int = 1, target_layers: tuple[int, ...] = (), shape: str = "dynamic",
+                 draft_mode: str = "top") -> None:
+        self.draft_mode = check_draft_mode(draft_mode, type(self).__name__)
         if shape not in ("dynamic", "static"):
             raise ValueError(f"{type(self).__name__}: shape must be 'dynamic' (EAGLE-2) or 'static' (Medusa-style "
                              f"rank paths, static_choices), got {shape!r}")
@@ -150,8 +157,9 @@ class FeatureTreeDrafter(TreeDrafter):
         self._memo = {}
         if self.shape == "static":                        # the same budget in a fixed shape, for comparison
             choices = [c for c in static_choices(max_nodes) if len(c) <= max_depth]
-            return build_static_tree(self, context_ids, choices)[0]
-        tree, _ = build_dynamic_tree(self, context_ids, max_nodes, width=self.width, max_depth=max_depth)
+            return build_static_tree(self, context_ids, choices, **self.sampling)[0]
+        tree, _ = build_dynamic_tree(self, context_ids, max_nodes, width=self.width, max_depth=max_depth,
+                                     **self.sampling)
         return tree
 
 
@@ -163,16 +171,18 @@ class EagleTreeDrafter(FeatureTreeDrafter):
         width: 1 = EAGLE's chain; > 1 = EAGLE-2's dynamic tree (the paper's top-k is 10 on 7B
             models; 4 suits the course's small vocabulary).
         shape: ``"static"`` drafts a fixed ``static_choices`` tree of the same budget instead.
+        draft_mode: ``"top"`` or ``"sample"`` (see ``FeatureTreeDrafter``).
 
     Raises:
         TypeError: head is not a ``FeatureDrafter``.
     """
 
-    def __init__(self, head: FeatureDrafter, *, width: int = 1, shape: str = "dynamic") -> None:
+    def __init__(self, head: FeatureDrafter, *, width: int = 1, shape: str = "dynamic",
+                 draft_mode: str = "top") -> None:
         if not isinstance(head, FeatureDrafter):
             raise TypeError(f"EagleTreeDrafter needs a FeatureDrafter (load_model('StoryLM-30M-EAGLE')), "
                             f"got {type(head).__name__}")
-        super().__init__(head, width=width, shape=shape)
+        super().__init__(head, width=width, shape=shape, draft_mode=draft_mode)
 
     def true_features(self, states: torch.Tensor) -> torch.Tensor:
         """EAGLE-1 reads the target's final states as they are: (m, 1, D) -> (m, D)."""

@@ -253,14 +253,15 @@ def eagle3_loss(head: Eagle3Head, states: torch.Tensor, ids: torch.Tensor, *, st
 class Eagle3Drafter(FeatureTreeDrafter):
     """An ``Eagle3Head`` behind ``lineage_generate``: chain (width 1) or EAGLE-2 dynamic tree. Provided.
 
-    Reads ``head.layers`` of the target (``target_layers``) besides the final state.
+    Reads ``head.layers`` of the target (``target_layers``) besides the final state. ``draft_mode``:
+    ``"top"`` or ``"sample"`` (see ``FeatureTreeDrafter``).
 
     Raises:
         TypeError: head is not an ``Eagle3Head``.
     """
 
-    def __init__(self, head: Eagle3Head, *, width: int = 1) -> None:
+    def __init__(self, head: Eagle3Head, *, width: int = 1, draft_mode: str = "top") -> None:
         if not isinstance(head, Eagle3Head):
             raise TypeError(f"Eagle3Drafter needs an Eagle3Head (load_model('StoryLM-30M-EAGLE3')), "
                             f"got {type(head).__name__}")
-        super().__init__(head, width=width, target_layers=head.layers)
+        super().__init__(head, width=width, target_layers=head.layers, draft_mode=draft_mode)

@@ -30,6 +30,10 @@ The drafter protocol of this module (``TreeDrafter``)
     At most ``max_nodes`` nodes, none deeper than ``max_depth`` (>= 1). Proposals are the
     drafter's top ranks, deterministic: at T > 0 the tree verifier then accepts node x with
     the target's p(x) and resamples from the residual (lossless for any deterministic proposal).
+    With ``draft_mode="sample"`` and T > 0 they are drawn from the drafter's q without
+    replacement among siblings, and the tree carries those rows (lossless too).
+``set_sampling(temperature, generator)`` (optional)
+    Called once before the first round with the loop's temperature and generator.
 ``commit(context_ids, states)``
     After each pass: ``context_ids`` is the whole new context (ending with the correction or
     bonus token), ``states`` (m, len(target_layers) + 1, D) the rows of the m positions committed
@@ -195,6 +199,8 @@ def lineage_generate(target, drafter: TreeDrafter, prompt_ids, max_new_tokens: i
     target.eval()
     if head is not None:
         head.eval()
+    if hasattr(drafter, "set_sampling"):                   # sampled drafting (issue 29): q at the loop's T
+        drafter.set_sampling(temperature, generator)
     cache = KVCache.for_model(target)
     window = target.max_seq_len
     stats = LineageStats()

@@ -36,9 +36,9 @@ import torch
 from g2c.kvcache.forward import unembed
 from g2c.sampling.model import check_prob_rows, check_real, check_token_ids
 
-from ..trees import DraftTree, static_choices
+from ..trees import DraftTree, build_static_tree, static_choices
 from ..trees.verify import _check_rows
-from .protocol import HeadOnBase, TreeDrafter
+from .protocol import HeadOnBase, TreeDrafter, check_draft_mode
 
 __all__ = ["MedusaDrafter", "MedusaHeads", "medusa_loss", "medusa_tree", "typical_accept", "typical_tree_verify"]
 
@@ -318,16 +318,21 @@ class MedusaDrafter(TreeDrafter):
         heads: trained ``MedusaHeads`` (``heads, tokenizer = load_model("StoryLM-30M-Medusa")``).
         choices: rank paths (default: ``static_choices`` of 64 paths, cut to depth K); each
             round keeps the first ``max_nodes`` that fit.
+        draft_mode: ``"top"`` (default: ``medusa_tree``'s top ranks) or ``"sample"``: at the loop's
+            T > 0 the children of every node are drawn without replacement from head d's
+            softmax(logits / T) (the same q for every parent at depth d: the heads do not see the
+            drafted tokens), the tree carrying their rows (``build_static_tree(..., sample=True)``).
 
     Raises:
         TypeError: heads is not ``MedusaHeads``; a rank that is not an int. ValueError: choices empty,
-            not rank paths,
-            deeper than K, unsorted, missing a prefix, or with a rank >= V.
+            not rank paths, deeper than K, unsorted, missing a prefix, or with a rank >= V; draft_mode
+            not "top" or "sample".
     """
 
-    def __init__(self, heads: MedusaHeads, choices=None) -> None:
+    def __init__(self, heads: MedusaHeads, choices=None, *, draft_mode: str = "top") -> None:
         if not isinstance(heads, MedusaHeads):
             raise TypeError(f"MedusaDrafter needs MedusaHeads, got {type(heads).__name__}")
+        self.draft_mode = check_draft_mode(draft_mode, "MedusaDrafter")
         self.head = heads
         self.base = heads.base
         self.vocab_size = heads.base.vocab_size
@@ -355,4 +360,13 @@ class MedusaDrafter(TreeDrafter):
         weight = self.base.token_embed.weight
         probs = torch.softmax(self.head.logits(self._h.to(weight.device, weight.dtype)).float(), dim=-1)   # (K, V)
         choices = [c for c in self.choices if len(c) <= max_depth][:max_nodes]
+        if self.sampling:                                  # sampled drafting (issue 29): head d's q at depth d
+            self._head_probs = probs.cpu()
+            return build_static_tree(self, context_ids, choices, **self.sampling)[0]
         return medusa_tree(probs, choices)
+
+    def tree_probs(self, context_ids: torch.Tensor, tree: DraftTree) -> torch.Tensor:
+        """(n+1, V): row 0 is head 1's q, the row after a node at depth d head d + 1's (the
+        builders' hook; the last head's row repeats past depth K, never drawn from)."""
+        rows = torch.cat([torch.zeros(1, dtype=torch.long), tree.depths]).clamp(max=self.head.num_heads - 1)
+        return self._head_probs[rows]

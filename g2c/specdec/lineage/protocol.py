@@ -18,7 +18,8 @@ from g2c.nn import Module
 
 from ..trees import DraftTree
 
-__all__ = ["HeadOnBase", "TreeDrafter", "chain_tree", "masked_block", "masked_block_past"]
+__all__ = ["DRAFT_MODES", "HeadOnBase", "TreeDrafter", "chain_tree", "check_draft_mode", "masked_block",
+           "masked_block_past"]
 
 
 def chain_tree(tokens) -> DraftTree:
@@ -75,13 +76,45 @@ def masked_block(blk, x: torch.Tensor, allowed: torch.Tensor, cache: KVCache | N
     return x + blk.mlp(blk.ln_2(x))
 
 
+DRAFT_MODES = ("top", "sample")
+
+
+def check_draft_mode(draft_mode, who: str) -> str:
+    """``draft_mode`` must be "top" (the drafter's top ranks) or "sample" (drawn from its q). Provided."""
+    if draft_mode not in DRAFT_MODES:
+        raise ValueError(f"{who}: draft_mode must be 'top' (the drafter's top ranks, deterministic) or 'sample' "
+                         f"(children drawn without replacement from its q at T > 0), got {draft_mode!r}")
+    return draft_mode
+
+
 class TreeDrafter:
-    """Base class of this module's drafter protocol (see the module docstring). Provided."""
+    """Base class of this module's drafter protocol (see the module docstring). Provided.
+
+    Sampled drafting (issue 29): a drafter built with ``draft_mode="sample"`` draws its nodes from
+    its own q at the loop's temperature and puts the rows on the tree (``DraftTree.proposal_probs``);
+    ``lineage_generate`` tells it the temperature and generator through ``set_sampling`` before the
+    first round. At T = 0 (or ``draft_mode="top"``) it drafts its top ranks.
+    """
 
     vocab_size: int | None = None
     target_layers: tuple[int, ...] = ()
     base = None
     head = None
+    draft_mode: str = "top"
+    sample_temperature: float = 0.0
+    sample_generator: torch.Generator | None = None
+
+    def set_sampling(self, temperature: float, generator: torch.Generator | None) -> None:
+        """The loop's verification temperature and generator, for sampled drafting."""
+        self.sample_temperature, self.sample_generator = float(temperature), generator
+
+    @property
+    def sampling(self) -> dict:
+        """Keyword arguments for ``build_static_tree``/``build_dynamic_tree``: sampled drafting when
+        ``draft_mode == "sample"`` and the loop's temperature is > 0, else none (top ranks)."""
+        if self.draft_mode == "sample" and self.sample_temperature > 0.0:
+            return {"sample": True, "temperature": self.sample_temperature, "generator": self.sample_generator}
+        return {}
 
     def start(self, context_ids: torch.Tensor, states: torch.Tensor) -> None:
         return None

@@ -8,6 +8,17 @@ per depth; each pass scores the tree built so far with tree attention (``attenti
     * dynamic: expand the most probable nodes, then keep the n best of everything drafted
       (Li et al., "EAGLE-2", EMNLP 2024, sections 4.1-4.2).
 
+Sampled drafting (``sample=True``, for sampled verification at T > 0): instead of the drafter's top
+ranks, rank slot r of a node holds the r-th token drawn WITHOUT replacement from the drafter's own
+q there (``sample_children``), and the tree carries, for every node, the distribution its token
+was drawn from: q with the tokens of its earlier siblings removed, renormalised
+(``DraftTree.proposal_probs``). ``tree_speculative_verify`` then runs SpecInfer's multi-draft
+rule on those rows (Miao et al., "SpecInfer", ASPLOS 2024, section 4.3; the without-replacement
+variant: Jeon et al., "Recursive Speculative Decoding", ICML 2024), and the output follows the target's
+distribution exactly. For that the SHAPE (which rank slots exist) must not depend on the token
+drawn into a slot: a static shape is fixed in advance; the dynamic builder first chooses its
+shape with the deterministic search, then fills the shape by sampling.
+
 Shape letters: n nodes, C context length, V vocabulary.
 """
 
@@ -22,7 +33,7 @@ from g2c.sampling.model import check_count
 from .attention import tree_logits
 from .tree import DraftTree
 
-__all__ = ["build_dynamic_tree", "build_static_tree", "check_choices"]
+__all__ = ["build_dynamic_tree", "build_static_tree", "check_choices", "sample_children", "warp_probs"]
 
 
 def check_choices(choices, name: str = "choices") -> list[tuple[int, ...]]:
@@ -58,6 +69,56 @@ def check_choices(choices, name: str = "choices") -> list[tuple[int, ...]]:
     return paths
 
 
+# -- sampled children -------------------------------------------------------------------------
+def warp_probs(probs: torch.Tensor, temperature: float) -> torch.Tensor:
+    """softmax(logits / T) from softmax(logits): normalize(probs ** (1 / T)) along the last dim. Provided.
+
+    Args:
+        probs: (..., V) float probabilities (any device).
+        temperature: T > 0 (1 returns the rows unchanged).
+
+    Raises:
+        ValueError: temperature not > 0.
+    """
+    if not temperature > 0.0:
+        raise ValueError(f"warp_probs: temperature must be > 0 (sampled drafting), got {temperature!r}")
+    if temperature == 1.0:
+        return probs
+    w = probs.clamp(min=0.0).pow(1.0 / temperature)
+    return w / w.sum(dim=-1, keepdim=True)
+
+
+def sample_children(q: torch.Tensor, k: int, *, generator: torch.Generator | None = None
+                    ) -> tuple[list[int], torch.Tensor]:
+    """Draw up to k distinct tokens from q, one after another, without replacement. Provided.
+
+    Args:
+        q: (V,) float probabilities, the drafter's distribution at the parent (CPU).
+        k: how many siblings, >= 0.
+        generator: CPU ``torch.Generator`` (None: torch's global one).
+
+    Returns:
+        (tokens, rows): the drawn tokens in draw order (fewer than k when q has fewer than k
+        nonzero entries) and their proposal rows, (len(tokens), V) float32 CPU: row j is q with
+        tokens[:j] removed and renormalised, the law tokens[j] was drawn from. SpecInfer's rule
+        run on these rows is exact; verifying every sibling against the unmodified q is not
+        (``tests/test_specdec_trees.py`` plants that mistake and catches it).
+    """
+    rest = q.detach().float().cpu().clamp(min=0.0).clone()                  # (V,)
+    tokens: list[int] = []
+    rows: list[torch.Tensor] = []
+    for _ in range(k):
+        total = float(rest.sum())
+        if total <= 0.0:
+            break
+        row = rest / total
+        x = int(torch.multinomial(row, 1, generator=generator))
+        tokens.append(x)
+        rows.append(row)
+        rest[x] = 0.0                                                        # without replacement
+    return tokens, (torch.stack(rows) if rows else torch.zeros(0, q.numel()))
+
+
 # -- builders -------------------------------------------------------------------------------
 def _drafter_probs(drafter, ctx_ids: torch.Tensor, tree: DraftTree) -> torch.Tensor:
     """(n+1, V) float32 CPU drafter probabilities: row 0 after the context, row i+1 after node i.
@@ -70,14 +131,22 @@ def _drafter_probs(drafter, ctx_ids: torch.Tensor, tree: DraftTree) -> torch.Ten
 
 
 @torch.no_grad()
-def build_static_tree(drafter, ctx_ids, choices: list[tuple[int, ...]]) -> tuple[DraftTree, int]:
-    """Fill a static shape with the drafter's top-ranked tokens. Provided.
+def build_static_tree(drafter, ctx_ids, choices: list[tuple[int, ...]], *, sample: bool = False,
+                      temperature: float = 1.0, generator: torch.Generator | None = None) -> tuple[DraftTree, int]:
+    """Fill a static shape with the drafter's top-ranked tokens, or with sampled ones. Provided.
 
     Args:
         drafter: a language model (ids (1, T) -> logits (1, T, V), ``max_seq_len``, ``device``).
         ctx_ids: 1-D LongTensor, the committed context.
         choices: rank paths, sorted by (depth, ranks) and closed under prefixes (as
             ``static_choices`` and ``chain_choices`` return them).
+        sample: False (default): slot r holds the drafter's rank-r token (deterministic,
+            ``proposal_probs`` None). True: the children of a node are drawn without
+            replacement from the drafter's q warped to ``temperature`` (``sample_children``),
+            slot r holding the r-th draw, and the tree carries their proposal rows; a slot past
+            the number of tokens q can give (its nonzero entries) is dropped with its subtree.
+        temperature: T > 0 of the sampled q (the verification temperature); sample only.
+        generator: CPU ``torch.Generator`` for the draws; sample only.
 
     Returns:
         (tree, drafter_passes): the tree in the choices' order (breadth first), one drafter
@@ -85,33 +154,53 @@ def build_static_tree(drafter, ctx_ids, choices: list[tuple[int, ...]]) -> tuple
 
     Raises:
         ValueError: choices unsorted, not closed under prefixes, or with a negative rank, or a
-            rank >= V (``check_choices``).
+            rank >= V (``check_choices``); temperature not > 0 when sampling.
         TypeError: choices not an iterable of rank paths of ints.
     """
     choices = check_choices(choices, "build_static_tree")
+    if sample and not temperature > 0.0:
+        raise ValueError(f"build_static_tree: sampled drafting needs temperature > 0, got {temperature!r}")
     index: dict[tuple[int, ...], int] = {}
     tokens: list[int] = []
     parents: list[int] = []
+    rows: list[torch.Tensor] = []                                           # proposal rows (sample only)
     passes = 0
     for depth in sorted({len(c) for c in choices}):
+        layer = [c for c in choices if len(c) == depth and (len(c) == 1 or c[:-1] in index)]
+        if not layer:
+            break                                                           # sampled slots ran out
         # one drafter pass scores the tree built so far (the root and every shallower node)
         probs = _drafter_probs(drafter, ctx_ids, DraftTree(torch.tensor(tokens, dtype=torch.long),
                                                            torch.tensor(parents, dtype=torch.long)))
         passes += 1
-        for c in (c for c in choices if len(c) == depth):
+        drawn: dict[int, tuple[list[int], torch.Tensor]] = {}               # parent -> its draws (sample)
+        for c in layer:
             parent = index[c[:-1]] if c[:-1] else -1
             row = probs[parent + 1]                                         # (V,)
             if c[-1] >= row.numel():
                 raise ValueError(f"build_static_tree: rank {c[-1]} exceeds the vocabulary size {row.numel()}")
+            if sample:
+                if parent not in drawn:                                     # every slot of this parent at once
+                    need = 1 + max(d[-1] for d in layer if d[:-1] == c[:-1])
+                    drawn[parent] = sample_children(warp_probs(row, temperature), need, generator=generator)
+                got, q_rows = drawn[parent]
+                if c[-1] >= len(got):
+                    continue                                                # q has fewer tokens than slots
+                token = got[c[-1]]
+                rows.append(q_rows[c[-1]])
+            else:
+                token = int(torch.topk(row, c[-1] + 1).indices[c[-1]])
             index[c] = len(tokens)
-            tokens.append(int(torch.topk(row, c[-1] + 1).indices[c[-1]]))
+            tokens.append(token)
             parents.append(parent)
-    return DraftTree(torch.tensor(tokens, dtype=torch.long), torch.tensor(parents, dtype=torch.long)), passes
+    q = torch.stack(rows) if sample and rows else None                      # (n, V) proposal rows
+    return DraftTree(torch.tensor(tokens, dtype=torch.long), torch.tensor(parents, dtype=torch.long), q), passes
 
 
 @torch.no_grad()
 def build_dynamic_tree(drafter, ctx_ids, num_nodes: int, *, width: int = 4,
-                       max_depth: int | None = None) -> tuple[DraftTree, int]:
+                       max_depth: int | None = None, sample: bool = False, temperature: float = 1.0,
+                       generator: torch.Generator | None = None) -> tuple[DraftTree, int]:
     """EAGLE-2's context-aware dynamic tree under a node budget (section 4). Provided.
 
     Args:
@@ -121,18 +210,27 @@ def build_dynamic_tree(drafter, ctx_ids, num_nodes: int, *, width: int = 4,
         num_nodes: the budget n >= 0 of draft nodes the target will verify.
         width: EAGLE-2's top-k: nodes expanded per depth, and children per expanded node.
         max_depth: deepest level drafted (default n: a chain's worth).
+        sample, temperature, generator: sampled drafting (see ``build_static_tree``). The search
+            above chooses the SHAPE (the kept nodes' rank paths) from the drafter's top ranks;
+            ``build_static_tree(..., sample=True)`` then fills that shape with drawn tokens and
+            their proposal rows. Choosing the shape from the drawn tokens' own probabilities
+            would make a slot's existence depend on its token, and the verification would no
+            longer be exact. Costs the fill's drafter passes on top of the search's.
 
     Returns:
         (tree, drafter_passes): the n highest-value nodes, breadth first, siblings by
-        descending drafter probability; one drafter pass per expanded depth.
+        descending drafter probability (sample: by draw order); one drafter pass per expanded
+        depth (sample: plus one per depth of the fill).
 
     Expansion stops early once no frontier node can beat the n-th best value found so far
     (every descendant's value is at most its ancestor's): in a peaked context the drafter
     runs a few passes and the budget goes deep; in an entropic one it spreads wide.
 
     Raises:
-        ValueError: num_nodes < 0, width < 1 or max_depth < 1.
+        ValueError: num_nodes < 0, width < 1 or max_depth < 1; temperature not > 0 when sampling.
     """
+    if sample and not temperature > 0.0:
+        raise ValueError(f"build_dynamic_tree: sampled drafting needs temperature > 0, got {temperature!r}")
     if isinstance(num_nodes, bool) or not isinstance(num_nodes, int) or num_nodes < 0:
         raise ValueError(f"build_dynamic_tree: num_nodes must be an int >= 0, got {num_nodes!r}")
     if width < 1:
@@ -145,6 +243,7 @@ def build_dynamic_tree(drafter, ctx_ids, num_nodes: int, *, width: int = 4,
     depths: list[int] = []
     parents: list[int] = []
     tokens: list[int] = []
+    ranks: list[int] = []                                                    # rank among its parent's children
     frontier = [-1]                                                          # the root
     frontier_values = [1.0]
     passes = 0
@@ -172,7 +271,8 @@ def build_dynamic_tree(drafter, ctx_ids, num_nodes: int, *, width: int = 4,
         for f, fv in zip(frontier, frontier_values):
             row = probs[0 if f < 0 else sub_index[f] + 1]                  # (V,)
             top = torch.topk(row, min(width, row.numel()))
-            for pr, tok in zip(top.values.tolist(), top.indices.tolist()):
+            for rank, (pr, tok) in enumerate(zip(top.values.tolist(), top.indices.tolist())):
+                ranks.append(rank)
                 values.append(fv * pr)
                 depths.append(depth)
                 parents.append(f)
@@ -189,6 +289,14 @@ def build_dynamic_tree(drafter, ctx_ids, num_nodes: int, *, width: int = 4,
         p = parents[i]
         assert p < 0 or p in new_index, "reranking kept a node without its parent"
         tree_parents.append(new_index[p] if p >= 0 else -1)
+    if sample:                                                               # fill the chosen shape by sampling
+        paths: dict[int, tuple[int, ...]] = {}
+        for i in keep:
+            paths[i] = (paths[parents[i]] if parents[i] >= 0 else ()) + (ranks[i],)
+        shape = sorted(paths.values(), key=lambda c: (len(c), c))
+        tree, fill_passes = build_static_tree(drafter, ctx_ids, shape, sample=True, temperature=temperature,
+                                              generator=generator)
+        return tree, passes + fill_passes
     return DraftTree(torch.tensor([tokens[i] for i in keep], dtype=torch.long),
                      torch.tensor(tree_parents, dtype=torch.long)), passes
 

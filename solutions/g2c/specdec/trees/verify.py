@@ -19,7 +19,10 @@ against it; when every child is rejected, sample from the last residual. Each tr
 Leviathan-style step whose rejection branch, instead of sampling the residual at once,
 hands it to the next sibling, so the emitted token follows p exactly. A deterministic
 child (a top-rank pick, ``proposal_probs=None``) is the case q = one-hot: accepted with
-probability p(x), and rejection removes x from p.
+probability p(x), and rejection removes x from p. Children drawn WITHOUT replacement
+(``build_*_tree(..., sample=True)``) carry, as their q, the drafter's distribution with the
+earlier siblings' tokens removed and renormalised: the rule is unchanged, only the rows are
+(Jeon et al., "Recursive Speculative Decoding", ICML 2024, arXiv 2402.14160).
 
 Shape letters: n nodes, V vocabulary.
 """
@@ -47,8 +50,8 @@ from .attention import cached_tree_forward, commit_tree_kv, tree_logits
 from .builders import build_dynamic_tree, build_static_tree, check_choices
 from .tree import DraftTree, chain_choices, expected_tokens_per_pass, node_acceptance_probs, static_choices
 
-__all__ = ["TreeStats", "expected_accepted", "greedy_tree_verify", "tree_speculative_generate",
-           "tree_speculative_verify"]
+__all__ = ["TreeStats", "expected_accepted", "greedy_tree_verify", "sampled_acceptance_probs",
+           "tree_speculative_generate", "tree_speculative_verify"]
 
 
 def _check_rows(tree: DraftTree, rows: torch.Tensor, name: str, *, generator=None) -> None:
@@ -141,7 +144,9 @@ def tree_speculative_verify(tree: DraftTree, target_probs: torch.Tensor, *,
 
     Args:
         tree: the draft tree; its proposal rows must be the distributions the children were
-            drawn from (given their parent and earlier siblings) for the result to be exact.
+            drawn from (given their parent and earlier siblings: for draws without replacement,
+            q with the earlier siblings' tokens removed and renormalised) for the result to be
+            exact.
         target_probs: (n+1, V) float, the target's (warped) probabilities: row 0 at the
             root, row i + 1 after node i.
         generator: a CPU ``torch.Generator`` for the uniforms and the final sample.
@@ -229,7 +234,7 @@ def tree_speculative_generate(target, drafter, prompt_ids, max_new_tokens: int, 
                               temperature: float = 0.0, generator: torch.Generator | None = None,
                               eos_id: int | None = None,
                               on_pass: Callable[[list[int], int], None] | None = None,
-                              use_cache: bool = False, target_cache=None,
+                              use_cache: bool = False, target_cache=None, draft_mode: str = "top",
                               ) -> tuple[torch.Tensor, TreeStats]:
     """Speculative decoding with draft trees: build, verify in one target pass, commit. Provided.
 
@@ -258,6 +263,11 @@ def tree_speculative_generate(target, drafter, prompt_ids, max_new_tokens: int, 
             The drafter still recomputes.
         target_cache: a ``KVCache.for_model(target)`` to use (implies ``use_cache``; it is
             reset, and after each pass holds every emitted token but the last).
+        draft_mode: ``"top"`` (default: the drafter's top ranks) or ``"sample"``: at T > 0 each
+            node's children are drawn without replacement from the drafter's softmax(logits / T)
+            and verified with those rows (``build_static_tree(..., sample=True)``; the dynamic
+            shape is still chosen from top ranks, then filled by sampling). At T = 0 "sample"
+            drafts top ranks (greedy verification ignores q).
 
     Returns:
         (ids, stats): prompt + new tokens (CPU LongTensor), and a ``TreeStats``. Greedy
@@ -272,8 +282,8 @@ def tree_speculative_generate(target, drafter, prompt_ids, max_new_tokens: int, 
     the last ``max_seq_len`` tokens, or from the cache's context after a re-prefill).
 
     Raises:
-        ValueError: bad prompt, budget, temperature, node budget, tree kind, ``eos_id`` outside
-            the vocabulary, bad ``choices`` (``check_choices``), or different vocab sizes.
+        ValueError: bad prompt, budget, temperature, node budget, tree kind, draft_mode, ``eos_id``
+            outside the vocabulary, bad ``choices`` (``check_choices``), or different vocab sizes.
         TypeError: ``use_cache`` with a target that is not a ``TransformerLM``; choices that
             are not rank paths of ints; a generator that is not a ``torch.Generator``.
     """
@@ -288,6 +298,12 @@ def tree_speculative_generate(target, drafter, prompt_ids, max_new_tokens: int, 
         raise ValueError(f"tree must be 'chain', 'static' or 'dynamic', got {tree!r}")
     if drafter.vocab_size != target.vocab_size:
         raise ValueError(f"drafter vocab_size {drafter.vocab_size} differs from target vocab_size {target.vocab_size}")
+    if draft_mode not in ("top", "sample"):
+        raise ValueError(f"draft_mode must be 'top' (the drafter's top ranks) or 'sample' (drawn from its q), "
+                         f"got {draft_mode!r}")
+    # sampled drafting (issue 29): the builders draw children from q and the tree carries q rows
+    sampling = {"sample": True, "temperature": temperature, "generator": generator} \
+        if draft_mode == "sample" and temperature > 0.0 else {}
     if tree == "chain":
         shape = chain_choices(num_nodes)
     elif tree == "static":
@@ -324,9 +340,11 @@ def tree_speculative_generate(target, drafter, prompt_ids, max_new_tokens: int, 
             if max_depth < 1:
                 draft, passes = DraftTree.empty(), 0
             elif tree == "dynamic":
-                draft, passes = build_dynamic_tree(drafter, ids, room, width=width, max_depth=max_depth)
+                draft, passes = build_dynamic_tree(drafter, ids, room, width=width, max_depth=max_depth,
+                                                   **sampling)                # sampled drafting (issue 29)
             else:
-                draft, passes = build_static_tree(drafter, ids, [c for c in shape if len(c) <= max_depth])
+                draft, passes = build_static_tree(drafter, ids, [c for c in shape if len(c) <= max_depth],
+                                                  **sampling)                 # sampled drafting (issue 29)
             draft = draft.truncate(max_depth)
             draft = draft.subtree(list(range(min(room, draft.num_nodes))))   # the first `room` nodes
             if use_cache:
@@ -365,8 +383,52 @@ def tree_speculative_generate(target, drafter, prompt_ids, max_new_tokens: int, 
     return ids, stats
 
 
+def sampled_acceptance_probs(tree: DraftTree, target_probs: torch.Tensor) -> torch.Tensor:
+    """a(v) = P(node v accepted | its parent accepted) under ``tree_speculative_verify``. Provided.
+
+    The residuals of the multi-draft rule do not depend on the uniforms, so for the i-th child
+    x_i of a node, tried against p_i with proposal row q_i (one-hot when the tree has none):
+    a(x_i) = prod_{j < i} (1 - r_j) * r_i with r_j = min(1, p_j(x_j) / q_j(x_j)) (1 when
+    q_j(x_j) = 0 < p_j(x_j)), p_1 = the parent's target row, p_{j+1} = normalize(max(0, p_j - q_j)).
+    With one-hot rows it equals ``node_acceptance_probs``.
+
+    Args:
+        tree: a DraftTree (n nodes, with or without proposal_probs).
+        target_probs: (n+1, V) float, row 0 at the root, row i+1 at node i.
+
+    Returns:
+        (n,) float32 CPU.
+    """
+    P = target_probs.detach().cpu().double()
+    Q = None if tree.proposal_probs is None else tree.proposal_probs.detach().cpu().double()
+    tokens = tree.tokens.tolist()
+    kids: dict[int, list[int]] = {}
+    for i, par in enumerate(tree.parents.tolist()):
+        kids.setdefault(par, []).append(i)
+    a = torch.zeros(tree.num_nodes, dtype=torch.float64)
+    for par, children in kids.items():
+        p, reach = P[par + 1].clone(), 1.0
+        for c in children:
+            x = tokens[c]
+            q = torch.zeros_like(p) if Q is None else Q[c]
+            if Q is None:
+                q[x] = 1.0
+            px, qx = float(p[x]), float(q[x])
+            r = 1.0 if qx <= 0.0 < px else (min(1.0, px / qx) if qx > 0.0 else 0.0)
+            a[c] = reach * r
+            reach *= 1.0 - r
+            residual = (p - q).clamp(min=0.0)
+            if float(residual.sum()) > 0.0:
+                p = residual / residual.sum()
+    return a.float()
+
+
 def expected_accepted(tree: DraftTree, target_probs: torch.Tensor) -> float:
-    """sum_v prod_{u in path(v)} a(u) with a from ``node_acceptance_probs``. Provided."""
+    """sum_v prod_{u in path(v)} a(u): a from ``node_acceptance_probs`` for deterministic drafts,
+    ``sampled_acceptance_probs`` for a tree with proposal rows (the expectation over the
+    verification's uniforms, given the drawn tree). Provided."""
     if tree.num_nodes == 0:
         return 0.0
+    if tree.proposal_probs is not None:
+        return expected_tokens_per_pass(tree, sampled_acceptance_probs(tree, target_probs)) - 1.0
     return expected_tokens_per_pass(tree, node_acceptance_probs(tree, target_probs)) - 1.0

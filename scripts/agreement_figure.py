@@ -1,0 +1,118 @@
+#!/usr/bin/env python3
+"""Validation agreement against target tokens seen, one line per drafter (issue 29).
+
+    python scripts/agreement_figure.py           # the shipped drafters -> docs/img/agreement-vs-tokens.png
+    python scripts/agreement_figure.py --root runs/budget-5734400 --out runs/agreement.png
+                                                               # plus the drafters of a budgeted retrain
+
+Reads the training histories the recipes log at every validation check (``manifest.json`` of each
+drafter under ``artifacts/`` and under every ``--root``; a run still in progress: ``--run
+runs/<Name>-budget<T>/drafter.pt``). Tokens seen at a check = step x batch_size x context (256
+unless the recipe says otherwise). Agreement is the first position's: ``val_agree`` (EAGLE, MTP, the
+distilled LM) or ``val_agree_1`` (Medusa's head 1, EAGLE-3's step 1, the block drafter's slot 1);
+``--position k`` plots the k-th (heads, unrolled steps, slots) where a drafter has one.
+
+EAGLE-3's claim is about how a drafter scales with data: the figure shows each curve over the tokens
+it saw, whichever way it comes out; compare drafters at the same x.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+STATE_READERS = ("StoryLM-30M-MTP", "StoryLM-30M-EAGLE", "StoryLM-30M-Medusa", "StoryLM-30M-EAGLE3",
+                 "StoryLM-30M-Block")
+
+
+def agreement_key(entry: dict, position: int) -> str | None:
+    """The history key of the agreement at ``position`` (1-based), or None."""
+    if f"val_agree_{position}" in entry:
+        return f"val_agree_{position}"
+    if position == 1 and "val_agree" in entry:
+        return "val_agree"
+    return None
+
+
+def curve(history: list[dict], recipe: dict, position: int) -> list[tuple[int, float]]:
+    """[(tokens seen, agreement)] of one training history."""
+    per_step = recipe["batch_size"] * recipe.get("context", 256)
+    points = []
+    for h in history:
+        key = agreement_key(h, position)
+        if key is not None:
+            points.append((h.get("tokens_seen", h["step"] * per_step), h[key]))
+    return points
+
+
+def collect(roots: list[Path], runs: list[Path], position: int) -> dict[str, list[tuple[int, float]]]:
+    """label -> curve, from the manifests under each root (models/<Name>/manifest.json) and run checkpoints."""
+    curves = {}
+    for root in roots:
+        for name in STATE_READERS:
+            path = root / "models" / name / "manifest.json"
+            if path.is_file():
+                m = json.loads(path.read_text())
+                label = name if root == ROOT / "artifacts" else f"{name} ({root.name})"
+                curves[label] = curve(m["history"], m["recipe"], position)
+    for run in runs:
+        import torch
+
+        state = torch.load(run, map_location="cpu", weights_only=False)
+        name = run.parent.name.split("-budget")[0]
+        from g2c.assets.recipes.drafters import DRAFTER_RECIPES
+
+        curves[f"{run.parent.name} (in progress)"] = curve(state["history"], DRAFTER_RECIPES[name], position)
+    return {k: v for k, v in curves.items() if v}
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--root", type=Path, action="append", default=[],
+                    help="an artifacts-like tree (runs/budget-<T>) whose drafters to add; repeatable")
+    ap.add_argument("--run", type=Path, action="append", default=[], help="a run's drafter.pt (in progress)")
+    ap.add_argument("--no-shipped", action="store_true", help="leave out the shipped drafters (artifacts/)")
+    ap.add_argument("--position", type=int, default=1, help="draft position (head / step / slot), default 1")
+    ap.add_argument("--out", type=Path, default=ROOT / "docs" / "img" / "agreement-vs-tokens.png")
+    args = ap.parse_args(argv)
+    if args.position < 1:
+        print(f"agreement_figure.py: --position must be >= 1, got {args.position}", file=sys.stderr)
+        return 2
+    roots = ([] if args.no_shipped else [ROOT / "artifacts"]) + args.root
+    missing = [str(p) for p in [*args.root, *args.run] if not p.exists()]
+    if missing:
+        print(f"agreement_figure.py: no such file or folder: {', '.join(missing)}", file=sys.stderr)
+        return 1
+    curves = collect(roots, args.run, args.position)
+    if not curves:
+        print("agreement_figure.py: no training history found (train a drafter, or drop --no-shipped)",
+              file=sys.stderr)
+        return 1
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(7, 4.2))
+    for label, points in sorted(curves.items()):
+        xs, ys = zip(*points)
+        ax.plot(xs, ys, marker="o", ms=3, label=label)
+        print(f"{label}: {len(points)} checks, last at {xs[-1]:,} tokens: agreement {ys[-1]:.3f}")
+    ax.set_xscale("symlog", linthresh=1e5)
+    ax.set_xlabel("target tokens seen in training")
+    ax.set_ylabel(f"validation top-1 agreement (position {args.position})")
+    ax.set_title("Drafter agreement against training budget")
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize=8)
+    args.out.parent.mkdir(parents=True, exist_ok=True)
+    fig.tight_layout()
+    fig.savefig(args.out, dpi=120)
+    print(f"figure: {args.out}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
