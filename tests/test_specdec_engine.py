@@ -11,7 +11,7 @@ drafted, accepted, generated) and its ``on_pass`` stream.
 
 Two contracts:
 
-* **Pinned:** each record equals the one recorded in ``tests/data/specdec_engine_pins.json``
+* **Pinned:** each record equals the one recorded in ``tests/specdec_engine_pins.json``
   (recorded at ``9c58ccc``, before the loops became presets of one engine). This is what
   proves a preset still does what its old loop did, counters and callbacks included. A drift
   that was decided on purpose is re-recorded with
@@ -44,7 +44,7 @@ from g2c.kvcache import cached_generate  # noqa: E402
 from g2c.sampling import generate  # noqa: E402
 from g2c.specdec import MTPHead  # noqa: E402
 
-PINS = Path(__file__).parent / "data" / "specdec_engine_pins.json"
+PINS = Path(__file__).parent / "specdec_engine_pins.json"
 
 
 # -- the models ------------------------------------------------------------------------------
@@ -117,8 +117,15 @@ def _sample_drafter(kind: str, target, sample: bool):
 
 
 def _lineage_drafter(kind: str, target):
-    from g2c.specdec.lineage import (BlockDrafter, BlockHead, Eagle3Drafter, Eagle3Head, EagleTreeDrafter,
-                                     MedusaDrafter, MedusaHeads)
+    from g2c.specdec.lineage import (
+        BlockDrafter,
+        BlockHead,
+        Eagle3Drafter,
+        Eagle3Head,
+        EagleTreeDrafter,
+        MedusaDrafter,
+        MedusaHeads,
+    )
     from g2c.specdec.sampling.eagle import FeatureDrafter
     g = _gen(0)
     if kind == "medusa":
@@ -275,7 +282,7 @@ def _pins() -> dict:
 
 def test_matrix_ids_are_unique_and_pinned():
     assert len(set(IDS)) == len(IDS)
-    assert set(IDS) == set(_pins()), "the matrix changed: re-record the pins (python tests/test_specdec_engine.py --record)"
+    assert set(IDS) == set(_pins()), "the matrix changed: re-record (python tests/test_specdec_engine.py --record)"
 
 
 _RUNS: dict[str, dict] = {}
@@ -319,6 +326,5 @@ def test_greedy_entry_point_equals_plain_decoding(case):
 
 
 if __name__ == "__main__" and "--record" in sys.argv:
-    PINS.parent.mkdir(exist_ok=True)
     PINS.write_text(json.dumps({case_id(c): run_case(c) for c in MATRIX}, separators=(",", ":")) + "\n")
     print(f"recorded {len(MATRIX)} runs in {PINS}")
