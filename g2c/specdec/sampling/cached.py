@@ -321,47 +321,13 @@ def speculative_generate_cached(target, drafter, prompt_ids, max_new_tokens: int
     t_refill = _check_refill(refill_tokens, window, "target")
     d_refill = _check_refill(refill_tokens, drafter.max_seq_len, "drafter") if refill_tokens is not None \
         else max(1, drafter.max_seq_len // 2)
-    with eval_mode(target, drafter):  # modes restored on exit, also when a model raises
-        ids = ids_t.tolist()[-window:] if len(ids_t) > window else ids_t.tolist()
-        prompt = ids_t.tolist()
-        cropped = len(prompt) - len(ids)
-        stats = SpecStats()
-        tgt = CachedScorer(target, refill_tokens=t_refill)
-        dr = CachedScorer(drafter, refill_tokens=d_refill)
-        if max_new_tokens > 0:                        # prefill: every prompt token but the pending last one
-            tgt.prefill(ids)
-            dr.prefill(ids)
-        num_new = 0
-        while num_new < max_new_tokens:
-            remaining = max_new_tokens - num_new
-            if tgt.room(ids) < 0:                        # past the window: re-prefill like cached_generate
-                tgt.refill(ids)
-            k_step = draft_room(min(k, remaining), len(ids) - tgt.start, window)  # what fits
-            draft, _ = dr.draft(ids, k_step)                                       # k_step ids
-            logits = tgt.extend(ids, draft, num_rows=k_step + 1)                   # (k+1, V), one pass
-            if k_step == 0:                                                        # a plain step
-                num_accepted, token = 0, int(logits[-1].argmax())
-            else:
-                num_accepted, token = greedy_verify(torch.tensor(draft), logits.float())
-            emitted, hit_eos = _cut(draft[:num_accepted] + [token], remaining, eos_id)
-            num_emitted_drafts = min(num_accepted, len(emitted))
-            ids = ids + emitted
-            length_before_crop = tgt.cache.length
-            moved = tgt.commit(ids) + dr.commit(ids)
-            stats.record(drafted=k_step, accepted=num_emitted_drafts, generated=len(emitted))
-            if on_pass is not None:
-                on_pass(emitted, num_emitted_drafts)
-            if on_round is not None:
-                on_round(RoundRecord(draft=draft, accepted=num_emitted_drafts, emitted=emitted,
-                                     kv_rows_reserved=tgt.reserved,
-                                     kv_rows_rolled_back=length_before_crop - tgt.cache.length,
-                                     rollback_bytes_moved=moved, committed_length=tgt.cache.length,
-                                     ids=torch.tensor(prompt[:cropped] + ids), target_cache=tgt.cache,
-                                     drafter_cache=dr.cache, target_start=tgt.start + cropped))
-            num_new += len(emitted)
-            if hit_eos:
-                break
-    return torch.tensor(prompt[:cropped] + ids, dtype=torch.long), stats
+    # the preset: the engine with both models cached, greedy (no round here)
+    from .drafters import LMDrafter
+    from .loop import speculative_sample
+    from .target import CachedTarget
+    lm_drafter = LMDrafter(drafter, use_cache=True, refill_tokens=d_refill)
+    return speculative_sample(CachedTarget(target, drafter=lm_drafter, on_round=on_round, refill_tokens=t_refill),
+                              lm_drafter, ids_t, max_new_tokens, k=k, temperature=0.0, eos_id=eos_id, on_pass=on_pass)
 
 
 def _head_logits(head, base, hidden: torch.Tensor, following: list[int], cache: KVCache) -> torch.Tensor:
