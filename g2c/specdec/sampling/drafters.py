@@ -70,7 +70,7 @@ import torch
 from g2c.sampling.generate import as_token_ids
 from g2c.sampling.model import check_temperature
 from g2c.sampling.warpers import apply_temperature, top_k_filter, top_p_filter
-from g2c.specdec.sampling.cached import CachedScorer
+from g2c.specdec.sampling.target import CachedScorer
 
 from ..generate import draft_greedy
 

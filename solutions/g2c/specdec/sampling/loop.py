@@ -46,13 +46,12 @@ import torch
 from g2c.nn import synchronize
 from g2c.sampling.generate import as_token_ids
 from g2c.sampling.model import check_count, check_generator
-from g2c.specdec.sampling.cached import RoundRecord
 
 from ..generate import SpecStats, draft_room
 from ..verify import greedy_verify, speculative_verify
 from .controllers import StaticK
 from .drafters import Sampler
-from .target import CachedTarget, FullContextTarget, RecomputeTarget, Target
+from .target import CachedTarget, FullContextTarget, RecomputeTarget, RoundRecord, Target
 
 __all__ = ["CachedTarget", "FullContextTarget", "RecomputeTarget", "Target", "speculative_sample", "verify_round"]
 
