@@ -68,6 +68,9 @@ def speculative_generate_cached(target, drafter, prompt_ids, max_new_tokens: int
                                 refill_tokens: int | None = None) -> tuple[torch.Tensor, SpecStats]:
     """Greedy speculative decoding with a KV cache on both models and pointer rollback.
 
+    A preset of the engine (no round here): ``speculative_sample(CachedTarget(target),
+    LMDrafter(drafter, use_cache=True), ..., temperature=0.0)``.
+
     Args:
         target, drafter: ``TransformerLM`` s with the same ``vocab_size`` (put in eval mode for
             the call, modes restored).
