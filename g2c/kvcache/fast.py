@@ -412,12 +412,11 @@ class FastLM:
         runs on the swapped leaves)."""
         return self._fused_rows if self.fused else None
 
-    @torch.no_grad()
     def _fused_rows(self, ids: torch.Tensor, cache, *, positions: torch.Tensor | None = None,
                     allowed: torch.Tensor | None = None,
                     keep_layers: tuple[int, ...] = ()) -> tuple[torch.Tensor, torch.Tensor | None]:
         """``forward_rows`` fused: (states (B, T, D), kept (B, T, L, D) | None); the caller
-        validated everything. Writes the new rows' keys/values after the pointer (straight into
+        validated everything and runs it under ``torch.no_grad``. Writes the new rows' keys/values after the pointer (straight into
         a plain ``KVCache``'s buffers; through ``append`` for a ``RaggedKVCache``), never moves
         it. Same maths as the teaching pass: embeddings at ``positions`` (default
         ``length ...``); per block LayerNorm, one fused QKV product, attention over the visible

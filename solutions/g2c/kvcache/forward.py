@@ -235,7 +235,7 @@ def forward_rows(model, ids: torch.Tensor, cache: KVCache, *, positions: torch.T
         TypeError: cache is not a ``KVCache``.
     """
     keep = _check_rows(model, ids, cache, positions, allowed, keep_layers)
-    if allowed is None and hasattr(cache, "key_padding_mask"):      # a RaggedKVCache: per-row lengths
+    if allowed is None and type(cache) is not KVCache and hasattr(cache, "key_padding_mask"):   # per-row lengths
         T = ids.shape[1]
         allowed = cache.key_padding_mask(T).unsqueeze(1)                                  # (B, 1, T, S)
         positions = cache.positions(T) if positions is None else positions                # (B, T)
