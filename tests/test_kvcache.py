@@ -336,8 +336,12 @@ def test_kvcache_append_refuses_a_layer_outside_the_cache(layer):
 def _reference_rows(model, ids: torch.Tensor, positions: torch.Tensor, allowed: torch.Tensor, keep=()):
     """Final states (T, D) and the kept layers' outputs (T, L, D) of one sequence (T,) with
     positions (T,) and mask (T, T): the pre-trunk block loop, from the module 09 weights."""
+    from device_mocks import device_of
+
     from g2c.kvcache import masked_attention
 
+    dev = device_of(model)                                    # the model's device (also under --fake-device)
+    ids, positions, allowed = ids.to(dev), positions.to(dev), allowed.to(dev)
     x = (model.token_embed.weight[ids] + model.pos_embed.weight[positions]).unsqueeze(0)    # (1, T, D)
     T, kept = ids.numel(), {}
     for i, blk in enumerate(model.blocks):

@@ -290,15 +290,17 @@ class _Head(Module):
 
 
 def test_fast_model_of_any_course_module_swaps_leaves_and_keeps_its_base():
+    from device_mocks import device_of
+
     model = _tiny_lm(seed=8)
     head = _Head(model).eval()
     fast = fast_model(head)
     assert isinstance(fast, _Head) and type(fast).__name__ == "_Head"          # same class: its own forward runs
     assert isinstance(fast.fc, PackedLinear) and isinstance(fast.block.attn.qkv, PackedLinear)
     assert fast.base is model and unwrap(fast) is head and unwrap(head) is head   # the base is not copied
-    assert fast.parameters() == [] and fast.device == torch.device("cpu") and fast.training is False
+    assert fast.parameters() == [] and fast.device == device_of(head) and fast.training is False
     assert fast_model(fast) is fast and unwrap(fast_model(model)) is model
-    hidden = torch.randn(1, 6, model.embedding_dim, generator=torch.Generator().manual_seed(0))
+    hidden = torch.randn(1, 6, model.embedding_dim, generator=torch.Generator().manual_seed(0)).to(device_of(head))
     want = head(hidden)
     torch.testing.assert_close(fast(hidden), want, rtol=1e-5, atol=1e-5)
     with torch.no_grad():

@@ -415,14 +415,14 @@ class FastLM:
     def _fused_rows(self, ids: torch.Tensor, cache, *, positions: torch.Tensor | None = None,
                     allowed: torch.Tensor | None = None,
                     keep_layers: tuple[int, ...] = ()) -> tuple[torch.Tensor, torch.Tensor | None]:
-        """``forward_rows`` fused: (states (B, T, D), kept (B, T, L, D) | None); the caller
-        validated everything and runs it under ``torch.no_grad``. Writes the new rows' keys/values after the pointer (straight into
-        a plain ``KVCache``'s buffers; through ``append`` for a ``RaggedKVCache``), never moves
-        it. Same maths as the teaching pass: embeddings at ``positions`` (default
-        ``length ...``); per block LayerNorm, one fused QKV product, attention over the visible
-        rows with torch's fused kernel (no mask for one causal row, the causal mask with the
-        cache offset for a chain, ``allowed`` when given), output projection, LayerNorm, MLP;
-        final LayerNorm."""
+        """``forward_rows`` fused: (states (B, T, D), kept (B, T, L, D) | None). The caller
+        (module 16's ``forward_rows``) validated everything and runs it under ``torch.no_grad``.
+        Writes the new rows' keys/values after the pointer (straight into a plain ``KVCache``'s
+        buffers; through ``append`` for a ``RaggedKVCache``), never moves it. Same maths as the
+        teaching pass: embeddings at ``positions`` (default ``length ...``); per block
+        LayerNorm, one fused QKV product, attention over the visible rows with torch's fused
+        kernel (no mask for one causal row, the causal mask with the cache offset for a chain,
+        ``allowed`` when given), output projection, LayerNorm, MLP; final LayerNorm."""
         dev = self.device
         ids = ids.to(dev)
         B, T = ids.shape
