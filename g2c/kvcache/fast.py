@@ -564,7 +564,7 @@ def fast_model(model, *, dtype: torch.dtype | str | None = None, pack: bool = Tr
             return model
         model = model.source
     elif getattr(model, "fast_source", None) is not None:               # a swapped head
-        if dtype in (None, model._fast["dtype"]) and pack == model._fast["pack"]:
+        if dtype in (None, model._fast.get("dtype")) and pack == model._fast.get("pack", True):
             return model
         model = model.fast_source
     missing = [name for name in _LM_NEEDS if not hasattr(model, name)]

@@ -104,9 +104,9 @@ def tree_forward(model, ctx_ids, tree: DraftTree | None = None, *,
     """One target pass over context + tree with the tree mask and tree positions. Provided.
 
     Args:
-        model: a ``TransformerLM`` (module 09) in eval mode; its blocks' ``ln_1``, ``attn.qkv``,
-            ``attn.proj``, ``ln_2``, ``mlp``, its ``token_embed``, ``pos_embed`` and
-            ``ln_final`` are used directly (dropout is skipped: inference only).
+        model: a ``TransformerLM`` (module 09) in eval mode, or its ``g2c.kvcache.fast_model``:
+            one call of module 16's ``forward_rows`` with the tree's positions and mask, on a
+            fresh cache of C + n rows (dropout is skipped: inference only).
         ctx_ids: 1-D int tensor or list, C >= 1 tokens.
         tree: the draft tree (None or empty: a plain causal pass over the context).
         return_kv: also return every layer's keys and values.
