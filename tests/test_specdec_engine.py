@@ -325,6 +325,32 @@ def test_greedy_entry_point_equals_plain_decoding(case):
     assert _run(case)["ids"] == _plain(case)
 
 
+
+# -- the fast backend: the same engine configuration on fast_model(target) ----------------------------
+FAST = [c for c in MATRIX if c["model"] == "lm" and c["cached"] and c["T"] == 0.0
+        and (c["entry"] == "speculative_generate_cached"
+             or (c["entry"] == "speculative_sample" and c["drafter"] in ("lm", "lm-cached", "ngram")))]
+
+
+@pytest.mark.parametrize("case", FAST, ids=[case_id(c) for c in FAST])
+def test_fast_target_runs_the_same_engine_configuration(case, monkeypatch):
+    """Module 16's fast backend (``fast_model``, fp32) behind the same preset or engine call, LM and
+    n-gram drafters (the head drafters read the target's states through the same seam): the
+    same ids, counters and on_pass stream as the teaching target (greedy; peaked logits keep the
+    argmax gaps far above the 1e-5 the backends may differ by). Drafters built on the teaching
+    model run against its fast copy."""
+    from g2c.kvcache import fast_model
+    teaching = _model(case["model"])
+    fast = fast_model(teaching, dtype=torch.float32)
+    real = _model.__wrapped__
+
+    def swapped(name):
+        return fast if name == case["model"] else real(name)
+
+    monkeypatch.setattr(sys.modules[__name__], "_model", swapped)
+    assert run_case(case) == _run(case)
+
+
 if __name__ == "__main__" and "--record" in sys.argv:
     PINS.write_text(json.dumps({case_id(c): run_case(c) for c in MATRIX}, separators=(",", ":")) + "\n")
     print(f"recorded {len(MATRIX)} runs in {PINS}")
