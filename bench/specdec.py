@@ -51,7 +51,7 @@ from g2c.assets.artifacts import DRAFTERS, ArtifactError, canonical_name, load_m
 from g2c.assets.cli import output_file
 from g2c.assets.data import load_token_stream, validation_prompts
 from g2c.kvcache import cached_generate
-from g2c.kvcache import cached_hidden_states as _cached_hidden_states
+from g2c.kvcache import forward_rows as _forward_rows
 from g2c.kvcache.fast import fast_model
 from g2c.nn import synchronize, time_call
 from g2c.sampling import generate
@@ -195,8 +195,8 @@ class _Timed:
 class _TimedTarget:
     """Wraps a target model: records (rows, seconds) of every cached pass it runs.
 
-    The cached loops call module 16's ``cached_hidden_states(model, ids, cache)``, which hands
-    the pass to a model's own ``cached_hidden_states`` when it has one: this wrapper has one,
+    Every cached pass goes through module 16's trunk ``forward_rows(model, ids, cache, ...)``,
+    which hands the pass to a model's own ``forward_rows`` when it has one: this wrapper has one,
     times the real pass (the wrapped model's, teaching or fast) and forwards everything else.
     """
 
@@ -209,9 +209,9 @@ class _TimedTarget:
     def __call__(self, *a, **kw):
         return self.inner(*a, **kw)
 
-    def cached_hidden_states(self, ids, cache):
+    def forward_rows(self, ids, cache, **kwargs):
         t0 = self.clock()
-        out = _cached_hidden_states(self.inner, ids, cache)
+        out = _forward_rows(self.inner, ids, cache, **kwargs)
         self.passes.append((ids.shape[1], self.clock() - t0))
         return out
 

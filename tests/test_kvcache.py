@@ -325,3 +325,162 @@ def test_kvcache_append_refuses_a_layer_outside_the_cache(layer):
     kv = torch.zeros(1, 2, 1, 4)
     with pytest.raises(ValueError, match=r"layer must be an int in \[0, 2\)"):
         cache.append(layer, kv, kv)
+
+
+# ---- the trunk: forward_rows and commit_rows --------------------------------------------------
+# The oracle is the block loop the course ran before it had one trunk (tree_forward's, the lineage
+# pass's and the masked pass's, all the same loop): the whole sequence, every row, one explicit
+# boolean mask, no cache. Float32, dim 16: the trunk adds the same terms in another order, so
+# states differ by ~1e-7; 1e-5 still catches a wrong position, mask row or layer (O(0.1)).
+
+def _reference_rows(model, ids: torch.Tensor, positions: torch.Tensor, allowed: torch.Tensor, keep=()):
+    """Final states (T, D) and the kept layers' outputs (T, L, D) of one sequence (T,) with
+    positions (T,) and mask (T, T): the pre-trunk block loop, from the module 09 weights."""
+    from device_mocks import device_of
+
+    from g2c.kvcache import masked_attention
+
+    dev = device_of(model)                                    # the model's device (also under --fake-device)
+    ids, positions, allowed = ids.to(dev), positions.to(dev), allowed.to(dev)
+    x = (model.token_embed.weight[ids] + model.pos_embed.weight[positions]).unsqueeze(0)    # (1, T, D)
+    T, kept = ids.numel(), {}
+    for i, blk in enumerate(model.blocks):
+        D, H = blk.attn.dim, blk.attn.num_heads
+        q, k, v = blk.attn.qkv(blk.ln_1(x)).split(D, dim=-1)
+        q, k, v = (t.view(1, T, H, D // H).transpose(1, 2) for t in (q, k, v))              # (1, H, T, d)
+        y = masked_attention(q, k, v, allowed)
+        x = x + blk.attn.proj(y.transpose(1, 2).reshape(1, T, D))
+        x = x + blk.mlp(blk.ln_2(x))
+        kept[i] = x[0]
+    states = model.ln_final(x)[0]
+    return states, (torch.stack([kept[i] for i in keep], dim=1) if keep else None)
+
+
+def _tree_allowed(ctx_len: int, parents: list[int]) -> torch.Tensor:
+    """(C + n, C + n) bool: the context causal, node i reads the context, its ancestors, itself."""
+    n = len(parents)
+    allowed = torch.zeros(ctx_len + n, ctx_len + n, dtype=torch.bool)
+    allowed[:ctx_len, :ctx_len] = torch.ones(ctx_len, ctx_len, dtype=torch.bool).tril()
+    allowed[ctx_len:, :ctx_len] = True
+    for i, p in enumerate(parents):
+        if p >= 0:
+            allowed[ctx_len + i, ctx_len:] = allowed[ctx_len + p, ctx_len:]
+        allowed[ctx_len + i, ctx_len + i] = True
+    return allowed
+
+
+PARENTS = [-1, -1, 0, 0, 1, 2, 5]                            # a root with two branches, depth up to 3
+TOKENS = [4, 9, 1, 30, 7, 7, 12]
+
+
+def _depths(parents: list[int]) -> list[int]:
+    depth = []
+    for p in parents:
+        depth.append(1 if p < 0 else depth[p] + 1)
+    return depth
+
+
+@pytest.mark.parametrize("rows", [10, 1, 5])                 # prefill, one decode row, a k + 1 chain
+def test_forward_rows_chain_matches_the_reference_pass(rows):
+    from g2c.kvcache import cached_hidden_states, forward_rows
+
+    model = _tiny_lm(3)
+    ids = _ids(16, seed=4)
+    cache = KVCache.for_model(model)
+    cached_hidden_states(model, ids[:16 - rows].unsqueeze(0), cache)
+    before = cache.length
+    states, kept = forward_rows(model, ids[before:].unsqueeze(0), cache)
+    assert cache.length == before and kept is None            # written, not committed
+    assert states.shape == (1, rows, 16)
+    ref, _ = _reference_rows(model, ids, torch.arange(16), torch.ones(16, 16, dtype=torch.bool).tril())
+    torch.testing.assert_close(states[0], ref[before:], atol=1e-5, rtol=0)
+    # cached_hidden_states is forward_rows + advance: same states, pointer moved by T
+    again = cached_hidden_states(model, ids[before:].unsqueeze(0), cache)
+    assert cache.length == 16
+    torch.testing.assert_close(again, states, atol=0, rtol=0)
+
+
+def test_forward_rows_tree_mask_and_kept_layers_match_the_reference_pass():
+    from g2c.kvcache import forward_rows, unembed
+
+    model = _tiny_lm(5, layers=3)
+    ctx = _ids(6, seed=6)
+    C, n = ctx.numel(), len(PARENTS)
+    cache = KVCache.for_model(model)
+    cached_forward(model, ctx[:-1].unsqueeze(0), cache)                      # all but the root
+    depths = torch.tensor([0] + _depths(PARENTS))
+    block = _tree_allowed(1, PARENTS)                                        # root + nodes (1 + n, 1 + n)
+    allowed = torch.cat([torch.ones(1 + n, C - 1, dtype=torch.bool), block], dim=1)
+    new = torch.cat([ctx[-1:], torch.tensor(TOKENS)]).unsqueeze(0)          # (1, 1 + n)
+    states, kept = forward_rows(model, new, cache, positions=C - 1 + depths, allowed=allowed, keep_layers=(2, 0))
+    assert cache.length == C - 1 and kept.shape == (1, 1 + n, 2, 16)
+    full_ids = torch.cat([ctx, torch.tensor(TOKENS)])
+    ref, ref_kept = _reference_rows(model, full_ids, torch.cat([torch.arange(C), C - 1 + depths[1:]]),
+                                    _tree_allowed(C, PARENTS), keep=(2, 0))
+    torch.testing.assert_close(states[0], ref[C - 1:], atol=1e-5, rtol=0)
+    torch.testing.assert_close(kept[0], ref_kept[C - 1:], atol=1e-5, rtol=0)
+    # and each node's row is the plain model over context + its root-to-node path
+    for i in range(n):
+        path, j = [], i
+        while j >= 0:
+            path.insert(0, TOKENS[j])
+            j = PARENTS[j]
+        plain = model(torch.cat([ctx, torch.tensor(path)]).unsqueeze(0))[0, -1]
+        torch.testing.assert_close(unembed(model, states[0, 1 + i]), plain, atol=1e-4, rtol=0)
+
+
+def test_commit_rows_moves_a_pointer_for_a_chain_and_gathers_a_tree_path():
+    from g2c.kvcache import commit_rows, forward_rows
+
+    model = _tiny_lm(2)
+    ctx = _ids(5, seed=8)
+    C, n = ctx.numel(), len(PARENTS)
+    cache = KVCache.for_model(model)
+    cached_forward(model, ctx[:-1].unsqueeze(0), cache)
+    depths = torch.tensor([0] + _depths(PARENTS))
+    allowed = torch.cat([torch.ones(1 + n, C - 1, dtype=torch.bool), _tree_allowed(1, PARENTS)], dim=1)
+    forward_rows(model, torch.cat([ctx[-1:], torch.tensor(TOKENS)]).unsqueeze(0), cache,
+                 positions=C - 1 + depths, allowed=allowed)
+    path = [0, 2, 5]                                                          # n0 -> n2 -> n5
+    moved = commit_rows(cache, C, path)                                       # the root (row C - 1) commits as written
+    assert cache.length == C + 3
+    assert moved == model.num_layers * 2 * 2 * 2 * 8 * 4                      # L x (K, V) x 2 moved rows x H*d fp32
+    plain = KVCache.for_model(model)
+    cached_forward(model, torch.cat([ctx, torch.tensor([TOKENS[i] for i in path])]).unsqueeze(0), plain)
+    for layer in range(model.num_layers):
+        torch.testing.assert_close(cache.keys(layer), plain.keys(layer), atol=1e-5, rtol=0)
+        torch.testing.assert_close(cache.values(layer), plain.values(layer), atol=1e-5, rtol=0)
+    # a chain keeps a prefix that already sits in place: a pointer move, nothing copied
+    chain = KVCache.for_model(model)
+    cached_forward(model, ctx[:-1].unsqueeze(0), chain)
+    forward_rows(model, torch.tensor([[int(ctx[-1]), 3, 4, 5]]), chain)
+    assert commit_rows(chain, C - 1, [0, 1, 2]) == 0 and chain.length == C + 2
+    with pytest.raises(ValueError, match="strictly increasing"):
+        commit_rows(chain, chain.length, [1, 0])
+    with pytest.raises(ValueError, match="past ctx_len"):
+        commit_rows(chain, chain.length - 1, [0])
+
+
+def test_forward_rows_validates():
+    from g2c.kvcache import forward_rows
+
+    model = _tiny_lm(max_seq_len=8)
+    cache = KVCache.for_model(model)
+    ids = torch.tensor([[1, 2, 3]])
+    with pytest.raises(ValueError, match=r"positions must be integers of shape \(T,\)"):
+        forward_rows(model, ids, cache, positions=torch.tensor([0, 1]))
+    with pytest.raises(ValueError, match=r"positions must be in \[0, max_seq_len=8\)"):
+        forward_rows(model, ids, cache, positions=torch.tensor([0, 1, 8]))
+    with pytest.raises(ValueError, match=r"allowed must be a bool mask \(\.\.\., T, S\) = \(\.\.\., 3, 3\)"):
+        forward_rows(model, ids, cache, allowed=torch.ones(3, 4, dtype=torch.bool))
+    with pytest.raises(ValueError, match="allowed must be a bool mask"):
+        forward_rows(model, ids, cache, allowed=torch.zeros(3, 3))              # an additive float mask
+    with pytest.raises(ValueError, match=r"keep_layers \(2,\) name blocks outside 0\.\.1"):
+        forward_rows(model, ids, cache, allowed=torch.ones(3, 3, dtype=torch.bool).tril(), keep_layers=(2,))
+    with pytest.raises(ValueError, match="keep_layers must be a tuple"):
+        forward_rows(model, ids, cache, allowed=torch.ones(3, 3, dtype=torch.bool).tril(), keep_layers=1)
+    with pytest.raises(ValueError, match="max_seq_len=8"):
+        forward_rows(model, torch.zeros(1, 9, dtype=torch.long), cache)
+    with pytest.raises(TypeError, match="KVCache"):
+        forward_rows(model, ids, None)
+    assert cache.length == 0

@@ -1,10 +1,13 @@
 """Module 16 (provided): the fast path ``g2c.kvcache.fast`` against the teaching path.
 
 Oracles: the teaching ``TransformerLM`` run through module 16's ``cached_forward`` (logits)
-and module 16's ``cached_generate`` (greedy tokens). The speculative check runs a minimal
-greedy draft-verify loop written here on module 16's pieces only (a k + 1-row cached pass,
-``KVCache.crop`` rollback), so the test needs no Beyond module; bench/specdec.py ``--fast``
-runs the course's speculative loops on the fast path on the ladder.
+and module 16's ``cached_generate`` (greedy tokens); for every pass shape of the trunk
+(prefill, one row, a k + 1 chain, a tree mask, ragged rows, kept layers) the teaching
+``forward_rows`` (the fast model is a backend of that one pass: same call, same results).
+The speculative check runs a minimal greedy draft-verify loop written here on module 16's
+pieces only (a k + 1-row cached pass, ``KVCache.crop`` rollback), so the test needs no Beyond
+module; bench/specdec.py ``--fast`` runs the course's speculative loops on the fast path on
+the ladder.
 
 Tolerance (float32): the packed product sums the same terms in another order, so logits move
 by a few ulps of their magnitude (|logits| < 10 here: ~1e-6); 1e-5 is the issue's bound and
@@ -18,9 +21,19 @@ from __future__ import annotations
 import pytest
 import torch
 
-from g2c.kvcache import KVCache, cached_forward, cached_generate
+from g2c.kvcache import (
+    KVCache,
+    RaggedKVCache,
+    cached_forward,
+    cached_generate,
+    cached_hidden_states,
+    forward_rows,
+    unembed,
+    unwrap,
+)
 from g2c.kvcache.fast import FastLM, PackedLinear, fast_model, packed_kernels_available
-from g2c.transformer import TransformerLM
+from g2c.nn import LayerNorm, Linear, Module
+from g2c.transformer import Block, TransformerLM
 
 
 def _tiny_lm(seed: int = 0, *, vocab: int = 48, dim: int = 32, layers: int = 2, heads: int = 4,
@@ -41,7 +54,7 @@ def _ids(n: int, *, vocab: int = 48, seed: int = 1) -> torch.Tensor:
 def test_fast_logits_equal_teaching_path_fp32(pack, fused):
     model = _tiny_lm()
     fast = fast_model(model, pack=pack, fused=fused)
-    assert (fast.cached_hidden_states is not None) == fused
+    assert (fast.forward_rows is not None) == fused
     # oneDNN packing is a CPU kernel: on an accelerator (the fake one under --fake-device) nothing is packed
     from device_mocks import device_of
 
@@ -165,3 +178,135 @@ def test_packed_linear_matches_linear_every_row_count():
         torch.testing.assert_close(lin(x), x @ w.t() + b, rtol=1e-5, atol=1e-5)
     x3 = torch.randn(2, 3, 40, generator=g)                          # leading dimensions kept
     torch.testing.assert_close(lin(x3), x3 @ w.t() + b, rtol=1e-5, atol=1e-5)
+
+
+# ---- the fast backend of the trunk, every pass shape -------------------------------------------
+PARENTS = [-1, -1, 0, 0, 1, 2, 5]                  # a 7-node tree: two branches off the root, depth 3
+TOKENS = [4, 9, 1, 30, 7, 7, 12]
+SHAPES = ["prefill", "one row", "chain", "tree", "ragged", "kept layers"]
+
+
+def _tree_block(parents: list[int]) -> tuple[torch.Tensor, torch.Tensor]:
+    """(depths (1 + n,) with the root at 0, allowed (1 + n, 1 + n) root + ancestor-or-self)."""
+    n = len(parents)
+    depths, allowed = [0], torch.zeros(1 + n, 1 + n, dtype=torch.bool)
+    allowed[:, 0] = True
+    for i, p in enumerate(parents):
+        depths.append(1 if p < 0 else depths[1 + p] + 1)
+        if p >= 0:
+            allowed[1 + i] = allowed[1 + p]
+        allowed[1 + i, 1 + i] = True
+    return torch.tensor(depths), allowed
+
+
+def _run_shape(model, shape: str):
+    """One call of the trunk in the given shape after the same history; returns (logits of the
+    new rows, kept layers or None, every key row the cache holds of layer 0)."""
+    ids = _ids(24, seed=3)
+    if shape == "ragged":
+        cache = RaggedKVCache.for_model(model, 2)
+        prompts = torch.stack([ids[:9], torch.cat([ids[9:14], torch.zeros(4, dtype=torch.long)])])    # 9 and 5 rows
+        forward_rows(model, prompts, cache)
+        cache.advance(9)
+        cache.crop(torch.tensor([9, 5]))
+        new, kwargs = torch.stack([ids[14:17], ids[17:20]]), {}
+    else:
+        cache = KVCache.for_model(model)
+        if shape != "prefill":
+            cached_hidden_states(model, ids[:12].unsqueeze(0), cache)
+        kwargs = {}
+        if shape == "prefill":
+            new = ids[:12].unsqueeze(0)
+        elif shape == "one row":
+            new = ids[12:13].unsqueeze(0)
+        elif shape == "chain":
+            new = ids[12:17].unsqueeze(0)                                    # k + 1 = 5 rows
+        elif shape == "kept layers":
+            new, kwargs = ids[12:17].unsqueeze(0), {"keep_layers": (1, 0)}
+        else:
+            depths, block = _tree_block(PARENTS)
+            allowed = torch.cat([torch.ones(1 + len(PARENTS), cache.length, dtype=torch.bool), block], dim=1)
+            new = torch.cat([ids[12:13], torch.tensor(TOKENS)]).unsqueeze(0)
+            kwargs = {"positions": cache.length + depths, "allowed": allowed, "keep_layers": (0,)}
+    states, kept = forward_rows(model, new, cache, **kwargs)
+    return unembed(model, states), kept, cache.keys_buffer[0][:, :, :cache.length + new.shape[1]]
+
+
+@pytest.mark.parametrize("shape", SHAPES)
+def test_fast_forward_rows_equals_teaching_every_pass_shape_fp32(shape):
+    model = _tiny_lm(seed=6)
+    slow_logits, slow_kept, slow_keys = _run_shape(model, shape)
+    quick_logits, quick_kept, quick_keys = _run_shape(fast_model(model), shape)
+    assert quick_logits.shape == slow_logits.shape and quick_logits.dtype == torch.float32
+    torch.testing.assert_close(quick_logits, slow_logits, rtol=1e-5, atol=1e-5)
+    torch.testing.assert_close(quick_keys, slow_keys, rtol=1e-5, atol=1e-5)
+    assert (slow_kept is None) == (quick_kept is None) == (shape not in ("tree", "kept layers"))
+    if slow_kept is not None:
+        torch.testing.assert_close(quick_kept, slow_kept, rtol=1e-5, atol=1e-5)
+
+
+def test_fast_bfloat16_tree_pass_is_consistent_with_its_own_chain_passes():
+    # The bfloat16 model is its own model: its tree rows must equal ITS plain passes over each
+    # root-to-node path (rounding of the bf16 inputs may differ by a few ulps between the two
+    # layouts: 2% of the logits' range; a wrong mask or position moves them by O(1)).
+    fast16 = fast_model(_tiny_lm(seed=7), dtype="bf16")
+    ctx = _ids(8, seed=9)
+    cache = KVCache.for_model(fast16)
+    cached_forward(fast16, ctx[:-1].unsqueeze(0), cache)
+    depths, block = _tree_block(PARENTS)
+    allowed = torch.cat([torch.ones(1 + len(PARENTS), cache.length, dtype=torch.bool), block], dim=1)
+    states, _ = forward_rows(fast16, torch.cat([ctx[-1:], torch.tensor(TOKENS)]).unsqueeze(0), cache,
+                             positions=cache.length + depths, allowed=allowed)
+    rows = unembed(fast16, states)[0]                                         # (1 + n, V)
+    scale = rows.abs().max().item()
+    for i in range(-1, len(PARENTS)):
+        path, j = [], i
+        while j >= 0:
+            path.insert(0, TOKENS[j])
+            j = PARENTS[j]
+        plain = fast16(torch.cat([ctx, torch.tensor(path, dtype=torch.long)]).unsqueeze(0))[0, -1]
+        torch.testing.assert_close(rows[1 + i], plain, rtol=0, atol=0.02 * scale)
+        assert int(rows[1 + i].argmax()) == int(plain.argmax())
+
+
+class _Head(Module):
+    """The shape of a drafter head: a block, a linear, a norm, and the base it reads held outside
+    its children (in a dict, as the course's heads hold it)."""
+
+    def __init__(self, base, seed: int = 0) -> None:
+        super().__init__()
+        g = torch.Generator().manual_seed(seed)
+        self._frozen = {"base": base}
+        self.block = Block(base.embedding_dim, 4, hidden_dim=2 * base.embedding_dim, generator=g)
+        self.fc = Linear(base.embedding_dim, base.embedding_dim, generator=g)
+        self.ln = LayerNorm(base.embedding_dim)
+
+    @property
+    def base(self):
+        return self._frozen["base"]
+
+    def forward(self, hidden: torch.Tensor) -> torch.Tensor:
+        return unembed(self.base, self.ln(self.fc(self.block(hidden))))
+
+
+def test_fast_model_of_any_course_module_swaps_leaves_and_keeps_its_base():
+    from device_mocks import device_of
+
+    model = _tiny_lm(seed=8)
+    head = _Head(model).eval()
+    fast = fast_model(head)
+    assert isinstance(fast, _Head) and type(fast).__name__ == "_Head"          # same class: its own forward runs
+    assert isinstance(fast.fc, PackedLinear) and isinstance(fast.block.attn.qkv, PackedLinear)
+    assert fast.base is model and unwrap(fast) is head and unwrap(head) is head   # the base is not copied
+    assert fast.parameters() == [] and fast.device == device_of(head) and fast.training is False
+    assert fast_model(fast) is fast and unwrap(fast_model(model)) is model
+    hidden = torch.randn(1, 6, model.embedding_dim, generator=torch.Generator().manual_seed(0)).to(device_of(head))
+    want = head(hidden)
+    torch.testing.assert_close(fast(hidden), want, rtol=1e-5, atol=1e-5)
+    with torch.no_grad():
+        head.fc.weight.add_(1.0)                                              # a snapshot, like FastLM
+    torch.testing.assert_close(fast(hidden), want, rtol=1e-5, atol=1e-5)
+    with pytest.raises(ValueError, match="cannot be trained"):
+        fast.train(True)
+    half = fast_model(head, dtype="bf16")
+    assert half.fc.dtype == torch.bfloat16 and unwrap(half) is head

@@ -128,3 +128,27 @@ def test_ragged_forward_validates():
         ragged_forward(model, torch.zeros(3, 2, dtype=torch.long), cache)
     with pytest.raises(ValueError, match="max_seq_len"):
         ragged_forward(model, torch.zeros(2, 9, dtype=torch.long), cache)
+
+
+def test_forward_rows_on_a_ragged_cache_defaults_to_per_row_positions_and_mask():
+    # The trunk's defaults on a RaggedKVCache are its per-row positions and key-padding mask:
+    # the same states as passing them explicitly (masked_hidden_states), and as each row alone.
+    from g2c.kvcache import forward_rows, masked_hidden_states
+
+    model = _tiny_lm(2)
+    prompts = [[3, 1, 4, 1, 5], [9, 2, 6]]
+    more = _pad([[2, 7, 1], [8, 8, 3]])
+    caches = []
+    for _ in range(2):
+        cache = RaggedKVCache.for_model(model, 2)
+        ragged_forward(model, _pad(prompts), cache)
+        cache.crop(torch.tensor([5, 3]))
+        caches.append(cache)
+    states, kept = forward_rows(model, more, caches[0])
+    assert kept is None and caches[0].lengths.tolist() == [5, 3]             # the pointer does not move
+    explicit = masked_hidden_states(model, more, caches[1], caches[1].positions(3),
+                                    caches[1].key_padding_mask(3).unsqueeze(1))
+    torch.testing.assert_close(states, explicit, atol=0, rtol=0)
+    for b, p in enumerate(prompts):
+        alone = model.hidden_states(torch.tensor([p + more[b].tolist()]))[0, len(p):]
+        torch.testing.assert_close(states[b], alone, atol=1e-5, rtol=0)

@@ -17,6 +17,7 @@ import torch
 from specdec_mocks import SumModLM, refill_greedy, windowed_greedy
 
 from g2c.kvcache import KVCache, cached_forward, cached_generate, prefill
+from g2c.kvcache.forward import cached_block
 from g2c.sampling import generate
 from g2c.specdec import MTPHead, SpecStats, mtp_propose, speculative_generate
 from g2c.specdec.sampling import LMDrafter, mtp_generate_cached, speculative_generate_cached, summarize_rounds
@@ -192,6 +193,21 @@ def test_mtp_cached_matches_greedy_and_mtp_propose():
     assert stats.target_passes == len(records) and stats.generated == 25
 
 
+def _head_logits(head, base, hidden: torch.Tensor, following: list[int], cache: KVCache) -> torch.Tensor:
+    """The ``MTPHead`` forward on T new positions with its own one-layer cache: the oracle for the
+    head cache of ``mtp_generate_cached`` (whose drafter is ``CachedMTPDrafter``).
+
+    hidden (1, T, D), following: token t+1 for each new position t -> logits (1, T, V) for t+2.
+    Same maths as ``MTPHead.forward`` (a test checks it), with the block cached.
+    """
+    table = base.token_embed.weight                                                # (V, D)
+    emb = head.ln_embed(table[torch.tensor([following], device=table.device)])     # (1, T, D)
+    x = head.fuse(torch.cat([hidden, emb], dim=-1))                                # (1, T, D)
+    y = head.ln_final(cached_block(head.block, x, cache, 0))                       # (1, T, D)
+    cache.advance(x.shape[1])
+    return y @ table.t() + head.bias                                               # (1, T, V)
+
+
 def test_mtp_cached_head_matches_uncached_head():
     """With a head that is the base itself in disguise (perfect guesses are impossible to build
     by hand), check the cached head cache state: after each round its rows equal a fresh head pass."""
@@ -203,7 +219,6 @@ def test_mtp_cached_head_matches_uncached_head():
         h = base.hidden_states(ids[:-1].unsqueeze(0))                 # (1, N-1, D)
         hcache = KVCache(1, 1, base.num_heads, base.embedding_dim // base.num_heads, base.max_seq_len,
                          device=base.device)
-        from g2c.specdec.sampling.cached import _head_logits
         _head_logits(head, base, h, ids[1:].tolist(), hcache)
         assert rec.drafter_cache.length == hcache.length
         torch.testing.assert_close(rec.drafter_cache.keys(0), hcache.keys(0), atol=1e-5, rtol=0)

@@ -134,7 +134,7 @@ MODULES: tuple[CourseModule, ...] = (
         requires=("03b", "09", "11"),
     ),
     _beyond("specdec-sampling", "Beyond: the sampled speculative loop, drafters and dynamic k",
-            "g2c/specdec/sampling", ["__init__", "cached", "controllers", "drafters", "eagle", "loop"],
+            "g2c/specdec/sampling", ["__init__", "cached", "controllers", "drafters", "eagle", "target", "loop"],
             "loop", ["16", "specdec"],
             tests=["tests/test_specdec_cached.py", "tests/test_specdec_sampling.py",
                    "tests/test_specdec_sampling_cached.py", "tests/test_specdec_eagle.py",
@@ -147,12 +147,12 @@ MODULES: tuple[CourseModule, ...] = (
             tests=["tests/test_specdec_lab.py", "tests/test_bench_serving_lab.py"]),
     _beyond("specdec-state", "Beyond: recurrent state under speculation",
             "g2c/recurrent", ["__init__", "scan", "model", "transaction", "snapshot", "replay", "recompute",
-                              "generate"], "transactions", ["16", "specdec"],
+                              "generate"], "transactions", ["16", "specdec", "specdec-sampling"],
             tests=["tests/test_specdec_state.py"]),
     _beyond("specdec-lineage", "Beyond: the draft lineage (Medusa, EAGLE-2, EAGLE-3, block drafting)",
             "g2c/specdec/lineage", ["__init__", "protocol", "loop", "medusa", "eagle2", "eagle3", "block"],
-            "draft-lineage", ["16", "specdec", "specdec-sampling", "specdec-trees"],
-            tests=["tests/test_specdec_lineage.py", "tests/test_bench_lineage.py"]),
+            "draft-lineage", ["16", "specdec", "specdec-sampling", "specdec-trees", "specdec-state"],
+            tests=["tests/test_specdec_lineage.py", "tests/test_bench_lineage.py", "tests/test_specdec_engine.py"]),
 )
 
 

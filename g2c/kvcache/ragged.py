@@ -21,12 +21,13 @@ caller ``crop``\\ s each row back to what it really committed, exactly module 16
 invisible, and overwritten by the next write.
 
 Module 07's ``scaled_dot_product_attention`` only knows a causal mask whose queries are the
-last T of S keys (one shared length), so it cannot express a ragged or a tree mask. This
-file adds the masked variant beside module 16's ``cached_attention``: ``masked_attention``
-(softmax(q kᵀ / sqrt(d)) with disallowed scores set to -inf, any boolean mask) and
-``masked_cached_attention`` / ``masked_hidden_states``, the same sub-layer and trunk as
-``cached_attention`` / ``cached_hidden_states`` with explicit positions and mask. The ragged
-batch and the draft tree (``g2c.specdec.trees.attention.cached_tree_forward``) both run on it.
+last T of S keys (one shared length), so it cannot express a ragged or a tree mask. Module
+16's trunk ``forward_rows`` (``forward.py``) takes explicit positions and a boolean mask
+(``masked_attention``: softmax(q kᵀ / sqrt(d)) with disallowed scores set to -inf); on a
+``RaggedKVCache`` its defaults are the per-row positions and the key-padding mask, so
+``ragged_forward`` is one call of it. ``masked_hidden_states`` is the trunk with explicit
+positions and mask (the draft tree's pass, ``g2c.specdec.trees.attention.cached_tree_forward``,
+is another call of the same function).
 
 Source: per-request lengths and key-padding masks as in Orca (Yu et al., OSDI 2022,
 iteration-level scheduling) and vLLM (Kwon et al., SOSP 2023); the attention is Vaswani et
@@ -38,15 +39,12 @@ D width, V vocabulary, T_max = max_seq_len.
 
 from __future__ import annotations
 
-import math
-
 import torch
 
-from g2c.attention.multihead import merge_heads, split_heads
 from g2c.sampling.model import check_count, check_score_rows, check_token_ids
 
 from .cache import KVCache
-from .forward import unembed
+from .forward import forward_rows, masked_attention, masked_cached_attention, unembed
 
 __all__ = ["RaggedKVCache", "masked_attention", "masked_cached_attention", "masked_hidden_states",
            "ragged_forward"]
@@ -205,38 +203,16 @@ class RaggedKVCache(KVCache):
 
 
 # ---- the masked cached forward ------------------------------------------------------------
-def masked_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, allowed: torch.Tensor) -> torch.Tensor:
-    """softmax(q kᵀ / sqrt(d), disallowed scores -inf) v, for any boolean mask.
-
-    Args:
-        q: (..., T, d); k: (..., S, d); v: (..., S, d_v).
-        allowed: bool, broadcastable to (..., T, S); every query row needs >= 1 True.
-
-    Returns:
-        (..., T, d_v) in q's dtype.
-    """
-    scores = (q @ k.transpose(-2, -1)) / math.sqrt(q.shape[-1])                           # (..., T, S)
-    scores = scores.masked_fill(~allowed, float("-inf"))
-    return scores.softmax(dim=-1) @ v
-
-
-def masked_cached_attention(attn, x: torch.Tensor, cache: KVCache, layer: int, allowed: torch.Tensor) -> torch.Tensor:
-    """Module 16's ``cached_attention`` with an explicit mask. (B, T, D) -> (B, T, D).
-
-    ``cache.append`` writes the new keys/values (per row for a ``RaggedKVCache``) and returns
-    S visible rows; ``allowed`` (broadcastable to (B, H, T, S), bool) picks what each query
-    reads. The pointer does not move.
-    """
-    q, k, v = attn.qkv(x).split(attn.dim, dim=-1)                                        # (B, T, D) each
-    q, k, v = (split_heads(t, attn.num_heads) for t in (q, k, v))                         # (B, H, T, d)
-    keys, values = cache.append(layer, k, v)                                             # (B, H, S, d)
-    return attn.proj(merge_heads(masked_attention(q, keys, values, allowed)))            # (B, T, D)
-
+# ``masked_attention`` and ``masked_cached_attention`` live with the trunk (``forward.py``'s
+# ``forward_rows``) and are re-exported here, where the ragged batch first needed them.
 
 @torch.no_grad()
 def masked_hidden_states(model, ids: torch.Tensor, cache: KVCache, positions: torch.Tensor,
                          allowed: torch.Tensor) -> torch.Tensor:
     """The trunk on T new tokens with explicit positions and attention mask. No advance.
+
+    A call of module 16's one pass, ``forward_rows(model, ids, cache, positions=positions,
+    allowed=allowed)``, returning its final states.
 
     Args:
         model: a ``TransformerLM`` (module 09) in eval mode.
@@ -249,15 +225,11 @@ def masked_hidden_states(model, ids: torch.Tensor, cache: KVCache, positions: to
         (B, T, D) final-LayerNorm states, on the model's device.
 
     Raises:
-        ValueError: from ``cache.append`` when the window is full (names ``max_seq_len``).
+        ValueError: as ``forward_rows`` (bad ids, positions or mask; a cache for another
+            model; more rows than the cache holds, naming ``max_seq_len``).
     """
-    dev = model.token_embed.weight.device
-    ids, positions, allowed = ids.to(dev), positions.to(dev), allowed.to(dev)
-    x = model.token_embed.weight[ids] + model.pos_embed.weight[positions]                 # (B, T, D)
-    for layer, blk in enumerate(model.blocks):
-        x = x + masked_cached_attention(blk.attn, blk.ln_1(x), cache, layer, allowed)
-        x = x + blk.mlp(blk.ln_2(x))
-    return model.ln_final(x)
+    states, _ = forward_rows(model, ids, cache, positions=positions, allowed=allowed)
+    return states
 
 
 @torch.no_grad()
@@ -297,8 +269,7 @@ def ragged_forward(model, ids: torch.Tensor, cache: RaggedKVCache) -> torch.Tens
         raise ValueError(f"ragged_forward: {cache.length} cached + {T} new positions exceed "
                          f"max_seq_len={min(cache.max_seq_len, model.max_seq_len)}; shorten the prompt or "
                          "max_new_tokens")
-    mask = cache.key_padding_mask(T).unsqueeze(1)                                         # (B, 1, T, S)
-    h = masked_hidden_states(model, ids, cache, cache.positions(T), mask)
+    h, _ = forward_rows(model, ids, cache)          # positions lengths[b] + t, the key-padding mask
     cache.advance(T)
     logits = unembed(model, h)                                                            # (B, T, V)
     check_score_rows(logits, "logits", where=f"ragged_forward ({ids.shape[1]} new tokens per row, rows now "

@@ -5,7 +5,14 @@ blocks), and three ways to commit its state after a speculative round: snapshot,
 checkpoint + input replay, recompute. Lesson: docs/beyond/specdec-state.md.
 """
 
-from .generate import greedy_drafter, make_transaction, plain_greedy, speculative_generate_stateful
+from .generate import (
+    FunctionDrafter,
+    TransactionTarget,
+    greedy_drafter,
+    make_transaction,
+    plain_greedy,
+    speculative_generate_stateful,
+)
 from .model import (
     DecodeState,
     GatedLinearAttention,
@@ -23,8 +30,9 @@ from .snapshot import SnapshotTransaction
 from .transaction import StateCosts, StateTransaction
 
 __all__ = sorted([
-    "DecodeState", "GatedLinearAttention", "RecomputeTransaction", "RecurrenceInputs", "RecurrentBlock",
-    "RecurrentLM", "ReplayTransaction", "SnapshotTransaction", "StateCosts", "StateTransaction", "new_kv_cache",
-    "fan_in_init_", "gla_chunk", "gla_fold", "gla_recurrent", "greedy_drafter", "make_transaction",
-    "perturbed_twin", "plain_greedy", "readout_flops", "speculative_generate_stateful", "update_flops",
+    "DecodeState", "FunctionDrafter", "GatedLinearAttention", "RecomputeTransaction", "RecurrenceInputs",
+    "RecurrentBlock", "RecurrentLM", "ReplayTransaction", "SnapshotTransaction", "StateCosts", "StateTransaction",
+    "TransactionTarget", "new_kv_cache", "fan_in_init_", "gla_chunk", "gla_fold", "gla_recurrent", "greedy_drafter",
+    "make_transaction", "perturbed_twin", "plain_greedy", "readout_flops", "speculative_generate_stateful",
+    "update_flops",
 ])

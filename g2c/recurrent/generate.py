@@ -4,21 +4,28 @@
 target is never rerun over the whole prefix. Its state lives in a ``StateTransaction``;
 each round opens the transaction, advances it over [last emitted token, k drafts], lets
 ``g2c.specdec.greedy_verify`` pick the accepted prefix, and commits exactly the accepted
-boundary. ``plain_greedy`` is ordinary decoding, one token per pass: the reference the
-speculative loop must match in tokens and in state.
+boundary. It has no round of its own: the transaction is a ``Target`` of the engine
+(``TransactionTarget``), the drafter callable an engine drafter (``FunctionDrafter``), and
+the round is specdec-sampling's ``speculative_sample`` at temperature 0. ``plain_greedy`` is
+ordinary decoding, one token per pass: the reference the speculative loop must match in
+tokens and in state.
 
 Shape letters: T time, V vocabulary, k draft length. No exercise in this file.
 """
 
 from __future__ import annotations
 
+import sys
 from collections.abc import Callable
 
 import torch
 
 from g2c.sampling.generate import as_token_ids
 from g2c.sampling.model import check_count, check_eos_id, check_score_rows
-from g2c.specdec import SpecStats, draft_greedy, draft_room, greedy_verify
+from g2c.specdec import SpecStats, draft_greedy
+from g2c.specdec.sampling.drafters import Drafter
+from g2c.specdec.sampling.loop import speculative_sample
+from g2c.specdec.sampling.target import Target
 
 from .model import DecodeState, RecurrentLM
 from .recompute import RecomputeTransaction
@@ -26,7 +33,8 @@ from .replay import ReplayTransaction
 from .snapshot import SnapshotTransaction
 from .transaction import StateCosts, StateTransaction
 
-__all__ = ["greedy_drafter", "make_transaction", "plain_greedy", "speculative_generate_stateful"]
+__all__ = ["FunctionDrafter", "TransactionTarget", "greedy_drafter", "make_transaction", "plain_greedy",
+           "speculative_generate_stateful"]
 
 _STRATEGIES = {"snapshot": SnapshotTransaction, "replay": ReplayTransaction, "recompute": RecomputeTransaction}
 
@@ -41,10 +49,10 @@ def make_transaction(model: RecurrentLM, strategy: str, **kwargs) -> StateTransa
         raise ValueError(f"unknown state strategy {strategy!r}; choose one of {', '.join(_STRATEGIES)}")
     return _STRATEGIES[strategy](model, **kwargs)
 
-Drafter = Callable[[torch.Tensor, int], torch.Tensor]
+DraftFn = Callable[[torch.Tensor, int], torch.Tensor]      # a drafter callable (ctx, k) -> k ids
 
 
-def greedy_drafter(model) -> Drafter:
+def greedy_drafter(model) -> DraftFn:
     """A drafter callable ``(context (N,) int64, k) -> (k,) int64`` from any model that
     ``g2c.specdec.draft_greedy`` accepts (ids (1, T) -> logits, ``max_seq_len``, ``device``)."""
     return lambda ctx, k: draft_greedy(model, ctx, k)
@@ -56,6 +64,69 @@ def _check_budget(model: RecurrentLM, num_prompt: int, max_new_tokens: int) -> N
         raise ValueError(f"prompt ({num_prompt}) + max_new_tokens ({max_new_tokens}) exceeds the attention "
                          f"layers' max_seq_len={model.max_seq_len} + 1 (the last token's context must fit; a "
                          "recurrent state cannot slide a window); generate fewer tokens")
+
+
+class TransactionTarget(Target):
+    """A recurrent (or hybrid) target whose state lives in a ``StateTransaction``. Provided.
+
+    ``start`` prefills every prompt token but the pending last one (its costs move to
+    ``txn.prefill_costs``, so ``txn.costs`` counts the rounds only); ``score`` opens the
+    transaction and advances it over [pending token, drafts] (k'+1 rows); ``commit`` commits
+    exactly the positions that precede the last emitted token (``txn.commit(len(emitted) - 1)``)
+    and calls ``on_round(txn, ids)``. A pure recurrent layout has no window: its
+    ``max_seq_len`` is unbounded for ``draft_room`` (``visible`` is 0); with attention layers
+    the window is the model's ``max_seq_len`` (the caller keeps prompt + budget within
+    ``max_seq_len + 1``: a recurrent state cannot slide a window).
+
+    Args:
+        txn: a fresh ``StateTransaction`` on its model (``g2c.recurrent.make_transaction``).
+        on_round: ``on_round(txn, ids)`` after each committed round.
+    """
+
+    def __init__(self, txn, *, on_round: Callable | None = None) -> None:
+        self.txn = txn
+        self.model = txn.model
+        self.on_round = on_round
+        self._length = 0
+
+    @property
+    def max_seq_len(self) -> int:
+        return self.model.max_seq_len if self.model.attention_layers else sys.maxsize
+
+    def start(self, prompt_ids: torch.Tensor) -> None:
+        if prompt_ids.numel() > 1:
+            self.txn.prefill(prompt_ids[:-1])
+        self.txn.prefill_costs, self.txn.costs = self.txn.costs, StateCosts()      # count the rounds only
+
+    def visible(self, context_ids: torch.Tensor) -> int:
+        return len(context_ids) if self.model.attention_layers else 0
+
+    def score(self, context_ids: torch.Tensor, draft_ids: torch.Tensor):
+        self._length = len(context_ids)
+        self.txn.begin()
+        return self.txn.advance(torch.cat([context_ids[-1:], draft_ids])), None    # (k'+1, V)
+
+    def commit(self, context_ids: torch.Tensor, num_accepted: int) -> None:
+        self.txn.commit(len(context_ids) - self._length - 1)
+        if self.on_round is not None:
+            self.on_round(self.txn, context_ids)
+
+
+class FunctionDrafter(Drafter):
+    """A drafter callable ``(context (N,) int64 CPU, k) -> (k,) ids`` as an engine drafter. Provided.
+
+    Deterministic proposals (q one-hot); ``propose`` refuses a callable that returns another
+    number of ids than asked ("draft returned ... tokens for k=...").
+    """
+
+    def __init__(self, draft: Callable[[torch.Tensor, int], torch.Tensor]) -> None:
+        self.draft = draft
+
+    def propose(self, context_ids: torch.Tensor, k: int) -> tuple[torch.Tensor, None]:
+        proposal = torch.as_tensor(self.draft(context_ids, k)).long().cpu().view(-1)
+        if proposal.numel() != k:
+            raise ValueError(f"draft returned {proposal.numel()} tokens for k={k}; it must return exactly k ids")
+        return proposal, None
 
 
 @torch.no_grad()
@@ -99,7 +170,7 @@ def plain_greedy(model: RecurrentLM, prompt_ids, max_new_tokens: int, *,
 
 
 @torch.no_grad()
-def speculative_generate_stateful(target: RecurrentLM, draft: Drafter, prompt_ids, max_new_tokens: int, *,
+def speculative_generate_stateful(target: RecurrentLM, draft: DraftFn, prompt_ids, max_new_tokens: int, *,
                                   k: int = 4, strategy: str | StateTransaction = "replay",
                                   eos_id: int | None = None,
                                   on_round: Callable[[StateTransaction, torch.Tensor], None] | None = None,
@@ -156,40 +227,7 @@ def speculative_generate_stateful(target: RecurrentLM, draft: Drafter, prompt_id
                              f"{strategy.length} committed positions of an earlier run); a transaction serves one "
                              "generation: build a fresh one with make_transaction(target, ...)")
     txn = strategy if isinstance(strategy, StateTransaction) else make_transaction(target, strategy, **strategy_kwargs)
-    mode = target.training
-    target.eval()
-    stats = SpecStats()
-    try:
-        if ids.numel() > 1:
-            txn.prefill(ids[:-1])
-        txn.prefill_costs, txn.costs = txn.costs, StateCosts()              # count the rounds only
-        num_new = 0
-        while num_new < max_new_tokens:
-            remaining = max_new_tokens - num_new
-            k_step = draft_room(min(k, remaining), len(ids), target.max_seq_len) if target.attention_layers \
-                else min(k, remaining)
-            proposal = torch.as_tensor(draft(ids, k_step) if k_step else []).long().cpu().view(-1)
-            if proposal.numel() != k_step:
-                raise ValueError(f"draft returned {proposal.numel()} tokens for k={k_step}; "
-                                 "it must return exactly k ids")
-            txn.begin()
-            logits = txn.advance(torch.cat([ids[-1:], proposal]))            # (k+1, V)
-            if k_step == 0:                                                   # window full: a plain step
-                num_accepted, token = 0, int(logits[-1].argmax())
-            else:
-                num_accepted, token = greedy_verify(proposal, logits)
-            emitted = (proposal[:num_accepted].tolist() + [token])[:remaining]
-            hit_eos = eos_id is not None and eos_id in emitted
-            if hit_eos:
-                emitted = emitted[:emitted.index(eos_id) + 1]
-            txn.commit(len(emitted) - 1)
-            stats.record(drafted=k_step, accepted=min(num_accepted, len(emitted)), generated=len(emitted))
-            ids = torch.cat([ids, torch.tensor(emitted, dtype=torch.long)])
-            num_new += len(emitted)
-            if on_round is not None:
-                on_round(txn, ids)
-            if hit_eos:
-                break
-    finally:
-        target.train(mode)
+    # the preset: the engine with the transaction as target and the callable as drafter, greedy
+    ids, stats = speculative_sample(TransactionTarget(txn, on_round=on_round), FunctionDrafter(draft), ids,
+                                    max_new_tokens, k=k, temperature=0.0, eos_id=eos_id)
     return ids, stats, txn

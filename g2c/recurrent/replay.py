@@ -88,8 +88,8 @@ class ReplayTransaction(StateTransaction):
         raise NotImplementedError(
             "module specdec-state: ReplayTransaction.fold in g2c/recurrent/replay.py is not implemented yet. Write it"
             " (see docs/beyond/specdec-state.md), then grade module specdec-state with ./test.sh specdec-state: the "
-            "answer key stands in for the modules it needs (03, 03b, 04, 05, 07, 08, 09, 11, 16, specdec) except "
-            "those you edited, never for your own code."
+            "answer key stands in for the modules it needs (03, 03b, 04, 05, 07, 08, 09, 11, 16, specdec, "
+            "specdec-sampling) except those you edited, never for your own code."
         )
 
     def commit(self, num_accepted: int) -> None:
@@ -106,8 +106,8 @@ class ReplayTransaction(StateTransaction):
         raise NotImplementedError(
             "module specdec-state: ReplayTransaction.commit in g2c/recurrent/replay.py is not implemented yet. Write "
             "it (see docs/beyond/specdec-state.md), then grade module specdec-state with ./test.sh specdec-state: the"
-            " answer key stands in for the modules it needs (03, 03b, 04, 05, 07, 08, 09, 11, 16, specdec) except "
-            "those you edited, never for your own code."
+            " answer key stands in for the modules it needs (03, 03b, 04, 05, 07, 08, 09, 11, 16, specdec, "
+            "specdec-sampling) except those you edited, never for your own code."
         )
 
     def rollback(self) -> None:
@@ -123,7 +123,7 @@ class ReplayTransaction(StateTransaction):
             "module specdec-state: ReplayTransaction.rollback in g2c/recurrent/replay.py is not implemented yet. "
             "Write it (see docs/beyond/specdec-state.md), then grade module specdec-state with ./test.sh "
             "specdec-state: the answer key stands in for the modules it needs (03, 03b, 04, 05, 07, 08, 09, 11, 16, "
-            "specdec) except those you edited, never for your own code."
+            "specdec, specdec-sampling) except those you edited, never for your own code."
         )
 
     def committed_state(self) -> dict[int, torch.Tensor]:

@@ -70,7 +70,7 @@ class SnapshotTransaction(StateTransaction):
             "module specdec-state: SnapshotTransaction.commit in g2c/recurrent/snapshot.py is not implemented yet. "
             "Write it (see docs/beyond/specdec-state.md), then grade module specdec-state with ./test.sh "
             "specdec-state: the answer key stands in for the modules it needs (03, 03b, 04, 05, 07, 08, 09, 11, 16, "
-            "specdec) except those you edited, never for your own code."
+            "specdec, specdec-sampling) except those you edited, never for your own code."
         )
 
     def rollback(self) -> None:
@@ -87,7 +87,7 @@ class SnapshotTransaction(StateTransaction):
             "module specdec-state: SnapshotTransaction.rollback in g2c/recurrent/snapshot.py is not implemented yet. "
             "Write it (see docs/beyond/specdec-state.md), then grade module specdec-state with ./test.sh "
             "specdec-state: the answer key stands in for the modules it needs (03, 03b, 04, 05, 07, 08, 09, 11, 16, "
-            "specdec) except those you edited, never for your own code."
+            "specdec, specdec-sampling) except those you edited, never for your own code."
         )
 
     def committed_state(self) -> dict[int, torch.Tensor]:

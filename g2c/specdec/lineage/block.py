@@ -72,7 +72,7 @@ def block_loss_weights(block_size: int, gamma: float) -> torch.Tensor:
         "module specdec-lineage: block_loss_weights in g2c/specdec/lineage/block.py is not implemented yet. Write it "
         "(see docs/beyond/specdec-lineage.md), then grade module specdec-lineage with ./test.sh specdec-lineage: the "
         "answer key stands in for the modules it needs (03, 03b, 04, 05, 07, 08, 09, 11, 16, specdec, "
-        "specdec-sampling, specdec-trees) except those you edited, never for your own code."
+        "specdec-sampling, specdec-trees, specdec-state) except those you edited, never for your own code."
     )
 
 

@@ -73,7 +73,7 @@ def fusion_layers(num_layers: int) -> tuple[int, int, int]:
         "module specdec-lineage: fusion_layers in g2c/specdec/lineage/eagle3.py is not implemented yet. Write it (see"
         " docs/beyond/specdec-lineage.md), then grade module specdec-lineage with ./test.sh specdec-lineage: the "
         "answer key stands in for the modules it needs (03, 03b, 04, 05, 07, 08, 09, 11, 16, specdec, "
-        "specdec-sampling, specdec-trees) except those you edited, never for your own code."
+        "specdec-sampling, specdec-trees, specdec-state) except those you edited, never for your own code."
     )
 
 
@@ -144,7 +144,7 @@ def ttt_attention_mask(num_positions: int, steps: int) -> torch.Tensor:
         "module specdec-lineage: ttt_attention_mask in g2c/specdec/lineage/eagle3.py is not implemented yet. Write it"
         " (see docs/beyond/specdec-lineage.md), then grade module specdec-lineage with ./test.sh specdec-lineage: the"
         " answer key stands in for the modules it needs (03, 03b, 04, 05, 07, 08, 09, 11, 16, specdec, "
-        "specdec-sampling, specdec-trees) except those you edited, never for your own code."
+        "specdec-sampling, specdec-trees, specdec-state) except those you edited, never for your own code."
     )
 
 

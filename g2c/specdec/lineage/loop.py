@@ -54,9 +54,8 @@ from dataclasses import dataclass
 
 import torch
 
-from g2c.kvcache import KVCache
+from g2c.kvcache import KVCache, forward_rows, unwrap
 from g2c.kvcache.forward import unembed
-from g2c.kvcache.ragged import masked_cached_attention
 from g2c.nn import synchronize
 from g2c.sampling.generate import as_token_ids
 from g2c.sampling.model import check_count, check_eos_id, check_generator, check_temperature
@@ -70,32 +69,32 @@ __all__ = ["LineageStats", "TreeDrafter", "chain_tree", "lineage_generate", "mas
 
 
 @torch.no_grad()
-def target_layer_pass(model, cache: KVCache, ids: torch.Tensor, positions: torch.Tensor, allowed: torch.Tensor,
-                      layers: tuple[int, ...]) -> tuple[torch.Tensor, torch.Tensor]:
+def target_layer_pass(model, cache: KVCache, ids: torch.Tensor, positions: torch.Tensor,
+                      allowed: torch.Tensor | None, layers: tuple[int, ...]) -> tuple[torch.Tensor, torch.Tensor]:
     """The target on T new rows over its cache, keeping chosen layers' outputs. Provided.
 
+    One call of module 16's trunk, ``forward_rows(model, ids, cache, positions=positions,
+    allowed=allowed, keep_layers=layers)`` (fused on a ``fast_model`` target), reshaped for the
+    drafters.
+
     Args:
-        model: a ``TransformerLM`` in eval mode.
+        model: a ``TransformerLM`` in eval mode, or its ``fast_model``.
         cache: its ``KVCache`` (B = 1); rows are written at ``length ..``, the pointer does not move.
         ids: (T,) int64 new tokens; positions: (T,) int64 their learned positions.
-        allowed: bool (T, length + T): what each new row reads.
+        allowed: bool (T, length + T): what each new row reads; None = causal (a chain).
         layers: block indices whose outputs to keep.
 
     Returns:
         (logits (T, V) float32 on the model's device, states (T, len(layers) + 1, D) float32 on
         the CPU: the chosen blocks' outputs in the order given, then the final (LayerNorm) state).
+
+    Raises:
+        ValueError: as ``forward_rows`` (bad positions or mask, a layer outside the model, rows
+            past the window).
     """
-    dev = model.token_embed.weight.device
-    ids, positions, allowed = ids.to(dev), positions.to(dev), allowed.to(dev)
-    x = (model.token_embed.weight[ids] + model.pos_embed.weight[positions]).unsqueeze(0)        # (1, T, D)
-    kept = {}
-    for i, blk in enumerate(model.blocks):
-        x = x + masked_cached_attention(blk.attn, blk.ln_1(x), cache, i, allowed)
-        x = x + blk.mlp(blk.ln_2(x))
-        if i in layers:
-            kept[i] = x[0]
-    h = model.ln_final(x)                                                                      # (1, T, D)
-    states = torch.stack([kept[i] for i in layers] + [h[0]], dim=1)                           # (T, L+1, D)
+    h, kept = forward_rows(model, ids.view(1, -1), cache, positions=positions, allowed=allowed,
+                           keep_layers=tuple(layers))                                          # (1, T, D), (1, T, L, D)
+    states = h[0].unsqueeze(1) if kept is None else torch.cat([kept[0], h[0].unsqueeze(1)], dim=1)  # (T, L+1, D)
     return unembed(model, h)[0].float(), states.float().cpu()
 
 
@@ -186,7 +185,7 @@ def lineage_generate(target, drafter: TreeDrafter, prompt_ids, max_new_tokens: i
                         "EagleTreeDrafter(head), Eagle3Drafter(head), BlockDrafter(head)")
     if drafter.vocab_size != target.vocab_size:
         raise ValueError(f"drafter vocab_size {drafter.vocab_size} differs from target vocab_size {target.vocab_size}")
-    if drafter.base is not None and drafter.base is not target:
+    if drafter.base is not None and unwrap(drafter.base) is not unwrap(target):
         raise ValueError(f"{type(drafter).__name__} was built on another model: its heads read the states of "
                          "drafter.base; verify with drafter.base as the target")
     layers = tuple(int(i) for i in drafter.target_layers)

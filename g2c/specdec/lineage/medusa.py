@@ -210,7 +210,7 @@ def medusa_tree(head_probs: torch.Tensor, choices) -> DraftTree:
         "module specdec-lineage: medusa_tree in g2c/specdec/lineage/medusa.py is not implemented yet. Write it (see "
         "docs/beyond/specdec-lineage.md), then grade module specdec-lineage with ./test.sh specdec-lineage: the "
         "answer key stands in for the modules it needs (03, 03b, 04, 05, 07, 08, 09, 11, 16, specdec, "
-        "specdec-sampling, specdec-trees) except those you edited, never for your own code."
+        "specdec-sampling, specdec-trees, specdec-state) except those you edited, never for your own code."
     )
 
 
@@ -263,7 +263,7 @@ def typical_accept(probs: torch.Tensor, tokens: torch.Tensor, *, epsilon: float 
         "module specdec-lineage: typical_accept in g2c/specdec/lineage/medusa.py is not implemented yet. Write it "
         "(see docs/beyond/specdec-lineage.md), then grade module specdec-lineage with ./test.sh specdec-lineage: the "
         "answer key stands in for the modules it needs (03, 03b, 04, 05, 07, 08, 09, 11, 16, specdec, "
-        "specdec-sampling, specdec-trees) except those you edited, never for your own code."
+        "specdec-sampling, specdec-trees, specdec-state) except those you edited, never for your own code."
     )
 
 

@@ -14,16 +14,18 @@ Medusa, Cai et al., ICML 2024, section 2.1.2, "tree attention"):
 Then row C + i of the pass is exactly what a plain causal pass over context + path(i) gives
 at its last row (tested to 1e-4 in float32).
 
-``TransformerLM.forward`` has no mask argument, and the earlier modules stay as they are, so
-``tree_forward`` re-runs the model from its own weights (the same blocks, attending with
-module 16's provided ``masked_attention``: the mask's -inf entries get zero weight). It
-recomputes the whole context every pass.
+``TransformerLM.forward`` has no mask argument, and the earlier modules stay as they are. But
+module 16's one pass over the blocks, ``g2c.kvcache.forward_rows``, already takes positions
+and a mask: a tree pass IS the cached pass with ``positions`` = the nodes' depths and
+``allowed`` = the tree mask (the mask's False entries get zero weight). ``tree_forward`` runs
+it over context + tree on a fresh cache (recomputing the whole context every pass).
 
 With module 16's ``KVCache`` the context is not recomputed: ``cached_tree_forward`` runs the
 root and the n nodes only, reading the committed cache rows plus the tree's own rows under
-the tree mask (module 16's masked cached forward, ``g2c.kvcache.masked_hidden_states``), and
-``commit_tree_kv`` then gathers the accepted path's rows into contiguous committed rows of
-the cache's buffers (a copy; the bytes are returned) and drops the rest.
+the tree mask (the same ``forward_rows``), and ``commit_tree_kv`` (module 16's ``commit_rows``)
+then gathers the accepted path's rows into contiguous committed rows of the cache's buffers (a
+copy; the bytes are returned) and drops the rest. A fast target (``g2c.kvcache.fast_model``)
+runs both passes fused: its ``forward_rows`` takes the same mask.
 
 Shape letters: C context length, n nodes, T = C + n, D width, H heads, d = D / H,
 L layers, V vocabulary.
@@ -98,22 +100,15 @@ def tree_attention_mask(ctx_len: int, parents: torch.Tensor, *, device: str | to
     )
 
 
-def _unembed(model, h: torch.Tensor) -> torch.Tensor:
-    """Logits from final hidden states: ``model.unembed`` when it exists, else the tied weight."""
-    if hasattr(model, "unembed"):
-        return model.unembed(h)
-    return h @ model.token_embed.weight.t()                                 # (..., V)
-
-
 @torch.no_grad()
 def tree_forward(model, ctx_ids, tree: DraftTree | None = None, *,
                  return_kv: bool = False) -> torch.Tensor | tuple[torch.Tensor, list[KV]]:
     """One target pass over context + tree with the tree mask and tree positions. Provided.
 
     Args:
-        model: a ``TransformerLM`` (module 09) in eval mode; its blocks' ``ln_1``, ``attn.qkv``,
-            ``attn.proj``, ``ln_2``, ``mlp``, its ``token_embed``, ``pos_embed`` and
-            ``ln_final`` are used directly (dropout is skipped: inference only).
+        model: a ``TransformerLM`` (module 09) in eval mode, or its ``g2c.kvcache.fast_model``:
+            one call of module 16's ``forward_rows`` with the tree's positions and mask, on a
+            fresh cache of C + n rows (dropout is skipped: inference only).
         ctx_ids: 1-D int tensor or list, C >= 1 tokens.
         tree: the draft tree (None or empty: a plain causal pass over the context).
         return_kv: also return every layer's keys and values.
@@ -127,7 +122,7 @@ def tree_forward(model, ctx_ids, tree: DraftTree | None = None, *,
         ValueError: empty or non-1-D context, a bad tree (see ``tree_attention_mask``), or
             C + max depth > ``model.max_seq_len`` (crop the context).
     """
-    from g2c.kvcache.ragged import masked_attention
+    from g2c.kvcache import KVCache, forward_rows, unembed
     from g2c.sampling.generate import as_token_ids
 
     ctx = as_token_ids(ctx_ids, "ctx_ids")
@@ -137,25 +132,18 @@ def tree_forward(model, ctx_ids, tree: DraftTree | None = None, *,
         raise ValueError(f"tree_forward: context {C} + tree depth {tree.max_depth} exceeds max_seq_len="
                          f"{model.max_seq_len}; crop the context to its last "
                          f"{model.max_seq_len - tree.max_depth} tokens")
-    device = model.device
-    ids = torch.cat([ctx, tree.tokens]).to(device)                          # (T,)
-    pos = torch.cat([torch.arange(C), C - 1 + tree.depths]).to(device)     # (T,)
-    allowed = tree_attention_mask(C, tree.parents, device=device) == 0     # (T, T) bool
-    x = model.token_embed.weight[ids] + model.pos_embed.weight[pos]        # (T, D)
-    x = x.unsqueeze(0)                                                      # (1, T, D)
-    kv = []
-    for blk in model.blocks:
-        attn = blk.attn
-        D, H = attn.dim, attn.num_heads
-        q, k, v = attn.qkv(blk.ln_1(x)).split(D, dim=-1)                    # (1, T, D) each
-        q, k, v = (t.view(1, C + n, H, D // H).transpose(1, 2) for t in (q, k, v))  # (1, H, T, d)
-        y = masked_attention(q, k, v, allowed)                              # (1, H, T, d)
-        x = x + attn.proj(y.transpose(1, 2).reshape(1, C + n, D))          # (1, T, D)
-        x = x + blk.mlp(blk.ln_2(x))
-        if return_kv:
-            kv.append((k[0], v[0]))                                         # (H, T, d) each
-    logits = _unembed(model, model.ln_final(x))[0].float()                 # (T, V)
-    return (logits, kv) if return_kv else logits
+    weight = model.token_embed.weight
+    ids = torch.cat([ctx, tree.tokens]).view(1, C + n)                     # (1, T)
+    pos = torch.cat([torch.arange(C), C - 1 + tree.depths])                # (T,)
+    allowed = tree_attention_mask(C, tree.parents, device=weight.device) == 0   # (T, T) bool
+    # A fresh cache holding exactly the T rows (a tree may have more rows than positions).
+    cache = KVCache(model.num_layers, 1, model.num_heads, model.embedding_dim // model.num_heads, C + n,
+                    dtype=weight.dtype, device=weight.device)
+    h, _ = forward_rows(model, ids, cache, positions=pos, allowed=allowed)  # (1, T, D)
+    logits = unembed(model, h)[0].float()                                  # (T, V)
+    if not return_kv:
+        return logits
+    return logits, [(k[0], v[0]) for k, v in zip(cache.keys_buffer, cache.values_buffer)]   # (H, T, d) each
 
 
 @torch.no_grad()
@@ -187,6 +175,9 @@ def tree_logits(model, ctx_ids, tree: DraftTree) -> torch.Tensor:
 def commit_tree_kv(kv, ctx_len: int, path: list[int]) -> tuple[int, int]:
     """After verification, move the accepted path's K/V rows into contiguous committed rows. Provided.
 
+    The tree lesson's name for module 16's ``commit_rows(kv, ctx_len, path)``, returning the
+    committed length too.
+
     A chain's accepted drafts already sit right after the context, so committing is a
     pointer move. In a tree the accepted path (node indices ``path``, root side first) is
     scattered over the flattened rows: row C + path[j] must move to row C + j. We copy in
@@ -216,28 +207,10 @@ def commit_tree_kv(kv, ctx_len: int, path: list[int]) -> tuple[int, int]:
         ValueError: path not strictly increasing, a row index beyond the tensors, or a
             ``KVCache`` whose length is past C (nothing to commit after it).
     """
-    from g2c.kvcache.cache import KVCache
+    from g2c.kvcache import commit_rows
 
     path = [check_count(i, "commit_tree_kv: a path node", minimum=None) for i in path]   # a float is refused
-    if any(b <= a for a, b in zip(path, path[1:])) or (path and path[0] < 0):
-        raise ValueError(f"commit_tree_kv: path must be strictly increasing node indices, got {path}")
-    cache = kv if isinstance(kv, KVCache) else None
-    if cache is not None:
-        if not cache.length <= ctx_len:
-            raise ValueError(f"commit_tree_kv: the cache already holds {cache.length} rows, past ctx_len={ctx_len}")
-        kv = list(zip(cache.keys_buffer, cache.values_buffer))
-    moved = 0
-    for k, v in kv:
-        if path and ctx_len + path[-1] >= k.shape[-2]:
-            raise ValueError(f"commit_tree_kv: node {path[-1]} is beyond the {k.shape[-2] - ctx_len} tree rows")
-        for j, node in enumerate(path):
-            src, dst = ctx_len + node, ctx_len + j
-            if src != dst:
-                k[..., dst, :] = k[..., src, :]
-                v[..., dst, :] = v[..., src, :]
-                moved += (k[..., src, :].numel() * k.element_size() + v[..., src, :].numel() * v.element_size())
-    if cache is not None:
-        cache.advance(ctx_len + len(path) - cache.length)
+    moved = commit_rows(kv, ctx_len, path)
     return ctx_len + len(path), moved
 
 
@@ -267,8 +240,7 @@ def cached_tree_forward(model, cache, root_id: int, tree: DraftTree) -> torch.Te
         ValueError: B != 1, or ``length + 1 + n`` rows pass ``max_seq_len`` (the tree's rows
             do not fit the window: crop the context or shrink the tree).
     """
-    from g2c.kvcache.forward import unembed
-    from g2c.kvcache.ragged import masked_hidden_states
+    from g2c.kvcache import forward_rows, unembed
 
     if cache.batch_size != 1:
         raise ValueError(f"cached_tree_forward: one sequence per tree, the cache has B={cache.batch_size}")
@@ -282,5 +254,5 @@ def cached_tree_forward(model, cache, root_id: int, tree: DraftTree) -> torch.Te
     positions = L + torch.cat([torch.zeros(1, dtype=torch.long), tree.depths])              # (1+n,)
     block = tree_attention_mask(1, tree.parents, device=device) == 0                        # (1+n, 1+n)
     allowed = torch.cat([torch.ones(1 + n, L, dtype=torch.bool, device=device), block], dim=1)  # (1+n, L+1+n)
-    h = masked_hidden_states(model, ids, cache, positions, allowed)                        # (1, 1+n, D)
+    h, _ = forward_rows(model, ids, cache, positions=positions, allowed=allowed)            # (1, 1+n, D)
     return unembed(model, h)[0].float()                                                     # (n+1, V)

@@ -69,7 +69,7 @@ import torch
 from g2c.sampling.generate import as_token_ids
 from g2c.sampling.model import check_temperature
 from g2c.sampling.warpers import apply_temperature, top_k_filter, top_p_filter
-from g2c.specdec.sampling.cached import CachedScorer
+from g2c.specdec.sampling.target import CachedScorer
 
 from ..generate import draft_greedy
 
@@ -185,6 +185,8 @@ class LMDrafter(Drafter):
             uncached while the context fits the drafter's window; past it the cache
             re-prefills its last ``max_seq_len // 2`` tokens (module 16's policy) where the
             uncached drafter slides.
+        refill_tokens: with ``use_cache``, the tokens a re-prefill keeps, in [1, max_seq_len]
+            (default ``max_seq_len // 2``).
 
     Attributes:
         cache: the live ``KVCache`` when ``use_cache`` (after ``start``), else None.
@@ -192,9 +194,11 @@ class LMDrafter(Drafter):
     Raises:
         TypeError: ``use_cache`` with a model that is not a ``TransformerLM`` (from
             ``CachedScorer``).
+        ValueError: ``refill_tokens`` out of range (from ``CachedScorer``).
     """
 
-    def __init__(self, model, *, sample: bool = False, use_cache: bool = False) -> None:
+    def __init__(self, model, *, sample: bool = False, use_cache: bool = False,
+                 refill_tokens: int | None = None) -> None:
         if not all(hasattr(model, name) for name in ("vocab_size", "max_seq_len")):
             raise TypeError(f"LMDrafter needs a language model (ids -> logits, with vocab_size and max_seq_len), "
                             f"got {type(model).__name__}; a head that lives on the target's states has its own "
@@ -205,7 +209,7 @@ class LMDrafter(Drafter):
         self.vocab_size = model.vocab_size
         self.sampler = Sampler(0.0)
         self.generator = None
-        self._scorer = CachedScorer(model) if self.use_cache else None
+        self._scorer = CachedScorer(model, refill_tokens=refill_tokens) if self.use_cache else None
 
     def __repr__(self) -> str:
         return f"LMDrafter({type(self.model).__name__}, sample={self.sample}, use_cache={self.use_cache})"

@@ -15,10 +15,13 @@ sampling settings. Each round:
 4. the emitted tokens are cut by the budget and EOS, counted in ``SpecStats``, and
    committed: the drafter rolls back what was rejected, the controller learns.
 
-The target's side is an object with the drafter's verbs (``start``/``score``/``commit``):
-``FullContextTarget`` re-scores the cropped context every round; ``CachedTarget``
-(``use_cache=True``) keeps module 16's ``KVCache``, scores the pending token + the draft in
-one cached pass (k'+1 rows) and rolls the rejected rows back by pointer in ``commit``. With
+The target's side is an object with the drafter's verbs (``start``/``visible``/``score``/
+``commit``, ``g2c.specdec.sampling.target``): ``RecomputeTarget`` re-scores the cropped context
+every round; ``CachedTarget`` (``use_cache=True``) keeps module 16's ``KVCache``, scores the
+pending token + the draft in one cached pass (k'+1 rows) and rolls the rejected rows back by
+pointer in ``commit``; ``g2c.recurrent.TransactionTarget`` commits a recurrent state. Pass
+one of them as ``target`` and this loop is the engine every speculative preset of the house
+calls (``speculative_generate_cached``, ``speculative_generate_stateful``). With
 ``LMDrafter(model, use_cache=True)`` both models cache, and the loop emits the same tokens
 as uncached for the same generator seed (tests/test_specdec_sampling_cached.py).
 
@@ -43,14 +46,14 @@ import torch
 from g2c.nn import synchronize
 from g2c.sampling.generate import as_token_ids
 from g2c.sampling.model import check_count, check_eos_id, check_generator
-from g2c.specdec.sampling.cached import CachedScorer, RoundRecord
 
 from ..generate import SpecStats, draft_room
 from ..verify import greedy_verify, speculative_verify
 from .controllers import StaticK
 from .drafters import Sampler
+from .target import CachedTarget, FullContextTarget, RecomputeTarget, RoundRecord, Target
 
-__all__ = ["CachedTarget", "FullContextTarget", "speculative_sample", "verify_round"]
+__all__ = ["CachedTarget", "FullContextTarget", "RecomputeTarget", "Target", "speculative_sample", "verify_round"]
 
 
 def _check_draft(drafter, draft_ids, draft_probs, k: int, vocab_size: int) -> tuple[torch.Tensor, torch.Tensor | None]:
@@ -72,111 +75,6 @@ def _check_draft(drafter, draft_ids, draft_probs, k: int, vocab_size: int) -> tu
                              f"({draft_ids.numel()}, {vocab_size}) or None, got {shape}")
         draft_probs = draft_probs.float().cpu()
     return draft_ids, draft_probs
-
-
-@torch.no_grad()
-def _target_pass(target, block: torch.Tensor, num_rows: int, *, want_hidden: bool):
-    """One target pass over ``block`` (T,): its last ``num_rows`` logits rows (num_rows, V)
-    and, if asked, every final state (T, D) (for drafters inside the target). Provided."""
-    x = block.unsqueeze(0).to(target.device)                                  # (1, T)
-    if not want_hidden:
-        return target(x)[0, -num_rows:], None                                 # (k'+1, V)
-    hidden = target.hidden_states(x)[0]                                       # (T, D)
-    rows = hidden[-num_rows:]
-    if hasattr(target, "unembed"):
-        logits = target.unembed(rows)
-    else:
-        logits = rows @ target.token_embed.weight.t()                         # tied unembedding
-    return logits, hidden
-
-
-class FullContextTarget:
-    """The target's side of a round without a cache. Provided.
-
-    Same three verbs as a drafter: ``start`` (nothing to do), ``score`` (one pass over the
-    context cropped to ``max_seq_len - k'`` tokens + the draft), ``commit`` (nothing to roll
-    back: the next pass recomputes everything), and ``visible`` for the window-edge rule.
-    """
-
-    def __init__(self, target, *, want_hidden: bool = False) -> None:
-        self.target = target
-        self.want_hidden = want_hidden
-
-    def start(self, prompt_ids: torch.Tensor) -> None:
-        return None
-
-    def visible(self, context_ids: torch.Tensor) -> int:
-        """Tokens the next pass sees before the drafts: the whole context (``draft_room`` keeps
-        the drafts to what fits; with none, ``score`` crops to the last ``max_seq_len``)."""
-        return len(context_ids)
-
-    def score(self, context_ids: torch.Tensor, draft_ids: torch.Tensor):
-        """(logits (k'+1, V), states (T, D) of the whole scored block or None)."""
-        k_draft = draft_ids.numel()
-        block = torch.cat([context_ids[-(self.target.max_seq_len - k_draft):], draft_ids])   # (T + k',)
-        return _target_pass(self.target, block, k_draft + 1, want_hidden=self.want_hidden)
-
-    def commit(self, context_ids: torch.Tensor, num_accepted: int) -> None:
-        return None
-
-
-class CachedTarget:
-    """The target's side of a round with module 16's KV cache (``use_cache=True``). Provided.
-
-    ``start`` prefills every prompt token but the last; ``score`` runs ONE cached pass over
-    the pending token(s) + the k' drafts (k'+1 rows reserved, a re-prefill first when they
-    do not fit the window: ``g2c.kvcache.CachedScorer``); ``commit`` crops the cache to the
-    committed context, rolling back the k' - accepted rejected rows by moving the pointer, and
-    reports the round to ``on_round`` as a ``g2c.kvcache.RoundRecord``. With
-    ``want_hidden`` (a drafter with ``incremental_hidden``, e.g. ``EagleDrafter``) ``score``
-    also returns the final states of the rows this pass computed, the prompt's prefill rows
-    prepended on the first pass: exactly the committed positions the drafter has not seen.
-    """
-
-    def __init__(self, target, *, drafter=None, on_round: Callable[[RoundRecord], None] | None = None,
-                 want_hidden: bool = False) -> None:
-        self.scorer = CachedScorer(target)
-        self.drafter = drafter
-        self.on_round = on_round
-        self.want_hidden = want_hidden
-        self._prefill_states = None
-        self._draft: list[int] = []
-        self._length = 0
-
-    def start(self, prompt_ids: torch.Tensor) -> None:
-        self._prefill_states = self.scorer.prefill(prompt_ids)
-
-    def visible(self, context_ids: torch.Tensor) -> int:
-        """Tokens the next pass sees before the drafts: the cache's context. When the committed
-        context has outgrown the window, re-prefill first (``CachedScorer.refill``: the last
-        ``refill_tokens`` tokens, module 16's ``cached_generate`` rule)."""
-        if self.scorer.room(context_ids) < 0:
-            self.scorer.refill(context_ids)
-        return len(context_ids) - self.scorer.start
-
-    def score(self, context_ids: torch.Tensor, draft_ids: torch.Tensor):
-        self._draft, self._length = draft_ids.tolist(), len(context_ids)
-        logits = self.scorer.extend(context_ids, self._draft, num_rows=len(self._draft) + 1)   # (k'+1, V)
-        if not self.want_hidden:
-            return logits, None
-        states = self.scorer.last_states                                           # (T, D) of the scored block
-        if self._prefill_states is not None:
-            if self.scorer.cache.length - self.scorer.reserved == self._prefill_states.shape[0]:  # no re-prefill
-                states = torch.cat([self._prefill_states, states])
-            self._prefill_states = None
-        return logits, states
-
-    def commit(self, context_ids: torch.Tensor, num_accepted: int) -> None:
-        cache = self.scorer.cache
-        before = cache.length
-        moved = self.scorer.commit(context_ids)
-        if self.on_round is not None:
-            emitted = context_ids[self._length:].tolist()
-            self.on_round(RoundRecord(
-                draft=self._draft, accepted=num_accepted, emitted=emitted, kv_rows_reserved=self.scorer.reserved,
-                kv_rows_rolled_back=before - cache.length, rollback_bytes_moved=moved,
-                committed_length=cache.length, ids=context_ids.clone(), target_cache=cache,
-                drafter_cache=getattr(self.drafter, "cache", None), target_start=self.scorer.start))
 
 
 def verify_round(draft_ids: torch.Tensor, draft_probs: torch.Tensor | None, target_logits: torch.Tensor, *,
@@ -240,7 +138,11 @@ def speculative_sample(target, drafter, prompt_ids, max_new_tokens: int, *, k: i
     Args:
         target: ids (1, T) -> logits (1, T, V), with ``max_seq_len``, ``device``,
             ``vocab_size``, ``training``/``train``/``eval``; a ``TransformerLM`` when the
-            drafter ``wants_target_hidden`` (its ``hidden_states`` are shared).
+            drafter ``wants_target_hidden`` (its ``hidden_states`` are shared). Or a
+            ``Target`` (``g2c.specdec.sampling.target``: ``RecomputeTarget``,
+            ``CachedTarget``, ``g2c.recurrent.TransactionTarget``), used as it is: then
+            ``use_cache`` and ``on_round`` belong to the ``Target`` and must stay at their
+            defaults.
         drafter: any object following the drafter protocol (``g2c.specdec.sampling.drafters``):
             ``LMDrafter``, ``MTPDrafter``, ``NGramDrafter``, or your own.
         prompt_ids: 1-D int tensor or list, length >= 1.
@@ -258,7 +160,7 @@ def speculative_sample(target, drafter, prompt_ids, max_new_tokens: int, *, k: i
         on_pass: ``on_pass(emitted, num_accepted)`` after each target pass, as in
             ``speculative_generate``.
         use_cache: False (default) scores the whole cropped context every round
-            (``FullContextTarget``). True keeps the target's keys/values in a module 16
+            (``RecomputeTarget``). True keeps the target's keys/values in a module 16
             ``KVCache`` (``CachedTarget``): each round is ONE cached pass over the pending
             token + the k' drafts, and the rejected rows are rolled back by pointer after
             verification. Needs a ``TransformerLM`` target, and a drafter without
@@ -297,7 +199,7 @@ def speculative_sample(target, drafter, prompt_ids, max_new_tokens: int, *, k: i
             target's ("vocab_size"); target ``max_seq_len`` < 2 ("max_seq_len"); a
             drafter returns a malformed proposal (names the drafter and the contract);
             ``use_cache`` with an MTP-style drafter or ``on_round`` without ``use_cache``
-            ("use_cache").
+            ("use_cache"); ``use_cache`` or ``on_round`` with a ``Target`` ("Target").
         TypeError: ``use_cache`` with a target that is not a ``TransformerLM``.
 
     Steps:
@@ -323,6 +225,10 @@ def speculative_sample(target, drafter, prompt_ids, max_new_tokens: int, *, k: i
            <drafts emitted>)`` (the cached target rolls back here); stop after EOS.
     """
     ids = as_token_ids(prompt_ids, "prompt_ids")
+    target_state = target if isinstance(target, Target) else None
+    if target_state is not None and (use_cache or on_round is not None):
+        raise ValueError("a Target keeps its own state and callbacks: build it with them (CachedTarget(model, "
+                         "on_round=...)) and leave use_cache and on_round at their defaults")
     if isinstance(k, bool) or not isinstance(k, int) or k < 1:
         raise ValueError(f"k must be >= 1 draft tokens per target pass (an int), got {k!r}")
     max_new_tokens = check_count(max_new_tokens, "max_new_tokens")
@@ -336,11 +242,12 @@ def speculative_sample(target, drafter, prompt_ids, max_new_tokens: int, *, k: i
     if target.max_seq_len < 2:
         raise ValueError(f"target max_seq_len={target.max_seq_len} leaves no room for a draft; need >= 2")
     head_base = getattr(getattr(drafter, "head", None), "base", None)
-    if head_base is not None and hasattr(target, "token_embed") and \
-            tuple(head_base.token_embed.weight.shape) != tuple(target.token_embed.weight.shape):
+    base = target.model if target_state is not None else target
+    if head_base is not None and hasattr(base, "token_embed") and \
+            tuple(head_base.token_embed.weight.shape) != tuple(base.token_embed.weight.shape):
         raise ValueError(f"{type(drafter).__name__}'s head drafts from the states of a base with (V, D) = "
                          f"{tuple(head_base.token_embed.weight.shape)}, but the target has "
-                         f"{tuple(target.token_embed.weight.shape)}; pass the head's own base (head.base) as "
+                         f"{tuple(base.token_embed.weight.shape)}; pass the head's own base (head.base) as "
                          "the target")
     controller = StaticK(k) if controller is None else controller
     want_hidden = bool(getattr(drafter, "wants_target_hidden", False))
@@ -350,15 +257,17 @@ def speculative_sample(target, drafter, prompt_ids, max_new_tokens: int, *, k: i
                          "pass use_cache=False (or use g2c.kvcache.mtp_generate_cached for MTP)")
     if on_round is not None and not use_cache:
         raise ValueError("on_round reports KV-cache rows: pass use_cache=True with it")
-    models = [m for m in (target, getattr(drafter, "model", None), getattr(drafter, "head", None))
+    model = target.model if target_state is not None else target
+    models = [m for m in (model, getattr(drafter, "model", None), getattr(drafter, "head", None))
               if m is not None and hasattr(m, "training")]
     modes = [m.training for m in models]
     for m in models:
         m.eval()
     try:
-        target_state = (CachedTarget(target, drafter=drafter, on_round=on_round, want_hidden=want_hidden)
-                        if use_cache
-                        else FullContextTarget(target, want_hidden=want_hidden))
+        if target_state is None:
+            target_state = (CachedTarget(target, drafter=drafter, on_round=on_round, want_hidden=want_hidden)
+                            if use_cache
+                            else RecomputeTarget(target, want_hidden=want_hidden))
         target_state.start(ids)           # the cached target prefills every prompt token but the last
         # BEGIN SOLUTION
         drafter.start(ids, sampler=sampler, generator=generator)

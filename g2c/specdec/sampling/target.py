@@ -1,0 +1,383 @@
+"""Beyond (specdec-sampling, provided): the target's side of a speculative round, one seam.
+
+The engine (``speculative_sample``) never touches the target's model directly: it asks a
+``Target`` four things, with the drafter's verbs.
+
+* ``start(prompt_ids)``: get ready (a cache prefills every prompt token but the pending last).
+* ``visible(ids) -> int``: tokens the next pass sees before the drafts, for the window-edge
+  rule ``g2c.specdec.draft_room``. A cached target re-prefills here when the committed context
+  has outgrown the window: the one re-prefill past the window on the target side.
+* ``score(ids, draft_ids) -> (logits (k'+1, V), states (T, D) | None)``: ONE pass over the
+  pending token(s) and the k' drafts.
+* ``commit(ids, num_accepted)``: keep what was emitted, drop the rest (nothing to do when
+  recomputing; a pointer move for a KV cache; ``StateTransaction.commit`` for a recurrent state).
+
+Three implementations: ``RecomputeTarget`` (re-scores the cropped context, module 11's window),
+``CachedTarget`` (module 16's ``KVCache`` through ``CachedScorer``, module 16's re-prefill rule)
+and ``g2c.recurrent.TransactionTarget`` (a recurrent target's ``StateTransaction``, specdec-state). A new way
+of holding the target's state is a new ``Target``, never a new loop (``docs/CONTRIBUTING.md``).
+
+Every target exposes ``model`` (put in eval mode by the engine), ``vocab_size``,
+``max_seq_len`` (the window ``draft_room`` uses) and ``device``.
+
+Shape letters: T time, D width, V vocabulary, k' drafts this round.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+import torch
+
+from g2c.kvcache.cache import KVCache
+from g2c.kvcache.forward import cached_hidden_states, unembed
+
+__all__ = ["CachedScorer", "CachedTarget", "FullContextTarget", "RecomputeTarget", "RoundRecord", "Target",
+           "summarize_rounds"]
+
+
+@dataclass
+class RoundRecord:
+    """What one verification round did to the caches (the lecture's accounting).
+
+    Attributes:
+        draft: the drafted token ids (k_step of them; one for MTP, none for a prefill pass).
+        accepted: drafts emitted this round.
+        emitted: emitted token ids (accepted drafts + correction/bonus, after budget/EOS cuts).
+        kv_rows_reserved: rows the target's verification pass appended to its cache (k_step + 1,
+            more after a re-prefill).
+        kv_rows_rolled_back: target rows cropped after verification (k_step - accepted inside
+            the budget).
+        rollback_bytes_moved: bytes copied by the rollbacks (0: pointer moves).
+        committed_length: the target cache's ``length`` after the rollback.
+        ids: the committed ids after the round, CPU LongTensor (N,).
+        target_cache, drafter_cache: the live caches (valid during the callback only; the
+            drafter cache is the MTP head's cache in ``mtp_generate_cached``).
+        target_start: position in ``ids`` of the target cache's row 0 (> 0 after a re-prefill).
+    """
+
+    draft: list[int]
+    accepted: int
+    emitted: list[int]
+    kv_rows_reserved: int
+    kv_rows_rolled_back: int
+    rollback_bytes_moved: int
+    committed_length: int
+    ids: torch.Tensor = field(repr=False)
+    target_cache: KVCache = field(repr=False)
+    drafter_cache: KVCache | None = field(repr=False)
+    target_start: int = 0
+
+
+def summarize_rounds(records: list[RoundRecord]) -> dict[str, float]:
+    """Totals and means over rounds: rounds, kv_rows_reserved, kv_rows_rolled_back,
+    rollback_bytes_moved (totals), mean_rows_reserved, mean_rows_rolled_back."""
+    n = len(records)
+    reserved = sum(r.kv_rows_reserved for r in records)
+    rolled = sum(r.kv_rows_rolled_back for r in records)
+    return {"rounds": n, "kv_rows_reserved": reserved, "kv_rows_rolled_back": rolled,
+            "rollback_bytes_moved": sum(r.rollback_bytes_moved for r in records),
+            "mean_rows_reserved": reserved / n if n else 0.0, "mean_rows_rolled_back": rolled / n if n else 0.0}
+
+
+def _row(ids: list[int], device) -> torch.Tensor:
+    return torch.tensor([ids], dtype=torch.long, device=device)                  # (1, T)
+
+
+def _as_list(ids) -> list[int]:
+    return ids.tolist() if isinstance(ids, torch.Tensor) else [int(t) for t in ids]
+
+
+def _argmax(row: torch.Tensor) -> tuple[int, None]:
+    return int(row.argmax()), None
+
+
+class CachedScorer:
+    """One model and its own ``KVCache`` over a growing committed context. Provided.
+
+    Both sides of cached speculative decoding are one of these. The target scores its pending
+    token(s) plus k' drafts in ONE cached pass (``extend``: k'+1 rows reserved) and then
+    ``commit`` s; an LM drafter ``draft`` s one row at a time and ``commit`` s the same way.
+    ``commit`` is the rollback: a pointer move (``KVCache.crop``), nothing is copied.
+
+    State: the cache holds the keys/values of ``ids[start : start + cache.length]`` (``start``
+    > 0 only after a re-prefill). After ``prefill`` and after every ``commit`` it holds every
+    committed token but the last, the *pending* one (it came out of the last logit row, so its
+    own keys/values are not computed yet); the next ``extend`` feeds it first.
+
+    The window: learned positions end at ``max_seq_len``. When the uncached tail plus the
+    extra tokens do not fit, ``extend`` re-prefills like ``cached_generate``: it empties the
+    cache and runs the last min(refill_tokens, max_seq_len - len(extra)) committed tokens as
+    a fresh context at positions 0.. (``refill``).
+
+    Args:
+        model: a ``TransformerLM`` (module 09 weights; anything ``cached_forward`` runs).
+        refill_tokens: context kept by a re-prefill, in [1, max_seq_len] (default
+            ``max_seq_len // 2``, at least 1).
+
+    Attributes:
+        model, cache (``KVCache.for_model(model)``), start, refill_tokens,
+        reserved: rows the last ``extend`` appended (its block length),
+        last_states: the final states (T, D) of the block the last ``extend`` fed.
+
+    Raises:
+        TypeError: the model has no ``blocks`` / ``token_embed`` / ``pos_embed`` (not a
+            ``TransformerLM``: module 16's cached forward reads them).
+        ValueError: ``refill_tokens`` outside [1, max_seq_len] (names "refill_tokens").
+
+    Source: the rollback is transformers' ``DynamicCache.crop`` in assisted generation and
+    vLLM's rejected-slot freeing (Kwon et al., SOSP 2023); the re-prefill is module 16's.
+    """
+
+    def __init__(self, model, *, refill_tokens: int | None = None) -> None:
+        if not all(hasattr(model, name) for name in ("blocks", "token_embed", "pos_embed")):
+            raise TypeError(f"CachedScorer needs a TransformerLM (module 16's cached forward reads its blocks, "
+                            f"token_embed and pos_embed); got {type(model).__name__}")
+        window = model.max_seq_len
+        refill = max(1, window // 2) if refill_tokens is None else refill_tokens
+        if isinstance(refill, bool) or not isinstance(refill, int) or not 1 <= refill <= window:
+            raise ValueError(f"refill_tokens must be an int in [1, max_seq_len={window}], got {refill_tokens!r}")
+        self.model = model
+        self.cache = KVCache.for_model(model)
+        self.start = 0
+        self.refill_tokens = refill
+        self.reserved = 0
+        self.last_states = None
+        self.device = model.token_embed.weight.device
+
+    def __repr__(self) -> str:
+        return f"CachedScorer({type(self.model).__name__}, start={self.start}, {self.cache!r})"
+
+    @property
+    def window(self) -> int:
+        """The cache capacity, ``model.max_seq_len``."""
+        return self.cache.max_seq_len
+
+    def room(self, ids) -> int:
+        """Extra tokens that fit after the pending ones of ``ids`` without a re-prefill."""
+        return self.window - self.cache.length - (len(ids) - self.start - self.cache.length)
+
+    def prefill(self, ids) -> torch.Tensor | None:
+        """Cache every token of ``ids`` (1-D, list or tensor) but the last, cropped to the window.
+        Returns the final states (T', D) of the cached tokens (None when there were none): a
+        drafter that lives on the target's states (``EagleDrafter``) starts from them."""
+        ids = _as_list(ids)
+        self.cache.reset()
+        self.start = max(0, len(ids) - self.window)
+        if len(ids) - 1 > self.start:
+            return cached_hidden_states(self.model, _row(ids[self.start:-1], self.device), self.cache)[0]
+        return None
+
+    def refill(self, ids, num_extra: int = 0) -> None:
+        """Empty the cache; keep the last min(refill_tokens, max_seq_len - num_extra) tokens of
+        ``ids`` as the context the next ``extend`` feeds from position 0."""
+        self.cache.reset()
+        self.start = max(0, len(ids) - min(self.refill_tokens, self.window - num_extra))
+
+    def extend(self, ids, extra=(), *, num_rows: int = 1) -> torch.Tensor:
+        """Feed the uncached tail of ``ids`` plus ``extra`` in ONE cached pass; return the
+        logits of its last ``num_rows`` positions, (num_rows, V) in the model's dtype on its
+        device. Afterwards the cache holds ``ids[start:] + extra`` (``reserved`` rows more);
+        ``commit`` rolls back what does not become history.
+
+        Raises:
+            ValueError: ``len(extra) >= max_seq_len`` (cannot fit after one context token),
+                or nothing to feed (every token is cached: ``commit`` first).
+        """
+        ids, extra = _as_list(ids), _as_list(extra)
+        if not 1 <= num_rows <= len(extra) + 1:
+            raise ValueError(f"CachedScorer.extend: num_rows must be in [1, len(extra) + 1 = {len(extra) + 1}], "
+                             f"got {num_rows}")
+        if len(extra) >= self.window:
+            raise ValueError(f"CachedScorer.extend: {len(extra)} extra tokens do not fit after a context token "
+                             f"in max_seq_len={self.window}")
+        if self.room(ids) < len(extra):                                      # window full: re-prefill
+            self.refill(ids, len(extra))
+        block = ids[self.start + self.cache.length:] + extra
+        if not block:
+            raise ValueError("CachedScorer.extend: every token is cached already; commit(ids) rolls back to the "
+                             "pending token first")
+        before = self.cache.length
+        hidden = cached_hidden_states(self.model, _row(block, self.device), self.cache)[0]   # (T, D)
+        self.reserved = self.cache.length - before
+        self.last_states = hidden                   # the block's final states, for state-hungry drafters
+        return unembed(self.model, hidden[-num_rows:])                                      # (num_rows, V)
+
+    def draft(self, ids, k: int, choose: Callable[[torch.Tensor], tuple[int, torch.Tensor | None]] = _argmax,
+              ) -> tuple[list[int], list[torch.Tensor | None]]:
+        """k drafts after ``ids``, one cached row per step: ``choose(logits_row (V,))`` returns
+        (token, q row or None) (default: the argmax, q None). Afterwards the cache holds
+        ``ids`` + drafts[:-1] (the last draft is pending). Returns (tokens, q rows)."""
+        ctx = _as_list(ids)
+        tokens, rows = [], []
+        for _ in range(k):
+            token, q = choose(self.extend(ctx)[-1])
+            tokens.append(token)
+            rows.append(q)
+            ctx.append(token)
+        return tokens, rows
+
+    def commit(self, ids) -> int:
+        """Roll back to the committed ``ids``: keep the rows of ``ids[start:-1]`` (every committed
+        token but the pending last one) by moving the pointer. Returns the bytes moved: 0.
+
+        Rows that were never computed stay pending (a drafter's cache may hold fewer than
+        that); when a re-prefill during drafting moved ``start`` past the committed context,
+        the cache is emptied and the next ``extend`` re-prefills."""
+        keep = len(ids) - 1 - self.start
+        if keep < 0:                                   # the cache only held rejected drafts
+            self.cache.reset()
+            self.start = max(0, len(ids) - self.refill_tokens)
+            return 0
+        return self.cache.crop(min(self.cache.length, keep))
+
+
+class Target:
+    """Base class of the target seam (see the module docstring). Provided.
+
+    Attributes: ``model``, ``vocab_size``, ``max_seq_len``, ``device``.
+    """
+
+    model = None
+
+    @property
+    def vocab_size(self) -> int:
+        return self.model.vocab_size
+
+    @property
+    def max_seq_len(self) -> int:
+        return self.model.max_seq_len
+
+    @property
+    def device(self) -> torch.device:
+        return self.model.device
+
+    def start(self, prompt_ids: torch.Tensor) -> None:
+        return None
+
+    def visible(self, context_ids: torch.Tensor) -> int:
+        return len(context_ids)
+
+    def score(self, context_ids: torch.Tensor, draft_ids: torch.Tensor):
+        raise NotImplementedError
+
+    def commit(self, context_ids: torch.Tensor, num_accepted: int) -> None:
+        return None
+
+
+@torch.no_grad()
+def _target_pass(target, block: torch.Tensor, num_rows: int, *, want_hidden: bool):
+    """One target pass over ``block`` (T,): its last ``num_rows`` logits rows (num_rows, V)
+    and, if asked, every final state (T, D) (for drafters inside the target)."""
+    x = block.unsqueeze(0).to(target.device)                                  # (1, T)
+    if not want_hidden:
+        return target(x)[0, -num_rows:], None                                 # (k'+1, V)
+    hidden = target.hidden_states(x)[0]                                       # (T, D)
+    rows = hidden[-num_rows:]
+    if hasattr(target, "unembed"):
+        logits = target.unembed(rows)
+    else:
+        logits = rows @ target.token_embed.weight.t()                         # tied unembedding
+    return logits, hidden
+
+
+class RecomputeTarget(Target):
+    """The target's side of a round without a cache. Provided.
+
+    ``start`` has nothing to do; ``score`` runs one pass over the context cropped to
+    ``max_seq_len - k'`` tokens + the draft; ``commit`` has nothing to roll back (the next
+    pass recomputes everything); ``visible`` is the whole context (``draft_room`` keeps the
+    drafts to what fits; with none, ``score`` crops to the last ``max_seq_len``: module 11's
+    sliding window).
+
+    Args:
+        target: ids (1, T) -> logits (1, T, V) with ``max_seq_len``, ``device``, ``vocab_size``.
+        want_hidden: also return the scored block's final states (``target.hidden_states``).
+    """
+
+    def __init__(self, target, *, want_hidden: bool = False) -> None:
+        self.target = self.model = target
+        self.want_hidden = want_hidden
+
+    def score(self, context_ids: torch.Tensor, draft_ids: torch.Tensor):
+        """(logits (k'+1, V), states (T, D) of the whole scored block or None)."""
+        k_draft = draft_ids.numel()
+        block = torch.cat([context_ids[-(self.target.max_seq_len - k_draft):], draft_ids])   # (T + k',)
+        return _target_pass(self.target, block, k_draft + 1, want_hidden=self.want_hidden)
+
+
+FullContextTarget = RecomputeTarget          # the name the specdec-sampling lesson first used
+
+
+class CachedTarget(Target):
+    """The target's side of a round with module 16's KV cache (``use_cache=True``). Provided.
+
+    ``start`` prefills every prompt token but the last; ``visible`` re-prefills the last
+    ``refill_tokens`` tokens once the committed context has outgrown the window (module 16's
+    ``cached_generate`` rule: the one target-side re-prefill of the engine); ``score`` runs ONE
+    cached pass over the pending token(s) + the k' drafts (k'+1 rows reserved); ``commit``
+    crops the cache to the committed context, rolling back the rejected rows by moving the
+    pointer, and reports the round to ``on_round`` as a ``RoundRecord``. With ``want_hidden``
+    (a drafter with ``incremental_hidden``, e.g. ``EagleDrafter``) ``score`` also returns the
+    final states of the rows this pass computed, the prompt's prefill rows prepended on the
+    first pass: exactly the committed positions the drafter has not seen.
+
+    Args:
+        target: a ``TransformerLM``.
+        drafter: the round's drafter (its ``cache``, if any, goes into the ``RoundRecord``).
+        on_round: ``on_round(record)`` after each round's rollback.
+        want_hidden: see above.
+        refill_tokens: context kept by a re-prefill, in [1, max_seq_len] (default
+            ``max_seq_len // 2``).
+
+    Raises:
+        TypeError: a target that is not a ``TransformerLM`` (from ``CachedScorer``).
+        ValueError: ``refill_tokens`` out of range ("refill_tokens").
+    """
+
+    def __init__(self, target, *, drafter=None, on_round: Callable[[RoundRecord], None] | None = None,
+                 want_hidden: bool = False, refill_tokens: int | None = None) -> None:
+        self.scorer = CachedScorer(target, refill_tokens=refill_tokens)
+        self.model = target
+        self.drafter = drafter
+        self.on_round = on_round
+        self.want_hidden = want_hidden
+        self._prefill_states = None
+        self._draft: list[int] = []
+        self._length = 0
+
+    def start(self, prompt_ids: torch.Tensor) -> None:
+        self._prefill_states = self.scorer.prefill(prompt_ids)
+
+    def visible(self, context_ids: torch.Tensor) -> int:
+        """Tokens the next pass sees before the drafts: the cache's context. When the committed
+        context has outgrown the window, re-prefill first (``CachedScorer.refill``: the last
+        ``refill_tokens`` tokens, module 16's ``cached_generate`` rule)."""
+        if self.scorer.room(context_ids) < 0:
+            self.scorer.refill(context_ids)
+        return len(context_ids) - self.scorer.start
+
+    def score(self, context_ids: torch.Tensor, draft_ids: torch.Tensor):
+        self._draft, self._length = draft_ids.tolist(), len(context_ids)
+        logits = self.scorer.extend(context_ids, self._draft, num_rows=len(self._draft) + 1)   # (k'+1, V)
+        if not self.want_hidden:
+            return logits, None
+        states = self.scorer.last_states                                           # (T, D) of the scored block
+        if self._prefill_states is not None:
+            if self.scorer.cache.length - self.scorer.reserved == self._prefill_states.shape[0]:  # no re-prefill
+                states = torch.cat([self._prefill_states, states])
+            self._prefill_states = None
+        return logits, states
+
+    def commit(self, context_ids: torch.Tensor, num_accepted: int) -> None:
+        cache = self.scorer.cache
+        before = cache.length
+        moved = self.scorer.commit(context_ids)
+        if self.on_round is not None:
+            emitted = context_ids[self._length:].tolist()
+            self.on_round(RoundRecord(
+                draft=self._draft, accepted=num_accepted, emitted=emitted, kv_rows_reserved=self.scorer.reserved,
+                kv_rows_rolled_back=before - cache.length, rollback_bytes_moved=moved,
+                committed_length=cache.length, ids=context_ids.clone(), target_cache=cache,
+                drafter_cache=getattr(self.drafter, "cache", None), target_start=self.scorer.start))
