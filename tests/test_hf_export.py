@@ -135,5 +135,5 @@ def test_export_refuses_a_non_empty_folder(tmp_path, capsys):
         export_hf("StoryLM-1M", tmp_path)
     assert main(["--hf", str(tmp_path), "StoryLM-1M"]) == 1
     assert "--overwrite" in capsys.readouterr().err
-    with pytest.raises(ValueError, match=r"unknown model 'StoryLM-2M'"):
+    with pytest.raises(ValueError, match=r"unknown artifact 'StoryLM-2M'"):
         export_hf("StoryLM-2M", tmp_path / "new")

@@ -227,6 +227,16 @@ def test_notebook_sh_execute_stops_at_the_failing_cell_and_keeps_the_outputs(tmp
     assert cells[3].outputs == []                                        # never ran
 
 
-def test_notebook_sh_execute_refuses_a_broken_copy(tmp_repo):
-    proc = _notebook_sh(tmp_repo, "specdec", "--apply", "0", "--execute")   # the fixture's copy is not a notebook
-    assert proc.returncode == 2 and "is not a readable notebook" in proc.stderr and "--fresh" in proc.stderr
+def test_notebook_sh_execute_never_runs_a_damaged_copy(tmp_repo):
+    # A working copy truncated by a full disk: backed up to archive/ (the student is told where),
+    # and a fresh copy is executed instead; the damaged bytes are never handed to the kernel.
+    name = Path(get_module("specdec").notebook).name
+    work = tmp_repo / "notebooks" / "work" / name
+    work.parent.mkdir(parents=True, exist_ok=True)
+    work.write_text(CLEAN[: len(CLEAN) // 2])
+    proc = _notebook_sh(tmp_repo, "specdec", "--apply", "0", "--execute")
+    assert proc.returncode == 0, proc.stderr
+    backups = list((work.parent / "archive").glob("*-damaged-*.ipynb"))
+    assert len(backups) == 1 and backups[0].read_text() == CLEAN[: len(CLEAN) // 2]
+    assert "cannot be opened" in proc.stderr and backups[0].name in proc.stderr
+    assert json.loads(work.read_text())["cells"] is not None                # what ran parses
