@@ -76,14 +76,17 @@ def parse_args(argv):
     ap.add_argument("--paths", default=",".join(PATHS), help=f"which of {', '.join(PATHS)} (comma-separated)")
     ap.add_argument("--threads", type=count(1), default=1, help="torch.set_num_threads (default 1; printed)")
     ap.add_argument("--device", type=device_name(), default="cpu", help="cpu (default), cuda, mps or auto")
-    ap.add_argument("--plot", type=output_file(allow_empty=True), default=str(ROOT / "docs" / "img" / "roofline.png"),
-                    help="where to save the plot ('' = no plot)")
+    ap.add_argument("--plot", type=output_file(allow_empty=True), default=None,
+                    help="where to save the plot ('' = no plot; default docs/img/roofline.png, and no plot with "
+                         "--quick, so a smoke run never replaces the committed figure)")
     ap.add_argument("--clock", choices=("auto", "wall", "cpu"), default="auto",
                     help="wall: time.perf_counter; cpu: this process's CPU seconds (time.process_time), the "
                          "robust clock on a shared CPU with 1 thread (it counts the work, not the waiting for a "
                          "core); auto (default): cpu on a CPU with 1 thread, else wall")
     ap.add_argument("--quick", action="store_true", help="a smoke run")
     args = ap.parse_args(argv)
+    if args.plot is None:
+        args.plot = "" if args.quick else str(ROOT / "docs" / "img" / "roofline.png")
     args.models = args.models or ("StoryLM-1M,StoryLM-30M" if args.quick else "StoryLM-1M,StoryLM-5M,StoryLM-30M")
     args.rows = args.rows or ("1,2,5,9" if args.quick else ",".join(map(str, ROWS)))
     args.rounds = args.rounds or (4 if args.quick else 15)

@@ -150,7 +150,9 @@ def add_module(module_id: str, title: str, package: str, file: str, *, root: Pat
         raise ValueError(f"module id {module_id!r}: use lowercase letters, digits and '-' (e.g. 16, specdec-foo)")
     for what, name in [("file", file), *(("package", part) for part in package.split("/"))]:
         if not re.fullmatch(r"[a-z_][a-z0-9_]*", name):
-            raise ValueError(f"{what} {name!r} is not a Python identifier")
+            hint = (" (the package defaults to the module id: pass --package NAME, e.g. --package quotes)"
+                    if what == "package" else " (pass --file NAME)")
+            raise ValueError(f"{what} {name!r} is not a Python identifier{hint}")
     known = re.findall(r"""(?:id=|_m\(|_beyond\()["']([a-z0-9-]+)["']""", (root / "g2c" / "course" / "registry.py")
                        .read_text(encoding="utf-8"))
     unknown = [r for r in requires if r not in known]

@@ -63,6 +63,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from .files import check_writable, write_problem
 from .registry import MODULES, REPO_ROOT, get_module, module_for_file, module_ids, parse_selection, selector_for
 
 FORMAT = 1
@@ -308,8 +309,13 @@ def submit(root: Path, *, name: str | None = None, out: Path | None = None, echo
     out = Path(out) if out else found / HAND_IN_DIR / f"g2c-{_slug(student)}.zip"
     if out.suffix != ".zip":
         raise Refused(f"--out {out}: the archive is a zip file; give a name ending in .zip")
+    if out.is_dir():
+        raise Refused(f"--out {out} is a folder: give the archive's file name, ending in .zip")
     existed = out.exists()
-    manifest = write_archive(hand_in, out, student)
+    try:
+        manifest = write_archive(hand_in, out, student)
+    except OSError as exc:  # an unwritable folder, a full disk: one line, nothing half-written left behind
+        raise Refused(f"--out: {write_problem(exc, out)}") from None
     for w in hand_in.warnings:
         echo(f"warning: {w}")
     files = manifest["files"]
@@ -325,6 +331,9 @@ def submit(root: Path, *, name: str | None = None, out: Path | None = None, echo
          f"{', course commit ' + manifest['course']['commit'][:12] if manifest['course']['commit'] else ''}. "
          "Hand this one file in; nothing in your checkout was changed.")
     return out
+
+
+ENV_PREFIX = "G2C_APPLY_SOLUTIONS: "  # parse_selection's messages name the variable; --modules is no variable
 
 
 # -- loading submissions ---------------------------------------------------------------------------
@@ -670,10 +679,20 @@ def grade_class(folder: Path, *, teacher_root: Path = REPO_ROOT, modules: str | 
         ids = parse_selection(modules) if modules else \
             [i for i in module_ids() if any(i in s.worked for s in subs)]
     except ValueError as exc:
-        raise Refused(f"--modules: {exc}") from None
+        raise Refused(f"--modules: {str(exc).replace(ENV_PREFIX, '')}") from None
+    if not subs:
+        raise Refused(f"{folder} holds no submission (a .zip from ./test.sh --submit, an unpacked one, or a clone "
+                      "of the course): check the folder")
     ids = [i for i in ids if get_module(i).tests]
     timeout = float(timeout) if timeout else max(60.0, 300.0 * len(ids))
     out = Path(out) if out else folder.resolve().parent / f"{folder.resolve().name}-grades"
+    try:  # before any grading: a report folder that cannot be written must not cost a class's run
+        if out.exists() and not out.is_dir():
+            raise Refused(f"--out {out} is a file: give a folder for the reports")
+        out.mkdir(parents=True, exist_ok=True)
+        check_writable(out, "report")
+    except OSError as exc:
+        raise Refused(f"--out: {write_problem(exc, out)}") from None
     teacher_commit = course_commit(teacher_root)
     echo(f"grading {len(subs)} submission(s) from {folder} on module(s) {', '.join(ids) or 'none'} with the tests "
          f"of {teacher_root}{' (commit ' + teacher_commit[:12] + ')' if teacher_commit else ''}; "

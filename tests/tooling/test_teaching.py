@@ -218,6 +218,12 @@ def test_submit_refuses_a_folder_that_is_no_checkout_and_a_foreign_one(world, tm
                          env=env_for(world["teacher"]), capture_output=True, text=True, timeout=300)
     assert res.returncode == 2 and "hand in from" in res.stderr, res.stderr
     assert not (world["student"] / "hand-in").exists() and not (world["teacher"] / "hand-in").exists()
+    # an archive path that cannot be written: one line, exit 2, nothing left behind
+    for out in (tmp_path, tmp_path / "a-file" / "x.zip"):
+        (tmp_path / "a-file").write_text("a file, not a folder")
+        res = run(world["student"], "-m", "g2c.course", "submit", "--out", str(out), cwd=world["student"])
+        assert res.returncode == 2 and "Traceback" not in res.stderr and res.stderr.count("\n") == 1, res.stderr
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["a-file"]
 
 
 # -- grade a class ----------------------------------------------------------------------------------
@@ -365,6 +371,24 @@ def test_grade_class_usage_errors_exit_2(world, tmp_path):
     assert res.returncode == 2 and "valid ids" in res.stderr.lower()
     res = run(world["teacher"], "-m", "g2c.course", "grade-class", str(world["teacher"]))
     assert res.returncode == 2 and "is a g2c checkout itself" in res.stderr
+    res = run(world["teacher"], "-m", "g2c.course", "grade-class", str(tmp_path))    # a wrong, empty folder
+    assert res.returncode == 2 and "holds no submission" in res.stderr, res.stderr
+
+
+def test_grade_class_refuses_an_unwritable_report_folder_before_grading(world, tmp_path):
+    # from the fresh-student trial: a bad --out used to grade the whole class, then end in a traceback
+    klass = tmp_path / "klass"
+    klass.mkdir()
+    shutil.copy(next(world["klass"].glob("*.zip")), klass / "one.zip")
+    a_file = tmp_path / "a-file"
+    a_file.write_text("not a folder")
+    res = run(world["teacher"], "-m", "g2c.course", "grade-class", str(klass), "--modules", "03",
+              "--out", str(a_file))
+    assert res.returncode == 2 and "is a file: give a folder" in res.stderr, res.stderr
+    assert "grading" not in res.stdout and "Traceback" not in res.stderr                # refused before any run
+    res = run(world["teacher"], "-m", "g2c.course", "grade-class", str(klass), "--modules", "03",
+              "--out", str(a_file / "under-a-file"))
+    assert res.returncode == 2 and res.stderr.startswith("grade-class: --out:") and "Traceback" not in res.stderr
 
 
 # -- small pieces -----------------------------------------------------------------------------------
