@@ -428,6 +428,7 @@ class FastLM:
         ``allowed`` when given), output projection, LayerNorm, MLP; final LayerNorm."""
         dev = self.device
         ids = ids.to(dev)
+        check_token_ids(ids, self.vocab_size, "ids")                           # as the teaching path: no raw IndexError
         B, T = ids.shape
         start, end = cache.length, cache.length + T
         H, D = self.num_heads, self.embedding_dim
