@@ -113,7 +113,7 @@ class Module:
         Parameters stay leaf tensors with ``requires_grad=True``; tied tensors stay tied.
         """
         def fn(t: torch.Tensor) -> torch.Tensor:
-            if dtype is not None and t.is_floating_point():
+            if dtype is not None and t.is_floating_point() and t.dtype != dtype:   # same dtype: a plain move
                 return t.to(device=device, dtype=dtype)
             return t.to(device=device)
         return self._apply(fn)
