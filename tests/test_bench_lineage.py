@@ -51,3 +51,24 @@ def test_lineage_quick_runs_every_row_losslessly(tmp_path):
     eagle = next(r for r in data["tables"]["story endings T=0.0"] if r["drafter"] == "EAGLE")
     assert eagle["tokens_seen"] == "5,734,400"
     assert (tmp_path / "lineage.png").stat().st_size > 10_000
+
+
+@pytest.mark.ladder
+def test_lineage_fast_greedy_only_times_every_row(tmp_path):
+    """--fast: every row's target and drafter on the fast path, plus plain cached decoding on it; the
+    speed-ups stay over plain cached decoding on the teaching path; each row's time is split into
+    the target's passes, the drafter and the rest (shares of its wall time)."""
+    bench = _bench()
+    out = tmp_path / "fast.json"
+    assert bench.main(["--fast", "--greedy-only", "--quick", "--prompts", "1", "--new-tokens", "8", "--threads", "1",
+                       "--rows", "StoryLM-1M,Medusa,EAGLE static tree,MTP", "--json", str(out)]) == 0
+    data = json.loads(out.read_text())
+    assert data["fast"] is True and list(data["tables"]) == ["story endings T=0.0"]
+    rows = {r["drafter"]: r for r in data["tables"]["story endings T=0.0"]}
+    assert list(rows) == ["plain cached (fast path)", "StoryLM-1M", "Medusa", "EAGLE static tree", "MTP"]
+    assert rows["plain cached (fast path)"]["tau"] == 1.0 and rows["plain cached (fast path)"]["time_split"] is None
+    for name, r in rows.items():
+        assert r["lossless"] == "1/1", name                  # the fast path emits plain greedy decoding's tokens
+        if r["time_split"] is not None:
+            target, draft, other = r["time_split"]
+            assert target > 0 and draft > 0 and target + draft + other == pytest.approx(1.0), name

@@ -327,28 +327,45 @@ def test_greedy_entry_point_equals_plain_decoding(case):
 
 
 # -- the fast backend: the same engine configuration on fast_model(target) ----------------------------
-FAST = [c for c in MATRIX if c["model"] == "lm" and c["cached"] and c["T"] == 0.0
-        and (c["entry"] == "speculative_generate_cached"
-             or (c["entry"] == "speculative_sample" and c["drafter"] in ("lm", "lm-cached", "ngram")))]
+FAST = [c for c in MATRIX if c["model"] in ("lm", "lm4") and c["cached"]]
 
 
-@pytest.mark.parametrize("case", FAST, ids=[case_id(c) for c in FAST])
-def test_fast_target_runs_the_same_engine_configuration(case, monkeypatch):
-    """Module 16's fast backend (``fast_model``, fp32) behind the same preset or engine call, LM and
-    n-gram drafters (the head drafters read the target's states through the same seam): the
-    same ids, counters and on_pass stream as the teaching target (greedy; peaked logits keep the
-    argmax gaps far above the 1e-5 the backends may differ by). Drafters built on the teaching
-    model run against its fast copy."""
+def _on_fast_target(case, monkeypatch, dtype):
+    """Make ``_model(case["model"])`` return its fast copy (drafters and heads stay built on the
+    teaching model: the identity checks compare ``unwrap``); the fast copy."""
     from g2c.kvcache import fast_model
-    teaching = _model(case["model"])
-    fast = fast_model(teaching, dtype=torch.float32)
+    fast = fast_model(_model(case["model"]), dtype=dtype)
     real = _model.__wrapped__
 
     def swapped(name):
         return fast if name == case["model"] else real(name)
 
     monkeypatch.setattr(sys.modules[__name__], "_model", swapped)
+    return fast
+
+
+@pytest.mark.parametrize("case", FAST, ids=[case_id(c) for c in FAST])
+def test_fast_target_runs_the_same_engine_configuration(case, monkeypatch):
+    """Module 16's fast backend (``fast_model``, fp32) behind every cached entry point of the matrix:
+    LM, n-gram, MTP, EAGLE chain drafters, trees, and every lineage drafter (the heads read the
+    fast target's states through the same trunk, ``forward_rows`` with kept layers and tree masks),
+    greedy and sampled with the same generator: the same ids, counters and on_pass stream as the
+    teaching target. The tiny models' logits are peaked, so argmax gaps and the sampled draws'
+    margins stay far above the 1e-5 the two backends may differ by."""
+    _on_fast_target(case, monkeypatch, torch.float32)
     assert run_case(case) == _run(case)
+
+
+FAST_GREEDY = [c for c in FAST if c["T"] == 0.0]
+
+
+@pytest.mark.parametrize("case", FAST_GREEDY, ids=[case_id(c) for c in FAST_GREEDY])
+def test_bfloat16_fast_target_is_lossless_against_itself(case, monkeypatch):
+    """bfloat16 weight products make their own model (its logits differ from fp32 by rounding);
+    every greedy cached entry point on it emits exactly plain cached decoding ON IT, token for token."""
+    fast16 = _on_fast_target(case, monkeypatch, torch.bfloat16)
+    assert fast16.dtype == torch.bfloat16
+    assert run_case(case)["ids"] == _plain(case)
 
 
 if __name__ == "__main__" and "--record" in sys.argv:

@@ -527,7 +527,9 @@ def load_model(name: str, *, device: str | torch.device = "auto", root: Path | N
         ``TransformerLM``; ``*-MTP`` is a ``g2c.specdec.MTPHead`` and ``*-EAGLE`` a
         ``g2c.specdec.sampling.eagle.FeatureDrafter``, ``*-Medusa`` / ``*-EAGLE3`` / ``*-Block`` a
         ``g2c.specdec.lineage`` ``MedusaHeads`` / ``Eagle3Head`` / ``BlockHead``, each on its frozen
-        base (``head.base``, loaded from its own artifact, same device and dtype).
+        base (``head.base``, loaded from its own artifact, same device and dtype; from ``root``
+        when ``root`` holds it, else from ``artifacts/``: a budgeted run's ``runs/budget-<T>/``
+        holds drafters only).
 
     Raises:
         ValueError: unknown name (the message lists the names) or not a model; a dtype
@@ -554,7 +556,10 @@ def load_model(name: str, *, device: str | torch.device = "auto", root: Path | N
         model = StoryLMConfig.from_dict({**cfg, "name": name}).build()
         tokenizer_name = cfg.get("tokenizer", "StoryTokenizer")
     else:
-        base, tokenizer = load_model(cfg["base"], device=device, root=root, dtype=dtype)
+        # a budgeted retraining's tree (runs/budget-<T>/, ./checkpoints.sh --budget) holds drafters only:
+        # their base is then the shipped one, verified against its own manifest like any artifact
+        base_root = root if root is None or artifact_dir(cfg["base"], root).exists() else None
+        base, tokenizer = load_model(cfg["base"], device=device, root=base_root, dtype=dtype)
         if kind in ("medusa", "eagle3", "block"):
             from g2c.specdec.lineage import BlockHead, Eagle3Head, MedusaHeads
 

@@ -357,6 +357,20 @@ def test_drafters_load_on_their_base(drafter_manifests):
 
 
 @pytest.mark.ladder
+def test_a_drafters_only_root_loads_on_the_shipped_base(root):
+    """A budgeted retraining's tree (runs/budget-<T>/) holds drafters only: their base comes from
+    artifacts/, verified; a corrupted drafter copy in the tree is still refused."""
+    shutil.copytree(artifact_dir("StoryLM-5M-MTP"), artifact_dir("StoryLM-5M-MTP", root))
+    head, tok = load_model("StoryLM-5M-MTP", device="cpu", root=root)
+    shipped, _ = load_model("StoryLM-5M", device="cpu")
+    assert tok.vocab_size == 4096
+    assert all(torch.equal(a, b) for a, b in zip(head.base.state_dict().values(), shipped.state_dict().values()))
+    flip_byte(artifact_dir("StoryLM-5M-MTP", root) / "model.safetensors", -100)
+    with pytest.raises(ChecksumError, match=r"model\.safetensors"):
+        load_model("StoryLM-5M-MTP", device="cpu", root=root)
+
+
+@pytest.mark.ladder
 def test_drafter_manifests_record_their_recipe(drafter_manifests):
     from g2c.assets.recipes.drafters import DRAFTER_RECIPES
 

@@ -156,6 +156,26 @@ def test_budget_gives_the_steps_and_is_recorded():
             parse_budget(bad)
     with pytest.raises(ValueError, match="is not a drafter"):
         budgeted_recipe("StoryLM-1M", 1000)
+    # one budget, one data stream: every state reader (EAGLE and MTP too) reads the same first windows
+    for name in STATE_READERS:
+        assert budgeted_recipe(name, 512_000)["features_windows"] == 2000, name
+    assert "features_windows" not in budgeted_recipe("StoryLM-1M-distilled", 512_000)
+
+
+def test_final_states_read_the_last_row_of_the_layer_cache(tiny):
+    """A budgeted EAGLE/MTP run reads the final states out of the layer-feature cache the lineage drafters
+    fill, so all of them learn from the same windows: the same numbers as the final-state cache."""
+    model, _ = tiny
+    layered = F.layer_features(model, "Tiny", "train", (0,), context=16, max_windows=3, batch_size=2, progress=False)
+    final = F.target_features(model, "Tiny", "train", context=16, batch_size=2, progress=False)
+    view = F.FinalStates(layered)
+    assert view.num_windows == 3 and view.context == 16
+    windows = torch.tensor([2, 0])
+    ids, states = view.batch(windows)
+    want_ids, want = final.batch(windows)
+    assert torch.equal(ids, want_ids) and states.shape == (2, 16, 16)
+    torch.testing.assert_close(states, want)                       # both float16 copies of the same states
+    assert not torch.equal(states, layered.batch(windows)[1][:, :, 0])   # not block 0's output
 
 
 @pytest.fixture
@@ -206,6 +226,20 @@ def test_budgeted_run_resumes_to_the_same_weights(tiny_run, monkeypatch, tmp_pat
     assert any("epochs of the 4 training windows" in line for line in lines)     # and it says so
     assert [h["tokens_seen"] for h in m1["history"]] == [0, 32, 64, 96, 128, 160, 192]
     assert all("val_agree_1" in h for h in m1["history"])
+
+
+def test_budgeted_eagle_learns_from_the_layer_cache(tiny_run, monkeypatch, tmp_path):
+    """EAGLE at a budget trains on the final states of the same layer-feature windows as Medusa, EAGLE-3
+    and the block drafter (one feature pass; the manifest says where its data came from)."""
+    D, written = tiny_run
+    recipe = {**D.DRAFTER_RECIPES["StoryLM-30M-EAGLE"], "context": 16, "batch_size": 2, "val_windows": 2}
+    monkeypatch.setitem(D.DRAFTER_RECIPES, "StoryLM-30M-EAGLE", recipe)
+    monkeypatch.setattr(D, "RUNS_DIR", tmp_path / "eagle")
+    D.train_drafter("StoryLM-30M-EAGLE", budget=4 * 2 * 16, progress=False, log=lambda *a: None)
+    (_, manifest), = written
+    assert manifest["tokens_seen"] == 128 and manifest["recipe"]["features_windows"] == 8
+    assert "final states (from the cache of blocks 2, 4, 6 and final states)" in manifest["recipe"]["data"]
+    assert list((F.FEATURES_DIR / "StoryLM-30M").glob("train-layers2-4-6-ctx16-w*.f16"))
 
 
 def test_checkpoints_budget_refuses_what_it_cannot_do(capsys):

@@ -43,7 +43,7 @@ from g2c.assets.artifacts import (
     model_state_to_bytes,
     write_artifact,
 )
-from g2c.assets.recipes.features import Features, layer_features, target_features
+from g2c.assets.recipes.features import Features, FinalStates, layer_features, target_features
 from g2c.assets.recipes.ladder import RUNS_DIR, git_commit, machine
 
 __all__ = ["DRAFTER_RECIPES", "EQUAL_BUDGET_TOKENS", "STATE_READERS", "TRAINING_BUDGETS", "budgeted_recipe",
@@ -124,8 +124,9 @@ def budgeted_recipe(name: str, tokens: int) -> dict:
 
     steps = ceil(tokens / (batch_size x context)) (so the budget actually seen, ``budget_tokens``,
     rounds up to whole steps); ``patience`` None (every step runs: equal budgets); at least 10
-    validation checks (``eval_every`` <= steps / 10); lineage drafters read as many training windows
-    as the budget sees tokens (``features_windows`` = ceil(tokens / context), capped at the split by
+    validation checks (``eval_every`` <= steps / 10); every state reader (MTP and EAGLE included, which
+    read only the final states of the same cache) reads as many training windows as the budget sees
+    tokens (``features_windows`` = ceil(tokens / context), capped at the split by
     ``layer_features``: EAGLE's budget reads every window, 4.7 times over; a laptop's 200k tokens
     computes 782 windows of features, not the whole split's 5 GB).
 
@@ -143,7 +144,7 @@ def budgeted_recipe(name: str, tokens: int) -> dict:
     r.update(steps=steps, budget_tokens=steps * per_step, patience=None,
              eval_every=max(1, min(r["eval_every"], -(-steps // 10))),
              warmup_steps=min(r["warmup_steps"], max(1, steps // 10)))
-    if "features_windows" in r:
+    if name in STATE_READERS:       # every state reader learns from the same first windows (one feature pass)
         r["features_windows"] = -(-r["budget_tokens"] // r.get("context", CONTEXT))
     return r
 
@@ -358,7 +359,9 @@ def train_drafter(name: str, *, force: bool = False, progress: bool = True, log=
     tokenize_splits(load_story_tokenizer(), log=log)
     device = "cpu" if not torch.cuda.is_available() else "cuda"
     job = _Job(name, r, device)
-    if job.kind in LINEAGE_KINDS:
+    if job.kind in LINEAGE_KINDS or "features_windows" in r:
+        # a budgeted run of any state reader (MTP and EAGLE too) reads the one layer-feature cache, so every
+        # drafter at a budget learns from the same windows; MTP and EAGLE see only its final states
         layers = FUSION_LAYERS[job.base_name]
         train = layer_features(job.base, job.base_name, "train", layers, max_windows=r["features_windows"],
                                context=r.get("context", CONTEXT), progress=progress, log=log)
@@ -367,6 +370,10 @@ def train_drafter(name: str, *, force: bool = False, progress: bool = True, log=
         data = (f"{job.base_name}'s outputs of blocks {', '.join(map(str, layers))} and final states over the "
                 f"first {train.num_windows} train windows of {train.context} tokens "
                 "(g2c.assets.recipes.features.layer_features)")
+        if job.kind not in LINEAGE_KINDS:
+            train, val = FinalStates(train), FinalStates(val)
+            data = data.replace("outputs of blocks", "final states (from the cache of blocks").replace(
+                " and final states over", " and final states) over")
     else:
         train = target_features(job.base, job.base_name, "train", context=r.get("context", CONTEXT),
                                 progress=progress, log=log)

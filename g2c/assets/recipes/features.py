@@ -29,7 +29,7 @@ from g2c.course.files import write_text_atomic
 
 FEATURES_DIR = REPO_ROOT / "runs" / "features"
 
-__all__ = ["FEATURES_DIR", "Features", "LayerFeatures", "layer_features", "target_features"]
+__all__ = ["FEATURES_DIR", "Features", "FinalStates", "LayerFeatures", "layer_features", "target_features"]
 
 
 class Features:
@@ -193,3 +193,25 @@ def layer_features(base, base_name: str, split: str, layers: tuple[int, ...], *,
                             (num_windows * context, len(layers) + 1, base.embedding_dim), batch_size, compute,
                             f"{base_name} layer states ({split})", progress, log)
     return LayerFeatures(ids, states, context, layers)
+
+
+class FinalStates(Features):
+    """The final states of a ``LayerFeatures`` cache, read as a ``Features`` (no copy).
+
+    A budgeted run of a drafter that reads only the base's final state (EAGLE, MTP) learns from the
+    same windows as the layer-fusing drafters at that budget, so the lineage compares methods on one
+    data stream, and one feature pass serves every drafter.
+
+    Attributes: as ``Features``; ``states`` is the (N, L + 1, D) memmap, of which ``batch`` reads
+    the last row of each token.
+    """
+
+    def __init__(self, layered: LayerFeatures) -> None:
+        super().__init__(layered.ids, layered.states, layered.context)
+
+    def batch(self, windows: torch.Tensor, device: torch.device | str = "cpu") -> tuple[torch.Tensor, torch.Tensor]:
+        """(ids (B, context) int64, final states (B, context, D) float32) of the given windows."""
+        c = self.context
+        ids = torch.stack([self.ids[w * c:(w + 1) * c] for w in windows.tolist()])               # (B, context)
+        states = np.stack([self.states[w * c:(w + 1) * c, -1] for w in windows.tolist()])        # (B, context, D)
+        return ids.to(device), torch.from_numpy(states.astype(np.float32)).to(device)
