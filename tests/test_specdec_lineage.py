@@ -426,17 +426,21 @@ def test_feature_drafter_state_matches_a_recomputation_after_every_commit():
     drafter = EagleTreeDrafter(head, width=3)
     prompt = _prompt(8)
 
-    def check(emitted, num_accepted):
-        ids = drafter_context[0]
-        ids = torch.cat([ids, torch.tensor(emitted)])
-        drafter_context[0] = ids
+    commit = drafter.commit
+    checked = []
+
+    def check(context_ids, states_rows):        # the engine calls on_pass before the commits: check after
+        commit(context_ids, states_rows)
+        ids = context_ids                                                            # no re-prefill here
         states = _states(target, ids[:-1].view(1, -1), [])[:, :, -1]                # (1, T-1, D)
         with torch.no_grad():
             want = head(states, ids[1:].view(1, -1))[0, -1]
         torch.testing.assert_close(drafter._out, want, atol=1e-5, rtol=1e-4)
+        checked.append(len(ids))
 
-    drafter_context = [prompt]
-    lineage_generate(target, drafter, prompt, 30, num_nodes=6, on_pass=check)
+    drafter.commit = check
+    out, stats = lineage_generate(target, drafter, prompt, 30, num_nodes=6)
+    assert len(checked) >= stats.target_passes and checked[-1] == len(out)     # (start commits the prompt too)
 
 
 # -- bad input ---------------------------------------------------------------------------------------

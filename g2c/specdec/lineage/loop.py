@@ -1,15 +1,25 @@
-"""Beyond (specdec-lineage): one cached loop for every drafter that reads the target's states. Provided.
+"""Beyond (specdec-lineage): every drafter that reads the target's states, through the one engine. Provided.
 
 Medusa heads, the EAGLE drafters and the block drafter have one thing in common: they draft from
 what the target computed for the committed positions (its final state, or the states of a few
-of its layers), not from tokens alone. So the loop here does three things per round:
+of its layers), not from tokens alone. Their round is the engine's round, ``speculative_sample``
+(specdec-sampling, your loop), with three pieces plugged in:
 
-1. ask the drafter for a ``DraftTree`` (a chain is a tree whose node i has parent i - 1);
-2. run the target ONCE over the root and the tree on module 16's ``KVCache`` with tree
-   attention (``g2c.specdec.trees``), keeping the states of the layers the drafter reads;
-3. verify (greedy walk, or recursive rejection sampling at T > 0), commit the accepted path's
-   keys/values (``commit_tree_kv``) and hand the drafter the states of the positions that
-   were just committed.
+1. a drafter: ``TreeDrafterAdapter`` wraps a ``TreeDrafter`` behind the engine's drafter protocol;
+   its ``propose`` returns a ``g2c.specdec.trees.TreeDraft`` (a chain is a tree whose node i has
+   parent i - 1), which carries its tree attention and its acceptance walk (greedy walk, or
+   recursive rejection sampling at T > 0, or Medusa's typical acceptance);
+2. a target: ``CachedTreeTarget`` runs the target ONCE over the root and the tree on module 16's
+   ``KVCache`` (module 16's trunk ``forward_rows`` with the tree's positions and mask, keeping the
+   states of the layers the drafter reads), and commits the accepted path's keys/values
+   (``commit_tree_kv``: a pointer move for a chain, a gather for a tree);
+3. the hand-off: the adapter reads the committed rows' states (root, then each accepted node)
+   from the target and passes them to the drafter's ``commit``.
+
+``lineage_generate`` is that configuration with the checks of this module in front: a preset, no
+round of its own (tests/tooling/test_layout.py). Its output, counters and ``on_pass`` stream are
+the ones its former loop produced (tests/test_specdec_engine.py, pinned), on the teaching and the
+fast path (``g2c.kvcache.fast_model`` target: the trunk runs fused).
 
 The drafter protocol of this module (``TreeDrafter``)
 -----------------------------------------------------
@@ -50,7 +60,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 
 import torch
 
@@ -61,11 +71,14 @@ from g2c.sampling.generate import as_token_ids
 from g2c.sampling.model import check_count, check_eos_id, check_generator, check_temperature
 
 from ..generate import SpecStats, draft_room
-from ..trees import DraftTree, commit_tree_kv, greedy_tree_verify, tree_attention_mask, tree_speculative_verify
+from ..sampling.loop import speculative_sample
+from ..sampling.target import Target
+from ..trees import DraftTree, TreeDraft, commit_tree_kv
 from .medusa import typical_tree_verify
 from .protocol import TreeDrafter, chain_tree, masked_block
 
-__all__ = ["LineageStats", "TreeDrafter", "chain_tree", "lineage_generate", "masked_block", "target_layer_pass"]
+__all__ = ["CachedTreeTarget", "LineageStats", "TreeDrafter", "TreeDrafterAdapter", "chain_tree", "lineage_generate",
+           "masked_block", "target_layer_pass"]
 
 
 @torch.no_grad()
@@ -120,6 +133,179 @@ class LineageStats(SpecStats):
         return self.draft_seconds / self.target_seconds if self.target_seconds > 0 else 0.0
 
 
+class CachedTreeTarget(Target):
+    """The target's side of a round whose draft is a tree, on module 16's KV cache, keeping layers. Provided.
+
+    The ``Target`` seam of ``speculative_sample`` (``g2c.specdec.sampling.target``) for drafters that
+    read the target's states: every pass is one call of module 16's trunk (``forward_rows`` through
+    ``target_layer_pass``) with the tree's positions and mask and the chosen layers kept; committing
+    is module 16's ``commit_rows`` (``commit_tree_kv``): a pointer move for a chain, a gather of the
+    accepted path for a tree.
+
+    * ``start(prompt_ids)`` prefills every prompt token but the last (the last ``max_seq_len``
+      tokens of a longer prompt) and keeps their states for the drafter (``prefill_states``).
+    * ``visible(ids)``: past the window (more than ``max_seq_len`` committed tokens since
+      ``start_pos``), re-prefill the last ``max_seq_len // 2`` (module 16's ``cached_generate``
+      rule); ``generation`` counts the prefills, so the drafter knows to restart.
+    * ``score(ids, draft)``: one pass over the pending token (the root) and the draft's nodes (a
+      ``TreeDraft``, or an empty chain at the window edge): (logits (1 + n, V), None); the block's
+      states stay in ``last_states`` (1 + n, L + 1, D) for the drafter.
+    * ``commit(ids, num_accepted)``: keep the root and the accepted path's rows (``committed_rows``).
+
+    Args:
+        model: a ``TransformerLM`` (or its ``fast_model``) in eval mode.
+        layers: block indices whose outputs the drafter reads (besides the final state).
+
+    Attributes:
+        cache, start_pos, generation, prefill_states, last_states, last_draft, seconds (time in
+        its passes, commits and prefills, synchronised).
+    """
+
+    def __init__(self, model, *, layers: tuple[int, ...] = ()) -> None:
+        self.model = model
+        self.layers = tuple(int(i) for i in layers)
+        self.cache = KVCache.for_model(model)
+        self.window = model.max_seq_len
+        self.dim = model.embedding_dim
+        self._device = model.token_embed.weight.device
+        self.start_pos, self.generation = 0, 0
+        self.prefill_states = self.last_states = self.last_draft = None
+        self._length = 0
+        self.seconds = 0.0
+
+    @property
+    def device(self) -> torch.device:
+        return self._device
+
+    def _clock(self, t0: float) -> None:
+        synchronize(self._device)
+        self.seconds += time.perf_counter() - t0
+
+    def _prefill(self, ids: torch.Tensor, first: int) -> None:
+        t0 = time.perf_counter()
+        ctx = ids[first:]
+        self.cache.reset()
+        if ctx.numel() > 1:
+            n = ctx.numel() - 1
+            allowed = torch.ones(n, n, dtype=torch.bool).tril()
+            _, states = target_layer_pass(self.model, self.cache, ctx[:-1], torch.arange(n), allowed, self.layers)
+            self.cache.advance(n)
+        else:
+            states = torch.zeros(0, len(self.layers) + 1, self.dim)
+        self.start_pos, self.prefill_states = first, states
+        self.generation += 1
+        self._clock(t0)
+
+    def start(self, prompt_ids: torch.Tensor) -> None:
+        self._prefill(prompt_ids, max(0, prompt_ids.numel() - self.window))
+
+    def visible(self, context_ids: torch.Tensor) -> int:
+        if context_ids.numel() - self.start_pos > self.window:                       # past the window
+            self._prefill(context_ids, context_ids.numel() - max(1, self.window // 2))
+        return context_ids.numel() - self.start_pos
+
+    def score(self, context_ids: torch.Tensor, draft) -> tuple[torch.Tensor, None]:
+        t0 = time.perf_counter()
+        if isinstance(draft, torch.Tensor):                   # the window edge: no draft, the root only
+            draft = TreeDraft(chain_tree(draft))
+        length = self.cache.length
+        root = torch.cat([context_ids[-1:], draft.tree.tokens])
+        logits, self.last_states = target_layer_pass(self.model, self.cache, root, draft.positions(length),
+                                                     draft.allowed(length), self.layers)
+        self.last_draft, self._length = draft, context_ids.numel()
+        self._clock(t0)
+        return logits, None
+
+    def committed_rows(self, context_ids: torch.Tensor) -> list[int]:
+        """Block rows that the committed ``context_ids`` keep (root, then the emitted accepted nodes)."""
+        draft = self.last_draft
+        if draft.path is None:                                # an empty chain: nothing was walked
+            draft.path = []
+        return draft.committed_rows(context_ids.numel() - self._length)
+
+    def commit(self, context_ids: torch.Tensor, num_accepted: int) -> None:
+        t0 = time.perf_counter()
+        kept = [r - 1 for r in self.committed_rows(context_ids)[1:]]
+        commit_tree_kv(self.cache, self.cache.length + 1, kept)
+        self._clock(t0)
+
+
+class TreeDrafterAdapter:
+    """A ``TreeDrafter`` (Medusa, EAGLE/EAGLE-2, EAGLE-3, the block drafter) behind the engine's drafter
+    protocol (``g2c.specdec.sampling.drafters``). Provided.
+
+    It reads the target's chosen layers straight from the ``CachedTreeTarget`` it drafts for (its
+    declared capability: ``reads = ("layers", target_layers)``): the prefill's states at ``start`` and
+    after every re-prefill (a new ``generation``), the root and accepted path's rows at ``commit``.
+    ``propose(ids, k)`` returns a ``TreeDraft`` of at most ``draft_room(num_nodes, visible, window)``
+    nodes, none deeper than ``min(tokens left - 1, room)`` (a deeper node could never be emitted
+    with its bonus), and ``None`` for q (a tree carries its own rows).
+
+    Args:
+        drafter: the ``TreeDrafter``.
+        target: the ``CachedTreeTarget`` it drafts for.
+        num_nodes: the node budget per pass.
+        end: the length of ``ids`` at which the budget is spent (prompt + max_new_tokens).
+        rule: the ``TreeDraft`` acceptance rule at T > 0 (None: exact).
+
+    Attributes: ``seconds`` (time inside the drafter, synchronised), ``rounds_with_draft``.
+    """
+
+    wants_target_hidden = False
+
+    def __init__(self, drafter, target: CachedTreeTarget, *, num_nodes: int, end: int, rule=None) -> None:
+        self.drafter, self.target = drafter, target
+        self.vocab_size = drafter.vocab_size
+        self.reads = ("layers", tuple(target.layers))
+        self.num_nodes, self.end, self.rule = num_nodes, end, rule
+        self.seconds, self.rounds_with_draft = 0.0, 0
+        self._generation = None
+
+    def _timed(self, fn, *args, **kw):
+        t0 = time.perf_counter()
+        out = fn(*args, **kw)
+        synchronize(self.target.device)
+        self.seconds += time.perf_counter() - t0
+        return out
+
+    def _sync(self, ids: torch.Tensor) -> None:
+        """(Re)start the drafter on the target's prefill when the target prefilled since."""
+        t = self.target
+        if self._generation != t.generation:
+            self._timed(self.drafter.start, ids[t.start_pos:], t.prefill_states)
+            self._generation = t.generation
+
+    def start(self, prompt_ids: torch.Tensor, *, sampler, generator: torch.Generator | None) -> None:
+        if hasattr(self.drafter, "set_sampling"):          # sampled drafting (issue 29): q at the loop's T
+            self.drafter.set_sampling(sampler.temperature, generator)
+        self._generation = None
+        self._sync(prompt_ids)
+
+    def propose(self, context_ids: torch.Tensor, k: int):
+        self._sync(context_ids)                           # the target re-prefilled past the window
+        t = self.target
+        room = draft_room(self.num_nodes, context_ids.numel() - t.start_pos, t.window)
+        max_depth = min(self.end - context_ids.numel() - 1, room)
+        t0 = time.perf_counter()
+        if max_depth >= 1:
+            tree = self.drafter.draft(context_ids[t.start_pos:], max_nodes=room, max_depth=max_depth)
+        else:
+            tree = DraftTree.empty()
+        tree = DraftTree.check(tree, self.vocab_size, source=f"{type(self.drafter).__name__}.draft()")
+        if tree.num_nodes:
+            tree = tree.truncate(max_depth)
+            tree = tree.subtree(list(range(min(room, tree.num_nodes))))
+        synchronize(t.device)
+        self.seconds += time.perf_counter() - t0
+        self.rounds_with_draft += int(tree.num_nodes > 0)
+        return TreeDraft(tree, rule=self.rule), None
+
+    def commit(self, context_ids: torch.Tensor, num_accepted: int, *, target_hidden=None) -> None:
+        t = self.target
+        rows = t.committed_rows(context_ids)
+        self._timed(self.drafter.commit, context_ids[t.start_pos:], t.last_states[rows])
+
+
 def _is_transformer_lm(model) -> bool:
     return all(hasattr(model, name) for name in ("blocks", "token_embed", "pos_embed", "ln_final", "max_seq_len"))
 
@@ -131,8 +317,14 @@ def lineage_generate(target, drafter: TreeDrafter, prompt_ids, max_new_tokens: i
                      on_pass: Callable[[list[int], int], None] | None = None) -> tuple[torch.Tensor, LineageStats]:
     """Speculative decoding with a drafter that reads the target's states, on module 16's KV cache. Provided.
 
+    A preset of the engine: ``speculative_sample(CachedTreeTarget(target, layers=...),
+    TreeDrafterAdapter(drafter, ...), ...)`` (see the module docstring). ``on_pass`` is called,
+    as everywhere in the engine, right after a round's tokens are cut, before the commits.
+
     Args:
-        target: the ``TransformerLM`` the drafter was built on (``drafter.base``), eval mode.
+        target: the ``TransformerLM`` the drafter was built on (``drafter.base``), eval mode, or
+            its ``g2c.kvcache.fast_model`` (any dtype: bfloat16 is its own model, and the output is
+            its own greedy text).
         drafter: a ``TreeDrafter`` (Medusa, EAGLE/EAGLE-2, EAGLE-3, block drafter).
         prompt_ids: 1-D ints in [0, V), length >= 1 (CPU).
         max_new_tokens: budget >= 0, never exceeded.
@@ -192,96 +384,26 @@ def lineage_generate(target, drafter: TreeDrafter, prompt_ids, max_new_tokens: i
     bad = [i for i in layers if not 0 <= i < len(target.blocks)]
     if bad:
         raise ValueError(f"the drafter reads layers {layers}, but the target has blocks 0..{len(target.blocks) - 1}")
-    device = target.token_embed.weight.device
     head = drafter.head
     modes = (target.training, None if head is None else head.training)
     target.eval()
     if head is not None:
         head.eval()
-    if hasattr(drafter, "set_sampling"):                   # sampled drafting (issue 29): q at the loop's T
-        drafter.set_sampling(temperature, generator)
-    cache = KVCache.for_model(target)
-    window = target.max_seq_len
-    stats = LineageStats()
-    clock = time.perf_counter
-
-    def refill(first: int) -> None:
-        """Prefill ids[first:] but its last token; restart the drafter on those states."""
-        ctx = ids[first:]
-        cache.reset()
-        t0 = clock()
-        if ctx.numel() > 1:
-            n = ctx.numel() - 1
-            allowed = torch.ones(n, n, dtype=torch.bool).tril()
-            _, states = target_layer_pass(target, cache, ctx[:-1], torch.arange(n), allowed, layers)
-            cache.advance(n)
-        else:
-            states = torch.zeros(0, len(layers) + 1, target.embedding_dim)
-        synchronize(device)
-        t1 = clock()
-        drafter.start(ctx, states)
-        synchronize(device)
-        stats.target_seconds += t1 - t0
-        stats.draft_seconds += clock() - t1
-
-    num_new = 0
+    rule = None
+    if acceptance == "typical":
+        def rule(tree, probs, gen):
+            return typical_tree_verify(tree, probs, epsilon=epsilon, delta=delta, generator=gen)
+    target_state = CachedTreeTarget(target, layers=layers)
+    adapter = TreeDrafterAdapter(drafter, target_state, num_nodes=num_nodes, end=ids.numel() + max_new_tokens,
+                                 rule=rule)
     try:
-        start = max(0, ids.numel() - window)
-        refill(start)
-        while num_new < max_new_tokens:
-            remaining = max_new_tokens - num_new
-            if ids.numel() - start > window:                                     # past the window: re-prefill
-                start = ids.numel() - max(1, window // 2)
-                refill(start)
-            room = draft_room(num_nodes, ids.numel() - start, window)
-            max_depth = min(remaining - 1, room)
-            t0 = clock()
-            tree = drafter.draft(ids[start:], max_nodes=room, max_depth=max_depth) if max_depth >= 1 \
-                else DraftTree.empty()
-            tree = DraftTree.check(tree, target.vocab_size, source=f"{type(drafter).__name__}.draft()")
-            if tree.num_nodes:
-                tree = tree.truncate(max_depth)
-                tree = tree.subtree(list(range(min(room, tree.num_nodes))))
-            synchronize(device)
-            t1 = clock()
-            n, length = tree.num_nodes, cache.length
-            block = tree_attention_mask(1, tree.parents) == 0                           # (1+n, 1+n) bool
-            allowed = torch.cat([torch.ones(1 + n, length, dtype=torch.bool), block], dim=1)
-            positions = length + torch.cat([torch.zeros(1, dtype=torch.long), tree.depths])
-            root = torch.cat([ids[-1:], tree.tokens])
-            logits, states = target_layer_pass(target, cache, root, positions, allowed, layers)
-            logits = logits.cpu()
-            if temperature == 0.0:
-                path, token = greedy_tree_verify(tree, logits)
-            elif acceptance == "typical":
-                path, token = typical_tree_verify(tree, torch.softmax(logits / temperature, dim=-1), epsilon=epsilon,
-                                                  delta=delta, generator=generator)
-            else:
-                path, token = tree_speculative_verify(tree, torch.softmax(logits / temperature, dim=-1),
-                                                      generator=generator)
-            emitted = ([int(tree.tokens[i]) for i in path] + [token])[:remaining]
-            hit_eos = eos_id is not None and eos_id in emitted
-            if hit_eos:
-                emitted = emitted[:emitted.index(eos_id) + 1]
-            num_accepted = min(len(path), len(emitted))
-            kept = path[:len(emitted) - 1]
-            commit_tree_kv(cache, cache.length + 1, kept)
-            synchronize(device)
-            t2 = clock()
-            stats.record(drafted=n, accepted=num_accepted, generated=len(emitted))
-            stats.rounds_with_draft += int(n > 0)
-            ids = torch.cat([ids, torch.tensor(emitted, dtype=torch.long)])
-            num_new += len(emitted)
-            drafter.commit(ids[start:], states[[0] + [1 + i for i in kept]])
-            synchronize(device)
-            stats.draft_seconds += (t1 - t0) + (clock() - t2)
-            stats.target_seconds += t2 - t1
-            if on_pass is not None:
-                on_pass(emitted, num_accepted)
-            if hit_eos:
-                break
+        out, spec = speculative_sample(target_state, adapter, ids, max_new_tokens, k=num_nodes,
+                                       temperature=temperature, generator=generator, eos_id=eos_id, on_pass=on_pass)
     finally:
         target.train(modes[0])
         if head is not None:
             head.train(modes[1])
-    return ids, stats
+    stats = LineageStats(**{f.name: getattr(spec, f.name) for f in fields(SpecStats)})
+    stats.draft_seconds, stats.target_seconds = adapter.seconds, target_state.seconds
+    stats.rounds_with_draft = adapter.rounds_with_draft
+    return out, stats

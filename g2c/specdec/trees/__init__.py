@@ -10,6 +10,7 @@ from .attention import cached_tree_forward, commit_tree_kv, tree_attention_mask,
 from .builders import build_dynamic_tree, build_static_tree, sample_children, warp_probs
 from .tree import DraftTree, chain_choices, expected_tokens_per_pass, node_acceptance_probs, static_choices
 from .verify import (
+    TreeDraft,
     TreeStats,
     expected_accepted,
     greedy_tree_verify,
@@ -18,7 +19,8 @@ from .verify import (
     tree_speculative_verify,
 )
 
-__all__ = sorted(["DraftTree", "TreeStats", "build_dynamic_tree", "build_static_tree", "cached_tree_forward",
+__all__ = sorted(["DraftTree", "TreeDraft", "TreeStats", "build_dynamic_tree", "build_static_tree",
+                  "cached_tree_forward",
                   "chain_choices", "commit_tree_kv", "expected_accepted", "expected_tokens_per_pass",
                   "greedy_tree_verify", "node_acceptance_probs", "sample_children", "sampled_acceptance_probs",
                   "static_choices", "warp_probs", "tree_attention_mask",

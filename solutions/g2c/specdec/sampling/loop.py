@@ -57,8 +57,16 @@ __all__ = ["CachedTarget", "FullContextTarget", "RecomputeTarget", "Target", "sp
 
 
 def _check_draft(drafter, draft_ids, draft_probs, k: int, vocab_size: int) -> tuple[torch.Tensor, torch.Tensor | None]:
-    """Validate what ``drafter.propose`` returned; CPU int64 (k',) and float32 (k', V) or None. Provided."""
+    """Validate what ``drafter.propose`` returned; CPU int64 (k',) and float32 (k', V) or None. Provided.
+
+    A tree drafter returns a ``g2c.specdec.trees.TreeDraft`` (and None): it was checked where it was
+    built (``DraftTree.check``) and passes through; its node budget is the drafter's own."""
     name = type(drafter).__name__
+    if hasattr(draft_ids, "accept") and hasattr(draft_ids, "committed_rows"):     # a TreeDraft
+        if draft_probs is not None:
+            raise ValueError(f"{name}.propose returned a TreeDraft with draft_probs: a tree carries its q rows "
+                             "itself (DraftTree.proposal_probs); return (tree_draft, None)")
+        return draft_ids, None
     if not isinstance(draft_ids, torch.Tensor) or draft_ids.dim() != 1 or draft_ids.numel() > k \
             or draft_ids.dtype.is_floating_point or draft_ids.dtype == torch.bool:
         shape = tuple(draft_ids.shape) if isinstance(draft_ids, torch.Tensor) else type(draft_ids).__name__
@@ -82,7 +90,9 @@ def verify_round(draft_ids: torch.Tensor, draft_probs: torch.Tensor | None, targ
     """Verify one round: the accepted prefix length and the target's own token after it.
 
     Args:
-        draft_ids: (k',) int64 on the CPU, 0 <= k'. k' = 0 is a round with no draft.
+        draft_ids: (k',) int64 on the CPU, 0 <= k'. k' = 0 is a round with no draft. Or a
+            ``g2c.specdec.trees.TreeDraft`` from a tree drafter (then target_logits has one row
+            per node plus the root's, and the tree's own walk decides: provided first line).
         draft_probs: (k', V) float32, the warped q rows the drafts were sampled from, or
             None for a deterministic draft (q_i one-hot at draft_ids[i]). Ignored when
             ``sampler.greedy``.
@@ -108,7 +118,12 @@ def verify_round(draft_ids: torch.Tensor, draft_probs: torch.Tensor | None, targ
            q = draft_probs, or one-hot rows at the drafts when None; then
            ``speculative_verify`` does accept / residual resample / bonus
            (``test_loop_distribution_matches_generate``, ``test_deterministic_drafter_is_lossless``).
+
+    Provided first line: a tree draft (``g2c.specdec.trees.TreeDraft``, from a tree drafter) carries
+    its own acceptance walk, the tree verifiers of specdec-trees; the rest of the round is the same.
     """
+    if not isinstance(draft_ids, torch.Tensor):            # a TreeDraft: it walks its own tree
+        return draft_ids.accept(target_logits, sampler=sampler, generator=generator)
     # BEGIN SOLUTION
     k = draft_ids.numel()
     if k == 0:
@@ -144,7 +159,11 @@ def speculative_sample(target, drafter, prompt_ids, max_new_tokens: int, *, k: i
             ``use_cache`` and ``on_round`` belong to the ``Target`` and must stay at their
             defaults.
         drafter: any object following the drafter protocol (``g2c.specdec.sampling.drafters``):
-            ``LMDrafter``, ``MTPDrafter``, ``NGramDrafter``, or your own.
+            ``LMDrafter``, ``MTPDrafter``, ``NGramDrafter``, or your own. A tree drafter's
+            ``propose`` returns a ``g2c.specdec.trees.TreeDraft`` and its target is a tree target
+            (``g2c.specdec.lineage.TreeDrafterAdapter`` with ``CachedTreeTarget``: the Medusa,
+            EAGLE, EAGLE-2, EAGLE-3 and block drafters of ``lineage_generate``); your round runs
+            unchanged: ``draft.numel()`` nodes, ``draft[:m]`` the accepted path's tokens.
         prompt_ids: 1-D int tensor or list, length >= 1.
         max_new_tokens: budget, >= 0; never exceeded.
         k: draft length per round when ``controller`` is None (``StaticK(k)``), >= 1.

@@ -46,11 +46,11 @@ from g2c.sampling.model import (
 )
 
 from ..generate import SpecStats, draft_room
-from .attention import cached_tree_forward, commit_tree_kv, tree_logits
+from .attention import cached_tree_forward, commit_tree_kv, tree_attention_mask, tree_logits
 from .builders import build_dynamic_tree, build_static_tree, check_choices
 from .tree import DraftTree, chain_choices, expected_tokens_per_pass, node_acceptance_probs, static_choices
 
-__all__ = ["TreeStats", "expected_accepted", "greedy_tree_verify", "sampled_acceptance_probs",
+__all__ = ["TreeDraft", "TreeStats", "expected_accepted", "greedy_tree_verify", "sampled_acceptance_probs",
            "tree_speculative_generate", "tree_speculative_verify"]
 
 
@@ -226,6 +226,94 @@ class TreeStats(SpecStats):
     expected_accepted: float = 0.0
     kv_bytes_moved: int = 0
     kv_rows_dropped: int = 0
+
+
+class TreeDraft:
+    """A draft tree as the engine's round sees it: the tree, its attention, its acceptance walk. Provided.
+
+    ``speculative_sample`` (specdec-sampling) was written for a chain: a 1-D tensor of k' drafts.
+    A tree drafter's ``propose`` returns one of these instead, and the round runs unchanged:
+
+    * ``numel()`` is the number of nodes n (the ``drafted`` counter);
+    * the target scores it in one pass with ``positions(length)`` and ``allowed(length)`` (each
+      node reads the context and its own ancestors, at position length + depth);
+    * ``verify_round`` hands it its n + 1 logits rows: ``accept`` walks the tree (the greedy walk
+      at temperature 0, else SpecInfer's recursive rejection sampling with the nodes' q rows, or
+      the ``rule`` given, e.g. Medusa's typical acceptance) and remembers the accepted ``path``;
+    * ``draft[:m]`` is then the first m accepted tokens, as ``draft_ids[:m]`` is for a chain, and
+      ``committed_rows(e)`` the block rows (root first) whose keys/values and states become history
+      when e tokens are emitted.
+
+    A chain is the tree whose node i has parent i - 1; its walk is the flat verifiers' result.
+
+    Args:
+        tree: the ``DraftTree`` (checked by the caller: ``DraftTree.check``).
+        rule: None (exact, lossless) or ``rule(tree, target_probs (n+1, V), generator) -> (path,
+            token)`` used at temperature > 0 (``g2c.specdec.lineage.typical_tree_verify`` with its
+            epsilon and delta bound).
+
+    Raises:
+        RuntimeError: ``draft[:m]`` or ``committed_rows`` before ``accept`` (no path yet).
+
+    Sources: Miao et al., "SpecInfer", ASPLOS 2024, section 4 (tree attention, VerifyGreedy and
+    VerifyStochastic); SGLang's draft input object that verifies itself, as a design.
+    """
+
+    def __init__(self, tree: DraftTree, *, rule=None) -> None:
+        self.tree = tree
+        self.rule = rule
+        self.path: list[int] | None = None
+
+    def __repr__(self) -> str:
+        return f"TreeDraft({self.tree.num_nodes} nodes, depth {self.tree.max_depth}, path={self.path})"
+
+    def numel(self) -> int:
+        return self.tree.num_nodes
+
+    def positions(self, length: int) -> torch.Tensor:
+        """(1 + n,) int64: the root (the pending token) at ``length``, node i at length + depth_i."""
+        return length + torch.cat([torch.zeros(1, dtype=torch.long), self.tree.depths])
+
+    def allowed(self, length: int) -> torch.Tensor:
+        """(1 + n, length + 1 + n) bool: every row reads the ``length`` cached rows, then the root
+        and its own ancestors (itself included)."""
+
+        block = tree_attention_mask(1, self.tree.parents) == 0                     # (1 + n, 1 + n)
+        return torch.cat([torch.ones(1 + self.tree.num_nodes, length, dtype=torch.bool), block], dim=1)
+
+    def accept(self, target_logits: torch.Tensor, *, sampler, generator: torch.Generator | None = None
+               ) -> tuple[int, int]:
+        """Walk the tree against the target's rows; (accepted nodes, correction or bonus token).
+
+        Args:
+            target_logits: (1 + n, V) raw logits, row 0 after the root, row 1 + i after node i.
+            sampler: the round's ``Sampler`` (greedy at temperature 0; else its warped p).
+            generator: CPU generator of the sampled walk.
+        """
+        logits = target_logits.cpu()
+        if sampler.greedy:
+            path, token = greedy_tree_verify(self.tree, logits)
+        elif self.rule is not None:
+            path, token = self.rule(self.tree, sampler.probs(logits), generator)
+        else:
+            path, token = tree_speculative_verify(self.tree, sampler.probs(logits), generator=generator)
+        self.path = list(path)
+        return len(self.path), int(token)
+
+    def _accepted(self) -> list[int]:
+        if self.path is None:
+            raise RuntimeError("TreeDraft: no accepted path yet: verify the draft (accept) first")
+        return self.path
+
+    def __getitem__(self, index) -> torch.Tensor:
+        """The accepted tokens along the path (a slice of them), int64 CPU."""
+        return self.tree.tokens[self._accepted()][index]
+
+    def committed_rows(self, num_emitted: int) -> list[int]:
+        """Rows of the scored block (root = 0, node i = 1 + i) that become history when
+        ``num_emitted`` tokens were emitted: the root and the first num_emitted - 1 accepted nodes
+        (the newest emitted token is pending: its row is computed by the next pass)."""
+        return [0] + [1 + i for i in self._accepted()[:max(0, num_emitted - 1)]]
 
 
 @torch.no_grad()
