@@ -253,18 +253,24 @@ def test_cached_tree_loop_is_a_state_transaction(kind):
     cache = KVCache.for_model(target)
     checked = []
 
-    def check(emitted, num_accepted):
-        seq.extend(emitted)
+    def committed_state_is_plain():
         plain = KVCache.for_model(target)
         cached_forward(target, torch.tensor([seq[:-1]]), plain)
         assert cache.length == len(seq) - 1
         for layer in range(target.num_layers):
             torch.testing.assert_close(cache.keys(layer), plain.keys(layer), atol=1e-5, rtol=0)
             torch.testing.assert_close(cache.values(layer), plain.values(layer), atol=1e-5, rtol=0)
+
+    def check(emitted, num_accepted):
+        # the engine calls on_pass after the cut, before the commits: the committed rows are still
+        # those of the previous round's commit (the prefill's on the first), then this round's follow
+        committed_state_is_plain()
+        seq.extend(emitted)
         checked.append(num_accepted)
 
     out, stats = tree_speculative_generate(target, drafter, prompt, 24, tree=kind, num_nodes=6,
                                            target_cache=cache, on_pass=check)
+    committed_state_is_plain()                                              # after the last commit
     ref, ref_stats = tree_speculative_generate(target, drafter, prompt, 24, tree=kind, num_nodes=6)
     assert out.tolist() == ref.tolist() == seq
     assert len(checked) == stats.target_passes == ref_stats.target_passes and stats.accepted > 0

@@ -141,7 +141,7 @@ MODULES: tuple[CourseModule, ...] = (
                    "tests/test_specdec_cli.py"]),
     _beyond("specdec-trees", "Beyond: tree drafts and tree verification",
             "g2c/specdec/trees", ["__init__", "tree", "attention", "builders", "verify"],
-            "draft-trees", ["16", "specdec"], tests=["tests/test_specdec_trees.py"]),
+            "draft-trees", ["16", "specdec", "specdec-sampling"], tests=["tests/test_specdec_trees.py"]),
     _beyond("specdec-lab", "Beyond: the speculative-decoding calculator, Be the Verifier, and the serving lab",
             "g2c/specdec/lab", ["__init__", "simulate", "batched"], "verifier", ["16", "specdec"],
             tests=["tests/test_specdec_lab.py", "tests/test_bench_serving_lab.py"]),

@@ -260,7 +260,8 @@ ROUNDS = {"g2c/specdec/generate.py::speculative_generate", "g2c/specdec/mtp.py::
           "g2c/specdec/sampling/loop.py::speculative_sample",
           "g2c/specdec/lab/batched.py::batched_speculative_generate"}
 # Rounds still waiting to become presets of the engine (issue 28, items 3-5): this list may only shrink.
-NOT_YET_PRESETS = {"g2c/specdec/trees/verify.py::tree_speculative_generate"}
+# Empty since tree_speculative_generate and lineage_generate became presets (TreeDraft, tree targets).
+NOT_YET_PRESETS: set[str] = set()
 
 
 def _called_names(fn: ast.AST) -> set[str]:

@@ -64,51 +64,19 @@ from dataclasses import dataclass, fields
 
 import torch
 
-from g2c.kvcache import KVCache, forward_rows, unwrap
-from g2c.kvcache.forward import unembed
+from g2c.kvcache import unwrap
 from g2c.nn import synchronize
 from g2c.sampling.generate import as_token_ids
 from g2c.sampling.model import check_count, check_eos_id, check_generator, check_temperature
 
 from ..generate import SpecStats, draft_room
 from ..sampling.loop import speculative_sample
-from ..sampling.target import Target
-from ..trees import DraftTree, TreeDraft, commit_tree_kv
+from ..trees import CachedTreeTarget, DraftTree, TreeDraft, target_layer_pass
 from .medusa import typical_tree_verify
 from .protocol import TreeDrafter, chain_tree, masked_block
 
 __all__ = ["CachedTreeTarget", "LineageStats", "TreeDrafter", "TreeDrafterAdapter", "chain_tree", "lineage_generate",
            "masked_block", "target_layer_pass"]
-
-
-@torch.no_grad()
-def target_layer_pass(model, cache: KVCache, ids: torch.Tensor, positions: torch.Tensor,
-                      allowed: torch.Tensor | None, layers: tuple[int, ...]) -> tuple[torch.Tensor, torch.Tensor]:
-    """The target on T new rows over its cache, keeping chosen layers' outputs. Provided.
-
-    One call of module 16's trunk, ``forward_rows(model, ids, cache, positions=positions,
-    allowed=allowed, keep_layers=layers)`` (fused on a ``fast_model`` target), reshaped for the
-    drafters.
-
-    Args:
-        model: a ``TransformerLM`` in eval mode, or its ``fast_model``.
-        cache: its ``KVCache`` (B = 1); rows are written at ``length ..``, the pointer does not move.
-        ids: (T,) int64 new tokens; positions: (T,) int64 their learned positions.
-        allowed: bool (T, length + T): what each new row reads; None = causal (a chain).
-        layers: block indices whose outputs to keep.
-
-    Returns:
-        (logits (T, V) float32 on the model's device, states (T, len(layers) + 1, D) float32 on
-        the CPU: the chosen blocks' outputs in the order given, then the final (LayerNorm) state).
-
-    Raises:
-        ValueError: as ``forward_rows`` (bad positions or mask, a layer outside the model, rows
-            past the window).
-    """
-    h, kept = forward_rows(model, ids.view(1, -1), cache, positions=positions, allowed=allowed,
-                           keep_layers=tuple(layers))                                          # (1, T, D), (1, T, L, D)
-    states = h[0].unsqueeze(1) if kept is None else torch.cat([kept[0], h[0].unsqueeze(1)], dim=1)  # (T, L+1, D)
-    return unembed(model, h)[0].float(), states.float().cpu()
 
 
 @dataclass
@@ -131,103 +99,6 @@ class LineageStats(SpecStats):
     @property
     def cost_ratio(self) -> float:
         return self.draft_seconds / self.target_seconds if self.target_seconds > 0 else 0.0
-
-
-class CachedTreeTarget(Target):
-    """The target's side of a round whose draft is a tree, on module 16's KV cache, keeping layers. Provided.
-
-    The ``Target`` seam of ``speculative_sample`` (``g2c.specdec.sampling.target``) for drafters that
-    read the target's states: every pass is one call of module 16's trunk (``forward_rows`` through
-    ``target_layer_pass``) with the tree's positions and mask and the chosen layers kept; committing
-    is module 16's ``commit_rows`` (``commit_tree_kv``): a pointer move for a chain, a gather of the
-    accepted path for a tree.
-
-    * ``start(prompt_ids)`` prefills every prompt token but the last (the last ``max_seq_len``
-      tokens of a longer prompt) and keeps their states for the drafter (``prefill_states``).
-    * ``visible(ids)``: past the window (more than ``max_seq_len`` committed tokens since
-      ``start_pos``), re-prefill the last ``max_seq_len // 2`` (module 16's ``cached_generate``
-      rule); ``generation`` counts the prefills, so the drafter knows to restart.
-    * ``score(ids, draft)``: one pass over the pending token (the root) and the draft's nodes (a
-      ``TreeDraft``, or an empty chain at the window edge): (logits (1 + n, V), None); the block's
-      states stay in ``last_states`` (1 + n, L + 1, D) for the drafter.
-    * ``commit(ids, num_accepted)``: keep the root and the accepted path's rows (``committed_rows``).
-
-    Args:
-        model: a ``TransformerLM`` (or its ``fast_model``) in eval mode.
-        layers: block indices whose outputs the drafter reads (besides the final state).
-
-    Attributes:
-        cache, start_pos, generation, prefill_states, last_states, last_draft, seconds (time in
-        its passes, commits and prefills, synchronised).
-    """
-
-    def __init__(self, model, *, layers: tuple[int, ...] = ()) -> None:
-        self.model = model
-        self.layers = tuple(int(i) for i in layers)
-        self.cache = KVCache.for_model(model)
-        self.window = model.max_seq_len
-        self.dim = model.embedding_dim
-        self._device = model.token_embed.weight.device
-        self.start_pos, self.generation = 0, 0
-        self.prefill_states = self.last_states = self.last_draft = None
-        self._length = 0
-        self.seconds = 0.0
-
-    @property
-    def device(self) -> torch.device:
-        return self._device
-
-    def _clock(self, t0: float) -> None:
-        synchronize(self._device)
-        self.seconds += time.perf_counter() - t0
-
-    def _prefill(self, ids: torch.Tensor, first: int) -> None:
-        t0 = time.perf_counter()
-        ctx = ids[first:]
-        self.cache.reset()
-        if ctx.numel() > 1:
-            n = ctx.numel() - 1
-            allowed = torch.ones(n, n, dtype=torch.bool).tril()
-            _, states = target_layer_pass(self.model, self.cache, ctx[:-1], torch.arange(n), allowed, self.layers)
-            self.cache.advance(n)
-        else:
-            states = torch.zeros(0, len(self.layers) + 1, self.dim)
-        self.start_pos, self.prefill_states = first, states
-        self.generation += 1
-        self._clock(t0)
-
-    def start(self, prompt_ids: torch.Tensor) -> None:
-        self._prefill(prompt_ids, max(0, prompt_ids.numel() - self.window))
-
-    def visible(self, context_ids: torch.Tensor) -> int:
-        if context_ids.numel() - self.start_pos > self.window:                       # past the window
-            self._prefill(context_ids, context_ids.numel() - max(1, self.window // 2))
-        return context_ids.numel() - self.start_pos
-
-    def score(self, context_ids: torch.Tensor, draft) -> tuple[torch.Tensor, None]:
-        t0 = time.perf_counter()
-        if isinstance(draft, torch.Tensor):                   # the window edge: no draft, the root only
-            draft = TreeDraft(chain_tree(draft))
-        length = self.cache.length
-        root = torch.cat([context_ids[-1:], draft.tree.tokens])
-        logits, self.last_states = target_layer_pass(self.model, self.cache, root, draft.positions(length),
-                                                     draft.allowed(length), self.layers)
-        self.last_draft, self._length = draft, context_ids.numel()
-        self._clock(t0)
-        return logits, None
-
-    def committed_rows(self, context_ids: torch.Tensor) -> list[int]:
-        """Block rows that the committed ``context_ids`` keep (root, then the emitted accepted nodes)."""
-        draft = self.last_draft
-        if draft.path is None:                                # an empty chain: nothing was walked
-            draft.path = []
-        return draft.committed_rows(context_ids.numel() - self._length)
-
-    def commit(self, context_ids: torch.Tensor, num_accepted: int) -> None:
-        t0 = time.perf_counter()
-        kept = [r - 1 for r in self.committed_rows(context_ids)[1:]]
-        commit_tree_kv(self.cache, self.cache.length + 1, kept)
-        self._clock(t0)
 
 
 class TreeDrafterAdapter:

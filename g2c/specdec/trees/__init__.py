@@ -6,10 +6,20 @@ formula for tau; ``builders`` fills a static or a dynamic shape with a drafter's
 module 16's KV cache); ``verify`` walks the tree greedily or by recursive rejection sampling.
 """
 
-from .attention import cached_tree_forward, commit_tree_kv, tree_attention_mask, tree_forward, tree_logits
+from .attention import (
+    cached_tree_forward,
+    commit_tree_kv,
+    target_layer_pass,
+    tree_attention_mask,
+    tree_forward,
+    tree_logits,
+)
 from .builders import build_dynamic_tree, build_static_tree, sample_children, warp_probs
 from .tree import DraftTree, chain_choices, expected_tokens_per_pass, node_acceptance_probs, static_choices
 from .verify import (
+    CachedTreeTarget,
+    LMTreeDrafter,
+    RecomputeTreeTarget,
     TreeDraft,
     TreeStats,
     expected_accepted,
@@ -19,9 +29,9 @@ from .verify import (
     tree_speculative_verify,
 )
 
-__all__ = sorted(["DraftTree", "TreeDraft", "TreeStats", "build_dynamic_tree", "build_static_tree",
-                  "cached_tree_forward",
-                  "chain_choices", "commit_tree_kv", "expected_accepted", "expected_tokens_per_pass",
-                  "greedy_tree_verify", "node_acceptance_probs", "sample_children", "sampled_acceptance_probs",
-                  "static_choices", "warp_probs", "tree_attention_mask",
-                  "tree_forward", "tree_logits", "tree_speculative_generate", "tree_speculative_verify"])
+__all__ = sorted(["CachedTreeTarget", "DraftTree", "LMTreeDrafter", "RecomputeTreeTarget", "TreeDraft", "TreeStats",
+                  "build_dynamic_tree", "build_static_tree", "cached_tree_forward", "chain_choices",
+                  "commit_tree_kv", "expected_accepted", "expected_tokens_per_pass", "greedy_tree_verify",
+                  "node_acceptance_probs", "sample_children", "sampled_acceptance_probs", "static_choices",
+                  "target_layer_pass", "tree_attention_mask", "tree_forward", "tree_logits",
+                  "tree_speculative_generate", "tree_speculative_verify", "warp_probs"])

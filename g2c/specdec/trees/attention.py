@@ -42,7 +42,8 @@ from .tree import DraftTree
 
 KV = tuple[torch.Tensor, torch.Tensor]                                      # one layer's (K, V)
 
-__all__ = ["cached_tree_forward", "commit_tree_kv", "tree_attention_mask", "tree_forward", "tree_logits"]
+__all__ = ["cached_tree_forward", "commit_tree_kv", "target_layer_pass", "tree_attention_mask", "tree_forward",
+           "tree_logits"]
 
 
 def _check_parents(ctx_len: int, parents: torch.Tensor) -> torch.Tensor:
@@ -95,8 +96,8 @@ def tree_attention_mask(ctx_len: int, parents: torch.Tensor, *, device: str | to
     raise NotImplementedError(
         "module specdec-trees: tree_attention_mask in g2c/specdec/trees/attention.py is not implemented yet. Write it"
         " (see docs/beyond/specdec-trees.md), then grade module specdec-trees with ./test.sh specdec-trees: the "
-        "answer key stands in for the modules it needs (03, 03b, 04, 05, 07, 08, 09, 11, 16, specdec) except those "
-        "you edited, never for your own code."
+        "answer key stands in for the modules it needs (03, 03b, 04, 05, 07, 08, 09, 11, 16, specdec, "
+        "specdec-sampling) except those you edited, never for your own code."
     )
 
 
@@ -256,3 +257,35 @@ def cached_tree_forward(model, cache, root_id: int, tree: DraftTree) -> torch.Te
     allowed = torch.cat([torch.ones(1 + n, L, dtype=torch.bool, device=device), block], dim=1)  # (1+n, L+1+n)
     h, _ = forward_rows(model, ids, cache, positions=positions, allowed=allowed)            # (1, 1+n, D)
     return unembed(model, h)[0].float()                                                     # (n+1, V)
+
+
+@torch.no_grad()
+def target_layer_pass(model, cache, ids: torch.Tensor, positions: torch.Tensor,
+                      allowed: torch.Tensor | None, layers: tuple[int, ...]) -> tuple[torch.Tensor, torch.Tensor]:
+    """The target on T new rows over its cache, keeping chosen layers' outputs. Provided.
+
+    One call of module 16's trunk, ``forward_rows(model, ids, cache, positions=positions,
+    allowed=allowed, keep_layers=layers)`` (fused on a ``fast_model`` target), reshaped for the
+    drafters.
+
+    Args:
+        model: a ``TransformerLM`` in eval mode, or its ``fast_model``.
+        cache: its ``KVCache`` (B = 1); rows are written at ``length ..``, the pointer does not move.
+        ids: (T,) int64 new tokens; positions: (T,) int64 their learned positions.
+        allowed: bool (T, length + T): what each new row reads; None = causal (a chain).
+        layers: block indices whose outputs to keep.
+
+    Returns:
+        (logits (T, V) float32 on the model's device, states (T, len(layers) + 1, D) float32 on
+        the CPU: the chosen blocks' outputs in the order given, then the final (LayerNorm) state).
+
+    Raises:
+        ValueError: as ``forward_rows`` (bad positions or mask, a layer outside the model, rows
+            past the window).
+    """
+    from g2c.kvcache import forward_rows, unembed
+
+    h, kept = forward_rows(model, ids.view(1, -1), cache, positions=positions, allowed=allowed,
+                           keep_layers=tuple(layers))                                          # (1, T, D), (1, T, L, D)
+    states = h[0].unsqueeze(1) if kept is None else torch.cat([kept[0], h[0].unsqueeze(1)], dim=1)  # (T, L+1, D)
+    return unembed(model, h)[0].float(), states.float().cpu()

@@ -30,8 +30,9 @@ Shape letters: n nodes, V vocabulary.
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 
 import torch
 
@@ -47,12 +48,14 @@ from g2c.sampling.model import (
 )
 
 from ..generate import SpecStats, draft_room
-from .attention import cached_tree_forward, commit_tree_kv, tree_attention_mask, tree_logits
+from ..sampling.loop import speculative_sample
+from ..sampling.target import Target
+from .attention import commit_tree_kv, target_layer_pass, tree_attention_mask, tree_logits
 from .builders import build_dynamic_tree, build_static_tree, check_choices
 from .tree import DraftTree, chain_choices, expected_tokens_per_pass, node_acceptance_probs, static_choices
 
-__all__ = ["TreeDraft", "TreeStats", "expected_accepted", "greedy_tree_verify", "sampled_acceptance_probs",
-           "tree_speculative_generate", "tree_speculative_verify"]
+__all__ = ["CachedTreeTarget", "LMTreeDrafter", "RecomputeTreeTarget", "TreeDraft", "TreeStats", "expected_accepted",
+           "greedy_tree_verify", "sampled_acceptance_probs", "tree_speculative_generate", "tree_speculative_verify"]
 
 
 def _check_rows(tree: DraftTree, rows: torch.Tensor, name: str, *, generator=None) -> None:
@@ -114,8 +117,8 @@ def greedy_tree_verify(tree: DraftTree, target_logits: torch.Tensor) -> tuple[li
     raise NotImplementedError(
         "module specdec-trees: greedy_tree_verify in g2c/specdec/trees/verify.py is not implemented yet. Write it "
         "(see docs/beyond/specdec-trees.md), then grade module specdec-trees with ./test.sh specdec-trees: the answer"
-        " key stands in for the modules it needs (03, 03b, 04, 05, 07, 08, 09, 11, 16, specdec) except those you "
-        "edited, never for your own code."
+        " key stands in for the modules it needs (03, 03b, 04, 05, 07, 08, 09, 11, 16, specdec, specdec-sampling) "
+        "except those you edited, never for your own code."
     )
 
 
@@ -173,8 +176,8 @@ def tree_speculative_verify(tree: DraftTree, target_probs: torch.Tensor, *,
     raise NotImplementedError(
         "module specdec-trees: tree_speculative_verify in g2c/specdec/trees/verify.py is not implemented yet. Write "
         "it (see docs/beyond/specdec-trees.md), then grade module specdec-trees with ./test.sh specdec-trees: the "
-        "answer key stands in for the modules it needs (03, 03b, 04, 05, 07, 08, 09, 11, 16, specdec) except those "
-        "you edited, never for your own code."
+        "answer key stands in for the modules it needs (03, 03b, 04, 05, 07, 08, 09, 11, 16, specdec, "
+        "specdec-sampling) except those you edited, never for your own code."
     )
 
 
@@ -221,6 +224,8 @@ class TreeDraft:
         rule: None (exact, lossless) or ``rule(tree, target_probs (n+1, V), generator) -> (path,
             token)`` used at temperature > 0 (``g2c.specdec.lineage.typical_tree_verify`` with its
             epsilon and delta bound).
+        measure: also compute ``expected`` at ``accept``: the tree formula's expected accepted
+            drafts under the target's own probabilities (``expected_accepted``; one-hot at T = 0).
 
     Raises:
         RuntimeError: ``draft[:m]`` or ``committed_rows`` before ``accept`` (no path yet).
@@ -229,10 +234,12 @@ class TreeDraft:
     VerifyStochastic); SGLang's draft input object that verifies itself, as a design.
     """
 
-    def __init__(self, tree: DraftTree, *, rule=None) -> None:
+    def __init__(self, tree: DraftTree, *, rule=None, measure: bool = False) -> None:
         self.tree = tree
         self.rule = rule
+        self.measure = measure
         self.path: list[int] | None = None
+        self.expected: float | None = None
 
     def __repr__(self) -> str:
         return f"TreeDraft({self.tree.num_nodes} nodes, depth {self.tree.max_depth}, path={self.path})"
@@ -263,10 +270,17 @@ class TreeDraft:
         logits = target_logits.cpu()
         if sampler.greedy:
             path, token = greedy_tree_verify(self.tree, logits)
-        elif self.rule is not None:
-            path, token = self.rule(self.tree, sampler.probs(logits), generator)
+            probs = None
         else:
-            path, token = tree_speculative_verify(self.tree, sampler.probs(logits), generator=generator)
+            probs = sampler.probs(logits)
+            if self.rule is not None:
+                path, token = self.rule(self.tree, probs, generator)
+            else:
+                path, token = tree_speculative_verify(self.tree, probs, generator=generator)
+        if self.measure:                      # the tree formula's expectation under the target's own p
+            if probs is None:
+                probs = torch.nn.functional.one_hot(logits.argmax(-1), logits.shape[-1]).float()
+            self.expected = expected_accepted(self.tree, probs)
         self.path = list(path)
         return len(self.path), int(token)
 
@@ -286,6 +300,211 @@ class TreeDraft:
         return [0] + [1 + i for i in self._accepted()[:max(0, num_emitted - 1)]]
 
 
+def _as_tree_draft(draft) -> TreeDraft:
+    """A ``TreeDraft``, or a chain's drafts (1-D ids: the window edge's empty draft) as one."""
+    if isinstance(draft, TreeDraft):
+        return draft
+    tokens = torch.as_tensor(draft, dtype=torch.long).view(-1).cpu()
+    return TreeDraft(DraftTree(tokens, torch.arange(tokens.numel(), dtype=torch.long) - 1))
+
+
+class RecomputeTreeTarget(Target):
+    """The target's side of a tree round without a cache. Provided.
+
+    ``score`` runs one pass over the context cropped to ``max_seq_len - depth`` tokens and the tree
+    (``tree_logits``: tree attention for a ``TransformerLM``, path by path for any other model);
+    nothing to commit. ``visible`` is the whole context, so past the window ``draft_room`` leaves no
+    room and a round is a plain step (module 11's sliding window).
+
+    Args:
+        model: ids (1, T) -> logits (1, T, V) with ``max_seq_len``, ``vocab_size``, ``device``.
+    """
+
+    start_pos = 0
+
+    def __init__(self, model) -> None:
+        self.model = model
+        self.window = model.max_seq_len
+        self.last_draft: TreeDraft | None = None
+
+    def score(self, context_ids: torch.Tensor, draft):
+        self.last_draft = _as_tree_draft(draft)
+        return tree_logits(self.model, context_ids, self.last_draft.tree).cpu(), None          # (n+1, V)
+
+
+class CachedTreeTarget(Target):
+    """The target's side of a tree round on module 16's KV cache, keeping chosen layers. Provided.
+
+    The ``Target`` seam of ``speculative_sample`` (``g2c.specdec.sampling.target``) for tree drafts:
+    every pass is one call of module 16's trunk ``forward_rows`` (``target_layer_pass``; fused on a
+    ``fast_model`` target) with the tree's positions and mask, keeping the layers a state-reading
+    drafter reads; committing is module 16's ``commit_rows`` (``commit_tree_kv``): a pointer move
+    for a chain, a gather of the accepted path for a tree.
+
+    * ``start(prompt_ids)`` prefills every prompt token but the last (the last ``max_seq_len``
+      tokens of a longer prompt), causal, and keeps their states (``prefill_states``).
+    * ``visible(ids)``: past the window (more than ``max_seq_len`` committed tokens since
+      ``start_pos``) re-prefill the last ``max_seq_len // 2`` (module 16's ``cached_generate``
+      rule; ``generation`` counts the prefills, so a state-reading drafter knows to restart).
+    * ``score(ids, draft)``: one pass over the pending token (the root) and the nodes of a
+      ``TreeDraft`` (or of an empty chain at the window edge): (logits (1 + n, V) float32, None);
+      the block's states stay in ``last_states`` (1 + n, L + 1, D) for the drafter.
+    * ``commit(ids, num_accepted)``: keep the root and the accepted path's emitted rows
+      (``TreeDraft.committed_rows``), drop the rest.
+
+    Args:
+        model: a ``TransformerLM`` (or its ``fast_model``) in eval mode.
+        layers: block indices whose outputs a drafter reads (besides the final state).
+        cache: a ``KVCache.for_model(model)`` to use (reset now), or None for a new one.
+
+    Attributes:
+        cache, start_pos, generation, prefill_states, last_states, last_draft; ``seconds`` (time in
+        its prefills, passes and commits, synchronised); ``kv_bytes_moved`` (bytes the path gathers
+        copied) and ``kv_rows_dropped`` (tree rows written, not committed).
+
+    Raises:
+        TypeError: a model that is not a ``TransformerLM`` (the cache reads its blocks).
+    """
+
+    def __init__(self, model, *, layers: tuple[int, ...] = (), cache=None) -> None:
+        from g2c.kvcache import KVCache
+
+        if not (hasattr(model, "blocks") and hasattr(model, "token_embed")):
+            raise TypeError(f"a cached tree target needs a TransformerLM, got {type(model).__name__}")
+        self.model = model
+        self.layers = tuple(int(i) for i in layers)
+        self.cache = KVCache.for_model(model) if cache is None else cache
+        self.cache.reset()
+        self.window = model.max_seq_len
+        self.dim = model.embedding_dim
+        self._device = model.token_embed.weight.device
+        self.start_pos, self.generation = 0, 0
+        self.prefill_states = self.last_states = self.last_draft = None
+        self._length = 0
+        self.seconds = 0.0
+        self.kv_bytes_moved = self.kv_rows_dropped = 0
+
+    @property
+    def device(self) -> torch.device:
+        return self._device
+
+    def _clock(self, t0: float) -> None:
+        from g2c.nn import synchronize
+
+        synchronize(self._device)
+        self.seconds += time.perf_counter() - t0
+
+    def _prefill(self, ids: torch.Tensor, first: int) -> None:
+        t0 = time.perf_counter()
+        ctx = ids[first:]
+        self.cache.reset()
+        if ctx.numel() > 1:
+            n = ctx.numel() - 1
+            _, states = target_layer_pass(self.model, self.cache, ctx[:-1], torch.arange(n), None, self.layers)
+            self.cache.advance(n)
+        else:
+            states = torch.zeros(0, len(self.layers) + 1, self.dim)
+        self.start_pos, self.prefill_states = first, states
+        self.generation += 1
+        self._clock(t0)
+
+    def start(self, prompt_ids: torch.Tensor) -> None:
+        self._prefill(prompt_ids, max(0, prompt_ids.numel() - self.window))
+
+    def visible(self, context_ids: torch.Tensor) -> int:
+        if context_ids.numel() - self.start_pos > self.window:                       # past the window
+            self._prefill(context_ids, context_ids.numel() - max(1, self.window // 2))
+        return context_ids.numel() - self.start_pos
+
+    def score(self, context_ids: torch.Tensor, draft) -> tuple[torch.Tensor, None]:
+        t0 = time.perf_counter()
+        draft = _as_tree_draft(draft)
+        length = self.cache.length
+        root = torch.cat([context_ids[-1:], draft.tree.tokens])
+        logits, self.last_states = target_layer_pass(self.model, self.cache, root, draft.positions(length),
+                                                     draft.allowed(length), self.layers)
+        self.last_draft, self._length = draft, context_ids.numel()
+        self._clock(t0)
+        return logits.cpu(), None
+
+    def committed_rows(self, context_ids: torch.Tensor) -> list[int]:
+        """Block rows the committed ``context_ids`` keep (the root, then the emitted accepted nodes)."""
+        draft = self.last_draft
+        if draft.path is None:                    # the window edge's empty chain: nothing was walked
+            draft.path = []
+        return draft.committed_rows(context_ids.numel() - self._length)
+
+    def commit(self, context_ids: torch.Tensor, num_accepted: int) -> None:
+        t0 = time.perf_counter()
+        kept = [r - 1 for r in self.committed_rows(context_ids)[1:]]
+        _, moved = commit_tree_kv(self.cache, self.cache.length + 1, kept)
+        self.kv_bytes_moved += moved
+        self.kv_rows_dropped += self.last_draft.numel() - len(kept)
+        self._clock(t0)
+
+
+class LMTreeDrafter:
+    """A language model that drafts trees (chain, static or EAGLE-2 dynamic shape), behind the
+    engine's drafter protocol (``g2c.specdec.sampling.drafters``). Provided.
+
+    ``propose(ids, k)`` builds a tree over the whole context with ``build_static_tree`` /
+    ``build_dynamic_tree`` (the drafter recomputes) and returns a ``TreeDraft``: at most
+    ``draft_room(num_nodes, visible, window)`` nodes (the first ones, parents before children), none
+    deeper than min(tokens left - 1, room, drafter window - 1) (a deeper node could never be
+    emitted with its bonus); at depth 0 an empty tree (a plain step through the tree walk).
+
+    Args:
+        drafter: ids (1, T) -> logits (1, T, V) with ``max_seq_len`` and ``vocab_size``.
+        target: the tree target it drafts for (``start_pos`` and ``window`` give its visible context).
+        shape: ``"chain"``, ``"static"`` or ``"dynamic"``; choices: the static shape's rank paths.
+        num_nodes, width: node budget per pass; the dynamic tree's width.
+        end: the length of ``ids`` at which the budget is spent (prompt + max_new_tokens).
+        sampling: the builders' sampled-drafting keywords (``sample``, ``temperature``, ``generator``)
+            or {} for top ranks.
+
+    Attributes: ``drafter_passes`` (the builders' drafter passes), ``expected_accepted`` (sum over
+    rounds of the tree formula's expected accepted drafts, from the target's own probabilities).
+    """
+
+    wants_target_hidden = False
+
+    def __init__(self, drafter, target, *, shape: str, choices, num_nodes: int, width: int, end: int,
+                 sampling: dict) -> None:
+        self.drafter, self.target = drafter, target
+        self.vocab_size = drafter.vocab_size
+        self.reads = ("tokens",)
+        self.shape, self.choices, self.num_nodes, self.width = shape, choices, num_nodes, width
+        self.end, self.sampling = end, sampling
+        self.drafter_passes, self.expected_accepted = 0, 0.0
+        self._last: TreeDraft | None = None
+
+    def start(self, prompt_ids: torch.Tensor, *, sampler, generator: torch.Generator | None) -> None:
+        self._last = None
+
+    def propose(self, context_ids: torch.Tensor, k: int):
+        t = self.target
+        room = draft_room(self.num_nodes, context_ids.numel() - t.start_pos, t.window)
+        max_depth = min(self.end - context_ids.numel() - 1, room, self.drafter.max_seq_len - 1)
+        if max_depth < 1:
+            tree, passes = DraftTree.empty(), 0
+        elif self.shape == "dynamic":
+            tree, passes = build_dynamic_tree(self.drafter, context_ids, room, width=self.width, max_depth=max_depth,
+                                              **self.sampling)
+        else:
+            tree, passes = build_static_tree(self.drafter, context_ids,
+                                             [c for c in self.choices if len(c) <= max_depth], **self.sampling)
+        tree = tree.truncate(max_depth)
+        tree = tree.subtree(list(range(min(room, tree.num_nodes))))
+        self.drafter_passes += passes
+        self._last = TreeDraft(tree, measure=True)
+        return self._last, None
+
+    def commit(self, context_ids: torch.Tensor, num_accepted: int, *, target_hidden=None) -> None:
+        draft = self.target.last_draft                       # the window edge's plain step: no expectation
+        if draft is self._last and draft.expected is not None:
+            self.expected_accepted += draft.expected
+
+
 @torch.no_grad()
 def tree_speculative_generate(target, drafter, prompt_ids, max_new_tokens: int, *, tree: str = "dynamic",
                               num_nodes: int = 8, width: int = 4, choices: list[tuple[int, ...]] | None = None,
@@ -295,6 +514,13 @@ def tree_speculative_generate(target, drafter, prompt_ids, max_new_tokens: int, 
                               use_cache: bool = False, target_cache=None, draft_mode: str = "top",
                               ) -> tuple[torch.Tensor, TreeStats]:
     """Speculative decoding with draft trees: build, verify in one target pass, commit. Provided.
+
+    A preset of the engine (specdec-sampling's ``speculative_sample``, your loop): an
+    ``LMTreeDrafter`` proposes a ``TreeDraft`` each round, a ``RecomputeTreeTarget`` (or, with
+    ``use_cache``, a ``CachedTreeTarget``) scores root + tree in one pass, the draft's own walk
+    verifies it (``greedy_tree_verify`` / ``tree_speculative_verify``, yours), and the round cuts,
+    counts and commits as for a chain. Its outputs, counters and ``on_pass`` streams are its former
+    loop's (tests/test_specdec_engine.py, pinned).
 
     Args:
         target, drafter: language models with the same ``vocab_size`` (ids (1, T) -> logits).
@@ -311,14 +537,14 @@ def tree_speculative_generate(target, drafter, prompt_ids, max_new_tokens: int, 
         generator: CPU ``torch.Generator`` for sampled verification.
         eos_id: stop after emitting it.
             None, or an id in [0, V) (``check_eos_id``: ValueError outside it, TypeError for a non-int).
-        on_pass: ``on_pass(emitted, num_accepted)`` after each target pass (after the
-            cache commit when cached).
+        on_pass: ``on_pass(emitted, num_accepted)`` after each target pass, once its tokens are
+            cut (the engine's rule: before the commits).
         use_cache: keep the target's state in module 16's ``KVCache`` across passes: each
-            pass runs the root and the tree only (``cached_tree_forward``), then
-            ``commit_tree_kv`` gathers the accepted path into contiguous committed rows and
-            drops the rest. Needs a ``TransformerLM`` target. Past the window the cache
-            re-prefills its last ``max_seq_len // 2`` tokens where ``cached_generate`` does.
-            The drafter still recomputes.
+            pass runs the root and the tree only (``CachedTreeTarget``: module 16's trunk with the
+            tree's positions and mask, as ``cached_tree_forward``), then ``commit_tree_kv``
+            gathers the accepted path into contiguous committed rows and drops the rest. Needs a
+            ``TransformerLM`` target. Past the window the cache re-prefills its last
+            ``max_seq_len // 2`` tokens where ``cached_generate`` does. The drafter still recomputes.
         target_cache: a ``KVCache.for_model(target)`` to use (implies ``use_cache``; it is
             reset, and after each pass holds every emitted token but the last).
         draft_mode: ``"top"`` (default: the drafter's top ranks) or ``"sample"``: at T > 0 each
@@ -374,71 +600,20 @@ def tree_speculative_generate(target, drafter, prompt_ids, max_new_tokens: int, 
     modes = (target.training, drafter.training)
     target.eval()
     drafter.eval()
-    stats = TreeStats()
-    num_new = 0
     try:
-        if use_cache:
-            from g2c.kvcache import KVCache, cached_forward
-
-            cache = target_cache if target_cache is not None else KVCache.for_model(target)
-            start = max(0, ids.numel() - target.max_seq_len)                  # ids[start:] is the cache's context
-            cache.reset()
-            if ids.numel() - start > 1:
-                cached_forward(target, ids[start:-1].unsqueeze(0), cache)    # every prompt token but the root
-        window = target.max_seq_len
-        while num_new < max_new_tokens:
-            remaining = max_new_tokens - num_new
-            if use_cache and ids.numel() - start > window:                   # past the window: re-prefill
-                start = ids.numel() - max(1, window // 2)                    # (cached_generate's default)
-                cache.reset()
-                if ids.numel() - start > 1:
-                    cached_forward(target, ids[start:-1].unsqueeze(0), cache)
-            room = draft_room(num_nodes, ids.numel() - (start if use_cache else 0), window)  # nodes that fit
-            max_depth = min(remaining - 1, room, drafter.max_seq_len - 1)
-            if max_depth < 1:
-                draft, passes = DraftTree.empty(), 0
-            elif tree == "dynamic":
-                draft, passes = build_dynamic_tree(drafter, ids, room, width=width, max_depth=max_depth,
-                                                   **sampling)                # sampled drafting (issue 29)
-            else:
-                draft, passes = build_static_tree(drafter, ids, [c for c in shape if len(c) <= max_depth],
-                                                  **sampling)                 # sampled drafting (issue 29)
-            draft = draft.truncate(max_depth)
-            draft = draft.subtree(list(range(min(room, draft.num_nodes))))   # the first `room` nodes
-            if use_cache:
-                logits = cached_tree_forward(target, cache, int(ids[-1]), draft).cpu()   # (n+1, V)
-            else:
-                logits = tree_logits(target, ids, draft).cpu()                   # (n+1, V)
-            if temperature == 0.0:
-                path, token = greedy_tree_verify(draft, logits)
-                probs = torch.nn.functional.one_hot(logits.argmax(-1), logits.shape[-1]).float()
-            else:
-                probs = torch.softmax(logits / temperature, dim=-1)
-                path, token = tree_speculative_verify(draft, probs, generator=generator)
-            stats.expected_accepted += expected_accepted(draft, probs)
-            emitted = [int(draft.tokens[i]) for i in path] + [token]
-            emitted = emitted[:remaining]
-            hit_eos = eos_id is not None and eos_id in emitted
-            if hit_eos:
-                emitted = emitted[:emitted.index(eos_id) + 1]
-            num_accepted = min(len(path), len(emitted))
-            stats.record(drafted=draft.num_nodes, accepted=num_accepted, generated=len(emitted))
-            stats.drafter_passes += passes
-            if use_cache:   # commit the root + the accepted nodes of what was emitted but its last token
-                kept = path[:len(emitted) - 1]
-                _, moved = commit_tree_kv(cache, cache.length + 1, kept)
-                stats.kv_bytes_moved += moved
-                stats.kv_rows_dropped += draft.num_nodes - len(kept)
-            if on_pass is not None:
-                on_pass(emitted, num_accepted)
-            ids = torch.cat([ids, torch.tensor(emitted, dtype=torch.long)])
-            num_new += len(emitted)
-            if hit_eos:
-                break
+        state = CachedTreeTarget(target, cache=target_cache) if use_cache else RecomputeTreeTarget(target)
+        adapter = LMTreeDrafter(drafter, state, shape=tree, choices=None if tree == "dynamic" else shape,
+                                num_nodes=num_nodes, width=width, end=ids.numel() + max_new_tokens, sampling=sampling)
+        out, spec = speculative_sample(state, adapter, ids, max_new_tokens, k=num_nodes, temperature=temperature,
+                                       generator=generator, eos_id=eos_id, on_pass=on_pass)
     finally:
         target.train(modes[0])
         drafter.train(modes[1])
-    return ids, stats
+    stats = TreeStats(**{f.name: getattr(spec, f.name) for f in fields(SpecStats)})
+    stats.drafter_passes, stats.expected_accepted = adapter.drafter_passes, adapter.expected_accepted
+    if use_cache:
+        stats.kv_bytes_moved, stats.kv_rows_dropped = state.kv_bytes_moved, state.kv_rows_dropped
+    return out, stats
 
 
 def sampled_acceptance_probs(tree: DraftTree, target_probs: torch.Tensor) -> torch.Tensor:
