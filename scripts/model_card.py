@@ -12,6 +12,7 @@ file ``bench/specdec.py --out docs/bench/specdec-drafters.md`` wrote (included a
 
 from __future__ import annotations
 
+import json
 import os
 import sys
 from pathlib import Path
@@ -121,7 +122,48 @@ def plot_curves(manifests: dict, drafters: dict) -> None:
     plt.close(fig)
 
 
-def main() -> int:
+BUDGETS = ROOT / "docs" / "bench" / "budgets"
+
+
+def record_budget(run_root: Path) -> Path:
+    """Copy the manifests (not the weights) of a budgeted retraining (``runs/budget-<T>/``, from
+    ``./checkpoints.sh --train NAME --budget T``) to ``docs/bench/budgets/budget-<T>/`` (same layout:
+    ``models/<Name>/manifest.json``), the record the model card's "At one budget" table reads."""
+    import shutil
+
+    dest = BUDGETS / run_root.name
+    found = sorted(run_root.glob("models/*/manifest.json"))
+    if not found:
+        raise FileNotFoundError(f"{run_root}: no models/<Name>/manifest.json (run ./checkpoints.sh --train NAME "
+                                "--budget T first)")
+    for path in found:
+        (dest / "models" / path.parent.name).mkdir(parents=True, exist_ok=True)
+        shutil.copyfile(path, dest / "models" / path.parent.name / "manifest.json")
+    return dest
+
+
+def budget_section() -> str:
+    """The "At one budget" tables: one per recorded budget, its drafters' validation agreement."""
+    out = []
+    for folder in sorted(BUDGETS.glob("budget-*"), key=lambda p: int(p.name.split("-")[1])):
+        rows = []
+        for path in sorted(folder.glob("models/*/manifest.json")):
+            m = json.loads(path.read_text())
+            rows.append(f"| {m['name']} | {m['drafter']} | {m['tokens_seen']:,} | {m['epochs']} | {m['steps']} | "
+                        f"{m['recipe'].get('features_windows', '-')} | {agreement(m['val'])} | "
+                        f"{m['wall_time_s'] / 60:.1f} min |")
+        out.append(f"#### {folder.name} ({int(folder.name.split('-')[1]):,} target tokens each)\n\n"
+                   "| drafter | kind | tokens seen | epochs | steps | training windows | agreement | wall time |\n"
+                   "|---|---|---|---|---|---|---|---|\n" + "\n".join(rows))
+    return "\n\n".join(out)
+
+
+def main(argv=None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    if argv[:1] == ["--record-budget"]:
+        for run_root in argv[1:]:
+            print(f"model_card: recorded {record_budget(Path(run_root))}")
+        return 0
     os.environ.setdefault("G2C_QUIET", "1")
     g2c.use_solutions(os.environ.get(g2c.course.SOLUTIONS_ENV) or "all")
     tok_manifest = verify_artifact("StoryTokenizer")
@@ -135,7 +177,7 @@ def main() -> int:
     bench = ROOT / "docs" / "bench" / "specdec-drafters.md"
     bench_text = (bench.read_text() if bench.is_file()
                   else "(run `python bench/specdec.py --out docs/bench/specdec-drafters.md`)")
-    text = render(tok_manifest, manifests, rows, samples, size_mb, drafters, bench_text)
+    text = render(tok_manifest, manifests, rows, samples, size_mb, drafters, bench_text, budget_section())
     write_text_atomic(ROOT / "docs" / "models.md", text)
     print(text)
     return 0
@@ -149,7 +191,7 @@ def size_row(name: str, m: dict) -> str:
 
 
 def render(tok_manifest: dict, manifests: dict, rows: list[str], samples: list[str], size_mb: float,
-           drafters: dict, bench_text: str) -> str:
+           drafters: dict, bench_text: str, budgets: str = "") -> str:
     """The model card's markdown."""
     sizes = [size_row(name, m) for name, m in {**manifests, **drafters}.items()]
     drafter_rows = [drafter_row(name, m) for name, m in drafters.items()]
@@ -256,6 +298,18 @@ steps would still help; the early stop (3 checks without improvement) never fire
 `load_model("StoryLM-30M-EAGLE")` returns the head with its base loaded (`head.base`).
 
 ![drafters: validation during training](img/drafter-curves.png)
+
+### At one budget
+
+The shipped drafters were trained at different budgets (the "tokens seen" column above), so the
+table above compares budgets as much as methods. The tables below retrain every drafter that
+reads the target's states at ONE budget (`./checkpoints.sh --train NAME --budget T`: all steps
+run, the same first T / 256 training windows for every drafter, one feature pass; MTP and EAGLE
+read only the final states of that cache); `python scripts/model_card.py --record-budget
+runs/budget-<T>` records their manifests here. Agreement as above (EAGLE: one number, its first
+draft step; EAGLE-3: per unrolled step; Medusa: per head; Block: per slot).
+
+{budgets or "(no budgeted retraining recorded yet)"}
 
 ### Measured against StoryLM-30M
 

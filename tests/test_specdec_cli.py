@@ -66,6 +66,12 @@ def test_cli_long_prompt_says_it_is_cropped(fake_ladder, capsys):
     assert out.splitlines()[0].startswith("bcdefghbcdefgh")
 
 
+def test_cli_fast_needs_the_kv_cache(fake_ladder, capsys):
+    rc, out, err = run(capsys, "bcd", "--fast")              # table models: no KV cache to run fused
+    assert rc == 1 and out == ""
+    assert err.count("\n") == 1 and "--fast runs the target's KV-cached passes fused" in err
+
+
 @pytest.mark.parametrize("argv, expected", [
     (["bcd", "-k", "0"], "-k 0: draft at least one token"),
     (["bcd", "--max-new-tokens", "-1"], "--max-new-tokens -1: "),

@@ -368,6 +368,27 @@ def test_bfloat16_fast_target_is_lossless_against_itself(case, monkeypatch):
     assert run_case(case)["ids"] == _plain(case)
 
 
+def test_every_drafter_declares_what_it_reads():
+    """One drafter protocol: every shipped drafter says what it reads of the target (tokens, the final
+    state, or chosen layers), and a drafter that reads states is handed them the way it says."""
+    from g2c.specdec.lineage import CachedTreeTarget, TreeDrafterAdapter
+    from g2c.specdec.trees import LMTreeDrafter, RecomputeTreeTarget
+    lm, lm4 = _model("lm"), _model("lm4")
+    for kind in ("lm", "lm-cached", "ngram", "mtp", "mtp-cached", "eagle"):
+        drafter = _sample_drafter(kind, lm, False)
+        assert drafter.reads == (("final_state",) if kind.startswith(("mtp", "eagle")) else ("tokens",)), kind
+        assert drafter.wants_target_hidden == (drafter.reads == ("final_state",)), kind
+    for kind in ("medusa", "eagle-chain", "eagle2", "eagle-static", "eagle3", "block"):
+        inner = _lineage_drafter(kind, lm4)
+        target = CachedTreeTarget(lm4, layers=inner.target_layers)
+        adapter = TreeDrafterAdapter(inner, target, num_nodes=4, end=10)
+        assert adapter.reads == ("layers", tuple(inner.target_layers)) and not adapter.wants_target_hidden, kind
+        assert (len(inner.target_layers) > 0) == (kind in ("eagle3", "block")), kind
+    tree = LMTreeDrafter(_model("lm-draft"), RecomputeTreeTarget(lm), shape="chain", choices=[(0,)], num_nodes=2,
+                         width=2, end=10, sampling={})
+    assert tree.reads == ("tokens",)
+
+
 if __name__ == "__main__" and "--record" in sys.argv:
     PINS.write_text(json.dumps({case_id(c): run_case(c) for c in MATRIX}, separators=(",", ":")) + "\n")
     print(f"recorded {len(MATRIX)} runs in {PINS}")

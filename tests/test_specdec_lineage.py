@@ -383,6 +383,46 @@ def test_sampled_first_token_follows_the_target_and_typical_does_not():
     assert tv("typical", 60) > 1 - float(p.max()) - 0.1
 
 
+@pytest.mark.parametrize("preset", ["lineage", "trees"])
+def test_top_k_and_top_p_reach_the_tree_presets(preset):
+    """Sampling controls once, for every drafter: the tree presets take the engine's top-k/top-p, and
+    the first token follows the WARPED target distribution (top-3 of softmax(logits), renormalised;
+    then top-p 0.5 on it). Tolerance: 3x the expected TV of N draws. The classic mistake, warping q
+    but verifying against the raw p (or not warping at all), puts mass outside the top 3: the test
+    checks that mass is exactly 0 and that the raw p has at least 0.2 of it."""
+    from g2c.sampling.warpers import top_k_filter, top_p_filter
+    from g2c.specdec.trees import tree_speculative_generate
+
+    target = _lm(sharpen=1.5)
+    prompt = _prompt()
+    with torch.no_grad():
+        logits = target(prompt.view(1, -1))[0, -1].float()
+    p_raw = torch.softmax(logits, -1)
+    top3 = torch.topk(logits, 3).indices
+    assert 1.0 - float(p_raw[top3].sum()) > 0.2                   # a warper ignored would show
+    g = torch.Generator().manual_seed(3)
+    for top_k, top_p in ((3, None), (None, 0.5)):
+        warped = logits.clone()
+        if top_k is not None:
+            warped = top_k_filter(warped, top_k)
+        if top_p is not None:
+            warped = top_p_filter(warped, top_p)
+        p = torch.softmax(warped, -1)
+        counts = torch.zeros(V)
+        n = 120
+        for _ in range(n):
+            if preset == "lineage":
+                ids, _ = lineage_generate(target, _GreedyOracle(target), prompt, 2, num_nodes=2, temperature=1.0,
+                                          generator=g, top_k=top_k, top_p=top_p)
+            else:
+                ids, _ = tree_speculative_generate(target, _lm(seed=5), prompt, 2, tree="static", num_nodes=3,
+                                                   temperature=1.0, generator=g, top_k=top_k, top_p=top_p)
+            counts[ids[len(prompt)]] += 1
+        assert float(counts[p == 0].sum()) == 0.0, (top_k, top_p)       # nothing outside the warped support
+        expected = 0.5 * float(torch.sqrt(2 * p * (1 - p) / (math.pi * n)).sum())
+        assert 0.5 * float((counts / n - p).abs().sum()) < 3 * expected, (top_k, top_p)
+
+
 @pytest.mark.parametrize("kind", ["medusa", "eagle2", "block"])    # EAGLE's static tree: the same sampled fill
 def test_sampled_drafts_carry_q_and_keep_the_target_distribution(kind):
     """draft_mode="sample" (issue 29): at T = 0.8 the drafter draws its nodes from its own q (siblings
@@ -529,8 +569,14 @@ def test_cli_runs_the_lineage_drafters(capsys, argv):
     rc, out, err = _cli(capsys, "Once upon a time", "-k", "8", "--max-new-tokens", "10", *argv)
     assert rc == 0, err
     assert out.startswith("Once upon a time") and "target_passes" in out
-    rc, _, err = _cli(capsys, "Once", "-k", "8", "--top-k", "5", *argv)
-    assert rc == 1 and "lineage loop" in err
+    # one route: the engine's controls and its fast target reach the tree drafters too
+    rc, fast, err = _cli(capsys, "Once upon a time", "-k", "8", "--max-new-tokens", "10", "--fast", *argv)
+    assert rc == 0, err
+    assert fast == out                                   # float32 fast path: the same tokens, passes and counters
+    rc, _, err = _cli(capsys, "Once", "-k", "8", "--top-k", "5", "--temperature", "0.8", *argv)
+    assert rc == 0, err
+    rc, _, err = _cli(capsys, "Once", "-k", "8", "--controller", "heuristic", *argv)
+    assert rc == 1 and "drop --controller/--no-cache" in err and err.count("\n") == 1
 
 
 def test_bad_drafters_and_choices_are_refused_in_one_line():

@@ -111,8 +111,8 @@ def _lineage_run(args, target, head, prompt_ids, eos_id, *, on_pass):
     else:
         drafter = EagleTreeDrafter(head, width=args.width)
     return lineage_generate(target, drafter, prompt_ids, args.max_new_tokens, num_nodes=args.k,
-                            temperature=args.temperature, generator=torch.Generator().manual_seed(args.seed),
-                            eos_id=eos_id, on_pass=on_pass)
+                            temperature=args.temperature, top_k=args.top_k, top_p=args.top_p,
+                            generator=torch.Generator().manual_seed(args.seed), eos_id=eos_id, on_pass=on_pass)
 
 
 def _sampled_run(args, target, drafter_model, prompt_ids, eos_id, *, on_pass, use_cache=False):
@@ -194,6 +194,9 @@ def main(argv: list[str] | None = None) -> int:
                          "(greedy: g2c.specdec.sampling.cached_generate_cached; sampled, n-gram or dynamic k: "
                          "speculative_sample(use_cache=True)); the cache is used when the models are "
                          "TransformerLMs, never for --drafter mtp")
+    ap.add_argument("--fast", action="store_true",
+                    help="run the target on module 16's fast path (g2c.kvcache.fast_model, float32: the same "
+                         "tokens, fused passes); needs the KV cache (TransformerLM models, not --no-cache)")
     args = ap.parse_args(argv)
     if args.target is None:
         args.target = "StoryLM-30M"
@@ -257,10 +260,17 @@ def main(argv: list[str] | None = None) -> int:
         started = time.perf_counter()
         cached = (not args.no_cache and isinstance(target, TransformerLM) and args.drafter.lower() != "mtp"
                   and (drafter is None or isinstance(drafter, TransformerLM) or _is_head(args.drafter)))
+        if args.fast:
+            if not cached:
+                return fail("--fast runs the target's KV-cached passes fused: it needs TransformerLM models and "
+                            "the cache (drop --no-cache; --drafter mtp recomputes, use a shipped -MTP head)")
+            from g2c.kvcache import fast_model
+
+            target = fast_model(target)       # drafters built on the teaching model accept it (unwrap)
         if _is_lineage(args):
-            if args.top_k is not None or args.top_p is not None or args.controller != "static" or args.no_cache:
-                return fail(f"--drafter {args.drafter} runs the lineage loop (KV cache, tree verification, "
-                            "temperature only): drop --top-k/--top-p/--controller/--no-cache")
+            if args.controller != "static" or args.no_cache:
+                return fail(f"--drafter {args.drafter} drafts trees on the target's cached states (the node "
+                            "budget is -k): drop --controller/--no-cache")
             out, stats = _lineage_run(args, target, drafter, prompt_ids, tokenizer.eot_id,
                                       on_pass=lambda emitted, n: passes.append((list(emitted), n)))
         elif _uses_sampling_loop(args):

@@ -251,3 +251,31 @@ def test_checkpoints_budget_refuses_what_it_cannot_do(capsys):
     assert checkpoints.train(["StoryLM-1M"], force=False, root=None, budget=1000) == 2
     err = capsys.readouterr().err
     assert "--budget retrains drafters only" in err and "(not StoryLM-1M)" in err and len(err.splitlines()) == 1
+
+
+def test_model_card_records_a_budget_and_tables_it(tmp_path, monkeypatch):
+    """``scripts/model_card.py --record-budget runs/budget-<T>`` copies the manifests (not the weights) and
+    the card's "At one budget" table reads them: one row per drafter, its agreement and budget."""
+    import importlib.util
+
+    from g2c.course import REPO_ROOT
+
+    spec = importlib.util.spec_from_file_location("g2c_model_card", REPO_ROOT / "scripts" / "model_card.py")
+    card = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(card)
+    monkeypatch.setattr(card, "BUDGETS", tmp_path / "budgets")
+    run = tmp_path / "runs" / "budget-2048"
+    with pytest.raises(FileNotFoundError, match="--budget T first"):
+        card.record_budget(run)
+    (run / "models" / "StoryLM-30M-Medusa").mkdir(parents=True)
+    (run / "models" / "StoryLM-30M-Medusa" / "model.safetensors").write_bytes(b"weights")
+    manifest = {"name": "StoryLM-30M-Medusa", "drafter": "medusa", "tokens_seen": 2048, "epochs": 1.0, "steps": 1,
+                "recipe": {"features_windows": 8}, "val": {"val_agree_1": 0.25, "val_agree_2": 0.125},
+                "wall_time_s": 90.0}
+    (run / "models" / "StoryLM-30M-Medusa" / "manifest.json").write_text(json.dumps(manifest))
+    assert card.main(["--record-budget", str(run)]) == 0
+    copied = tmp_path / "budgets" / "budget-2048" / "models" / "StoryLM-30M-Medusa"
+    assert sorted(p.name for p in copied.iterdir()) == ["manifest.json"]          # the record, not the weights
+    section = card.budget_section()
+    assert "#### budget-2048 (2,048 target tokens each)" in section
+    assert "| StoryLM-30M-Medusa | medusa | 2,048 | 1.0 | 1 | 8 | 0.25/0.12 | 1.5 min |" in section

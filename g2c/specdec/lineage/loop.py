@@ -60,7 +60,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, fields
+from dataclasses import dataclass, field, fields
 
 import torch
 
@@ -92,8 +92,8 @@ class LineageStats(SpecStats):
     the speed-up law tau / (1 + c) (``g2c.specdec.theory``), measured on this run.
     """
 
-    draft_seconds: float = 0.0
-    target_seconds: float = 0.0
+    draft_seconds: float = field(default=0.0, repr=False)      # clocks vary run to run: out of the repr,
+    target_seconds: float = field(default=0.0, repr=False)     # so a printed record is reproducible
     rounds_with_draft: int = 0
 
     @property
@@ -185,6 +185,7 @@ def _is_transformer_lm(model) -> bool:
 def lineage_generate(target, drafter: TreeDrafter, prompt_ids, max_new_tokens: int, *, num_nodes: int = 8,
                      temperature: float = 0.0, generator: torch.Generator | None = None, eos_id: int | None = None,
                      acceptance: str = "exact", epsilon: float = 0.09, delta: float = 0.3,
+                     top_k: int | None = None, top_p: float | None = None,
                      on_pass: Callable[[list[int], int], None] | None = None) -> tuple[torch.Tensor, LineageStats]:
     """Speculative decoding with a drafter that reads the target's states, on module 16's KV cache. Provided.
 
@@ -210,6 +211,10 @@ def lineage_generate(target, drafter: TreeDrafter, prompt_ids, max_new_tokens: i
             acceptance with ``epsilon``/``delta`` (``medusa.typical_tree_verify``). Typical
             acceptance is NOT lossless: the output no longer follows the target's distribution.
         on_pass: ``on_pass(emitted, num_accepted)`` after each pass.
+        top_k, top_p: module 11's warpers after the temperature (the engine's ``Sampler``): at
+            T > 0 the output follows plain sampling with the same warpers (the tree walk verifies
+            against the warped p; a sampled draft's q rows are the drafter's own, which keeps the
+            rule exact). Ignored at T = 0.
 
     Returns:
         (ids, stats): prompt + new tokens (CPU int64), and ``LineageStats``.
@@ -269,7 +274,8 @@ def lineage_generate(target, drafter: TreeDrafter, prompt_ids, max_new_tokens: i
                                  rule=rule)
     try:
         out, spec = speculative_sample(target_state, adapter, ids, max_new_tokens, k=num_nodes,
-                                       temperature=temperature, generator=generator, eos_id=eos_id, on_pass=on_pass)
+                                       temperature=temperature, top_k=top_k, top_p=top_p, generator=generator,
+                                       eos_id=eos_id, on_pass=on_pass)
     finally:
         target.train(modes[0])
         if head is not None:

@@ -174,6 +174,7 @@ class _CachedHeadDrafter(Drafter):
 
     wants_target_hidden = True
     incremental_hidden = True
+    reads = ("final_state",)
     max_draft: int | None = None
 
     head_type: type | None = None     # the head class a subclass serves (checked at construction)

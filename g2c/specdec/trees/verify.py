@@ -512,6 +512,7 @@ def tree_speculative_generate(target, drafter, prompt_ids, max_new_tokens: int, 
                               eos_id: int | None = None,
                               on_pass: Callable[[list[int], int], None] | None = None,
                               use_cache: bool = False, target_cache=None, draft_mode: str = "top",
+                              top_k: int | None = None, top_p: float | None = None,
                               ) -> tuple[torch.Tensor, TreeStats]:
     """Speculative decoding with draft trees: build, verify in one target pass, commit. Provided.
 
@@ -552,6 +553,8 @@ def tree_speculative_generate(target, drafter, prompt_ids, max_new_tokens: int, 
             and verified with those rows (``build_static_tree(..., sample=True)``; the dynamic
             shape is still chosen from top ranks, then filled by sampling). At T = 0 "sample"
             drafts top ranks (greedy verification ignores q).
+        top_k, top_p: module 11's warpers after the temperature (the engine's ``Sampler``): at
+            T > 0 the output follows plain sampling with the same warpers. Ignored at T = 0.
 
     Returns:
         (ids, stats): prompt + new tokens (CPU LongTensor), and a ``TreeStats``. Greedy
@@ -605,7 +608,8 @@ def tree_speculative_generate(target, drafter, prompt_ids, max_new_tokens: int, 
         adapter = LMTreeDrafter(drafter, state, shape=tree, choices=None if tree == "dynamic" else shape,
                                 num_nodes=num_nodes, width=width, end=ids.numel() + max_new_tokens, sampling=sampling)
         out, spec = speculative_sample(state, adapter, ids, max_new_tokens, k=num_nodes, temperature=temperature,
-                                       generator=generator, eos_id=eos_id, on_pass=on_pass)
+                                       top_k=top_k, top_p=top_p, generator=generator, eos_id=eos_id,
+                                       on_pass=on_pass)
     finally:
         target.train(modes[0])
         drafter.train(modes[1])

@@ -50,6 +50,16 @@ hooks filled in.
     just the states of the positions that pass committed (the prompt's prefill rows are
     prepended on the first pass).
 
+``reads: tuple`` (declared, default ``("tokens",)``)
+    What the drafter reads of the target, so a reader can tell the drafters apart without
+    knowing them: ``("tokens",)`` (small LMs, n-gram lookup, an LM building trees),
+    ``("final_state",)`` (MTP, EAGLE: ``wants_target_hidden``), or ``("layers", (i, j, ...))``
+    (Medusa, EAGLE-2/3 and the block drafter through ``g2c.specdec.lineage.TreeDrafterAdapter``:
+    chosen blocks' outputs and the final state, read from their tree target).
+
+A tree drafter's ``propose`` returns ``(TreeDraft, None)`` (``g2c.specdec.trees.TreeDraft``); the
+round is the same (see ``speculative_sample``).
+
 Sources: the draft/verify split follows Leviathan, Kalman, Matias (ICML 2023) §2;
 transformers' ``CandidateGenerator`` (``get_candidates`` / ``update_candidate_strategy``)
 and vLLM's proposers use the same split. Prompt lookup: Saxena, "Prompt Lookup Decoding"
@@ -142,6 +152,7 @@ class Drafter:
 
     vocab_size: int | None = None
     wants_target_hidden: bool = False
+    reads: tuple = ("tokens",)
 
     def start(self, prompt_ids: torch.Tensor, *, sampler: Sampler, generator: torch.Generator | None) -> None:
         self.sampler = sampler
@@ -265,6 +276,7 @@ class MTPDrafter(Drafter):
     """
 
     wants_target_hidden = True
+    reads = ("final_state",)
 
     def __init__(self, head, *, sample: bool = False) -> None:
         if not all(hasattr(head, name) for name in ("base", "ln_final", "bias")):
