@@ -3,14 +3,16 @@
 Covered, generated from the tables below (a new entry point is covered once it is listed):
 
 * Loops (``LOOPS``, 13 entry points): module 11's ``generate``, module 16's ``cached_generate``,
-  the Beyond loops ``speculative_generate``, ``speculative_sample``,
+  the Beyond loops ``speculative_generate``, ``speculative_sample`` (the engine; the tree and lineage
+  loops are its presets and share its checks),
   ``speculative_generate_cached``, ``mtp_generate``, ``mtp_generate_cached``,
   ``tree_speculative_generate``, ``lineage_generate``, ``batched_greedy``,
   ``batched_speculative_generate``, and the
-  recurrent ``plain_greedy`` and ``speculative_generate_stateful``; x ``BAD_ARGS`` (13 classes: a
+  recurrent ``plain_greedy`` and ``speculative_generate_stateful``; x ``BAD_ARGS`` (17 classes: a
   float, ``None`` or negative budget; an empty, float, negative-id or out-of-vocabulary prompt; a
   NaN or infinite temperature and a seed as generator, where the loop samples; an ``eos_id``
-  outside the vocabulary, negative or a float, where the loop takes one); plus a model that
+  outside the vocabulary, negative or a float, where the loop takes one; top-k 0 or 2.5, top-p 1.5 or
+  a string, where the loop warps); plus a model that
   produced NaN (1 class, every loop) and, with hypothesis, any non-integer or negative budget.
 * Verifiers (5: ``greedy_verify``, ``speculative_verify``, ``greedy_tree_verify``,
   ``tree_speculative_verify``, ``typical_tree_verify``) x ``BAD_TABLES`` (11 classes: target rows
@@ -257,12 +259,13 @@ def _loops():
 
 SAMPLED = ("temperature", "generator")
 EOS = ("eos_id",)
+WARPED = ("top_k", "top_p")          # issue 28: the engine's warpers reach every preset that samples
 # loop -> the knobs it takes (sampling: temperature and generator; eos_id); the calls live in _loops()
 LOOPS: dict[str, tuple[str, ...]] = {
-    "generate": SAMPLED + EOS, "cached_generate": SAMPLED + EOS, "speculative_generate": EOS,
-    "speculative_sample": SAMPLED + EOS, "speculative_generate_cached": EOS, "mtp_generate": EOS,
-    "mtp_generate_cached": EOS, "tree_speculative_generate": SAMPLED + EOS, "batched_greedy": EOS,
-    "batched_speculative_generate": EOS, "lineage_generate": SAMPLED + EOS, "plain_greedy": (),
+    "generate": SAMPLED + WARPED + EOS, "cached_generate": SAMPLED + WARPED + EOS, "speculative_generate": EOS,
+    "speculative_sample": SAMPLED + WARPED + EOS, "speculative_generate_cached": EOS, "mtp_generate": EOS,
+    "mtp_generate_cached": EOS, "tree_speculative_generate": SAMPLED + WARPED + EOS, "batched_greedy": EOS,
+    "batched_speculative_generate": EOS, "lineage_generate": SAMPLED + WARPED + EOS, "plain_greedy": (),
     "speculative_generate_stateful": EOS,
 }
 
@@ -286,6 +289,14 @@ BAD_ARGS = {
                                    r"eos_id 16 is outside the vocabulary \[0, 16\): the loop could never emit it"),
     "negative eos": ([1, 2], 3, {"eos_id": -1}, "eos_id", ValueError, r"eos_id -1 is outside the vocabulary"),
     "float eos": ([1, 2], 3, {"eos_id": 2.0}, "eos_id", TypeError, r"eos_id must be an int, got float 2\.0"),
+    # issue 28: top-k / top-p on every loop that samples, the same rule as module 11's
+    "zero top_k": ([1, 2], 3, {"temperature": 1.0, "top_k": 0}, "top_k", ValueError, r"top_k must be (an int )?>= 1"),
+    "float top_k": ([1, 2], 3, {"temperature": 1.0, "top_k": 2.5}, "top_k", TypeError,
+                    r"top_k must be an int, got float 2\.5"),
+    "top_p above 1": ([1, 2], 3, {"temperature": 1.0, "top_p": 1.5}, "top_p", ValueError,
+                      r"top_p must be in \(0, 1\] or None, got 1\.5"),
+    "string top_p": ([1, 2], 3, {"temperature": 1.0, "top_p": "0.5"}, "top_p", TypeError,
+                     r"top_p must be a real number in \(0, 1\] or None, got str '0\.5'"),
 }
 
 

@@ -78,7 +78,7 @@ from dataclasses import dataclass
 import torch
 
 from g2c.sampling.generate import as_token_ids
-from g2c.sampling.model import check_temperature
+from g2c.sampling.model import check_count, check_temperature
 from g2c.sampling.warpers import apply_temperature, top_k_filter, top_p_filter
 from g2c.specdec.sampling.target import CachedScorer
 
@@ -102,6 +102,7 @@ class Sampler:
     Raises:
         ValueError: temperature < 0 or NaN, top_k < 1, top_p outside (0, 1] (the message
             names the value and the valid range).
+        TypeError: top_k not an int (2.5, "3", True), top_p not a real number (module 11's rule).
     """
 
     temperature: float = 1.0
@@ -110,11 +111,16 @@ class Sampler:
 
     def __post_init__(self) -> None:
         check_temperature(self.temperature)  # a real >= 0, finite (NaN and inf refused)
-        if self.top_k is not None and (isinstance(self.top_k, bool) or not isinstance(self.top_k, int)
-                                       or self.top_k < 1):
+        # module 11's rules (``g2c.sampling.generate``): a wrong type is a TypeError, a value out of range
+        # a ValueError, each message naming the value
+        if self.top_k is not None and check_count(self.top_k, "top_k", minimum=None) < 1:
             raise ValueError(f"top_k must be an int >= 1 or None, got {self.top_k!r}")
-        if self.top_p is not None and not 0.0 < self.top_p <= 1.0:
-            raise ValueError(f"top_p must be in (0, 1] or None, got {self.top_p}")
+        if self.top_p is not None:
+            if isinstance(self.top_p, bool) or not isinstance(self.top_p, (int, float)):
+                raise TypeError(f"top_p must be a real number in (0, 1] or None, got {type(self.top_p).__name__} "
+                                f"{self.top_p!r}")
+            if not 0.0 < self.top_p <= 1.0:  # also refuses NaN
+                raise ValueError(f"top_p must be in (0, 1] or None, got {self.top_p}")
 
     @property
     def greedy(self) -> bool:
