@@ -124,6 +124,16 @@ def tokens_seen(kind: str, artifact: str | None, root: Path | None = None) -> st
     return f"{json.loads(path.read_text())['tokens_seen']:,}" if path.is_file() else "?"
 
 
+def drafters_dir(text: str) -> Path:
+    """``--drafters DIR``: an ``artifacts/``-like folder holding drafters (``models/<Name>/manifest.json``)."""
+    path = Path(text)
+    if not any(path.glob("models/*/manifest.json")):
+        raise argparse.ArgumentTypeError(
+            f"{text} holds no drafters (no models/<Name>/manifest.json): give a budgeted retraining's folder, "
+            "e.g. runs/budget-512000 from ./checkpoints.sh --train StoryLM-30M-EAGLE --budget 512k")
+    return path
+
+
 def parse_args(argv):
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--quick", action="store_true", help="2 prompts x 24 tokens per set, default k, no sweep")
@@ -147,7 +157,7 @@ def parse_args(argv):
                          "on it; speed-ups stay over plain cached decoding on the teaching path")
     ap.add_argument("--greedy-only", action="store_true",
                     help="only the greedy table on story endings (no T > 0 tables, c curves, typical, sampled drafts)")
-    ap.add_argument("--drafters", type=Path, default=None, metavar="DIR",
+    ap.add_argument("--drafters", type=drafters_dir, default=None, metavar="DIR",
                     help="load the state-reading drafters from DIR, laid out like artifacts/ (e.g. runs/budget-512000 "
                          "from ./checkpoints.sh --train NAME --budget 512k); default: the shipped ones")
     ap.add_argument("--figure", type=cli.output_file(as_path=True), default=None, help="write the figure (png) here")

@@ -70,6 +70,10 @@ def test_cli_fast_needs_the_kv_cache(fake_ladder, capsys):
     rc, out, err = run(capsys, "bcd", "--fast")              # table models: no KV cache to run fused
     assert rc == 1 and out == ""
     assert err.count("\n") == 1 and "--fast runs the target's KV-cached passes fused" in err
+    rc, _, err = run(capsys, "bcd", "--fast", "--no-cache")
+    assert rc == 1 and err.count("\n") == 1 and "drop --no-cache" in err
+    rc, _, err = run(capsys, "bcd", "--fast", "--drafter", "mtp")
+    assert rc == 1 and err.count("\n") == 1 and "--drafter mtp trains a head now" in err and "--no-cache" not in err
 
 
 @pytest.mark.parametrize("argv, expected", [
@@ -78,6 +82,8 @@ def test_cli_fast_needs_the_kv_cache(fake_ladder, capsys):
     (["", "--max-new-tokens", "3"], "the prompt is empty"),
     (["bcd", "--temperature", "-1"], "--temperature -1.0: use 0 for greedy"),
     (["bcd", "--temperature", "inf"], "--temperature inf: use 0 for greedy"),
+    (["bcd", "--top-k", "0"], "--top-k 0: keep at least one token"),
+    (["bcd", "--top-p", "1.5"], "--top-p 1.5: the nucleus mass is in (0, 1]"),
 ])
 def test_cli_bad_arguments_name_what_the_user_typed(fake_ladder, capsys, argv, expected):
     rc, out, err = run(capsys, *argv)

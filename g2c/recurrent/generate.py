@@ -25,7 +25,7 @@ from g2c.sampling.model import check_count, check_eos_id, check_score_rows
 from g2c.specdec import SpecStats, draft_greedy
 from g2c.specdec.sampling.drafters import Drafter
 from g2c.specdec.sampling.loop import speculative_sample
-from g2c.specdec.sampling.target import Target
+from g2c.specdec.sampling.target import Target, chain_only
 
 from .model import DecodeState, RecurrentLM
 from .recompute import RecomputeTransaction
@@ -102,6 +102,7 @@ class TransactionTarget(Target):
         return len(context_ids) if self.model.attention_layers else 0
 
     def score(self, context_ids: torch.Tensor, draft_ids: torch.Tensor):
+        draft_ids = chain_only(draft_ids, self)
         self._length = len(context_ids)
         self.txn.begin()
         return self.txn.advance(torch.cat([context_ids[-1:], draft_ids])), None    # (k'+1, V)

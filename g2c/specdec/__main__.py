@@ -215,6 +215,14 @@ def main(argv: list[str] | None = None) -> int:
         return fail(f"--max-new-tokens {args.max_new_tokens}: the number of tokens to add must be 0 or more")
     if not 0.0 <= args.temperature < float("inf"):   # also refuses nan
         return fail(f"--temperature {args.temperature}: use 0 for greedy decoding or a finite value > 0 to sample")
+    if args.top_k is not None and args.top_k < 1:
+        return fail(f"--top-k {args.top_k}: keep at least one token (--top-k 1 or more), or leave it out")
+    if args.top_p is not None and not 0.0 < args.top_p <= 1.0:   # also refuses nan
+        return fail(f"--top-p {args.top_p}: the nucleus mass is in (0, 1], e.g. --top-p 0.9, or leave it out")
+    if args.fast and (args.no_cache or args.drafter.lower() == "mtp"):
+        return fail("--fast runs the target's KV-cached passes fused: "
+                    + ("drop --no-cache" if args.no_cache else
+                       "--drafter mtp trains a head now and recomputes; use a shipped head (StoryLM-30M-MTP)"))
 
     import torch
 
@@ -262,8 +270,8 @@ def main(argv: list[str] | None = None) -> int:
                   and (drafter is None or isinstance(drafter, TransformerLM) or _is_head(args.drafter)))
         if args.fast:
             if not cached:
-                return fail("--fast runs the target's KV-cached passes fused: it needs TransformerLM models and "
-                            "the cache (drop --no-cache; --drafter mtp recomputes, use a shipped -MTP head)")
+                return fail("--fast runs the target's KV-cached passes fused: it needs TransformerLM models (the "
+                            "target and a model drafter)")
             from g2c.kvcache import fast_model
 
             target = fast_model(target)       # drafters built on the teaching model accept it (unwrap)

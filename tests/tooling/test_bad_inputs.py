@@ -81,6 +81,8 @@ SCRIPTS: dict[str, dict[str, tuple[list[str], str]]] = {
         "zero temperature": (["--temperature", "0"], r"argument --temperature"),
         "unknown row": (["--rows", "Medusa,Hydra"], r"argument --rows: 'Hydra': choose from"),
         "output is a folder": (["--json", str(REPO_ROOT / "docs")], r"argument --json: .*docs is a folder"),
+        "no drafters there": (["--drafters", str(REPO_ROOT / "docs")], r"argument --drafters: .*docs holds no "
+                                                                        r"drafters .*--budget"),
     },
     "bench/specdec_trees.py": {
         "negative count": (["--new-tokens", "-5"], r"argument --new-tokens: -5 is below 1"),
@@ -673,6 +675,89 @@ def test_a_custom_drafters_tree_is_checked_before_the_target_reads_it():
     ids, _ = lineage_generate(target, Drafter(good), [1, 2], 4)
     from g2c.sampling import generate
     assert ids.tolist() == generate(target, [1, 2], 4, temperature=0.0).tolist()
+
+
+def test_tree_drafts_and_tree_presets_refuse_bad_input_by_name():
+    """Issue 28: a tree draft enters the engine through the drafter protocol, so it is checked there, and
+    the tree presets check their own knobs before a pass runs (each was a raw error deep inside)."""
+    import torch
+
+    from g2c.kvcache import KVCache
+    from g2c.specdec.lineage import lineage_generate
+    from g2c.specdec.sampling.drafters import Drafter
+    from g2c.specdec.sampling.loop import speculative_sample
+    from g2c.specdec.trees import CachedTreeTarget, DraftTree, TreeDraft, tree_speculative_generate
+
+    target, draft = _lm(0), _lm(1)
+
+    class Proposer(Drafter):
+        vocab_size = V
+
+        def __init__(self, tree):
+            self.tree = tree
+
+        def propose(self, context_ids, k):
+            return TreeDraft(self.tree), None
+
+    chain = DraftTree(torch.tensor([3, 4]), torch.tensor([-1, 0]))
+    with pytest.raises(ValueError, match=r"Proposer\.propose: tree\.tokens holds token id 16, outside"):
+        speculative_sample(CachedTreeTarget(target), Proposer(DraftTree(torch.tensor([V]), torch.tensor([-1]))),
+                           [1, 2], 3)
+    with pytest.raises(TypeError, match=r"CachedTarget scores chains .* needs a tree target"):
+        speculative_sample(target, Proposer(chain), [1, 2], 3, use_cache=True)
+    with pytest.raises(TypeError, match=r"RecomputeTarget scores chains"):
+        speculative_sample(target, Proposer(chain), [1, 2], 3)
+    wide = DraftTree(torch.full((40,), 3), -torch.ones(40, dtype=torch.long))
+    with pytest.raises(ValueError, match=r"CachedTreeTarget: a draft tree of 40 nodes does not fit the window"):
+        speculative_sample(CachedTreeTarget(target), Proposer(wide), [1, 2], 3)
+    ids, _ = speculative_sample(CachedTreeTarget(target), Proposer(chain), [1, 2], 3)    # a hand-made tree is fine
+    assert len(ids) == 5 and len(TreeDraft(chain)) == TreeDraft(chain).shape[0] == 2
+    with pytest.raises(TypeError, match=r"on_pass must be a callable or None, got str"):
+        speculative_sample(target, Proposer(chain), [1, 2], 3, on_pass="print")
+    with pytest.raises(TypeError, match=r"epsilon must be a real number, got str 'x'"):
+        lineage_generate(target, _medusa(target), [1, 2], 3, acceptance="typical", epsilon="x")
+    with pytest.raises(TypeError, match=r"width must be an int, got str '2'"):
+        tree_speculative_generate(target, draft, [1, 2], 3, tree="dynamic", width="2")
+    with pytest.raises(ValueError, match=r"width must be an int >= 1"):
+        tree_speculative_generate(target, draft, [1, 2], 3, tree="dynamic", width=0)
+    with pytest.raises(TypeError, match=r"target_cache must be a g2c\.kvcache\.KVCache"):
+        tree_speculative_generate(target, draft, [1, 2], 3, target_cache="cache")
+    with pytest.raises(TypeError, match=r"drafts trees with a language model .* got function"):
+        tree_speculative_generate(target, lambda ids: ids, [1, 2], 3)
+    out, _ = tree_speculative_generate(target, draft, [1, 2], 3, target_cache=KVCache.for_model(target))
+    assert len(out) == 5
+
+
+def _medusa(target):
+    from g2c.specdec.lineage import MedusaDrafter, MedusaHeads
+
+    return MedusaDrafter(MedusaHeads(target, 2))
+
+
+def test_a_tree_drafter_needs_no_head_and_no_base():
+    """The TreeDrafter protocol's ``head`` and ``base`` are optional (a drafter of no model reads none)."""
+    import torch
+
+    from g2c.kvcache import cached_generate
+    from g2c.specdec.lineage import lineage_generate
+    from g2c.specdec.trees import DraftTree
+
+    class Plain:                                  # the documented protocol, no TreeDrafter base class
+        vocab_size, target_layers = V, ()
+
+        def start(self, context_ids, states):
+            pass
+
+        def draft(self, context_ids, *, max_nodes, max_depth):
+            return DraftTree(torch.tensor([3]), torch.tensor([-1]))
+
+        def commit(self, context_ids, states):
+            pass
+
+    target = _lm(0)
+    ids, stats = lineage_generate(target, Plain(), [1, 2], 6)
+    assert ids.tolist() == cached_generate(target, [1, 2], 6, temperature=0.0).tolist()
+    assert stats.drafted == stats.target_passes - (stats.target_passes - stats.rounds_with_draft)
 
 
 @pytest.mark.parametrize("fused", [True, False])

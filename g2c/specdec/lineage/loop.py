@@ -25,9 +25,11 @@ The drafter protocol of this module (``TreeDrafter``)
 -----------------------------------------------------
 ``vocab_size: int``
     Must equal the target's.
-``base``
+``base`` (optional, None or absent for a drafter built on no model)
     The target the drafter was built on (its heads read that model's states): the loop refuses
     any other target.
+``head`` (optional)
+    Its trainable module: put in eval mode for the run, its mode restored afterwards.
 ``target_layers: tuple[int, ...]``
     Block indices (0-based) whose OUTPUTS (the residual stream after block i, before the final
     LayerNorm) the drafter reads, besides the final state. ``()`` for Medusa and EAGLE-1.
@@ -85,7 +87,8 @@ class LineageStats(SpecStats):
 
     Attributes (besides target_passes, drafted, accepted, generated):
         draft_seconds: time inside the drafter (``start``, ``draft``, ``commit``), synchronised.
-        target_seconds: time inside the target's passes (prefill included) and verification.
+        target_seconds: time inside the target's prefills, passes and commits (``CachedTreeTarget``;
+            the tree walk runs in the engine's round and is in neither clock).
         rounds_with_draft: passes that verified a non-empty tree.
 
     ``cost_ratio`` = (draft_seconds / target_passes) / (target_seconds / target_passes): the c of
@@ -244,6 +247,9 @@ def lineage_generate(target, drafter: TreeDrafter, prompt_ids, max_new_tokens: i
     check_generator(generator)
     if acceptance not in ("exact", "typical"):
         raise ValueError(f"acceptance must be 'exact' or 'typical', got {acceptance!r}")
+    for knob, knob_name in ((epsilon, "epsilon"), (delta, "delta")):
+        if isinstance(knob, bool) or not isinstance(knob, (int, float)):
+            raise TypeError(f"{knob_name} must be a real number, got {type(knob).__name__} {knob!r}")
     if acceptance == "typical" and not (0.0 < epsilon <= 1.0 and delta > 0.0):
         raise ValueError(f"typical acceptance needs epsilon in (0, 1] and delta > 0, got epsilon={epsilon}, "
                          f"delta={delta}")
@@ -253,14 +259,15 @@ def lineage_generate(target, drafter: TreeDrafter, prompt_ids, max_new_tokens: i
                         "EagleTreeDrafter(head), Eagle3Drafter(head), BlockDrafter(head)")
     if drafter.vocab_size != target.vocab_size:
         raise ValueError(f"drafter vocab_size {drafter.vocab_size} differs from target vocab_size {target.vocab_size}")
-    if drafter.base is not None and unwrap(drafter.base) is not unwrap(target):
+    base = getattr(drafter, "base", None)                   # optional: a drafter built on no model reads none
+    if base is not None and unwrap(base) is not unwrap(target):
         raise ValueError(f"{type(drafter).__name__} was built on another model: its heads read the states of "
                          "drafter.base; verify with drafter.base as the target")
     layers = tuple(int(i) for i in drafter.target_layers)
     bad = [i for i in layers if not 0 <= i < len(target.blocks)]
     if bad:
         raise ValueError(f"the drafter reads layers {layers}, but the target has blocks 0..{len(target.blocks) - 1}")
-    head = drafter.head
+    head = getattr(drafter, "head", None)                   # optional: its trainable module, put in eval mode
     modes = (target.training, None if head is None else head.training)
     target.eval()
     if head is not None:

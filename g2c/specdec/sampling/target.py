@@ -34,7 +34,7 @@ from g2c.kvcache.cache import KVCache
 from g2c.kvcache.forward import cached_hidden_states, unembed
 
 __all__ = ["CachedScorer", "CachedTarget", "FullContextTarget", "RecomputeTarget", "RoundRecord", "Target",
-           "summarize_rounds"]
+           "chain_only", "summarize_rounds"]
 
 
 @dataclass
@@ -233,6 +233,15 @@ class CachedScorer:
         return self.cache.crop(min(self.cache.length, keep))
 
 
+def chain_only(draft_ids, target) -> torch.Tensor:
+    """The 1-D draft ids a chain target scores; a tree drafter's ``TreeDraft`` is refused by name. Provided."""
+    if not isinstance(draft_ids, torch.Tensor):
+        raise TypeError(f"{type(target).__name__} scores chains (1-D draft ids), got a {type(draft_ids).__name__}: "
+                        "a tree drafter needs a tree target (g2c.specdec.trees.CachedTreeTarget or "
+                        "RecomputeTreeTarget; the presets tree_speculative_generate and lineage_generate build one)")
+    return draft_ids
+
+
 class Target:
     """Base class of the target seam (see the module docstring). Provided.
 
@@ -302,7 +311,7 @@ class RecomputeTarget(Target):
 
     def score(self, context_ids: torch.Tensor, draft_ids: torch.Tensor):
         """(logits (k'+1, V), states (T, D) of the whole scored block or None)."""
-        k_draft = draft_ids.numel()
+        k_draft = chain_only(draft_ids, self).numel()
         block = torch.cat([context_ids[-(self.target.max_seq_len - k_draft):], draft_ids])   # (T + k',)
         return _target_pass(self.target, block, k_draft + 1, want_hidden=self.want_hidden)
 
@@ -359,7 +368,7 @@ class CachedTarget(Target):
         return len(context_ids) - self.scorer.start
 
     def score(self, context_ids: torch.Tensor, draft_ids: torch.Tensor):
-        self._draft, self._length = draft_ids.tolist(), len(context_ids)
+        self._draft, self._length = chain_only(draft_ids, self).tolist(), len(context_ids)
         logits = self.scorer.extend(context_ids, self._draft, num_rows=len(self._draft) + 1)   # (k'+1, V)
         if not self.want_hidden:
             return logits, None

@@ -59,14 +59,15 @@ __all__ = ["CachedTarget", "FullContextTarget", "RecomputeTarget", "Target", "sp
 def _check_draft(drafter, draft_ids, draft_probs, k: int, vocab_size: int) -> tuple[torch.Tensor, torch.Tensor | None]:
     """Validate what ``drafter.propose`` returned; CPU int64 (k',) and float32 (k', V) or None. Provided.
 
-    A tree drafter returns a ``g2c.specdec.trees.TreeDraft`` (and None): it was checked where it was
-    built (``DraftTree.check``) and passes through; its node budget is the drafter's own."""
+    A tree drafter returns a ``g2c.specdec.trees.TreeDraft`` (and None): its tree is checked here
+    (``TreeDraft.check``: ids in the vocabulary, q rows that are distributions); its node budget is
+    the drafter's own, and its tree target refuses a tree that does not fit the window."""
     name = type(drafter).__name__
     if hasattr(draft_ids, "accept") and hasattr(draft_ids, "committed_rows"):     # a TreeDraft
         if draft_probs is not None:
             raise ValueError(f"{name}.propose returned a TreeDraft with draft_probs: a tree carries its q rows "
                              "itself (DraftTree.proposal_probs); return (tree_draft, None)")
-        return draft_ids, None
+        return draft_ids.check(vocab_size, source=f"{name}.propose"), None
     if not isinstance(draft_ids, torch.Tensor) or draft_ids.dim() != 1 or draft_ids.numel() > k \
             or draft_ids.dtype.is_floating_point or draft_ids.dtype == torch.bool:
         shape = tuple(draft_ids.shape) if isinstance(draft_ids, torch.Tensor) else type(draft_ids).__name__
@@ -252,6 +253,9 @@ def speculative_sample(target, drafter, prompt_ids, max_new_tokens: int, *, k: i
         raise ValueError(f"k must be >= 1 draft tokens per target pass (an int), got {k!r}")
     max_new_tokens = check_count(max_new_tokens, "max_new_tokens")
     check_generator(generator)
+    for hook, hook_name in ((on_pass, "on_pass"), (on_round, "on_round")):
+        if hook is not None and not callable(hook):
+            raise TypeError(f"{hook_name} must be a callable or None, got {type(hook).__name__}")
     sampler = Sampler(temperature, top_k, top_p)
     eos_id = check_eos_id(eos_id, getattr(target, "vocab_size", None))                # None, or an id the loop can emit
     vocab = getattr(drafter, "vocab_size", None)

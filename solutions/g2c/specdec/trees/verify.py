@@ -277,6 +277,19 @@ class TreeDraft:
     def numel(self) -> int:
         return self.tree.num_nodes
 
+    def __len__(self) -> int:                  # len(draft) and draft.shape[0] count nodes, as for a chain
+        return self.tree.num_nodes
+
+    @property
+    def shape(self) -> torch.Size:
+        return torch.Size([self.tree.num_nodes])
+
+    def check(self, vocab_size: int, *, source: str = "tree") -> "TreeDraft":
+        """Refuse a hand-made tree before a target reads it (``DraftTree.check``: a ``DraftTree``,
+        token ids in [0, V), proposal rows that are distributions over V); returns self."""
+        DraftTree.check(self.tree, vocab_size, source=source)
+        return self
+
     def positions(self, length: int) -> torch.Tensor:
         """(1 + n,) int64: the root (the pending token) at ``length``, node i at length + depth_i."""
         return length + torch.cat([torch.zeros(1, dtype=torch.long), self.tree.depths])
@@ -338,6 +351,16 @@ def _as_tree_draft(draft) -> TreeDraft:
     return TreeDraft(DraftTree(tokens, torch.arange(tokens.numel(), dtype=torch.long) - 1))
 
 
+def _check_fits(draft: TreeDraft, room: int, target: str) -> None:
+    """A tree deeper (recompute) or larger (cache) than the window leaves no row for the context."""
+    size = draft.tree.max_depth if target == "RecomputeTreeTarget" else draft.numel()
+    if size > room:
+        what = "depth" if target == "RecomputeTreeTarget" else "nodes"
+        raise ValueError(f"{target}: a draft tree of {size} {what} does not fit the window after the context "
+                         f"(room for {max(room, 0)}); a tree drafter keeps its trees within "
+                         "g2c.specdec.draft_room(num_nodes, visible context, max_seq_len)")
+
+
 class RecomputeTreeTarget(Target):
     """The target's side of a tree round without a cache. Provided.
 
@@ -359,6 +382,7 @@ class RecomputeTreeTarget(Target):
 
     def score(self, context_ids: torch.Tensor, draft):
         self.last_draft = _as_tree_draft(draft)
+        _check_fits(self.last_draft, self.window - 1, "RecomputeTreeTarget")
         return tree_logits(self.model, context_ids, self.last_draft.tree).cpu(), None          # (n+1, V)
 
 
@@ -401,6 +425,9 @@ class CachedTreeTarget(Target):
 
         if not (hasattr(model, "blocks") and hasattr(model, "token_embed")):
             raise TypeError(f"a cached tree target needs a TransformerLM, got {type(model).__name__}")
+        if cache is not None and not isinstance(cache, KVCache):
+            raise TypeError(f"target_cache must be a g2c.kvcache.KVCache (KVCache.for_model(target)) or None, got "
+                            f"{type(cache).__name__}")
         self.model = model
         self.layers = tuple(int(i) for i in layers)
         self.cache = KVCache.for_model(model) if cache is None else cache
@@ -450,6 +477,7 @@ class CachedTreeTarget(Target):
         t0 = time.perf_counter()
         draft = _as_tree_draft(draft)
         length = self.cache.length
+        _check_fits(draft, self.window - length - 1, "CachedTreeTarget")
         root = torch.cat([context_ids[-1:], draft.tree.tokens])
         logits, self.last_states = target_layer_pass(self.model, self.cache, root, draft.positions(length),
                                                      draft.allowed(length), self.layers)
@@ -564,7 +592,7 @@ def tree_speculative_generate(target, drafter, prompt_ids, max_new_tokens: int, 
         temperature: 0 for greedy verification (output = the target's greedy text); > 0 for
             sampled verification of the target's softmax(logits / temperature) (output
             distributed as plain sampling at that temperature). Drafts are the drafter's top
-            ranks (deterministic proposals) in both cases.
+            ranks (deterministic proposals) in both cases, unless ``draft_mode="sample"``.
         generator: CPU ``torch.Generator`` for sampled verification.
         eos_id: stop after emitting it.
             None, or an id in [0, V) (``check_eos_id``: ValueError outside it, TypeError for a non-int).
@@ -613,8 +641,13 @@ def tree_speculative_generate(target, drafter, prompt_ids, max_new_tokens: int, 
     check_generator(generator)
     if tree not in ("chain", "static", "dynamic"):
         raise ValueError(f"tree must be 'chain', 'static' or 'dynamic', got {tree!r}")
+    if not all(hasattr(drafter, name) for name in ("vocab_size", "max_seq_len", "eval", "train")):
+        raise TypeError(f"tree_speculative_generate drafts trees with a language model (ids (1, T) -> logits, with "
+                        f"vocab_size and max_seq_len), got {type(drafter).__name__}")
     if drafter.vocab_size != target.vocab_size:
         raise ValueError(f"drafter vocab_size {drafter.vocab_size} differs from target vocab_size {target.vocab_size}")
+    if tree == "dynamic" and check_count(width, "width", minimum=None) < 1:
+        raise ValueError(f"width must be an int >= 1 (children per expanded node), got {width}")
     if draft_mode not in ("top", "sample"):
         raise ValueError(f"draft_mode must be 'top' (the drafter's top ranks) or 'sample' (drawn from its q), "
                          f"got {draft_mode!r}")
