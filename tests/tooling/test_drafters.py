@@ -228,6 +228,19 @@ def test_budgeted_run_resumes_to_the_same_weights(tiny_run, monkeypatch, tmp_pat
     assert all("val_agree_1" in h for h in m1["history"])
 
 
+def test_one_budget_installs_every_drafter_in_one_tree(tiny_run, monkeypatch, tmp_path):
+    """``--budget 100`` rounds up to each drafter's whole steps (Medusa: 2 x 16 tokens a step here), but
+    installs under runs/budget-100/, the budget asked for, so one --budget gives one tree to compare."""
+    D, _ = tiny_run
+    roots = []
+    monkeypatch.setattr(D, "write_artifact", lambda name, files, manifest, **kw: roots.append(
+        (kw.get("root"), manifest["tokens_seen"])) or tmp_path / "out")
+    monkeypatch.setattr(D, "RUNS_DIR", tmp_path / "runs")
+    D.train_drafter("StoryLM-30M-Medusa", budget=100, progress=False, log=lambda *a: None)
+    (root, seen), = roots
+    assert root == tmp_path / "runs" / "budget-100" and seen == 4 * 2 * 16               # 128 >= 100
+
+
 def test_budgeted_eagle_learns_from_the_layer_cache(tiny_run, monkeypatch, tmp_path):
     """EAGLE at a budget trains on the final states of the same layer-feature windows as Medusa, EAGLE-3
     and the block drafter (one feature pass; the manifest says where its data came from)."""

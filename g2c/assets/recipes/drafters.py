@@ -312,7 +312,9 @@ def _train_steps(job, r: dict, train, val, opt, gen, params, ckpt: Path, bar, na
 
 
 def budget_root(tokens: int) -> Path:
-    """Where a budgeted run installs its artifact (an ``artifacts/``-like tree; ``load_model(name, root=...)``)."""
+    """Where a budgeted run installs its artifact (an ``artifacts/``-like tree; ``load_model(name, root=...)``):
+    ``runs/budget-<tokens>/`` for the budget asked for (``--budget 1M``: ``runs/budget-1000000/``, whatever
+    whole number of steps each drafter rounds it up to)."""
     return RUNS_DIR / f"budget-{tokens}"
 
 
@@ -352,7 +354,9 @@ def train_drafter(name: str, *, force: bool = False, progress: bool = True, log=
     if name not in DRAFTER_RECIPES:
         raise ValueError(f"{name} is not a drafter; drafters: {', '.join(DRAFTER_RECIPES)}")
     r = DRAFTER_RECIPES[name] if budget is None else budgeted_recipe(name, budget)
-    root = None if budget is None else budget_root(r["budget_tokens"])
+    # the folder is named after the budget asked for, so every drafter of one --budget lands in one tree
+    # (each rounds up to its own whole steps: r["budget_tokens"], recorded in its manifest)
+    root = None if budget is None else budget_root(budget)
     if not force and is_verified(name, root):
         raise FileExistsError(f"{name} is already installed and verified{'' if root is None else f' in {root}'}; "
                               "pass --force to retrain it")
