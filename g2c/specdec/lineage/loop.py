@@ -166,9 +166,7 @@ class TreeDrafterAdapter:
         else:
             tree = DraftTree.empty()
         tree = DraftTree.check(tree, self.vocab_size, source=f"{type(self.drafter).__name__}.draft()")
-        if tree.num_nodes:
-            tree = tree.truncate(max_depth)
-            tree = tree.subtree(list(range(min(room, tree.num_nodes))))
+        tree = tree.fit(room, max_depth)
         synchronize(t.device)
         self.seconds += time.perf_counter() - t0
         self.rounds_with_draft += int(tree.num_nodes > 0)

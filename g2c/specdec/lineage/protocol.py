@@ -1,8 +1,9 @@
 """Beyond (specdec-lineage): the drafter protocol of ``lineage_generate`` and two helpers. Provided.
 
-``TreeDrafter`` is documented in ``loop.py`` (the loop that calls it); ``chain_tree`` turns a chain into
-a ``DraftTree``; ``masked_block`` runs a module 09 block under any attention mask (tree rows, the
-training-time-test mask of EAGLE-3, the block drafter's context-plus-slots mask).
+``TreeDrafter`` is documented in ``loop.py`` (the loop that calls it); ``chain_tree`` (specdec-trees,
+re-exported) turns a chain into a ``DraftTree``; ``masked_block`` runs a module 09 block under any
+attention mask (tree rows, the training-time-test mask of EAGLE-3, the block drafter's
+context-plus-slots mask).
 
 Shape letters: B batch, T time, S keys, D width.
 """
@@ -16,16 +17,10 @@ from g2c.kvcache import KVCache
 from g2c.kvcache.ragged import masked_cached_attention
 from g2c.nn import Module
 
-from ..trees import DraftTree
+from ..trees import DraftTree, chain_tree
 
 __all__ = ["DRAFT_MODES", "HeadOnBase", "TreeDrafter", "chain_tree", "check_draft_mode", "masked_block",
            "masked_block_past"]
-
-
-def chain_tree(tokens) -> DraftTree:
-    """A chain as a ``DraftTree``: node i is ``tokens[i]`` with parent i - 1. Provided."""
-    tokens = torch.as_tensor(tokens, dtype=torch.long).view(-1).cpu()
-    return DraftTree(tokens, torch.arange(tokens.numel(), dtype=torch.long) - 1)
 
 
 def masked_block_past(blk, x: torch.Tensor, allowed: torch.Tensor,

@@ -13,9 +13,10 @@ from .attention import (
     tree_attention_mask,
     tree_forward,
     tree_logits,
+    tree_rows,
 )
 from .builders import build_dynamic_tree, build_static_tree, sample_children, warp_probs
-from .tree import DraftTree, chain_choices, expected_tokens_per_pass, node_acceptance_probs, static_choices
+from .tree import DraftTree, chain_choices, chain_tree, expected_tokens_per_pass, node_acceptance_probs, static_choices
 from .verify import (
     CachedTreeTarget,
     LMTreeDrafter,
@@ -30,8 +31,8 @@ from .verify import (
 )
 
 __all__ = sorted(["CachedTreeTarget", "DraftTree", "LMTreeDrafter", "RecomputeTreeTarget", "TreeDraft", "TreeStats",
-                  "build_dynamic_tree", "build_static_tree", "cached_tree_forward", "chain_choices",
+                  "build_dynamic_tree", "build_static_tree", "cached_tree_forward", "chain_choices", "chain_tree",
                   "commit_tree_kv", "expected_accepted", "expected_tokens_per_pass", "greedy_tree_verify",
                   "node_acceptance_probs", "sample_children", "sampled_acceptance_probs", "static_choices",
-                  "target_layer_pass", "tree_attention_mask", "tree_forward", "tree_logits",
+                  "target_layer_pass", "tree_attention_mask", "tree_forward", "tree_logits", "tree_rows",
                   "tree_speculative_generate", "tree_speculative_verify", "warp_probs"])

@@ -43,7 +43,7 @@ from .tree import DraftTree
 KV = tuple[torch.Tensor, torch.Tensor]                                      # one layer's (K, V)
 
 __all__ = ["cached_tree_forward", "commit_tree_kv", "target_layer_pass", "tree_attention_mask", "tree_forward",
-           "tree_logits"]
+           "tree_logits", "tree_rows"]
 
 
 def _check_parents(ctx_len: int, parents: torch.Tensor) -> torch.Tensor:
@@ -215,6 +215,21 @@ def commit_tree_kv(kv, ctx_len: int, path: list[int]) -> tuple[int, int]:
     return ctx_len + len(path), moved
 
 
+def tree_rows(tree: DraftTree, length: int, *, device: str | torch.device = "cpu"
+              ) -> tuple[torch.Tensor, torch.Tensor]:
+    """Where a tree's rows sit after ``length`` cached rows, and what they read. Provided.
+
+    Returns:
+        (positions (1 + n,) int64 on the CPU: the root at ``length``, node i at length + depth_i;
+        allowed (1 + n, length + 1 + n) bool on ``device``: every row reads the cached rows, then
+        the root and its own ancestors, itself included, from your ``tree_attention_mask``).
+    """
+    positions = length + torch.cat([torch.zeros(1, dtype=torch.long), tree.depths])
+    block = tree_attention_mask(1, tree.parents, device=device) == 0                       # (1+n, 1+n)
+    cached = torch.ones(1 + tree.num_nodes, length, dtype=torch.bool, device=device)
+    return positions, torch.cat([cached, block], dim=1)
+
+
 @torch.no_grad()
 def cached_tree_forward(model, cache, root_id: int, tree: DraftTree) -> torch.Tensor:
     """The tree pass on module 16's ``KVCache``: root + n nodes over the committed rows. Provided.
@@ -250,11 +265,8 @@ def cached_tree_forward(model, cache, root_id: int, tree: DraftTree) -> torch.Te
     if L + 1 + n > window:
         raise ValueError(f"cached_tree_forward: {L} cached rows + root + {n} tree rows exceed max_seq_len={window}; "
                          "crop the context or shrink the tree")
-    device = cache.device
     ids = torch.cat([torch.tensor([int(root_id)]), tree.tokens]).view(1, 1 + n)             # (1, 1+n)
-    positions = L + torch.cat([torch.zeros(1, dtype=torch.long), tree.depths])              # (1+n,)
-    block = tree_attention_mask(1, tree.parents, device=device) == 0                        # (1+n, 1+n)
-    allowed = torch.cat([torch.ones(1 + n, L, dtype=torch.bool, device=device), block], dim=1)  # (1+n, L+1+n)
+    positions, allowed = tree_rows(tree, L, device=cache.device)                            # (1+n,), (1+n, L+1+n)
     h, _ = forward_rows(model, ids, cache, positions=positions, allowed=allowed)            # (1, 1+n, D)
     return unembed(model, h)[0].float()                                                     # (n+1, V)
 

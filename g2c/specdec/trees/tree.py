@@ -54,7 +54,8 @@ from g2c.sampling.model import check_prob_rows, check_real, check_token_ids
 
 from ..theory import tree_expected_tokens
 
-__all__ = ["DraftTree", "chain_choices", "expected_tokens_per_pass", "node_acceptance_probs", "static_choices"]
+__all__ = ["DraftTree", "chain_choices", "chain_tree", "expected_tokens_per_pass", "node_acceptance_probs",
+           "static_choices"]
 
 
 def _as_long_1d(x, name: str) -> torch.Tensor:
@@ -182,9 +183,21 @@ class DraftTree:
         """Drop every node deeper than ``max_depth`` (>= 0)."""
         return self.subtree([i for i in range(self.num_nodes) if int(self.depths[i]) <= max_depth])
 
+    def fit(self, max_nodes: int, max_depth: int) -> "DraftTree":
+        """The tree a pass can hold: no node deeper than ``max_depth``, then the first ``max_nodes``
+        nodes (parents come first, so the kept nodes' parents are kept)."""
+        tree = self.truncate(max_depth)
+        return tree.subtree(list(range(min(max_nodes, tree.num_nodes))))
+
     @staticmethod
     def empty() -> "DraftTree":
         return DraftTree(torch.zeros(0, dtype=torch.long), torch.zeros(0, dtype=torch.long))
+
+
+def chain_tree(tokens) -> DraftTree:
+    """A chain as a ``DraftTree``: node i is ``tokens[i]`` with parent i - 1. Provided."""
+    tokens = torch.as_tensor(tokens, dtype=torch.long).view(-1).cpu()
+    return DraftTree(tokens, torch.arange(tokens.numel(), dtype=torch.long) - 1)
 
 
 # -- shapes ---------------------------------------------------------------------------------

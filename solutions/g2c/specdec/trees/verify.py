@@ -49,9 +49,9 @@ from g2c.sampling.model import (
 from ..generate import SpecStats, draft_room
 from ..sampling.loop import speculative_sample
 from ..sampling.target import Target
-from .attention import commit_tree_kv, target_layer_pass, tree_attention_mask, tree_logits
+from .attention import commit_tree_kv, target_layer_pass, tree_logits, tree_rows
 from .builders import build_dynamic_tree, build_static_tree, check_choices
-from .tree import DraftTree, chain_choices, expected_tokens_per_pass, node_acceptance_probs, static_choices
+from .tree import DraftTree, chain_choices, chain_tree, expected_tokens_per_pass, node_acceptance_probs, static_choices
 
 __all__ = ["CachedTreeTarget", "LMTreeDrafter", "RecomputeTreeTarget", "TreeDraft", "TreeStats", "expected_accepted",
            "greedy_tree_verify", "sampled_acceptance_probs", "tree_speculative_generate", "tree_speculative_verify"]
@@ -292,14 +292,12 @@ class TreeDraft:
 
     def positions(self, length: int) -> torch.Tensor:
         """(1 + n,) int64: the root (the pending token) at ``length``, node i at length + depth_i."""
-        return length + torch.cat([torch.zeros(1, dtype=torch.long), self.tree.depths])
+        return tree_rows(self.tree, length)[0]
 
     def allowed(self, length: int) -> torch.Tensor:
         """(1 + n, length + 1 + n) bool: every row reads the ``length`` cached rows, then the root
         and its own ancestors (itself included)."""
-
-        block = tree_attention_mask(1, self.tree.parents) == 0                     # (1 + n, 1 + n)
-        return torch.cat([torch.ones(1 + self.tree.num_nodes, length, dtype=torch.bool), block], dim=1)
+        return tree_rows(self.tree, length)[1]
 
     def accept(self, target_logits: torch.Tensor, *, sampler, generator: torch.Generator | None = None
                ) -> tuple[int, int]:
@@ -345,17 +343,12 @@ class TreeDraft:
 
 def _as_tree_draft(draft) -> TreeDraft:
     """A ``TreeDraft``, or a chain's drafts (1-D ids: the window edge's empty draft) as one."""
-    if isinstance(draft, TreeDraft):
-        return draft
-    tokens = torch.as_tensor(draft, dtype=torch.long).view(-1).cpu()
-    return TreeDraft(DraftTree(tokens, torch.arange(tokens.numel(), dtype=torch.long) - 1))
+    return draft if isinstance(draft, TreeDraft) else TreeDraft(chain_tree(draft))
 
 
-def _check_fits(draft: TreeDraft, room: int, target: str) -> None:
+def _check_fits(size: int, room: int, target: str, what: str) -> None:
     """A tree deeper (recompute) or larger (cache) than the window leaves no row for the context."""
-    size = draft.tree.max_depth if target == "RecomputeTreeTarget" else draft.numel()
     if size > room:
-        what = "depth" if target == "RecomputeTreeTarget" else "nodes"
         raise ValueError(f"{target}: a draft tree of {size} {what} does not fit the window after the context "
                          f"(room for {max(room, 0)}); a tree drafter keeps its trees within "
                          "g2c.specdec.draft_room(num_nodes, visible context, max_seq_len)")
@@ -382,7 +375,7 @@ class RecomputeTreeTarget(Target):
 
     def score(self, context_ids: torch.Tensor, draft):
         self.last_draft = _as_tree_draft(draft)
-        _check_fits(self.last_draft, self.window - 1, "RecomputeTreeTarget")
+        _check_fits(self.last_draft.tree.max_depth, self.window - 1, "RecomputeTreeTarget", "depth")
         return tree_logits(self.model, context_ids, self.last_draft.tree).cpu(), None          # (n+1, V)
 
 
@@ -477,7 +470,7 @@ class CachedTreeTarget(Target):
         t0 = time.perf_counter()
         draft = _as_tree_draft(draft)
         length = self.cache.length
-        _check_fits(draft, self.window - length - 1, "CachedTreeTarget")
+        _check_fits(draft.numel(), self.window - length - 1, "CachedTreeTarget", "nodes")
         root = torch.cat([context_ids[-1:], draft.tree.tokens])
         logits, self.last_states = target_layer_pass(self.model, self.cache, root, draft.positions(length),
                                                      draft.allowed(length), self.layers)
@@ -551,8 +544,7 @@ class LMTreeDrafter:
         else:
             tree, passes = build_static_tree(self.drafter, context_ids,
                                              [c for c in self.choices if len(c) <= max_depth], **self.sampling)
-        tree = tree.truncate(max_depth)
-        tree = tree.subtree(list(range(min(room, tree.num_nodes))))
+        tree = tree.fit(room, max_depth)
         self.drafter_passes += passes
         self._last = TreeDraft(tree, measure=True)
         return self._last, None
