@@ -147,6 +147,9 @@ def parse_args(argv):
                     help="run every row at its default k (e.g. both trees at 16 nodes: the same budget)")
     ap.add_argument("--threads", type=cli.count(1), default=None, help="torch threads (default: torch's)")
     ap.add_argument("--seed", type=cli.count(0), default=0, help="generator seed of the sampled rows")
+    ap.add_argument("--repetition-penalty", type=cli.real(0.0, lo_open=True), default=1.0,
+                    help="module 11's penalty on every row and on the plain baseline (1.0 = off): what a drafter "
+                         "that ignores it loses in acceptance")
     ap.add_argument("--sampled-drafts-only", action="store_true",
                     help="only the tau table: greedy, T with top ranks, T with sampled drafts (lineage rows)")
     ap.add_argument("--medusa-joint-only", action="store_true",
@@ -293,17 +296,19 @@ def make(kind: str, model, k: int, sample: bool, device, draft_mode: str = "top"
     raise ValueError(kind)
 
 
-def run_row(target, kind, model, k, prompt, n, temperature, seed, draft_mode="top"):
+def run_row(target, kind, model, k, prompt, n, temperature, seed, draft_mode="top", penalty=1.0):
     """(ids, SpecStats, drafter seconds, target seconds) of one row on one prompt (the target's seconds
     include its verification walk)."""
     device = target.device
     drafter, loop = make(kind, model, k, temperature > 0, device, draft_mode)
     g = torch.Generator().manual_seed(seed)
     if loop == "lineage":
-        ids, stats = lineage_generate(target, drafter, prompt, n, num_nodes=k, temperature=temperature, generator=g)
+        ids, stats = lineage_generate(target, drafter, prompt, n, num_nodes=k, temperature=temperature, generator=g,
+                                      repetition_penalty=penalty)
         return ids, stats, stats.draft_seconds, stats.target_seconds
     clocked = ClockedTarget(target, drafter=drafter, want_hidden=bool(getattr(drafter, "wants_target_hidden", False)))
-    ids, stats = speculative_sample(clocked, drafter, prompt, n, k=k, temperature=temperature, generator=g)
+    ids, stats = speculative_sample(clocked, drafter, prompt, n, k=k, temperature=temperature, generator=g,
+                                    repetition_penalty=penalty)
     return ids, stats, drafter.seconds, clocked.seconds
 
 
@@ -318,7 +323,7 @@ def timed(fn, device):
 
 
 def measure(target, rows, models, best_k, prompts, n, temperature, seed, device, bar=None, *, spec_target=None,
-            root=None) -> list[dict]:
+            root=None, penalty: float = 1.0) -> list[dict]:
     """Interleaved per prompt: plain cached decoding (on ``target``: the teaching path), then every row
     (on ``spec_target``, default ``target``); the pooled numbers per row. A row named "plain cached
     (fast path)" is plain cached decoding on ``spec_target``."""
@@ -329,17 +334,19 @@ def measure(target, rows, models, best_k, prompts, n, temperature, seed, device,
     for i, prompt in enumerate(prompts):
         g = torch.Generator().manual_seed(seed + i)
         plain_s, (plain, plain_cpu) = timed(
-            lambda: cached_generate(target, prompt, n, temperature=temperature, generator=g), device)
+            lambda: cached_generate(target, prompt, n, temperature=temperature, generator=g,
+                                    repetition_penalty=penalty), device)
         plain_total, plain_tokens = plain_total + plain_s, plain_tokens + n
         for name, _, kind, artifact, _, _ in rows:
             if kind == "plain":
                 def call(g=torch.Generator().manual_seed(seed + i)):
-                    out = cached_generate(spec_target, prompt, n, temperature=temperature, generator=g)
+                    out = cached_generate(spec_target, prompt, n, temperature=temperature, generator=g,
+                                          repetition_penalty=penalty)
                     return out, SpecStats(target_passes=n, generated=n), 0.0, 0.0
             else:
                 def call(name=name, kind=kind, artifact=artifact):
                     return run_row(spec_target, kind, models.get(artifact), best_k[name], prompt, n, temperature,
-                                   seed + i)
+                                   seed + i, penalty=penalty)
             spec_s, ((ids, stats, draft_s, target_s), spec_cpu) = timed(call, device)
             a = acc[name]
             a["plain_s"] += plain_s
@@ -573,7 +580,9 @@ def main(argv=None) -> int:
     where = "" if args.drafters is None else f"; drafters from {args.drafters}"
     print(f"# The draft lineage on {TARGET} (float32, {torch.get_num_threads()} threads, {device}"
           f"{', every row on the fast path' if args.fast else ''}{where}); {args.prompts} prompts x "
-          f"{args.new_tokens} tokens per set; speed-ups over plain cached decoding on the teaching path")
+          f"{args.new_tokens} tokens per set; speed-ups over plain cached decoding on the teaching path"
+          + (f"; repetition penalty {args.repetition_penalty} on every row and on the baseline"
+             if args.repetition_penalty != 1.0 else ""))
     if args.medusa_joint_only:
         rows_out = medusa_joint(target, models["StoryLM-30M-Medusa"]) if "StoryLM-30M-Medusa" in models else None
         if rows_out is None:
@@ -592,7 +601,7 @@ def main(argv=None) -> int:
         scores = {}
         for r, k in tqdm(sweep, desc="best k (greedy, 2 story prompts)"):
             res = measure(target, [r], models, {r[0]: k}, sets["story endings"][:2], args.new_tokens, 0.0, args.seed,
-                          device, spec_target=spec_target, root=args.drafters)
+                          device, spec_target=spec_target, root=args.drafters, penalty=args.repetition_penalty)
             scores[(r[0], k)] = res[0]["spec_tps"]
         for r in rows:
             if len(r[5]) > 1:
@@ -613,7 +622,7 @@ def main(argv=None) -> int:
     for set_name, temperature in runs:
         tables[(set_name, temperature)] = measure(target, rows, models, best_k, sets[set_name], args.new_tokens,
                                                   temperature, args.seed, device, bar, spec_target=spec_target,
-                                                  root=args.drafters)
+                                                  root=args.drafters, penalty=args.repetition_penalty)
     bar.close()
     for (set_name, temperature), table in tables.items():
         print(f"\n## {set_name}, {'greedy (T = 0)' if temperature == 0 else f'sampled (T = {temperature})'}\n")

@@ -84,9 +84,23 @@ def test_cli_fast_needs_the_kv_cache(fake_ladder, capsys):
     (["bcd", "--temperature", "inf"], "--temperature inf: use 0 for greedy"),
     (["bcd", "--top-k", "0"], "--top-k 0: keep at least one token"),
     (["bcd", "--top-p", "1.5"], "--top-p 1.5: the nucleus mass is in (0, 1]"),
+    (["bcd", "--repetition-penalty", "0"], "--repetition-penalty 0.0: use a finite value > 0"),
+    (["bcd", "--stop", ""], "--stop '': an empty stop text"),
 ])
 def test_cli_bad_arguments_name_what_the_user_typed(fake_ladder, capsys, argv, expected):
     rc, out, err = run(capsys, *argv)
     assert rc == 1 and out == ""
     assert err.count("\n") == 1 and expected in err
     assert "prompt_ids" not in err and "max_new_tokens" not in err
+
+
+def test_cli_controls_stop_and_report_logprobs(fake_ladder, capsys):
+    """The chain b -> c -> ... -> h -> b: "--stop fg" ends the text right after the 'g' that completes it,
+    and --logprobs prints one log-probability per new token (the table target is peaked: near 0)."""
+    rc, out, err = run(capsys, "bcd", "--max-new-tokens", "12", "--stop", "fg", "--logprobs")
+    assert rc == 0 and "Traceback" not in err
+    lines = out.splitlines()
+    assert lines[0].replace("[", "").replace("]", "") == "bcdefg"
+    values = [float(x) for x in next(x for x in lines if x.startswith("logprobs")).split(":")[1].split()]
+    assert len(values) == 3 and all(-0.1 < v <= 0.0 for v in values)
+    assert any(x.startswith("mean ") and "perplexity" in x for x in lines)

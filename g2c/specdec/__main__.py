@@ -10,6 +10,7 @@ terminal, ``[in brackets]`` otherwise. Then the ``SpecStats``.
     python -m g2c.specdec "Once upon a time" --drafter StoryLM-30M-EAGLE -k 4     # feature-level drafting
     python -m g2c.specdec "Once upon a time" --drafter StoryLM-30M-Medusa -k 8    # specdec-lineage: Medusa tree
     python -m g2c.specdec "Once upon a time" --drafter StoryLM-30M-EAGLE -k 8 --width 4   # EAGLE-2 tree
+    python -m g2c.specdec "Once upon a time" --repetition-penalty 1.3 --stop "The end" --logprobs
 
 Errors are one line on stderr naming what you typed, with exit status 1 (2 when part of
 the course code is not written yet): ``-k`` below 1, a negative ``--max-new-tokens``, an
@@ -79,7 +80,19 @@ def _uses_sampling_loop(args) -> bool:
     """specdec-sampling: anything but a greedy, static-k LM drafter runs ``speculative_sample``."""
     return not _is_lineage(args) and (
             args.temperature != 0.0 or args.controller != "static" or args.drafter.lower() in ("mtp", "ngram")
-            or _is_head(args.drafter) or args.top_k is not None or args.top_p is not None)
+            or _is_head(args.drafter) or args.top_k is not None or args.top_p is not None or _controls(args))
+
+
+def _controls(args) -> dict:
+    """The engine's controls the user asked for (repetition penalty, stop strings, logprobs), as keywords."""
+    out = {}
+    if args.repetition_penalty != 1.0:
+        out["repetition_penalty"] = args.repetition_penalty
+    if args.stop:
+        out["stop_strings"] = list(args.stop)
+    if args.logprobs:
+        out["logprobs"] = True
+    return out
 
 
 def _is_head(name: str) -> bool:
@@ -95,7 +108,7 @@ def _is_lineage(args) -> bool:
     return name.endswith(("-medusa", "-eagle3", "-block")) or (name.endswith("-eagle") and args.width > 1)
 
 
-def _lineage_run(args, target, head, prompt_ids, eos_id, *, on_pass):
+def _lineage_run(args, target, head, prompt_ids, eos_id, *, on_pass, decode=None):
     """Wrap a lineage head in its drafter and run the cached tree loop with ``-k`` nodes per pass."""
     import torch
 
@@ -112,10 +125,11 @@ def _lineage_run(args, target, head, prompt_ids, eos_id, *, on_pass):
         drafter = EagleTreeDrafter(head, width=args.width)
     return lineage_generate(target, drafter, prompt_ids, args.max_new_tokens, num_nodes=args.k,
                             temperature=args.temperature, top_k=args.top_k, top_p=args.top_p,
-                            generator=torch.Generator().manual_seed(args.seed), eos_id=eos_id, on_pass=on_pass)
+                            generator=torch.Generator().manual_seed(args.seed), eos_id=eos_id, on_pass=on_pass,
+                            decode=decode, **_controls(args))
 
 
-def _sampled_run(args, target, drafter_model, prompt_ids, eos_id, *, on_pass, use_cache=False):
+def _sampled_run(args, target, drafter_model, prompt_ids, eos_id, *, on_pass, use_cache=False, decode=None):
     """Wrap the named drafter, build the controller, run ``g2c.specdec.sampling.loop.speculative_sample``
     (with module 16's KV cache on the target and an LM drafter when ``use_cache``)."""
     import torch
@@ -140,7 +154,8 @@ def _sampled_run(args, target, drafter_model, prompt_ids, eos_id, *, on_pass, us
     controller = {"static": StaticK, "heuristic": HeuristicK, "cost": CostModelK}[args.controller](args.k)
     return speculative_sample(target, drafter, prompt_ids, args.max_new_tokens, temperature=args.temperature,
                               top_k=args.top_k, top_p=args.top_p, generator=torch.Generator().manual_seed(args.seed),
-                              eos_id=eos_id, controller=controller, on_pass=on_pass, use_cache=use_cache)
+                              eos_id=eos_id, controller=controller, on_pass=on_pass, use_cache=use_cache,
+                              decode=decode, **_controls(args))
 
 
 def _train_mtp_head(base, *, steps: int, seed: int):
@@ -197,6 +212,13 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--fast", action="store_true",
                     help="run the target on module 16's fast path (g2c.kvcache.fast_model, float32: the same "
                          "tokens, fused passes); needs the KV cache (TransformerLM models, not --no-cache)")
+    ap.add_argument("--repetition-penalty", type=float, default=1.0,
+                    help="module 11's CTRL penalty on tokens already said (1.0 = off, > 1 discourages repeats); "
+                         "lossless: the speculative output follows plain decoding with the same penalty")
+    ap.add_argument("--stop", action="append", default=[], metavar="TEXT",
+                    help="stop right after the token that completes TEXT in the new text (repeatable)")
+    ap.add_argument("--logprobs", action="store_true",
+                    help="print each new token's log-probability under the target (nats) and the perplexity")
     args = ap.parse_args(argv)
     if args.target is None:
         args.target = "StoryLM-30M"
@@ -219,6 +241,11 @@ def main(argv: list[str] | None = None) -> int:
         return fail(f"--top-k {args.top_k}: keep at least one token (--top-k 1 or more), or leave it out")
     if args.top_p is not None and not 0.0 < args.top_p <= 1.0:   # also refuses nan
         return fail(f"--top-p {args.top_p}: the nucleus mass is in (0, 1], e.g. --top-p 0.9, or leave it out")
+    if not 0.0 < args.repetition_penalty < float("inf"):   # also refuses nan
+        return fail(f"--repetition-penalty {args.repetition_penalty}: use a finite value > 0 (1.0 = off, 1.2 is "
+                    "common)")
+    if any(not s for s in args.stop):
+        return fail("--stop '': an empty stop text would stop before the first token; give the text to stop at")
     if args.fast and (args.no_cache or args.drafter.lower() == "mtp"):
         return fail("--fast runs the target's KV-cached passes fused: "
                     + ("drop --no-cache" if args.no_cache else
@@ -279,10 +306,11 @@ def main(argv: list[str] | None = None) -> int:
             if args.controller != "static" or args.no_cache:
                 return fail(f"--drafter {args.drafter} drafts trees on the target's cached states (the node "
                             "budget is -k): drop --controller/--no-cache")
-            out, stats = _lineage_run(args, target, drafter, prompt_ids, tokenizer.eot_id,
+            out, stats = _lineage_run(args, target, drafter, prompt_ids, tokenizer.eot_id, decode=tokenizer.decode,
                                       on_pass=lambda emitted, n: passes.append((list(emitted), n)))
         elif _uses_sampling_loop(args):
             out, stats = _sampled_run(args, target, drafter, prompt_ids, tokenizer.eot_id, use_cache=cached,
+                                      decode=tokenizer.decode,
                                       on_pass=lambda emitted, n: passes.append((list(emitted), n)))
         else:
             loop = speculative_generate
@@ -317,6 +345,13 @@ def main(argv: list[str] | None = None) -> int:
     k_note = " (an MTP head drafts 1 token per pass)" if args.k > 1 and args.drafter.lower().endswith("-mtp") else ""
     print(f"k={args.k}: {stats}" if not _uses_sampling_loop(args) else
           f"k={args.k} ({args.controller}){k_note}, temperature={args.temperature}, seed={args.seed}: {stats}")
+    logprobs = getattr(stats, "logprobs", None)
+    if logprobs:
+        import math
+
+        mean = sum(logprobs) / len(logprobs)
+        print("logprobs (nats, per new token): " + " ".join(f"{x:.2f}" for x in logprobs))
+        print(f"mean {mean:.3f} nats/token, perplexity {math.exp(-mean):.2f} over {len(logprobs)} tokens")
     if stats.generated:
         threads = torch.get_num_threads()
         print(f"{stats.generated / seconds:.1f} tok/s ({stats.generated} tokens in {seconds:.2f} s, "

@@ -262,12 +262,16 @@ def _loops():
 SAMPLED = ("temperature", "generator")
 EOS = ("eos_id",)
 WARPED = ("top_k", "top_p")          # issue 28: the engine's warpers reach every preset that samples
+PENALTY = ("repetition_penalty",)    # issue 28: module 11's penalty, and the engine's stops, on every engine preset
+STOPS = ("stop_ids", "stop_strings")
 # loop -> the knobs it takes (sampling: temperature and generator; eos_id); the calls live in _loops()
 LOOPS: dict[str, tuple[str, ...]] = {
-    "generate": SAMPLED + WARPED + EOS, "cached_generate": SAMPLED + WARPED + EOS, "speculative_generate": EOS,
-    "speculative_sample": SAMPLED + WARPED + EOS, "speculative_generate_cached": EOS, "mtp_generate": EOS,
-    "mtp_generate_cached": EOS, "tree_speculative_generate": SAMPLED + WARPED + EOS, "batched_greedy": EOS,
-    "batched_speculative_generate": EOS, "lineage_generate": SAMPLED + WARPED + EOS, "plain_greedy": (),
+    "generate": SAMPLED + WARPED + EOS + PENALTY, "cached_generate": SAMPLED + WARPED + EOS + PENALTY,
+    "speculative_generate": EOS, "speculative_sample": SAMPLED + WARPED + EOS + PENALTY + STOPS,
+    "speculative_generate_cached": EOS, "mtp_generate": EOS, "mtp_generate_cached": EOS,
+    "tree_speculative_generate": SAMPLED + WARPED + EOS + PENALTY + STOPS, "batched_greedy": EOS,
+    "batched_speculative_generate": EOS, "lineage_generate": SAMPLED + WARPED + EOS + PENALTY + STOPS,
+    "plain_greedy": (),
     "speculative_generate_stateful": EOS,
 }
 
@@ -299,6 +303,15 @@ BAD_ARGS = {
                       r"top_p must be in \(0, 1\] or None, got 1\.5"),
     "string top_p": ([1, 2], 3, {"temperature": 1.0, "top_p": "0.5"}, "top_p", TypeError,
                      r"top_p must be a real number in \(0, 1\] or None, got str '0\.5'"),
+    # issue 28: the engine's controls, refused as module 11 refuses its penalty
+    "zero repetition_penalty": ([1, 2], 3, {"repetition_penalty": 0.0}, "repetition_penalty", ValueError,
+                                r"repetition_penalty must be > 0 and finite"),
+    "string repetition_penalty": ([1, 2], 3, {"repetition_penalty": "1.2"}, "repetition_penalty", TypeError,
+                                  r"repetition_penalty must be a real number > 0, got str '1\.2'"),
+    "stop id outside the vocabulary": ([1, 2], 3, {"stop_ids": [V]}, "stop_ids", ValueError,
+                                       r"stop_ids: 16 is outside the vocabulary \[0, 16\)"),
+    "stop strings without decode": ([1, 2], 3, {"stop_strings": ["The end"]}, "stop_strings", ValueError,
+                                    r"stop_strings need decode"),
 }
 
 

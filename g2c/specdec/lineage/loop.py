@@ -98,6 +98,7 @@ class LineageStats(SpecStats):
     draft_seconds: float = field(default=0.0, repr=False)      # clocks vary run to run: out of the repr,
     target_seconds: float = field(default=0.0, repr=False)     # so a printed record is reproducible
     rounds_with_draft: int = 0
+    logprobs: list[float] | None = field(default=None, repr=False)   # with logprobs=True
 
     @property
     def cost_ratio(self) -> float:
@@ -187,7 +188,9 @@ def lineage_generate(target, drafter: TreeDrafter, prompt_ids, max_new_tokens: i
                      temperature: float = 0.0, generator: torch.Generator | None = None, eos_id: int | None = None,
                      acceptance: str = "exact", epsilon: float = 0.09, delta: float = 0.3,
                      top_k: int | None = None, top_p: float | None = None,
-                     on_pass: Callable[[list[int], int], None] | None = None) -> tuple[torch.Tensor, LineageStats]:
+                     on_pass: Callable[[list[int], int], None] | None = None, repetition_penalty: float = 1.0,
+                     stop_ids=None, stop_strings=None, decode=None,
+                     logprobs: bool = False) -> tuple[torch.Tensor, LineageStats]:
     """Speculative decoding with a drafter that reads the target's states, on module 16's KV cache. Provided.
 
     A preset of the engine: ``speculative_sample(CachedTreeTarget(target, layers=...),
@@ -216,6 +219,10 @@ def lineage_generate(target, drafter: TreeDrafter, prompt_ids, max_new_tokens: i
             T > 0 the output follows plain sampling with the same warpers (the tree walk verifies
             against the warped p; a sampled draft's q rows are the drafter's own, which keeps the
             rule exact). Ignored at T = 0.
+        repetition_penalty, stop_ids, stop_strings, decode, logprobs: the engine's controls
+            (``speculative_sample``): the penalty goes on every tree row with its own path, the
+            stops cut where plain decoding stops, ``stats.logprobs`` gives each new token's raw
+            log-probability under the target. Lossless as for a chain.
 
     Returns:
         (ids, stats): prompt + new tokens (CPU int64), and ``LineageStats``.
@@ -280,7 +287,9 @@ def lineage_generate(target, drafter: TreeDrafter, prompt_ids, max_new_tokens: i
     try:
         out, spec = speculative_sample(target_state, adapter, ids, max_new_tokens, k=num_nodes,
                                        temperature=temperature, top_k=top_k, top_p=top_p, generator=generator,
-                                       eos_id=eos_id, on_pass=on_pass)
+                                       eos_id=eos_id, on_pass=on_pass, repetition_penalty=repetition_penalty,
+                                       stop_ids=stop_ids, stop_strings=stop_strings, decode=decode,
+                                       logprobs=logprobs)
     finally:
         target.train(modes[0])
         if head is not None:
@@ -288,4 +297,5 @@ def lineage_generate(target, drafter: TreeDrafter, prompt_ids, max_new_tokens: i
     stats = LineageStats(**{f.name: getattr(spec, f.name) for f in fields(SpecStats)})
     stats.draft_seconds, stats.target_seconds = adapter.seconds, target_state.seconds
     stats.rounds_with_draft = adapter.rounds_with_draft
+    stats.logprobs = getattr(spec, "logprobs", None)
     return out, stats

@@ -2,18 +2,22 @@
 
 ``speculative_sample`` runs draft -> verify -> commit with any ``Drafter`` (another LM, an
 n-gram table, an MTP head, an EAGLE feature drafter), greedy or sampled, with a static or a
-dynamic draft length (``controllers``). ``cached`` holds the greedy loop on module 16's KV
-cache, where rollback is a pointer move (``speculative_generate_cached``, ``CachedScorer``).
+dynamic draft length (``controllers``), and with module 11's repetition penalty, stop ids, stop
+strings and per-token logprobs (``controls``, each lossless). ``cached`` holds the greedy loop on
+module 16's KV cache, where rollback is a pointer move (``speculative_generate_cached``,
+``CachedScorer``).
 """
 
 from .cached import CachedScorer, RoundRecord, mtp_generate_cached, speculative_generate_cached, summarize_rounds
 from .controllers import CostModelK, HeuristicK, StaticK, expected_tokens_per_round, optimal_k, speedup
+from .controls import ControlledTarget, StopRule
 from .drafters import Drafter, LMDrafter, MTPDrafter, NGramDrafter, Sampler, ngram_lookup
 from .eagle import CachedMTPDrafter, EagleDrafter, FeatureDrafter, eagle_loss
 from .loop import CachedTarget, FullContextTarget, speculative_sample, verify_round
 
-__all__ = sorted(["CachedMTPDrafter", "CachedScorer", "CachedTarget", "CostModelK", "Drafter", "EagleDrafter",
-                  "FeatureDrafter", "FullContextTarget", "HeuristicK", "LMDrafter", "MTPDrafter", "NGramDrafter",
-                  "RoundRecord", "Sampler", "StaticK", "eagle_loss", "expected_tokens_per_round",
-                  "mtp_generate_cached", "ngram_lookup", "optimal_k", "speculative_generate_cached",
-                  "speculative_sample", "speedup", "summarize_rounds", "verify_round"])
+__all__ = sorted(["CachedMTPDrafter", "CachedScorer", "CachedTarget", "ControlledTarget", "CostModelK",
+                  "Drafter", "EagleDrafter", "FeatureDrafter", "FullContextTarget", "HeuristicK", "LMDrafter",
+                  "MTPDrafter", "NGramDrafter", "RoundRecord", "Sampler", "StaticK", "StopRule", "eagle_loss",
+                  "expected_tokens_per_round", "mtp_generate_cached", "ngram_lookup", "optimal_k",
+                  "speculative_generate_cached", "speculative_sample", "speedup", "summarize_rounds",
+                  "verify_round"])

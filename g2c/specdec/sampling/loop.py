@@ -51,6 +51,7 @@ from g2c.sampling.model import check_count, check_eos_id, check_generator
 from ..generate import SpecStats, draft_room
 from ..verify import greedy_verify, speculative_verify
 from .controllers import StaticK
+from .controls import ControlledTarget, StopRule, check_repetition_penalty
 from .drafters import Sampler
 from .target import CachedTarget, FullContextTarget, RecomputeTarget, RoundRecord, Target
 
@@ -141,7 +142,9 @@ def speculative_sample(target, drafter, prompt_ids, max_new_tokens: int, *, k: i
                        generator: torch.Generator | None = None, eos_id: int | None = None,
                        controller=None, on_pass: Callable[[list[int], int], None] | None = None,
                        use_cache: bool = False,
-                       on_round: Callable[[RoundRecord], None] | None = None) -> tuple[torch.Tensor, SpecStats]:
+                       on_round: Callable[[RoundRecord], None] | None = None, repetition_penalty: float = 1.0,
+                       stop_ids=None, stop_strings=None, decode: Callable[[list[int]], str] | None = None,
+                       logprobs: bool = False) -> tuple[torch.Tensor, SpecStats]:
     """Speculative decoding with any drafter: the target's sampling distribution, fewer target passes.
 
     Args:
@@ -188,10 +191,23 @@ def speculative_sample(target, drafter, prompt_ids, max_new_tokens: int, *, k: i
         on_round: with ``use_cache`` only: ``on_round(record)`` after each round's rollback,
             a ``g2c.kvcache.RoundRecord`` (KV rows reserved / rolled back, the live caches:
             read them during the call, do not keep them).
+        repetition_penalty: module 11's CTRL penalty (1.0 = off, else > 0) on the target's rows:
+            row i of the block is penalised with every committed token (the prompt and tokens past
+            the window included) and the drafts before row i (``controls.ControlledTarget``), as
+            ``g2c.sampling.generate(..., repetition_penalty=...)`` penalises each step. Lossless
+            for every drafter; a drafter that ignores it only loses acceptances.
+        stop_ids: more ids that end the run like ``eos_id`` (kept in the output), each in [0, V).
+        stop_strings: strings that end the run: it stops right after the first token that makes
+            ``decode(new tokens)`` contain one (that token kept), exactly where plain decoding
+            checking after every token would stop (``controls.StopRule``). Needs ``decode``.
+        decode: the tokenizer's ``decode`` (list of ids -> str), for ``stop_strings``.
+        logprobs: True also returns ``stats.logprobs``: per new token, its log-probability under
+            the target's raw distribution (log_softmax of the logits; no temperature, filter or
+            penalty), a list of floats as long as the new tokens.
 
     Returns:
         (ids, stats): LongTensor (N,) on the CPU, the prompt then the new tokens; a
-        ``SpecStats`` with one ``record`` per target pass. Uncached, ids is distributed as
+        ``SpecStats`` with one ``record`` per target pass (and ``logprobs`` when asked). Uncached, ids is distributed as
         ``g2c.sampling.generate(target, prompt_ids, max_new_tokens, temperature=..., top_k=...,
         top_p=..., eos_id=eos_id)`` at any length (at temperature 0: equal token for token);
         with ``LMDrafter(drafter_model)`` at temperature 0 it equals
@@ -212,8 +228,11 @@ def speculative_sample(target, drafter, prompt_ids, max_new_tokens: int, *, k: i
             target's ("vocab_size"); target ``max_seq_len`` < 2 ("max_seq_len"); a
             drafter returns a malformed proposal (names the drafter and the contract);
             ``use_cache`` with an MTP-style drafter or ``on_round`` without ``use_cache``
-            ("use_cache"); ``use_cache`` or ``on_round`` with a ``Target`` ("Target").
-        TypeError: ``use_cache`` with a target that is not a ``TransformerLM``.
+            ("use_cache"); ``use_cache`` or ``on_round`` with a ``Target`` ("Target"); repetition_penalty <= 0 or
+            not finite ("repetition_penalty"); a stop id outside [0, V) ("stop_ids"); an empty stop
+            string, or stop strings without decode ("stop_strings").
+        TypeError: ``use_cache`` with a target that is not a ``TransformerLM``; a repetition
+            penalty, stop id, stop string or decode of the wrong type.
 
     Steps:
         1. Provided: validation, the ``Sampler``, models in eval mode (restored in
@@ -229,13 +248,15 @@ def speculative_sample(target, drafter, prompt_ids, max_new_tokens: int, *, k: i
            to max_seq_len - k' tokens + the draft, or one cached pass): k'+1 logits rows, and
            the scored block's states (T, D) or None.
         4. ``verify_round``; emitted = accepted drafts + the target's token, cut to the
-           budget and after the first ``eos_id`` (``test_speculative_sample_respects_budget_and_eos``).
+           budget, then ``stop.cut(ids, emitted)`` (provided: after the first ``eos_id``, stop id
+           or stop string; ``test_speculative_sample_respects_budget_and_eos``).
         5. ``stats.record(drafted=k', accepted=<drafts emitted>, generated=len(emitted))``,
            ``on_pass``; ``controller.update(drafted=k', accepted=num_accepted, ...)``;
            append; ``drafter.commit(ids, <drafts emitted>, target_hidden=...)`` with the
            states of every committed block position but the newest
            (``test_mtp_drafter_uses_target_states``); then ``target_state.commit(ids,
-           <drafts emitted>)`` (the cached target rolls back here); stop after EOS.
+           <drafts emitted>)`` (the cached target rolls back here); stop after a stop.
+        6. Leave the loop with ``ids`` and ``stats``: the provided last line returns them.
     """
     ids = as_token_ids(prompt_ids, "prompt_ids")
     target_state = target if isinstance(target, Target) else None
@@ -251,6 +272,9 @@ def speculative_sample(target, drafter, prompt_ids, max_new_tokens: int, *, k: i
             raise TypeError(f"{hook_name} must be a callable or None, got {type(hook).__name__}")
     sampler = Sampler(temperature, top_k, top_p)
     eos_id = check_eos_id(eos_id, getattr(target, "vocab_size", None))                # None, or an id the loop can emit
+    repetition_penalty = check_repetition_penalty(repetition_penalty)
+    stop = StopRule(eos_id=eos_id, stop_ids=stop_ids, stop_strings=stop_strings, decode=decode,
+                    prompt_len=ids.numel(), vocab_size=getattr(target, "vocab_size", None))
     vocab = getattr(drafter, "vocab_size", None)
     if vocab is not None and vocab != target.vocab_size:
         raise ValueError(f"drafter vocab_size {vocab} differs from target vocab_size {target.vocab_size}; "
@@ -284,6 +308,8 @@ def speculative_sample(target, drafter, prompt_ids, max_new_tokens: int, *, k: i
             target_state = (CachedTarget(target, drafter=drafter, on_round=on_round, want_hidden=want_hidden)
                             if use_cache
                             else RecomputeTarget(target, want_hidden=want_hidden))
+        if repetition_penalty != 1.0 or logprobs:        # the row controls, only when asked for
+            target_state = ControlledTarget(target_state, repetition_penalty=repetition_penalty, logprobs=logprobs)
         target_state.start(ids)           # the cached target prefills every prompt token but the last
         # TODO: implement this (module specdec-sampling, see docs/beyond/specdec-sampling.md).
         raise NotImplementedError(
@@ -292,6 +318,9 @@ def speculative_sample(target, drafter, prompt_ids, max_new_tokens: int, *, k: i
             "specdec-sampling: the answer key stands in for the modules it needs (03, 03b, 04, 05, 07, 08, 09, 11, "
             "16, specdec) except those you edited, never for your own code."
         )
+        if logprobs:
+            stats.logprobs = target_state.logprobs          # one float per new token
+        return ids, stats
     finally:
         for m, mode in zip(models, modes):
             m.train(mode)

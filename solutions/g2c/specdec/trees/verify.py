@@ -31,7 +31,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, fields
+from dataclasses import dataclass, field, fields
 
 import torch
 
@@ -229,6 +229,7 @@ class TreeStats(SpecStats):
     expected_accepted: float = 0.0
     kv_bytes_moved: int = 0
     kv_rows_dropped: int = 0
+    logprobs: list[float] | None = field(default=None, repr=False)   # with logprobs=True
 
 
 class TreeDraft:
@@ -563,7 +564,8 @@ def tree_speculative_generate(target, drafter, prompt_ids, max_new_tokens: int, 
                               on_pass: Callable[[list[int], int], None] | None = None,
                               use_cache: bool = False, target_cache=None, draft_mode: str = "top",
                               top_k: int | None = None, top_p: float | None = None,
-                              ) -> tuple[torch.Tensor, TreeStats]:
+                              repetition_penalty: float = 1.0, stop_ids=None, stop_strings=None, decode=None,
+                              logprobs: bool = False) -> tuple[torch.Tensor, TreeStats]:
     """Speculative decoding with draft trees: build, verify in one target pass, commit. Provided.
 
     A preset of the engine (specdec-sampling's ``speculative_sample``, your loop): an
@@ -605,6 +607,10 @@ def tree_speculative_generate(target, drafter, prompt_ids, max_new_tokens: int, 
             drafts top ranks (greedy verification ignores q).
         top_k, top_p: module 11's warpers after the temperature (the engine's ``Sampler``): at
             T > 0 the output follows plain sampling with the same warpers. Ignored at T = 0.
+        repetition_penalty, stop_ids, stop_strings, decode, logprobs: the engine's controls
+            (``speculative_sample``): the penalty goes on every tree row with its own path, the
+            stops cut where plain decoding stops, ``stats.logprobs`` gives each new token's raw
+            log-probability under the target. Lossless as for a chain.
 
     Returns:
         (ids, stats): prompt + new tokens (CPU LongTensor), and a ``TreeStats``. Greedy
@@ -664,11 +670,13 @@ def tree_speculative_generate(target, drafter, prompt_ids, max_new_tokens: int, 
                                 num_nodes=num_nodes, width=width, end=ids.numel() + max_new_tokens, sampling=sampling)
         out, spec = speculative_sample(state, adapter, ids, max_new_tokens, k=num_nodes, temperature=temperature,
                                        top_k=top_k, top_p=top_p, generator=generator, eos_id=eos_id,
-                                       on_pass=on_pass)
+                                       on_pass=on_pass, repetition_penalty=repetition_penalty, stop_ids=stop_ids,
+                                       stop_strings=stop_strings, decode=decode, logprobs=logprobs)
     finally:
         target.train(modes[0])
         drafter.train(modes[1])
     stats = TreeStats(**{f.name: getattr(spec, f.name) for f in fields(SpecStats)})
+    stats.logprobs = getattr(spec, "logprobs", None)
     stats.drafter_passes, stats.expected_accepted = adapter.drafter_passes, adapter.expected_accepted
     if use_cache:
         stats.kv_bytes_moved, stats.kv_rows_dropped = state.kv_bytes_moved, state.kv_rows_dropped

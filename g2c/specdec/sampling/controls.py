@@ -1,0 +1,229 @@
+"""Beyond (specdec-sampling, provided): the sampling controls every speculative run takes, written once.
+
+Plain decoding (module 11's ``g2c.sampling.generate``) offers more than the warpers: a repetition
+penalty over everything said so far, and a serving engine adds stop tokens, stop strings and the
+log-probability of each emitted token. Each is lossless under speculation when it is applied where
+plain decoding applies it, row by row:
+
+* **Repetition penalty** (Keskar et al., "CTRL", 2019, section 4.1; module 11's
+  ``apply_repetition_penalty``). Plain decoding penalises the logits of step t with every token
+  before t: the prompt, every committed token (also those that slid out of the window), and, in a
+  speculative round, the drafts *before* row i of the block. So row i of a chain is penalised with
+  ``context + draft[:i]``, and the row after tree node j with ``context + the path to j``. The
+  penalty goes on the target's rows p. A drafter may ignore it: its q is whatever it sampled from
+  and the verifier corrects the difference (fewer acceptances, same output). The two classic
+  mistakes, a penalty on q but not on p, and a penalty that forgets the drafts accepted earlier in
+  the same round, both change the output's law; ``tests/test_specdec_sampling.py`` shows each
+  rejected by the distribution test that passes the right rule.
+* **Stops** (``StopRule``): ``eos_id``, any of ``stop_ids``, or the first emitted token after which
+  the generated text (``decode`` of the new tokens) contains one of ``stop_strings``. The round's
+  emitted tokens are checked one prefix at a time, so the run ends on exactly the token plain
+  decoding would have stopped on, and that token is kept (as EOS is).
+* **Logprobs**: ``log_softmax`` of the target's raw logits (temperature 1, no penalty, no filter)
+  at each emitted token, the number a perplexity is built from; one float per new token, equal to
+  what one full forward pass over the final sequence gives inside the window.
+
+``ControlledTarget`` wraps any ``Target`` (chain or tree, recompute, cached or fast) and applies the
+penalty and records the logprobs; ``speculative_sample`` builds it only when a control asks for it,
+so a run without controls is the same object graph as before.
+
+Shape letters: R rows scored this round (k'+1 for a chain, n+1 for a tree), V vocabulary.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Iterable
+
+import torch
+
+from g2c.sampling.warpers import apply_repetition_penalty
+
+from .target import Target
+
+__all__ = ["ControlledTarget", "StopRule", "check_repetition_penalty", "row_histories"]
+
+
+def check_repetition_penalty(penalty) -> float:
+    """The penalty as a float; 1.0 is off.
+
+    Raises:
+        TypeError: not a real number ("repetition_penalty must be a real number").
+        ValueError: <= 0, NaN or infinite ("repetition_penalty must be > 0").
+    """
+    if isinstance(penalty, bool) or not isinstance(penalty, (int, float)):
+        raise TypeError(f"repetition_penalty must be a real number > 0, got {type(penalty).__name__} {penalty!r}")
+    if not 0 < penalty < math.inf:                      # also refuses NaN
+        raise ValueError(f"repetition_penalty must be > 0 and finite (1.0 = off), got {penalty}")
+    return float(penalty)
+
+
+def row_histories(draft) -> list[list[int]]:
+    """The draft tokens that precede each scored row: R lists.
+
+    A chain (1-D ids, k' drafts): row i follows ``draft[:i]``, i = 0..k'. A tree (a
+    ``g2c.specdec.trees.TreeDraft``): row 0 follows the root (nothing drafted), row 1 + j the path
+    root -> node j (node j included)."""
+    if isinstance(draft, torch.Tensor):
+        tokens = draft.tolist()
+        return [tokens[:i] for i in range(len(tokens) + 1)]
+    tree = draft.tree
+    tokens, parents = tree.tokens.tolist(), tree.parents.tolist()
+    paths: list[list[int]] = []
+    for j, parent in enumerate(parents):
+        paths.append((paths[parent] if parent >= 0 else []) + [tokens[j]])
+    return [[]] + paths
+
+
+class StopRule:
+    """Where a speculative round's emitted tokens end: EOS, stop ids, stop strings. Provided.
+
+    The one cut every run of the engine shares. ``cut(ids, emitted)`` checks the emitted tokens one
+    prefix at a time, in order, as plain decoding checks after each token, and returns the tokens
+    up to and including the first that stops the run.
+
+    Args:
+        eos_id: an id in [0, V) or None (already checked by ``check_eos_id``).
+        stop_ids: more ids that end the run, each in [0, V); None or empty for none.
+        stop_strings: non-empty strings; the run ends after the first token that makes the
+            generated text (``decode`` of every new token so far, the prompt excluded) contain one.
+        decode: token ids (list of int) -> str, the tokenizer's ``decode``; needed with stop strings.
+        prompt_len: tokens of the prompt (the generated text starts after them).
+        vocab_size: V, to check the stop ids.
+
+    Raises:
+        TypeError: stop_ids not integers, stop_strings not strings, decode not callable.
+        ValueError: a stop id outside [0, V) ("stop_ids"); an empty stop string; stop strings
+            without ``decode`` ("stop_strings need decode").
+    """
+
+    def __init__(self, *, eos_id: int | None = None, stop_ids: Iterable[int] | None = None,
+                 stop_strings: Iterable[str] | None = None, decode: Callable[[list[int]], str] | None = None,
+                 prompt_len: int = 0, vocab_size: int | None = None) -> None:
+        ids = set() if eos_id is None else {int(eos_id)}
+        for t in ([] if stop_ids is None else list(stop_ids)):
+            if isinstance(t, bool) or not isinstance(t, int) and not (isinstance(t, torch.Tensor) and t.numel() == 1
+                                                                      and not t.dtype.is_floating_point):
+                raise TypeError(f"stop_ids must be token ids (ints), got {type(t).__name__} {t!r}")
+            t = int(t)
+            if t < 0 or (vocab_size is not None and t >= vocab_size):
+                raise ValueError(f"stop_ids: {t} is outside the vocabulary [0, {vocab_size})")
+            ids.add(t)
+        strings = [] if stop_strings is None else ([stop_strings] if isinstance(stop_strings, str)
+                                                   else list(stop_strings))
+        for s in strings:
+            if not isinstance(s, str):
+                raise TypeError(f"stop_strings must be strings, got {type(s).__name__} {s!r}")
+            if not s:
+                raise ValueError("stop_strings: an empty string would stop before the first token; drop it")
+        if strings and decode is None:
+            raise ValueError("stop_strings need decode (the tokenizer's decode: ids -> text) to read the "
+                             "generated text")
+        if decode is not None and not callable(decode):
+            raise TypeError(f"decode must be a callable (ids -> text), got {type(decode).__name__}")
+        self.stop_ids = frozenset(ids)
+        self.stop_strings = tuple(strings)
+        self.decode = decode
+        self.prompt_len = int(prompt_len)
+
+    def __repr__(self) -> str:
+        return f"StopRule(stop_ids={sorted(self.stop_ids)}, stop_strings={list(self.stop_strings)})"
+
+    def _text_stops(self, new_tokens: list[int]) -> bool:
+        text = self.decode(new_tokens)
+        return any(s in text for s in self.stop_strings)
+
+    def cut(self, ids: torch.Tensor, emitted: list[int]) -> tuple[list[int], bool]:
+        """(emitted up to and including the first stopping token, whether the run stops).
+
+        Args:
+            ids: (N,) the committed ids before this round (prompt first).
+            emitted: this round's tokens, already cut to the budget.
+        """
+        end = next((i + 1 for i, tok in enumerate(emitted) if tok in self.stop_ids), None)   # first stop id
+        if self.stop_strings and emitted:
+            before = ids[self.prompt_len:].tolist()
+            upto = emitted if end is None else emitted[:end]
+            if self._text_stops(before + upto):            # a string ends in this round, by token `end` at the latest
+                end = next(i + 1 for i in range(len(upto)) if self._text_stops(before + upto[:i + 1]))
+        if end is None:
+            return emitted, False
+        return emitted[:end], True
+
+
+class ControlledTarget(Target):
+    """Any ``Target`` with a repetition penalty on its rows and the emitted tokens' logprobs. Provided.
+
+    ``score`` returns the inner target's rows, each penalised with the committed context and the
+    drafts before it (``row_histories``); ``commit`` records, when asked, the raw log-probability of
+    every emitted token (row i of a chain; row 0 then the accepted path's nodes of a tree:
+    ``TreeDraft.committed_rows``). Everything else (``start``, ``visible``, the cache, the kept
+    layers a drafter reads) is the inner target's.
+
+    Args:
+        inner: the ``Target`` to wrap.
+        repetition_penalty: > 0; 1.0 leaves the rows unchanged.
+        logprobs: keep ``self.logprobs``, one float per emitted token.
+
+    Source: CTRL's penalty (Keskar et al. 2019, section 4.1) over the whole sequence, as module 11
+    and transformers' ``RepetitionPenaltyLogitsProcessor`` apply it; vLLM and SGLang apply their
+    penalties to the target's rows of the verified block the same way.
+    """
+
+    def __init__(self, inner: Target, *, repetition_penalty: float = 1.0, logprobs: bool = False) -> None:
+        self.inner = inner
+        self.model = inner.model
+        self.penalty = check_repetition_penalty(repetition_penalty)
+        self.keep_logprobs = bool(logprobs)
+        self.logprobs: list[float] = []
+        self._raw: torch.Tensor | None = None
+        self._draft = None
+        self._length = 0
+
+    def __getattr__(self, name):                  # the inner target's own attributes (cache, layers, timers)
+        if name == "inner":
+            raise AttributeError(name)
+        return getattr(self.inner, name)
+
+    @property
+    def vocab_size(self) -> int:
+        return self.inner.vocab_size
+
+    @property
+    def max_seq_len(self) -> int:
+        return self.inner.max_seq_len
+
+    @property
+    def device(self) -> torch.device:
+        return self.inner.device
+
+    def start(self, prompt_ids: torch.Tensor) -> None:
+        self.logprobs = []
+        return self.inner.start(prompt_ids)
+
+    def visible(self, context_ids: torch.Tensor) -> int:
+        return self.inner.visible(context_ids)
+
+    def score(self, context_ids: torch.Tensor, draft_ids):
+        logits, states = self.inner.score(context_ids, draft_ids)          # (R, V), states | None
+        self._raw, self._draft, self._length = logits, draft_ids, len(context_ids)
+        if self.penalty == 1.0:
+            return logits, states
+        histories = row_histories(draft_ids)
+        if len(histories) != logits.shape[0]:
+            raise RuntimeError(f"ControlledTarget: {type(self.inner).__name__} returned {logits.shape[0]} rows for "
+                               f"a draft of {len(histories) - 1}; expected one row per draft token plus one")
+        context = context_ids.tolist()
+        rows = [apply_repetition_penalty(logits[i], torch.tensor(context + h, dtype=torch.long), self.penalty)
+                for i, h in enumerate(histories)]
+        return torch.stack(rows), states                                    # (R, V)
+
+    def commit(self, context_ids: torch.Tensor, num_accepted: int) -> None:
+        if self.keep_logprobs and self._raw is not None:
+            emitted = context_ids[self._length:].tolist()
+            rows = (list(range(len(emitted))) if isinstance(self._draft, torch.Tensor)
+                    else self._draft.committed_rows(len(emitted)))
+            logp = torch.log_softmax(self._raw[rows].float(), dim=-1).cpu()      # (e, V)
+            self.logprobs.extend(logp[torch.arange(len(rows)), torch.tensor(emitted)].tolist())
+        self._raw = None
+        return self.inner.commit(context_ids, num_accepted)
