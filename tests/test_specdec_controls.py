@@ -21,6 +21,7 @@ from __future__ import annotations
 import itertools
 from collections import Counter
 
+import numpy as np
 import pytest
 import torch
 from specdec_mocks import TableLM
@@ -81,12 +82,39 @@ def test_stop_rule_cuts_at_the_first_stopping_token():
     ({"repetition_penalty": 0.0}, ValueError, "repetition_penalty"),
     ({"repetition_penalty": float("nan")}, ValueError, "repetition_penalty"),
     ({"repetition_penalty": "1.2"}, TypeError, "repetition_penalty"),
+    ({"stop_ids": True}, TypeError, "stop_ids"),
+    ({"stop_ids": torch.tensor([True, False])}, TypeError, "stop_ids"),
+    ({"stop_ids": "5"}, TypeError, "stop_strings"),
+    ({"stop_strings": b"ab", "decode": decode}, TypeError, "bytes"),
+    ({"stop_strings": ["ab"], "decode": lambda ids: list(decode(ids))}, TypeError, "decode must return"),
+    ({"logprobs": "no"}, TypeError, "logprobs must be True or False"),
 ])
 def test_engine_refuses_bad_controls(kwargs, error, match):
     target = _lm(2, max_seq_len=16)
     with pytest.raises(error, match=match):
         speculative_sample(target, LMDrafter(_lm(3, dim=8, layers=1, max_seq_len=16)), [1, 2], 4, temperature=0.0,
                            **kwargs)
+
+
+@pytest.mark.parametrize("one_id", [5, np.int64(5), torch.tensor(5), [5], torch.tensor([5])])
+def test_stop_ids_take_one_id_or_many(one_id):
+    assert StopRule(stop_ids=one_id, vocab_size=32).stop_ids == frozenset({5})
+
+
+def test_overflowing_penalty_or_temperature_is_the_argmax_limit():
+    """A penalty of 1e-40 divides a positive logit into +inf; a temperature of 1e-40 overflows every
+    row. Module 11's ``generate`` takes the argmax there (its T -> 0 rule); the engine's p is then
+    one-hot at the same argmax, so the sampled run is plain decoding's, not a crash."""
+    row = torch.tensor([[1.0, 3.0, -2.0], [0.5, 0.2, 0.1]])
+    torch.testing.assert_close(Sampler(1e-40).probs(row), torch.tensor([[0.0, 1.0, 0.0], [1.0, 0.0, 0.0]]))
+    target, small = _lm(2, max_seq_len=16), _lm(3, dim=8, layers=1, max_seq_len=16)
+    plain = generate(target, [5, 11, 5], 8, temperature=1.0, repetition_penalty=1e-40,
+                     generator=torch.Generator().manual_seed(0))
+    for use_cache in (False, True):
+        ids, _ = speculative_sample(target, LMDrafter(small, sample=True), [5, 11, 5], 8, k=3, temperature=1.0,
+                                    repetition_penalty=1e-40, use_cache=use_cache,
+                                    generator=torch.Generator().manual_seed(1))
+        assert ids.tolist() == plain.tolist()
 
 
 # -- greedy: token for token against module 11 ---------------------------------------------------

@@ -37,11 +37,42 @@ from collections.abc import Callable, Iterable
 
 import torch
 
+from g2c.sampling.model import check_count
 from g2c.sampling.warpers import apply_repetition_penalty
 
 from .target import Target
 
-__all__ = ["ControlledTarget", "StopRule", "check_repetition_penalty", "row_histories"]
+__all__ = ["ControlledTarget", "StopRule", "check_logprobs", "check_repetition_penalty", "row_histories"]
+
+
+def check_logprobs(flag) -> bool:
+    """``logprobs`` must be a bool (a string such as "no" is truthy: refused, not guessed).
+
+    Raises:
+        TypeError: anything but True or False ("logprobs must be True or False").
+    """
+    if not isinstance(flag, bool):
+        raise TypeError(f"logprobs must be True or False, got {type(flag).__name__} {flag!r}")
+    return flag
+
+
+def _stop_id_list(stop_ids) -> list:
+    """``stop_ids`` as a list of candidates: None -> [], one id (an int, a NumPy integer, a 0-d
+    integer tensor) -> [it], an iterable (list, tuple, set, 1-D tensor) -> its items."""
+    if stop_ids is None:
+        return []
+    if isinstance(stop_ids, torch.Tensor):
+        if stop_ids.dtype == torch.bool or stop_ids.dtype.is_floating_point or stop_ids.dim() > 1:
+            raise TypeError(f"stop_ids must be token ids (ints), got a {stop_ids.dtype} tensor of shape "
+                            f"{tuple(stop_ids.shape)}")
+        return stop_ids.reshape(-1).tolist()
+    if isinstance(stop_ids, (str, bytes)):
+        raise TypeError(f"stop_ids must be token ids (ints), got {type(stop_ids).__name__} {stop_ids!r}; "
+                        "a text to stop at goes in stop_strings")
+    try:
+        return list(stop_ids)
+    except TypeError:
+        return [stop_ids]                      # one id; check_count judges it below
 
 
 def check_repetition_penalty(penalty) -> float:
@@ -84,15 +115,19 @@ class StopRule:
 
     Args:
         eos_id: an id in [0, V) or None (already checked by ``check_eos_id``).
-        stop_ids: more ids that end the run, each in [0, V); None or empty for none.
-        stop_strings: non-empty strings; the run ends after the first token that makes the
-            generated text (``decode`` of every new token so far, the prompt excluded) contain one.
+        stop_ids: more ids that end the run, each in [0, V): one id or an iterable of ids (a list,
+            a set, a 1-D integer tensor); None or empty for none.
+        stop_strings: a string or strings, non-empty; the run ends after the first token that makes
+            the generated text (``decode`` of every new token so far, the prompt excluded) contain
+            one. Only the new text is read: with the prompt "...The e" and the stop string "The end",
+            a generated "nd" does not stop the run, a generated "The end" does.
         decode: token ids (list of int) -> str, the tokenizer's ``decode``; needed with stop strings.
         prompt_len: tokens of the prompt (the generated text starts after them).
         vocab_size: V, to check the stop ids.
 
     Raises:
-        TypeError: stop_ids not integers, stop_strings not strings, decode not callable.
+        TypeError: stop_ids not integers (a bool, a float, a bool tensor), stop_strings not strings
+            (bytes included), decode not callable; at ``cut``, decode returning anything but a str.
         ValueError: a stop id outside [0, V) ("stop_ids"); an empty stop string; stop strings
             without ``decode`` ("stop_strings need decode").
     """
@@ -101,16 +136,15 @@ class StopRule:
                  stop_strings: Iterable[str] | None = None, decode: Callable[[list[int]], str] | None = None,
                  prompt_len: int = 0, vocab_size: int | None = None) -> None:
         ids = set() if eos_id is None else {int(eos_id)}
-        for t in ([] if stop_ids is None else list(stop_ids)):
-            if isinstance(t, bool) or not isinstance(t, int) and not (isinstance(t, torch.Tensor) and t.numel() == 1
-                                                                      and not t.dtype.is_floating_point):
-                raise TypeError(f"stop_ids must be token ids (ints), got {type(t).__name__} {t!r}")
-            t = int(t)
+        for t in _stop_id_list(stop_ids):
+            t = check_count(t, "stop_ids", minimum=None)             # ints, NumPy ints; bools and floats refused
             if t < 0 or (vocab_size is not None and t >= vocab_size):
                 raise ValueError(f"stop_ids: {t} is outside the vocabulary [0, {vocab_size})")
             ids.add(t)
         strings = [] if stop_strings is None else ([stop_strings] if isinstance(stop_strings, str)
                                                    else list(stop_strings))
+        if isinstance(stop_strings, bytes):
+            raise TypeError("stop_strings must be text (str), got bytes; decode them first (b'...'.decode())")
         for s in strings:
             if not isinstance(s, str):
                 raise TypeError(f"stop_strings must be strings, got {type(s).__name__} {s!r}")
@@ -131,6 +165,9 @@ class StopRule:
 
     def _text_stops(self, new_tokens: list[int]) -> bool:
         text = self.decode(new_tokens)
+        if not isinstance(text, str):         # a list would turn "in" into membership: refuse, never guess
+            raise TypeError(f"decode must return the text (a str), got {type(text).__name__}; pass the "
+                            "tokenizer's decode (ids -> str)")
         return any(s in text for s in self.stop_strings)
 
     def cut(self, ids: torch.Tensor, emitted: list[int]) -> tuple[list[int], bool]:

@@ -51,7 +51,7 @@ from g2c.sampling.model import check_count, check_eos_id, check_generator
 from ..generate import SpecStats, draft_room
 from ..verify import greedy_verify, speculative_verify
 from .controllers import StaticK
-from .controls import ControlledTarget, StopRule, check_repetition_penalty
+from .controls import ControlledTarget, StopRule, check_logprobs, check_repetition_penalty
 from .drafters import Sampler
 from .target import CachedTarget, FullContextTarget, RecomputeTarget, RoundRecord, Target
 
@@ -203,7 +203,10 @@ def speculative_sample(target, drafter, prompt_ids, max_new_tokens: int, *, k: i
         decode: the tokenizer's ``decode`` (list of ids -> str), for ``stop_strings``.
         logprobs: True also returns ``stats.logprobs``: per new token, its log-probability under
             the target's raw distribution (log_softmax of the logits; no temperature, filter or
-            penalty), a list of floats as long as the new tokens.
+            penalty), a list of floats as long as the new tokens (None when False). They are the
+            logits the target scored: uncached, its sliding window; with ``use_cache`` past the
+            window, the re-prefilled cache's (module 16's policy), so there they differ from a
+            full forward pass over the last max_seq_len tokens.
 
     Returns:
         (ids, stats): LongTensor (N,) on the CPU, the prompt then the new tokens; a
@@ -232,7 +235,8 @@ def speculative_sample(target, drafter, prompt_ids, max_new_tokens: int, *, k: i
             not finite ("repetition_penalty"); a stop id outside [0, V) ("stop_ids"); an empty stop
             string, or stop strings without decode ("stop_strings").
         TypeError: ``use_cache`` with a target that is not a ``TransformerLM``; a repetition
-            penalty, stop id, stop string or decode of the wrong type.
+            penalty, stop id, stop string, decode or ``logprobs`` of the wrong type (``logprobs``
+            must be a bool); a ``decode`` that returns anything but a str.
 
     Steps:
         1. Provided: validation, the ``Sampler``, models in eval mode (restored in
@@ -273,6 +277,7 @@ def speculative_sample(target, drafter, prompt_ids, max_new_tokens: int, *, k: i
     sampler = Sampler(temperature, top_k, top_p)
     eos_id = check_eos_id(eos_id, getattr(target, "vocab_size", None))                # None, or an id the loop can emit
     repetition_penalty = check_repetition_penalty(repetition_penalty)
+    logprobs = check_logprobs(logprobs)
     stop = StopRule(eos_id=eos_id, stop_ids=stop_ids, stop_strings=stop_strings, decode=decode,
                     prompt_len=ids.numel(), vocab_size=getattr(target, "vocab_size", None))
     vocab = getattr(drafter, "vocab_size", None)
@@ -318,8 +323,7 @@ def speculative_sample(target, drafter, prompt_ids, max_new_tokens: int, *, k: i
             "specdec-sampling: the answer key stands in for the modules it needs (03, 03b, 04, 05, 07, 08, 09, 11, "
             "16, specdec) except those you edited, never for your own code."
         )
-        if logprobs:
-            stats.logprobs = target_state.logprobs          # one float per new token
+        stats.logprobs = target_state.logprobs if logprobs else None     # one float per new token, when asked
         return ids, stats
     finally:
         for m, mode in zip(models, modes):

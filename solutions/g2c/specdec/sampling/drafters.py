@@ -129,17 +129,30 @@ class Sampler:
     def probs(self, logits: torch.Tensor) -> torch.Tensor:
         """Warped probabilities (..., V) float32 on the logits' device, from logits (..., V).
 
+        A row whose scaled logits overflow (+inf or NaN: a temperature such as 1e-40, or a
+        repetition penalty such as 1e-40 that divides a logit into +inf) is one-hot at the argmax
+        of its logits: module 11's T -> 0 limit (``sample_from_logits``), so p is the distribution
+        ``generate`` draws from there too. A row that holds NaN before scaling (a broken model)
+        stays NaN, so the verifier's check names it.
+
         Raises:
             ValueError: called on a greedy sampler (temperature 0 has no distribution to warp).
         """
         if self.greedy:
             raise ValueError("Sampler.probs needs temperature > 0; at temperature 0 take the argmax")
         x = apply_temperature(logits.float(), self.temperature)
+        over = ((torch.isnan(x) | torch.isposinf(x)).any(dim=-1, keepdim=True)           # (..., 1) overflowed,
+                & ~torch.isnan(logits).any(dim=-1, keepdim=True))                           # not a NaN model
+        x = torch.where(over, torch.zeros_like(x), x)
         if self.top_k is not None:
             x = top_k_filter(x, self.top_k)
         if self.top_p is not None:
             x = top_p_filter(x, self.top_p)
-        return torch.softmax(x, dim=-1)
+        p = torch.softmax(x, dim=-1)
+        if bool(over.any()):                                  # module 11's rule: the argmax, one-hot
+            argmax = torch.nn.functional.one_hot(logits.float().argmax(dim=-1), x.shape[-1]).to(p.dtype)
+            p = torch.where(over, argmax, p)
+        return p
 
     def choose(self, logits: torch.Tensor, generator: torch.Generator | None) -> tuple[int, torch.Tensor | None]:
         """One token from logits (V,): (argmax, None) when greedy, else (sample, q (V,) on the CPU)."""
