@@ -34,7 +34,8 @@ EAGLE-3, block) returns a copy of the head, of the same class, with swapped leav
   (``torch.ops.mkldnn._reorder_linear_weight``) and multiplied with
   ``torch.ops.mkldnn._linear_pointwise``: the cost of 1-9 rows stays close to one weight
   read. In float32 one row still goes through torch's own product (MKL's matrix-vector
-  kernel is the faster one for a single row), from 4 rows on the packed weight is used.
+  kernel is the faster one for a single row), from 2 rows on the packed weight is used
+  (``PACKED_MIN_ROWS``; docs/performance.md, "Packed from two rows", measured end to end).
   Elsewhere (CUDA, MPS, a torch without oneDNN) it is ``torch.nn.functional.linear``.
 * LayerNorm and GELU are torch's fused kernels (same maths: biased variance, eps 1e-5,
   exact erf GELU).
@@ -87,8 +88,10 @@ __all__ = ["FAST_DTYPES", "FastLM", "PackedLinear", "fast_model", "packed_kernel
 FAST_DTYPES = (torch.float32, torch.bfloat16, torch.float16)
 
 # Rows from which the packed float32 weight is used (below: torch's own product, whose
-# single-row matrix-vector kernel is faster on the CPUs measured). bfloat16: always packed.
-PACKED_MIN_ROWS = {torch.float32: 4, torch.bfloat16: 1}
+# single-row matrix-vector kernel is faster on the CPUs measured; at 2-3 rows MKL's general
+# kernel costs 1.5-2x one row there, the packed one about one row: docs/performance.md,
+# "Packed from two rows"). bfloat16: always packed.
+PACKED_MIN_ROWS = {torch.float32: 2, torch.bfloat16: 1}
 # The row count oneDNN is told to expect when it chooses the packed layout.
 PACK_ROWS = 4
 
