@@ -147,6 +147,9 @@ def parse_args(argv):
                     help="run every row at its default k (e.g. both trees at 16 nodes: the same budget)")
     ap.add_argument("--threads", type=cli.count(1), default=None, help="torch threads (default: torch's)")
     ap.add_argument("--seed", type=cli.count(0), default=0, help="generator seed of the sampled rows")
+    ap.add_argument("--packed-min-rows", type=cli.count(1), default=None, metavar="N",
+                    help="with --fast: float32 products use oneDNN's packed weight from N rows (default: "
+                         "g2c.kvcache.fast.PACKED_MIN_ROWS, 2), to compare the kernel choice end to end")
     ap.add_argument("--repetition-penalty", type=cli.real(0.0, lo_open=True), default=1.0,
                     help="module 11's penalty on every row and on the plain baseline (1.0 = off): what a drafter "
                          "that ignores it loses in acceptance")
@@ -166,6 +169,8 @@ def parse_args(argv):
     ap.add_argument("--figure", type=cli.output_file(as_path=True), default=None, help="write the figure (png) here")
     ap.add_argument("--json", type=cli.output_file(as_path=True), default=None, help="write every number (json) here")
     args = ap.parse_args(argv)
+    if args.packed_min_rows is not None and not args.fast:
+        ap.error("--packed-min-rows chooses the fast path's kernel: add --fast")
     preset = QUICK if args.quick else FULL
     args.prompts = args.prompts or preset["prompts"]
     args.new_tokens = args.new_tokens or preset["new_tokens"]
@@ -573,13 +578,22 @@ def main(argv=None) -> int:
     device = target.device
     spec_target = target
     if args.fast:
+        from g2c.kvcache import fast as fast_module
         from g2c.kvcache.fast import fast_model
 
-        spec_target, models = fast_model(target), fast_models(models)
+        saved = dict(fast_module.PACKED_MIN_ROWS)      # read when a PackedLinear is built: set, build, restore
+        try:
+            if args.packed_min_rows is not None:
+                fast_module.PACKED_MIN_ROWS[torch.float32] = args.packed_min_rows
+            spec_target, models = fast_model(target), fast_models(models)
+        finally:
+            fast_module.PACKED_MIN_ROWS.update(saved)
         rows = [("plain cached (fast path)", "no drafter", "plain", None, 1, (1,))] + rows
     where = "" if args.drafters is None else f"; drafters from {args.drafters}"
     print(f"# The draft lineage on {TARGET} (float32, {torch.get_num_threads()} threads, {device}"
-          f"{', every row on the fast path' if args.fast else ''}{where}); {args.prompts} prompts x "
+          f"{', every row on the fast path' if args.fast else ''}"
+          f"{f', packed from {args.packed_min_rows} rows' if args.packed_min_rows else ''}{where}); "
+          f"{args.prompts} prompts x "
           f"{args.new_tokens} tokens per set; speed-ups over plain cached decoding on the teaching path"
           + (f"; repetition penalty {args.repetition_penalty} on every row and on the baseline"
              if args.repetition_penalty != 1.0 else ""))

@@ -72,3 +72,20 @@ def test_lineage_fast_greedy_only_times_every_row(tmp_path):
         if r["time_split"] is not None:
             target, draft, other = r["time_split"]
             assert target > 0 and draft > 0 and target + draft + other == pytest.approx(1.0), name
+
+
+def test_lineage_packed_min_rows_needs_fast_and_is_restored(tmp_path, capsys):
+    """--packed-min-rows picks the fast path's float32 kernel for one run: refused without --fast, and the
+    course's own choice (g2c.kvcache.fast.PACKED_MIN_ROWS) is back afterwards."""
+    import torch
+
+    from g2c.kvcache import fast
+
+    bench = _bench()
+    with pytest.raises(SystemExit) as info:
+        bench.main(["--greedy-only", "--packed-min-rows", "4"])
+    assert info.value.code == 2 and "add --fast" in capsys.readouterr().err
+    before = dict(fast.PACKED_MIN_ROWS)
+    assert bench.main(["--fast", "--greedy-only", "--quick", "--prompts", "1", "--new-tokens", "4", "--threads", "1",
+                       "--rows", "MTP", "--packed-min-rows", "4", "--json", str(tmp_path / "p.json")]) == 0
+    assert fast.PACKED_MIN_ROWS == before and before[torch.float32] == 2
