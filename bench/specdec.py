@@ -28,7 +28,7 @@ speculative tok/s and the measured speed-up, in wall time and in this process's 
 and v are CPU seconds on a CPU: robust when other jobs share the cores). Every speed-up is
 over plain CACHED decoding (``cached_generate``) of the row's target on the teaching path,
 same dtype (float32) and threads. ``--fast`` adds the fast path (``g2c.kvcache.fast``): plain cached decoding on it
-and the greedy LM-drafter rows with a fast target and drafter (rows marked "(fast)").
+and every greedy drafter row (LMs, the EAGLE and MTP heads) with a fast target and drafter (rows marked "(fast)").
 
 Timing (CONVENTIONS §7): every row, the plain baselines included, is timed interleaved with
 the others: one warm-up call per row, then ``--repeats`` rounds of one call per row, the
@@ -95,8 +95,8 @@ def parse_args(argv: list[str] | None):
                          "On a shared machine, 1 thread avoids oversubscription")
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--fast", action="store_true",
-                    help="add the fast path (g2c.kvcache.fast, float32): plain cached decoding and the greedy "
-                         "LM-drafter rows with fast target and drafter")
+                    help="add the fast path (g2c.kvcache.fast, float32): plain cached decoding and every greedy "
+                         "drafter row (LMs and heads) with fast target and drafter")
     ap.add_argument("--out", type=output_file(), default=None,
                     help="also write the drafter table (markdown, with the command) here")
     ap.add_argument("--quick", action="store_true",
@@ -274,7 +274,7 @@ def drafter_table(args, argv: list[str] | None = None) -> int:
     same law with the measured verify cost, tau / (v + c)
     (``speedup_per_round(tau / v, c / v)``), next to the measured speed-up. ``--fast`` adds the
     fast path (``g2c.kvcache.fast.fast_model``, float32, same logits): plain cached decoding on
-    it and every greedy LM-drafter row with fast target and drafter; their speed-up is still
+    it and every greedy drafter row (LMs and the EAGLE/MTP heads) with fast target and drafter; their speed-up is still
     over plain cached decoding on the teaching path (same dtype and threads)."""
     ks = [int(k) for k in args.ks.split(",")]
     names = [d for d in args.drafters.split(",") if d]
@@ -292,12 +292,14 @@ def drafter_table(args, argv: list[str] | None = None) -> int:
     # c and v: CPU seconds on a CPU (robust when other jobs share the cores), wall seconds elsewhere
     on_cpu = torch.device(device).type == "cpu"
     clock = time.process_time if on_cpu else time.perf_counter
-    fast = {}                                                       # teaching model id -> its FastLM
+    fast = {}                                      # teaching model id -> its fast copy (FastLM, or a head's)
     if args.fast:
         fast[id(target)] = fast_model(target)
         for name in names:
-            if DRAFTERS.get(name, {}).get("kind", "lm") == "lm":
-                fast[id(models[name])] = fast_model(models[name])
+            if DRAFTERS.get(name, {}).get("kind", "lm") in ("mtp", "eagle"):     # a head: its base is the target
+                base = models[name].base
+                fast.setdefault(id(base), fast_model(base))
+            fast[id(models[name])] = fast_model(models[name])   # an LM's FastLM; a head's swapped leaves
 
     def plain_call(base, temperature):
         def run():
@@ -313,10 +315,8 @@ def drafter_table(args, argv: list[str] | None = None) -> int:
             rounds, wrapped, outs, stats = [], [], [], []
             timed_base.passes.clear()
             for i, p in enumerate(prompts):
-                if drafter_model is None:
-                    d = _Timed(make_drafter(name, models, sample=temperature > 0), clock)
-                else:
-                    d = _Timed(LMDrafter(drafter_model, sample=temperature > 0, use_cache=True), clock)
+                own = models if drafter_model is None else {**models, name: drafter_model}
+                d = _Timed(make_drafter(name, own, sample=temperature > 0), clock)
                 wrapped.append(d)
                 out, s = speculative_sample(
                     timed_base, d, p, args.new_tokens, k=k, temperature=temperature, eos_id=eos,
