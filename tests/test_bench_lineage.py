@@ -74,6 +74,7 @@ def test_lineage_fast_greedy_only_times_every_row(tmp_path):
             assert target > 0 and draft > 0 and target + draft + other == pytest.approx(1.0), name
 
 
+@pytest.mark.ladder
 def test_lineage_packed_min_rows_needs_fast_and_is_restored(tmp_path, capsys):
     """--packed-min-rows picks the fast path's float32 kernel for one run: refused without --fast, and the
     course's own choice (g2c.kvcache.fast.PACKED_MIN_ROWS) is back afterwards."""
