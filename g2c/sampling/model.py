@@ -25,7 +25,7 @@ from g2c.nn import eval_mode  # re-exported: the loops' mode switch lives with M
 
 __all__ = ["LanguageModel", "check_count", "check_eos_id", "check_generator", "check_head_on_base",
            "check_language_model", "check_prob_rows", "check_real", "check_score_rows", "check_table_dtype",
-           "check_temperature", "check_token_ids", "eval_mode", "prob_tolerance"]
+           "check_repetition_penalty", "check_temperature", "check_token_ids", "eval_mode", "prob_tolerance"]
 
 REQUIRED = ("vocab_size", "max_seq_len", "device")
 
@@ -201,6 +201,24 @@ def check_temperature(temperature, name: str = "temperature") -> float:
     if not (math.isfinite(temperature) and temperature >= 0):
         raise ValueError(f"{name} must be >= 0 and finite (0 = greedy), got {temperature}")
     return float(temperature)
+
+
+def check_repetition_penalty(penalty) -> float:
+    """A CTRL repetition penalty as a float: finite and > 0 (1.0 = off).
+
+    The one check behind module 11's ``generate``, module 16's ``cached_generate`` and the
+    speculative engine's ``repetition_penalty``.
+
+    Raises:
+        TypeError: not a real number ("repetition_penalty must be a real number > 0").
+        ValueError: <= 0, NaN or infinite ("repetition_penalty must be > 0 and finite"); the
+            message names the value.
+    """
+    if isinstance(penalty, bool) or not isinstance(penalty, (int, float)):
+        raise TypeError(f"repetition_penalty must be a real number > 0, got {type(penalty).__name__} {penalty!r}")
+    if not 0 < penalty < math.inf:                      # also refuses NaN
+        raise ValueError(f"repetition_penalty must be > 0 and finite (1.0 = off), got {penalty}")
+    return float(penalty)
 
 
 def check_head_on_base(head, base, name: str = "head") -> None:

@@ -32,12 +32,11 @@ Shape letters: R rows scored this round (k'+1 for a chain, n+1 for a tree), V vo
 
 from __future__ import annotations
 
-import math
 from collections.abc import Callable, Iterable
 
 import torch
 
-from g2c.sampling.model import check_count
+from g2c.sampling.model import check_count, check_repetition_penalty
 from g2c.sampling.warpers import apply_repetition_penalty
 
 from .target import Target
@@ -73,20 +72,6 @@ def _stop_id_list(stop_ids) -> list:
         return list(stop_ids)
     except TypeError:
         return [stop_ids]                      # one id; check_count judges it below
-
-
-def check_repetition_penalty(penalty) -> float:
-    """The penalty as a float; 1.0 is off.
-
-    Raises:
-        TypeError: not a real number ("repetition_penalty must be a real number").
-        ValueError: <= 0, NaN or infinite ("repetition_penalty must be > 0").
-    """
-    if isinstance(penalty, bool) or not isinstance(penalty, (int, float)):
-        raise TypeError(f"repetition_penalty must be a real number > 0, got {type(penalty).__name__} {penalty!r}")
-    if not 0 < penalty < math.inf:                      # also refuses NaN
-        raise ValueError(f"repetition_penalty must be > 0 and finite (1.0 = off), got {penalty}")
-    return float(penalty)
 
 
 def row_histories(draft) -> list[list[int]]:

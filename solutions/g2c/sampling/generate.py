@@ -13,6 +13,7 @@ from .model import (
     check_eos_id,
     check_generator,
     check_language_model,
+    check_repetition_penalty,
     check_score_rows,
     check_temperature,
     check_token_ids,
@@ -79,11 +80,7 @@ def check_generation_args(*, temperature: float, top_k: int | None, top_p: float
             raise ValueError(f"top_p must be in (0, 1] or None, got {top_p}")
     if check_count(max_new_tokens, "max_new_tokens", minimum=None) < 0:
         raise ValueError(f"max_new_tokens must be >= 0, got {max_new_tokens}")
-    if isinstance(repetition_penalty, bool) or not isinstance(repetition_penalty, (int, float)):
-        raise TypeError(f"repetition_penalty must be a real number > 0, got {type(repetition_penalty).__name__} "
-                        f"{repetition_penalty!r}")
-    if not 0 < repetition_penalty < float("inf"):  # also refuses NaN
-        raise ValueError(f"repetition_penalty must be > 0 and finite, got {repetition_penalty}")
+    check_repetition_penalty(repetition_penalty)
     check_generator(generator)
 
 
