@@ -31,7 +31,7 @@ from g2c.kvcache import (
     unembed,
     unwrap,
 )
-from g2c.kvcache.fast import FastLM, PackedLinear, fast_model, packed_kernels_available
+from g2c.kvcache.fast import FastLM, PackedLinear, fast_model, head_unembed, packed_kernels_available
 from g2c.nn import LayerNorm, Linear, Module
 from g2c.transformer import Block, TransformerLM
 
@@ -269,3 +269,30 @@ def test_fast_model_of_any_course_module_swaps_leaves_and_keeps_its_base():
         fast.train(True)
     half = fast_model(head, dtype="bf16")
     assert half.fc.dtype == torch.bfloat16 and unwrap(half) is head
+
+
+def test_head_unembed_packs_the_bases_table_on_a_fast_head_and_matches_the_teaching_product():
+    """A fast head's logits (``head_unembed``) use a packed snapshot of its base's tied table, so a
+    tree level or a block of slots costs about one row; the values equal the teaching product."""
+    from device_mocks import device_of
+
+    model = _tiny_lm(seed=9)
+    head = _Head(model).eval()
+    fast = fast_model(head)
+    packed = fast._fast["unembed"]
+    assert isinstance(packed, PackedLinear) and (packed.out_features, packed.in_features) == (48, 32)
+    assert "unembed" not in getattr(head, "_fast", {})                        # the teaching head: base's product
+    for rows in (1, 2, 5):
+        h = torch.randn(rows, model.embedding_dim, generator=torch.Generator().manual_seed(rows)).to(device_of(head))
+        want = h @ model.token_embed.weight.detach().t()
+        assert torch.equal(head_unembed(head, h), unembed(model, h))
+        got = head_unembed(fast, h)
+        assert got.shape == (rows, 48) and got.dtype == torch.float32
+        torch.testing.assert_close(got, want, rtol=1e-5, atol=1e-5)
+    with torch.no_grad():
+        model.token_embed.weight.add_(1.0)                                    # a snapshot, like the leaves
+    torch.testing.assert_close(head_unembed(fast, h), want, rtol=1e-5, atol=1e-5)
+    half = fast_model(head, dtype="bf16")
+    assert half._fast["unembed"].dtype == torch.bfloat16 and head_unembed(half, h).dtype == torch.float32
+    on_fast_base = _Head(fast_model(_tiny_lm(seed=9))).eval()                 # a FastLM base packs its own
+    assert "unembed" not in fast_model(on_fast_base)._fast

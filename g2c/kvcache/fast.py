@@ -82,8 +82,8 @@ from g2c.sampling.model import check_token_ids
 
 from .cache import KVCache
 
-__all__ = ["FAST_DTYPES", "FastLM", "PackedLinear", "fast_model", "packed_kernels_available", "swap_leaves",
-           "unwrap"]
+__all__ = ["FAST_DTYPES", "FastLM", "PackedLinear", "fast_model", "head_unembed", "packed_kernels_available",
+           "swap_leaves", "unwrap"]
 
 FAST_DTYPES = (torch.float32, torch.bfloat16, torch.float16)
 
@@ -274,7 +274,10 @@ def swap_leaves(module, *, dtype: torch.dtype, pack: bool = True):
     tied; nothing keeps ``requires_grad``). Attributes that are neither modules nor tensors are
     shared, not copied: a head keeps the very ``base`` it was built on (the heads hold it
     outside their children, in a dict). The copy is in eval mode, refuses ``train(True)``, and
-    its ``fast_source`` is ``module``.
+    its ``fast_source`` is ``module``. A draft head on a teaching base (a ``_frozen["base"]`` with a
+    ``token_embed``) also gets a packed copy of that base's tied unembedding, which
+    ``head_unembed`` uses: a head's logits for 2 or more rows (a tree level, Medusa's heads, a
+    block of slots) cost about one row, as the target's do in a ``FastLM``.
 
     Args:
         module: a course ``Module`` (``g2c.nn.Module``).
@@ -331,7 +334,31 @@ def swap_leaves(module, *, dtype: torch.dtype, pack: bool = True):
         memo[id(mod)] = new
         return new
 
-    return swap(module)
+    out = swap(module)
+    frozen = getattr(module, "_frozen", None)
+    base = frozen.get("base") if isinstance(frozen, dict) else None
+    weight = getattr(getattr(base, "token_embed", None), "weight", None)
+    if isinstance(weight, torch.Tensor) and getattr(base, "fast_source", None) is None \
+            and isinstance(getattr(out, "_fast", None), dict):
+        out._fast["unembed"] = PackedLinear(weight, None, dtype=dtype, pack=pack)   # a snapshot, like the leaves
+    return out
+
+
+def head_unembed(head, h: torch.Tensor) -> torch.Tensor:
+    """A draft head's logits through its base's tied unembedding: (..., D) -> (..., V). Provided.
+
+    On a ``fast_model`` copy of the head, the packed snapshot of the base's embedding table that
+    ``swap_leaves`` made (products in the fast copy's dtype, returned in h's dtype); on a teaching
+    head, module 16's ``unembed(head.base, h)``. The heads' ``logits`` methods call it, so the same
+    head code runs on both paths (float32: equal within 1e-5).
+    """
+    fast = getattr(head, "_fast", None)
+    packed = fast.get("unembed") if isinstance(fast, dict) else None
+    if packed is not None:
+        return packed(h)
+    from .forward import unembed
+
+    return unembed(head.base, h)
 
 
 def _first_device(module) -> torch.device:

@@ -32,6 +32,7 @@ from __future__ import annotations
 
 import torch
 
+from g2c.kvcache.fast import head_unembed
 from g2c.kvcache.forward import unembed
 from g2c.nn import LayerNorm, Linear
 from g2c.transformer import Block
@@ -159,7 +160,7 @@ class BlockHead(HeadOnBase):
         allowed |= torch.eye(size, dtype=torch.bool, device=dev)                          # a padded row sees itself
         for blk in self.blocks:
             x = masked_block(blk, x, allowed)
-        return unembed(self.base, self.ln_out(x[:, W + 1:]))
+        return head_unembed(self, self.ln_out(x[:, W + 1:]))
 
 
 def block_loss(head: BlockHead, states: torch.Tensor, ids: torch.Tensor, *, anchors_per_window: int = 16,

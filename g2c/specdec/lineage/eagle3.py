@@ -31,6 +31,7 @@ from collections.abc import Iterable
 
 import torch
 
+from g2c.kvcache.fast import head_unembed
 from g2c.kvcache.forward import unembed
 from g2c.nn import LayerNorm, Linear
 from g2c.sampling.model import check_count
@@ -200,7 +201,7 @@ class Eagle3Head(HeadOnBase):
 
     def logits(self, outputs: torch.Tensor) -> torch.Tensor:
         """(..., D) block outputs -> (..., V)."""
-        return unembed(self.base, self.ln_out(outputs))
+        return head_unembed(self, self.ln_out(outputs))
 
 
 def eagle3_loss(head: Eagle3Head, states: torch.Tensor, ids: torch.Tensor, *, steps: int = 3,

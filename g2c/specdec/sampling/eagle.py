@@ -44,7 +44,8 @@ from __future__ import annotations
 import torch
 
 from g2c.kvcache import KVCache
-from g2c.kvcache.forward import cached_block, unembed
+from g2c.kvcache.fast import head_unembed
+from g2c.kvcache.forward import cached_block
 from g2c.nn import LayerNorm, Linear, Module
 from g2c.transformer import Block
 
@@ -121,7 +122,7 @@ class FeatureDrafter(Module):
 
     def logits(self, features: torch.Tensor) -> torch.Tensor:
         """(..., D) features -> (..., V) logits through the target's tied unembedding."""
-        return unembed(self.base, features)
+        return head_unembed(self, features)
 
 
 def eagle_loss(head: FeatureDrafter, states: torch.Tensor, ids: torch.Tensor, *, w_cls: float = 0.1,
@@ -321,7 +322,6 @@ class CachedMTPDrafter(_CachedHeadDrafter):
         return f"CachedMTPDrafter(sample={self.sample})"
 
     def _draft(self, out: torch.Tensor, k: int) -> tuple[torch.Tensor, torch.Tensor | None]:
-        table = self.head.base.token_embed.weight
-        logits = (self.head.ln_final(out) @ table.t() + self.head.bias).float()   # (V,)
+        logits = (head_unembed(self.head, self.head.ln_final(out)) + self.head.bias).float()   # (V,)
         token, q = self._choose(logits)
         return torch.tensor([token]), (None if q is None else q.view(1, -1))

@@ -32,6 +32,7 @@ from collections.abc import Iterable
 
 import torch
 
+from g2c.kvcache.fast import head_unembed
 from g2c.kvcache.forward import unembed
 from g2c.sampling.model import check_prob_rows, check_real, check_token_ids
 
@@ -92,7 +93,7 @@ class MedusaHeads(HeadOnBase):
 
     def logits(self, hidden: torch.Tensor) -> torch.Tensor:
         """(..., D) final states -> (..., K, V): head i's scores for the token i + 1 beyond the next."""
-        return unembed(self.base, self(hidden))
+        return head_unembed(self, self(hidden))
 
 
 def medusa_loss(heads: MedusaHeads, states: torch.Tensor, *, decay: float = 0.8) -> dict[str, torch.Tensor]:
