@@ -28,7 +28,9 @@ speculative tok/s and the measured speed-up, in wall time and in this process's 
 and v are CPU seconds on a CPU: robust when other jobs share the cores). Every speed-up is
 over plain CACHED decoding (``cached_generate``) of the row's target on the teaching path,
 same dtype (float32) and threads. ``--fast`` adds the fast path (``g2c.kvcache.fast``): plain cached decoding on it
-and every greedy drafter row (LMs, the EAGLE and MTP heads) with a fast target and drafter (rows marked "(fast)").
+and every drafter row, greedy and sampled (LMs, the EAGLE and MTP heads), with a fast target and drafter (rows
+marked "(fast)"; a sampled fast row draws with the same seed as its teaching row, so its speed-up compares
+the same run on the two paths).
 
 Timing (CONVENTIONS §7): every row, the plain baselines included, is timed interleaved with
 the others: one warm-up call per row, then ``--repeats`` rounds of one call per row, the
@@ -95,8 +97,8 @@ def parse_args(argv: list[str] | None):
                          "On a shared machine, 1 thread avoids oversubscription")
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--fast", action="store_true",
-                    help="add the fast path (g2c.kvcache.fast, float32): plain cached decoding and every greedy "
-                         "drafter row (LMs and heads) with fast target and drafter")
+                    help="add the fast path (g2c.kvcache.fast, float32): plain cached decoding and every drafter "
+                         "row, greedy and sampled (LMs and heads), with fast target and drafter")
     ap.add_argument("--out", type=output_file(), default=None,
                     help="also write the drafter table (markdown, with the command) here")
     ap.add_argument("--quick", action="store_true",
@@ -274,7 +276,7 @@ def drafter_table(args, argv: list[str] | None = None) -> int:
     same law with the measured verify cost, tau / (v + c)
     (``speedup_per_round(tau / v, c / v)``), next to the measured speed-up. ``--fast`` adds the
     fast path (``g2c.kvcache.fast.fast_model``, float32, same logits): plain cached decoding on
-    it and every greedy drafter row (LMs and the EAGLE/MTP heads) with fast target and drafter; their speed-up is still
+    it and every drafter row, greedy and sampled (LMs and the EAGLE/MTP heads), with fast target and drafter; their speed-up is still
     over plain cached decoding on the teaching path (same dtype and threads)."""
     ks = [int(k) for k in args.ks.split(",")]
     names = [d for d in args.drafters.split(",") if d]
@@ -338,13 +340,13 @@ def drafter_table(args, argv: list[str] | None = None) -> int:
                   flush=True)
         for mode, temperature in modes:
             calls.setdefault(("plain", base_name, temperature), plain_call(base, temperature))
-            if id(base) in fast and temperature == 0:
+            if id(base) in fast:
                 calls.setdefault(("plain fast", base_name, temperature), plain_call(fast[id(base)], temperature))
             for k in ([1] if kind == "mtp" else ks):
                 key = ("spec", name, mode, k)
                 calls[key] = spec_call(base, name, k, temperature, None)
                 plans.append((key, name, base, base_name, mode, temperature, k, ""))
-                if temperature == 0 and id(base) in fast and id(models[name]) in fast:
+                if id(base) in fast and id(models[name]) in fast:
                     fkey = ("spec fast", name, mode, k)
                     calls[fkey] = spec_call(fast[id(base)], name, k, temperature, fast[id(models[name])])
                     plans.append((fkey, name, base, base_name, mode, temperature, k, " (fast)"))

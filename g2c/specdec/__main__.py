@@ -13,7 +13,8 @@ terminal, ``[in brackets]`` otherwise. Then the ``SpecStats``.
     python -m g2c.specdec "Once upon a time" --repetition-penalty 1.3 --stop "The end" --logprobs
 
 Errors are one line on stderr naming what you typed, with exit status 1 (2 when part of
-the course code is not written yet): ``-k`` below 1, a negative ``--max-new-tokens``, an
+the course code is not written yet, and argparse's usage and exit status 2 for a flag whose
+value is not even the right type, ``--repetition-penalty abc``): ``-k`` below 1, a negative ``--max-new-tokens``, an
 empty prompt, a ``--device`` this machine does not have. A prompt longer than the target's
 window (256 tokens on the ladder) is not an error: a note says that the models read only
 its last 256 tokens.
@@ -206,7 +207,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--mtp-steps", type=int, default=60, help="--drafter mtp: steps to train a head on the target")
     ap.add_argument("--no-cache", action="store_true",
                     help="recompute the whole context every pass instead of keeping module 16's KV cache "
-                         "(greedy: g2c.specdec.sampling.cached_generate_cached; sampled, n-gram or dynamic k: "
+                         "(greedy: g2c.specdec.sampling.speculative_generate_cached; sampled, n-gram or dynamic k: "
                          "speculative_sample(use_cache=True)); the cache is used when the models are "
                          "TransformerLMs, never for --drafter mtp")
     ap.add_argument("--fast", action="store_true",

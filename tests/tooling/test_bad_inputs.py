@@ -741,6 +741,38 @@ def test_tree_drafts_and_tree_presets_refuse_bad_input_by_name():
     assert len(out) == 5
 
 
+def test_engine_refuses_the_wrong_collaborator_by_name():
+    """A student's trial (issue 28): the engine's target, drafter and controller are checked before a pass
+    runs; each was a raw AttributeError or a confusing message ("vocab_size 16 differs from 16")."""
+    from g2c.specdec.sampling.drafters import LMDrafter, NGramDrafter
+    from g2c.specdec.sampling.loop import speculative_sample
+
+    target, draft = _lm(0), _lm(1)
+    with pytest.raises(TypeError, match=r"drafter \(TransformerLM\) does not satisfy the drafter protocol .*"
+                                        r"missing start, propose, commit; wrap a model as LMDrafter\(model\)"):
+        speculative_sample(target, draft, [1, 2], 3)
+    with pytest.raises(TypeError, match=r"drafter \(NoneType\) does not satisfy the drafter protocol"):
+        speculative_sample(target, None, [1, 2], 3)
+    with pytest.raises(TypeError, match=r"target is a drafter \(LMDrafter\): pass the target model"):
+        speculative_sample(LMDrafter(draft), LMDrafter(draft), [1, 2], 3)
+    with pytest.raises(TypeError, match=r"target \(NoneType\) does not satisfy g2c\.sampling\.LanguageModel"):
+        speculative_sample(None, NGramDrafter(), [1, 2], 3)
+    with pytest.raises(TypeError, match=r"controller \(str\) must have next_k\(\) and update"):
+        speculative_sample(target, NGramDrafter(), [1, 2], 3, controller="abc")
+    odd = NGramDrafter()
+    odd.vocab_size = "16"
+    with pytest.raises(TypeError, match=r"drafter vocab_size must be an int .*got str '16'"):
+        speculative_sample(target, odd, [1, 2], 3)
+    with pytest.raises(ValueError, match=r"prompt_ids holds token id 1000, outside the vocabulary \[0, 16\)"):
+        speculative_sample(target, NGramDrafter(), [1, 1000], 3)          # before any drafter reads it
+    with pytest.raises(TypeError, match=r"use_cache must be True or False, got str 'yes'"):
+        speculative_sample(target, LMDrafter(draft), [1, 2], 3, use_cache="yes")
+    with pytest.raises(TypeError, match=r"stop_strings must be a str or a list of str, got int 5"):
+        speculative_sample(target, NGramDrafter(), [1, 2], 3, stop_strings=5, decode=str)
+    with pytest.raises(TypeError, match=r"prompt_lookup_max must be an int, got str '3'"):
+        NGramDrafter(prompt_lookup_max="3")
+
+
 def _medusa(target):
     from g2c.specdec.lineage import MedusaDrafter, MedusaHeads
 

@@ -126,10 +126,13 @@ class StopRule:
             if t < 0 or (vocab_size is not None and t >= vocab_size):
                 raise ValueError(f"stop_ids: {t} is outside the vocabulary [0, {vocab_size})")
             ids.add(t)
-        strings = [] if stop_strings is None else ([stop_strings] if isinstance(stop_strings, str)
-                                                   else list(stop_strings))
         if isinstance(stop_strings, bytes):
             raise TypeError("stop_strings must be text (str), got bytes; decode them first (b'...'.decode())")
+        if stop_strings is not None and not isinstance(stop_strings, (str, Iterable)):
+            raise TypeError(f"stop_strings must be a str or a list of str, got {type(stop_strings).__name__} "
+                            f"{stop_strings!r}")
+        strings = [] if stop_strings is None else ([stop_strings] if isinstance(stop_strings, str)
+                                                   else list(stop_strings))
         for s in strings:
             if not isinstance(s, str):
                 raise TypeError(f"stop_strings must be strings, got {type(s).__name__} {s!r}")

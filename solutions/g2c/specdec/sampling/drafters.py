@@ -407,10 +407,13 @@ class NGramDrafter(Drafter):
         prompt_lookup_min: shortest n-gram to match (default 1).
 
     Raises:
+        TypeError: a length that is not an int.
         ValueError: as ``ngram_lookup`` for bad n-gram lengths.
     """
 
     def __init__(self, *, prompt_lookup_max: int = 3, prompt_lookup_min: int = 1) -> None:
+        prompt_lookup_max = check_count(prompt_lookup_max, "prompt_lookup_max", minimum=None)
+        prompt_lookup_min = check_count(prompt_lookup_min, "prompt_lookup_min", minimum=None)
         if not 1 <= prompt_lookup_min <= prompt_lookup_max:
             raise ValueError(f"need 1 <= prompt_lookup_min <= prompt_lookup_max, got "
                              f"min={prompt_lookup_min}, max={prompt_lookup_max}")

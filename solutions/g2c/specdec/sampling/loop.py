@@ -45,7 +45,7 @@ import torch
 
 from g2c.nn import synchronize
 from g2c.sampling.generate import as_token_ids
-from g2c.sampling.model import check_count, check_eos_id, check_generator
+from g2c.sampling.model import check_count, check_eos_id, check_generator, check_language_model
 
 from ..generate import SpecStats, draft_room
 from ..verify import greedy_verify, speculative_verify
@@ -55,6 +55,38 @@ from .drafters import Sampler
 from .target import CachedTarget, FullContextTarget, RecomputeTarget, RoundRecord, Target
 
 __all__ = ["CachedTarget", "FullContextTarget", "RecomputeTarget", "Target", "speculative_sample", "verify_round"]
+
+
+def _check_parts(target, drafter, controller) -> None:
+    """The engine's collaborators, checked before anything runs. Provided.
+
+    Raises:
+        TypeError: ``target`` is neither a ``Target`` nor a ``g2c.sampling.LanguageModel`` (a
+            drafter passed as the target says so); ``drafter`` lacks ``start``/``propose``/
+            ``commit`` (a model passed as the drafter is told to wrap it: ``LMDrafter(model)``);
+            its ``vocab_size`` is neither None nor an int; ``controller`` lacks ``next_k``/``update``.
+    """
+    if not isinstance(target, Target):
+        if callable(getattr(target, "propose", None)):
+            raise TypeError(f"target is a drafter ({type(target).__name__}): pass the target model (or a Target) "
+                            "first and the drafter second")
+        check_language_model(target, "target")
+    missing = [name for name in ("start", "propose", "commit") if not callable(getattr(drafter, name, None))]
+    if missing:
+        hint = ("; wrap a model as LMDrafter(model) (g2c.specdec.sampling.drafters)"
+                if hasattr(drafter, "vocab_size") and callable(drafter) else "")
+        raise TypeError(f"drafter ({type(drafter).__name__}) does not satisfy the drafter protocol "
+                        f"(g2c.specdec.sampling.drafters.Drafter): missing {', '.join(missing)}{hint}")
+    vocab = getattr(drafter, "vocab_size", None)
+    if vocab is not None and (isinstance(vocab, bool) or not isinstance(vocab, int)):
+        raise TypeError(f"drafter vocab_size must be an int (or None for a drafter with no model), got "
+                        f"{type(vocab).__name__} {vocab!r}")
+    if controller is not None:
+        missing = [name for name in ("next_k", "update") if not callable(getattr(controller, name, None))]
+        if missing:
+            raise TypeError(f"controller ({type(controller).__name__}) must have next_k() and update(...) "
+                            f"(g2c.specdec.sampling.controllers: StaticK, HeuristicK, CostModelK); missing "
+                            f"{', '.join(missing)}")
 
 
 def _check_draft(drafter, draft_ids, draft_probs, k: int, vocab_size: int) -> tuple[torch.Tensor, torch.Tensor | None]:
@@ -232,7 +264,7 @@ def speculative_sample(target, drafter, prompt_ids, max_new_tokens: int, *, k: i
     shares; ``docs/beyond/specdec.md``, "Contracts the loops share").
 
     Raises:
-        ValueError: prompt_ids empty or not 1-D ("prompt_ids"); k or a controller's k
+        ValueError: prompt_ids empty, not 1-D or holding ids outside [0, V) ("prompt_ids"); k or a controller's k
             not an int >= 1 ("k must be"); max_new_tokens < 0 ("max_new_tokens");
             bad warper values (as ``Sampler``); the drafter's vocab_size differs from the
             target's ("vocab_size"); target ``max_seq_len`` < 2 ("max_seq_len"); a
@@ -241,9 +273,11 @@ def speculative_sample(target, drafter, prompt_ids, max_new_tokens: int, *, k: i
             ("use_cache"); ``use_cache`` or ``on_round`` with a ``Target`` ("Target"); repetition_penalty <= 0 or
             not finite ("repetition_penalty"); a stop id outside [0, V) ("stop_ids"); an empty stop
             string, or stop strings without decode ("stop_strings").
-        TypeError: ``use_cache`` with a target that is not a ``TransformerLM``; a repetition
+        TypeError: a target, drafter or controller that does not meet its protocol (``_check_parts``:
+            e.g. a model passed as the drafter); ``use_cache`` with a target that is not a
+            ``TransformerLM``; a repetition
             penalty, stop id, stop string, decode or ``logprobs`` of the wrong type (``logprobs``
-            must be a bool); a ``decode`` that returns anything but a str.
+            must be a bool, and so must ``use_cache``); a ``decode`` that returns anything but a str.
 
     Steps:
         1. Provided: validation, the ``Sampler``, models in eval mode (restored in
@@ -269,7 +303,8 @@ def speculative_sample(target, drafter, prompt_ids, max_new_tokens: int, *, k: i
            <drafts emitted>)`` (the cached target rolls back here); stop after a stop.
         6. Leave the loop with ``ids`` and ``stats``: the provided last line returns them.
     """
-    ids = as_token_ids(prompt_ids, "prompt_ids")
+    _check_parts(target, drafter, controller)
+    ids = as_token_ids(prompt_ids, "prompt_ids", vocab_size=target.vocab_size)
     target_state = target if isinstance(target, Target) else None
     if target_state is not None and (use_cache or on_round is not None):
         raise ValueError("a Target keeps its own state and callbacks: build it with them (CachedTarget(model, "
@@ -277,6 +312,8 @@ def speculative_sample(target, drafter, prompt_ids, max_new_tokens: int, *, k: i
     if isinstance(k, bool) or not isinstance(k, int) or k < 1:
         raise ValueError(f"k must be >= 1 draft tokens per target pass (an int), got {k!r}")
     max_new_tokens = check_count(max_new_tokens, "max_new_tokens")
+    if not isinstance(use_cache, bool):
+        raise TypeError(f"use_cache must be True or False, got {type(use_cache).__name__} {use_cache!r}")
     check_generator(generator)
     for hook, hook_name in ((on_pass, "on_pass"), (on_round, "on_round")):
         if hook is not None and not callable(hook):
