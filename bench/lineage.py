@@ -18,8 +18,10 @@ Rows (every drafter the course ships, each drafting for the same StoryLM-30M, fl
   (``LMDrafter(model, use_cache=True)`` in ``speculative_sample(..., use_cache=True)``);
 * prompt lookup (n-gram, no model): ``NGramDrafter``;
 * generation 2, Medusa heads: ``MedusaDrafter`` (a static candidate tree);
-* generation 3, EAGLE: the EAGLE drafter as a chain, as an EAGLE-2 dynamic tree and, for
-  comparison at the same node budget, as a static tree (``EagleTreeDrafter``), and the
+* generation 3, EAGLE: the EAGLE drafter as a chain, as an EAGLE-2 dynamic tree (width 4, and
+  width 2: two children of the two best nodes per depth, the narrower search that suits this
+  model's sharp drafter) and, for comparison at the same node budget, as a static tree
+  (``EagleTreeDrafter``), and the
   EAGLE-3-style drafter (``Eagle3Drafter``);
 * generation 4, MTP: ``CachedMTPDrafter`` (one draft per pass);
 * the DFlash-style block drafter: ``BlockDrafter`` (one drafter pass per block);
@@ -102,6 +104,7 @@ ROWS = [
     ("Medusa", "2: Medusa heads (tree)", "medusa", "StoryLM-30M-Medusa", 16, (8, 16, 32)),
     ("EAGLE", "3: EAGLE (chain)", "eagle-chain", "StoryLM-30M-EAGLE", 4, (2, 4, 6)),
     ("EAGLE-2", "3: EAGLE-2 dynamic tree", "eagle2", "StoryLM-30M-EAGLE", 16, (8, 16, 32)),
+    ("EAGLE-2 width 2", "3: EAGLE-2 dynamic tree, width 2", "eagle2-w2", "StoryLM-30M-EAGLE", 8, (6, 8, 12)),
     ("EAGLE static tree", "3: EAGLE, static tree", "eagle-static", "StoryLM-30M-EAGLE", 16, (8, 16, 32)),
     ("EAGLE-3", "3: EAGLE-3 (fused layers, TTT)", "eagle3", "StoryLM-30M-EAGLE3", 4, (2, 4, 6)),
     ("MTP", "4: MTP head", "mtp", "StoryLM-30M-MTP", 1, (1,)),
@@ -292,6 +295,8 @@ def make(kind: str, model, k: int, sample: bool, device, draft_mode: str = "top"
         return EagleTreeDrafter(model, width=1, draft_mode=draft_mode), "lineage"
     if kind == "eagle2":
         return EagleTreeDrafter(model, width=4, draft_mode=draft_mode), "lineage"
+    if kind == "eagle2-w2":
+        return EagleTreeDrafter(model, width=2, draft_mode=draft_mode), "lineage"
     if kind == "eagle-static":
         return EagleTreeDrafter(model, shape="static", draft_mode=draft_mode), "lineage"
     if kind == "eagle3":
@@ -381,7 +386,7 @@ def measure(target, rows, models, best_k, prompts, n, temperature, seed, device,
     return out
 
 
-LINEAGE_KINDS = ("medusa", "eagle-chain", "eagle2", "eagle-static", "eagle3", "block")
+LINEAGE_KINDS = ("medusa", "eagle-chain", "eagle2", "eagle2-w2", "eagle-static", "eagle3", "block")
 
 
 def sampled_drafts(target, rows, models, best_k, prompts, n, temperature, seed) -> list[dict]:

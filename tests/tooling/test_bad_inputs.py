@@ -744,6 +744,8 @@ def test_tree_drafts_and_tree_presets_refuse_bad_input_by_name():
 def test_engine_refuses_the_wrong_collaborator_by_name():
     """A student's trial (issue 28): the engine's target, drafter and controller are checked before a pass
     runs; each was a raw AttributeError or a confusing message ("vocab_size 16 differs from 16")."""
+    import torch
+
     from g2c.specdec.sampling.drafters import LMDrafter, NGramDrafter
     from g2c.specdec.sampling.loop import speculative_sample
 
@@ -771,6 +773,17 @@ def test_engine_refuses_the_wrong_collaborator_by_name():
         speculative_sample(target, NGramDrafter(), [1, 2], 3, stop_strings=5, decode=str)
     with pytest.raises(TypeError, match=r"prompt_lookup_max must be an int, got str '3'"):
         NGramDrafter(prompt_lookup_max="3")
+
+    class ZeroQ(NGramDrafter):                       # drafts token 3 but reports a q row without it
+        vocab_size = V
+
+        def propose(self, context_ids, k):
+            q = torch.zeros(1, V)
+            q[0, 4] = 1.0
+            return torch.tensor([3]), q
+
+    with pytest.raises(ValueError, match=r"ZeroQ\.propose drafted a token its own q gives probability 0"):
+        speculative_sample(target, ZeroQ(), [1, 2], 3, temperature=1.0, generator=torch.Generator().manual_seed(0))
 
 
 def _medusa(target):

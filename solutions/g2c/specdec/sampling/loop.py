@@ -94,7 +94,10 @@ def _check_draft(drafter, draft_ids, draft_probs, k: int, vocab_size: int) -> tu
 
     A tree drafter returns a ``g2c.specdec.trees.TreeDraft`` (and None): its tree is checked here
     (``TreeDraft.check``: ids in the vocabulary, q rows that are distributions); its node budget is
-    the drafter's own, and its tree target refuses a tree that does not fit the window."""
+    the drafter's own, and its tree target refuses a tree that does not fit the window. A chain's q
+    rows must give each drafted token a probability > 0: a token cannot be sampled from a row that
+    excludes it, so such a row is not the one the draft came from (the verifier's ratio p/q would
+    divide by zero)."""
     name = type(drafter).__name__
     if hasattr(draft_ids, "accept") and hasattr(draft_ids, "committed_rows"):     # a TreeDraft
         if draft_probs is not None:
@@ -116,6 +119,9 @@ def _check_draft(drafter, draft_ids, draft_probs, k: int, vocab_size: int) -> tu
             raise ValueError(f"{name}.propose must return draft_probs of shape (k', V) = "
                              f"({draft_ids.numel()}, {vocab_size}) or None, got {shape}")
         draft_probs = draft_probs.float().cpu()
+        if draft_ids.numel() and bool((draft_probs.gather(1, draft_ids.view(-1, 1)) <= 0).any()):
+            raise ValueError(f"{name}.propose drafted a token its own q gives probability 0 (ids "
+                             f"{draft_ids.tolist()}): draft_probs must be the rows the drafts were sampled from")
     return draft_ids, draft_probs
 
 
