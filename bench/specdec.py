@@ -276,8 +276,9 @@ def drafter_table(args, argv: list[str] | None = None) -> int:
     same law with the measured verify cost, tau / (v + c)
     (``speedup_per_round(tau / v, c / v)``), next to the measured speed-up. ``--fast`` adds the
     fast path (``g2c.kvcache.fast.fast_model``, float32, same logits): plain cached decoding on
-    it and every drafter row, greedy and sampled (LMs and the EAGLE/MTP heads), with fast target and drafter; their speed-up is still
-    over plain cached decoding on the teaching path (same dtype and threads)."""
+    it and every drafter row, greedy and sampled (LMs and the EAGLE/MTP heads), with fast target
+    and drafter; their speed-up is still over plain cached decoding on the teaching path (same
+    dtype and threads)."""
     ks = [int(k) for k in args.ks.split(",")]
     names = [d for d in args.drafters.split(",") if d]
     try:
