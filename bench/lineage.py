@@ -6,6 +6,10 @@
     python bench/lineage.py --sampled-drafts-only --rows Medusa,EAGLE-2,"EAGLE static tree" --threads 1
                                         # tau only: greedy, T = 0.8 with top ranks, T = 0.8 with sampled drafts
     python bench/lineage.py --medusa-joint-only --threads 1
+    python bench/lineage.py --ttt-agreement-only --rows EAGLE-3 --drafters runs/budget-512000-ttt1 --threads 1
+                                        # EAGLE-3's agreement at draft steps 1..7 (a training-time-test ablation)
+    python bench/lineage.py --draft-vocab-only --rows EAGLE-3 --drafters runs/budget-512000 --threads 1
+                                        # a reduced draft vocabulary: coverage, agreement, unembedding time
     python bench/lineage.py --fast --greedy-only --no-sweep --threads 1
                                         # every row on the fast path (g2c.kvcache.fast), greedy, story endings
     python bench/lineage.py --drafters runs/budget-512000 --greedy-only --threads 1
@@ -161,6 +165,12 @@ def parse_args(argv):
     ap.add_argument("--medusa-joint-only", action="store_true",
                     help="only Medusa's joint k-gram agreement vs the product of its heads' marginal agreements "
                          "(teacher-forced on the first 16 validation windows)")
+    ap.add_argument("--ttt-agreement-only", action="store_true",
+                    help="EAGLE-3's agreement per unrolled draft step (1..7) on 16 validation windows, teacher-forced "
+                         "(with --drafters: a budgeted run or a --variant ttt1/ttt7 tree)")
+    ap.add_argument("--draft-vocab-only", action="store_true",
+                    help="a reduced draft vocabulary for EAGLE-3: coverage, agreement per step and the "
+                         "unembedding's time per draft row at 256..2048 most frequent tokens against all 4096")
     ap.add_argument("--fast", action="store_true",
                     help="run every row on the fast path (g2c.kvcache.fast, float32) and add plain cached decoding "
                          "on it; speed-ups stay over plain cached decoding on the teaching path")
@@ -443,6 +453,92 @@ def medusa_joint(target, heads, windows: int = 16, context: int = 256) -> list[d
     return out
 
 
+@torch.no_grad()
+def ttt_agreement(target, head, steps: int = 7, windows: int = 16, context: int = 256) -> list[float]:
+    """EAGLE-3's training-time test, measured (issue 29): teacher-forced on the first ``windows``
+    validation windows, the head unrolled ``steps`` steps on its own outputs (``eagle3_loss``'s
+    protocol: step s reads the true tokens up to t + s and its step s - 1 output as features), the
+    argmax agreement with the target's own next token at each step. A head trained with fewer unrolled
+    steps than it is asked for here shows how far its training reaches."""
+    from g2c.assets.data import load_token_stream
+    from g2c.specdec.lineage import eagle3_loss
+
+    stream = load_token_stream("val")
+    n = min(windows, len(stream) // context)
+    x = torch.from_numpy(stream[:n * context].astype("int64")).view(n, context)
+    dev = target.token_embed.weight.device
+    sums = [0.0] * steps
+    for w in range(n):                                            # one window at a time: small memory
+        ids = x[w].to(dev)
+        cache = KVCache.for_model(target)
+        _, states = target_layer_pass(target, cache, ids, torch.arange(context, device=dev), None, head.layers)
+        out = eagle3_loss(head, states.unsqueeze(0).to(dev), ids.unsqueeze(0), steps=steps)
+        for s in range(steps):
+            sums[s] += float(out[f"agree_{s + 1}"]) / n
+    return sums
+
+
+@torch.no_grad()
+def draft_vocab(target, head, sizes=(256, 512, 1024, 2048), steps: int = 3, windows: int = 16, context: int = 256,
+                repeats: int = 2000) -> list[dict]:
+    """A reduced draft vocabulary, measured (issue 29; EAGLE-3's draft head scores only the most frequent
+    training tokens, 32k of Llama-3's 128k): the N most frequent tokens of the training stream; per N,
+    the coverage (how often the target's own greedy next token is among them: the ceiling of any
+    drafter's agreement), the EAGLE-3 head's agreement per unrolled step with its logits restricted to
+    them, and the packed unembedding's seconds per draft row at N against the full vocabulary (the only
+    cost a smaller draft vocabulary removes: the head's block is unchanged)."""
+    import numpy as np
+
+    from g2c.assets.data import load_token_stream
+    from g2c.kvcache.fast import PackedLinear
+    from g2c.specdec.lineage import eagle3_loss
+
+    V = target.vocab_size
+    counts = np.bincount(np.asarray(load_token_stream("train")), minlength=V)
+    order = torch.from_numpy(np.argsort(-counts, kind="stable").copy())
+    stream = load_token_stream("val")
+    n = min(windows, len(stream) // context)
+    x = torch.from_numpy(stream[:n * context].astype("int64")).view(n, context)
+    dev = target.token_embed.weight.device
+    cases = []
+    for w in range(n):
+        ids = x[w].to(dev)
+        _, states = target_layer_pass(target, KVCache.for_model(target), ids, torch.arange(context, device=dev),
+                                      None, head.layers)
+        cases.append((ids, states.to(dev)))
+    table = target.token_embed.weight.detach()
+    full_logits = head.logits
+    out = []
+    for size in list(sizes) + [V]:
+        keep = torch.zeros(V, dtype=torch.bool, device=dev)
+        keep[order[:size].to(dev)] = True
+        covered, total, agree = 0, 0, [0.0] * steps
+        head.logits = lambda a, keep=keep: full_logits(a).masked_fill(~keep, float("-inf"))
+        try:
+            for ids, states in cases:
+                want = full_logits(states[:, -1]).argmax(-1)                       # the target's greedy picks
+                covered += int(keep[want].sum())
+                total += want.numel()
+                res = eagle3_loss(head, states.unsqueeze(0), ids.unsqueeze(0), steps=steps)
+                for s in range(steps):
+                    agree[s] += float(res[f"agree_{s + 1}"]) / n
+        finally:
+            head.logits = full_logits
+            del head.logits                                          # back to the class's method
+        packed = PackedLinear(table[order[:size].to(dev)], None)
+        h = torch.randn(1, table.shape[1], device=dev)
+        for _ in range(50):
+            packed(h)
+        synchronize(dev)
+        t0 = time.perf_counter()
+        for _ in range(repeats):
+            packed(h)
+        synchronize(dev)
+        out.append({"size": size, "coverage": covered / total, "agree": agree,
+                    "unembed_ms": (time.perf_counter() - t0) / repeats * 1e3})
+    return out
+
+
 def sampled_markdown(table: list[dict], temperature: float) -> str:
     lines = [f"| drafter | k | tau greedy | tau T = {temperature}, top ranks | tau T = {temperature}, sampled drafts "
              "| top vs greedy | sampled vs greedy |", "|---|---|---|---|---|---|---|"]
@@ -613,6 +709,36 @@ def main(argv=None) -> int:
         print("|---|---|---|---|---|")
         for r in rows_out:
             print(f"| {r['k']} | {r['marginal']:.3f} | {r['joint']:.3f} | {r['product']:.3f} | {r['ratio']:.2f} |")
+        return 0
+    if args.ttt_agreement_only:
+        if "StoryLM-30M-EAGLE3" not in models:
+            print("bench/lineage.py: --ttt-agreement-only needs the EAGLE-3 row (drop --rows or include EAGLE-3)",
+                  file=sys.stderr)
+            return 1
+        head = models["StoryLM-30M-EAGLE3"]
+        manifest = json.loads(((args.drafters or ROOT / "artifacts") / "models" / "StoryLM-30M-EAGLE3"
+                               / "manifest.json").read_text())
+        trained = manifest.get("recipe", {}).get("ttt_steps", "?")
+        agree = ttt_agreement(target, head)
+        print(f"\n## EAGLE-3 trained with {trained} unrolled steps, {manifest.get('tokens_seen', 0):,} tokens seen: "
+              "agreement per draft step (16 val windows, teacher-forced)\n")
+        print("| " + " | ".join(f"step {s + 1}" for s in range(len(agree))) + " |")
+        print("|" + "---|" * len(agree))
+        print("| " + " | ".join(f"{a:.3f}" for a in agree) + " |")
+        return 0
+    if args.draft_vocab_only:
+        if "StoryLM-30M-EAGLE3" not in models:
+            print("bench/lineage.py: --draft-vocab-only needs the EAGLE-3 row (drop --rows or include EAGLE-3)",
+                  file=sys.stderr)
+            return 1
+        res = draft_vocab(target, models["StoryLM-30M-EAGLE3"])
+        print("\n## A reduced draft vocabulary for EAGLE-3 (the N most frequent training tokens; 16 val windows, "
+              "teacher-forced; unembedding per draft row, packed, 1 row)\n")
+        print("| draft vocabulary | coverage of the target's picks | agreement step 1 / 2 / 3 | unembedding ms/row |")
+        print("|---|---|---|---|")
+        for r in res:
+            print(f"| {r['size']:,} | {r['coverage']:.3f} | {' / '.join(f'{a:.3f}' for a in r['agree'])} | "
+                  f"{r['unembed_ms']:.3f} |")
         return 0
     best_k = {r[0]: r[4] for r in rows}
     if args.sweep:

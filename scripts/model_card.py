@@ -145,14 +145,18 @@ def record_budget(run_root: Path) -> Path:
 def budget_section() -> str:
     """The "At one budget" tables: one per recorded budget, its drafters' validation agreement."""
     out = []
-    for folder in sorted(BUDGETS.glob("budget-*"), key=lambda p: int(p.name.split("-")[1])):
+    budgets = sorted({int(p.name.split("-")[1]) for p in BUDGETS.glob("budget-*")})
+    for budget in budgets:             # a variant's tree (budget-<T>-<variant>/) joins its budget's table
         rows = []
-        for path in sorted(folder.glob("models/*/manifest.json")):
+        folders = [BUDGETS / f"budget-{budget}"] + sorted(BUDGETS.glob(f"budget-{budget}-*"))
+        for path in [p for folder in folders for p in sorted(folder.glob("models/*/manifest.json"))]:
             m = json.loads(path.read_text())
-            rows.append(f"| {m['name']} | {m['drafter']} | {m['tokens_seen']:,} | {m['epochs']} | {m['steps']} | "
+            variant = m["recipe"].get("variant")
+            label = m["name"] if variant is None else f"{m['name']}, variant {variant}"
+            rows.append(f"| {label} | {m['drafter']} | {m['tokens_seen']:,} | {m['epochs']} | {m['steps']} | "
                         f"{m['recipe'].get('features_windows', '-')} | {agreement(m['val'])} | "
                         f"{m['wall_time_s'] / 60:.1f} min |")
-        out.append(f"#### {folder.name} ({int(folder.name.split('-')[1]):,} target tokens each)\n\n"
+        out.append(f"#### budget-{budget} ({budget:,} target tokens each)\n\n"
                    "| drafter | kind | tokens seen | epochs | steps | training windows | agreement | wall time |\n"
                    "|---|---|---|---|---|---|---|---|\n" + "\n".join(rows))
     return "\n\n".join(out)

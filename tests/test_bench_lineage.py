@@ -90,3 +90,25 @@ def test_lineage_packed_min_rows_needs_fast_and_is_restored(tmp_path, capsys):
     assert bench.main(["--fast", "--greedy-only", "--quick", "--prompts", "1", "--new-tokens", "4", "--threads", "1",
                        "--rows", "MTP", "--packed-min-rows", "4", "--json", str(tmp_path / "p.json")]) == 0
     assert fast.PACKED_MIN_ROWS == before and before[torch.float32] == 2
+
+
+@pytest.mark.ladder
+def test_ttt_agreement_and_draft_vocabulary_measure_the_shipped_eagle3():
+    """--ttt-agreement-only and --draft-vocab-only (issue 29): step 1 does not depend on how many steps are
+    unrolled after it (the training-time-test mask; only the positions counted differ); a draft vocabulary of every token covers every
+    target pick and agrees as the unrestricted head does; a smaller one covers less and never agrees more."""
+    from g2c.assets.artifacts import load_model
+
+    bench = _bench()
+    target, _ = load_model("StoryLM-30M")
+    head, _ = load_model("StoryLM-30M-EAGLE3")
+    one, three = bench.ttt_agreement(target, head, steps=1, windows=1), bench.ttt_agreement(target, head, steps=3,
+                                                                                              windows=1)
+    # 255 positions unroll one step, 253 three: the same step-1 hits, up to the 2 positions dropped
+    assert len(one) == 1 and len(three) == 3 and one[0] == pytest.approx(three[0], abs=2 / 253)
+    assert 0.3 < three[0] < 1.0
+    small, full = bench.draft_vocab(target, head, sizes=(64,), steps=3, windows=1, repeats=3)
+    assert small["size"] == 64 and full["size"] == target.vocab_size and full["coverage"] == 1.0
+    assert full["agree"] == pytest.approx(three, abs=1e-6)
+    assert small["coverage"] < 1.0 and all(s <= f + 1e-9 for s, f in zip(small["agree"], full["agree"]))
+    assert small["unembed_ms"] > 0 and "logits" not in vars(head)           # the head's own method is back

@@ -90,10 +90,13 @@ def _drafter(kind: str, target, seed: int = 0, *, draft_mode: str = "top"):
         return Eagle3Drafter(Eagle3Head(target, generator=g).eval(), width=2, draft_mode=draft_mode)
     if kind == "block":
         return BlockDrafter(BlockHead(target, block_size=4, generator=g).eval(), draft_mode=draft_mode)
+    if kind == "block-kv":                      # DFlash's key/value injection (issue 29)
+        return BlockDrafter(BlockHead(target, block_size=4, injection="kv", generator=g).eval(),
+                            draft_mode=draft_mode)
     raise AssertionError(kind)
 
 
-KINDS = ["medusa", "eagle-chain", "eagle2", "eagle-static", "eagle3", "block"]
+KINDS = ["medusa", "eagle-chain", "eagle2", "eagle-static", "eagle3", "block", "block-kv"]
 
 
 # -- Medusa: the candidate tree ----------------------------------------------------------------

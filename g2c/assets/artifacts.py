@@ -534,7 +534,8 @@ def load_model(name: str, *, device: str | torch.device = "auto", root: Path | N
     Raises:
         ValueError: unknown name (the message lists the names) or not a model; a dtype
             other than float32/bfloat16/float16 (the message lists them); a device torch does
-            not know or this machine lacks ("device ... is not available").
+            not know or this machine lacks ("device ... is not available"); an ablation trained on
+            tokens only (``--variant tokens``: "trained on tokens only"), which is measured, not served.
         ArtifactMissingError: missing files (the drafter's or its base's); run ``./checkpoints.sh``.
         ChecksumError: corrupted files; run ``./checkpoints.sh`` (it restores them).
     """
@@ -550,6 +551,10 @@ def load_model(name: str, *, device: str | torch.device = "auto", root: Path | N
     verify_artifact(name, root)
     folder = artifact_dir(name, root)
     cfg = json.loads((folder / "config.json").read_text())
+    if cfg.get("inputs", "features") != "features":
+        raise ValueError(f"load_model: {name} in {folder} is an ablation trained on tokens only "
+                         "(--variant tokens); it is measured by its validation agreement in its manifest, "
+                         "not served as a drafter")
     state = load_file(str(folder / "model.safetensors"))
     kind = DRAFTERS.get(name, {}).get("kind", "lm")
     if kind == "lm":

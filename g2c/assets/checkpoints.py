@@ -350,9 +350,15 @@ def verify_or_install(names: list[str], *, root: Path | None, source: Path | Non
     return 0 if not bad else 1
 
 
-def train(names: list[str], *, force: bool, root: Path | None, out=print, budget: int | None = None) -> int:
+def train(names: list[str], *, force: bool, root: Path | None, out=print, budget: int | None = None,
+          variant: str | None = None) -> int:
     """``--train``: skip verified artifacts (unless force), then train the rest with solutions applied.
-    ``budget`` (target tokens, ``--budget``): drafters only, installed under ``runs/budget-<T>/``."""
+    ``budget`` (target tokens, ``--budget``): drafters only, installed under ``runs/budget-<T>/``;
+    ``variant`` (``--variant``, with a budget): a recipe variant, under ``runs/budget-<T>-<variant>/``."""
+    if variant is not None and budget is None:
+        print("checkpoints: error: --variant goes with --train NAME --budget TOKENS (a variant is measured "
+              "beside the plain drafter at the same budget)", file=sys.stderr)
+        return 2
     if budget is not None:                          # a budgeted retrain (issue 29): never over the shipped artifact
         from g2c.assets.recipes import drafters
 
@@ -366,9 +372,16 @@ def train(names: list[str], *, force: bool, root: Path | None, out=print, budget
             print("checkpoints: error: training runs the course's code with every reference solution applied; "
                   "run ./checkpoints.sh --train (it selects them) or set G2C_APPLY_SOLUTIONS=all", file=sys.stderr)
             return 1
+        if variant is not None:
+            try:
+                for name in names:
+                    drafters.budgeted_recipe(name, budget, variant)
+            except ValueError as exc:
+                print(f"checkpoints: error: {exc}", file=sys.stderr)
+                return 2
         for name in names:
             try:
-                dest = drafters.train_drafter(name, force=force, budget=budget)
+                dest = drafters.train_drafter(name, force=force, budget=budget, variant=variant)
             except FileExistsError as exc:
                 out(f"{name:<18} OK       {exc}")
                 continue
@@ -378,7 +391,7 @@ def train(names: list[str], *, force: bool, root: Path | None, out=print, budget
             except KeyboardInterrupt:
                 print(f"checkpoints: {name} interrupted; run the same command again to resume", file=sys.stderr)
                 return 130
-            seen = drafters.budgeted_recipe(name, budget)["budget_tokens"]          # whole steps
+            seen = drafters.budgeted_recipe(name, budget, variant)["budget_tokens"]          # whole steps
             out(f"{name:<18} trained  at a budget of {seen:,} target tokens -> {dest}")
         return 0
     todo = []
@@ -475,6 +488,9 @@ examples:
   ./checkpoints.sh --train StoryLM-30M-EAGLE3 --budget 200k
                                            retrain a drafter at a budget of target tokens seen (or
                                            'equal': EAGLE's 5.7M) into runs/budget-<T>/; resumable
+  ./checkpoints.sh --train StoryLM-30M-Block --budget 512k --variant kv
+                                           a paper design or an ablation at that budget (Block: kv;
+                                           EAGLE3: ttt1, ttt7; EAGLE: tokens) into runs/budget-<T>-<variant>/
   ./checkpoints.sh --train --force         retrain everything from scratch: tokenizer, ladder, drafters
                                            (the TinyStories sample is data: verified and restored, never trained)""")
     ap.add_argument("names", nargs="*", metavar="NAME", help="artifacts to act on (default: all)")
@@ -488,6 +504,10 @@ examples:
     ap.add_argument("--budget", metavar="TOKENS", default=None,
                     help="with --train NAME: a drafter's training budget in target tokens seen (5734400, 5.7M, "
                          "200k, or 'equal' = EAGLE's); steps follow from it; installs into runs/budget-<T>/")
+    ap.add_argument("--variant", metavar="NAME", default=None,
+                    help="with --train NAME --budget T: a recipe variant (g2c.assets.recipes.drafters."
+                         "RECIPE_VARIANTS: Block kv, EAGLE3 ttt1/ttt7, EAGLE tokens); installs into "
+                         "runs/budget-<T>-<variant>/")
     ap.add_argument("--from", dest="source", metavar="DIR", help="install from a mirror laid out like artifacts/")
     ap.add_argument("--force", action="store_true", help="replace verified artifacts (install or retrain)")
     ap.add_argument("--root", type=Path, default=None, help=argparse.SUPPRESS)  # tests: another artifacts/
@@ -533,9 +553,10 @@ def main(argv: list[str] | None = None) -> int:
             except ValueError as exc:
                 print(f"checkpoints: error: {exc}", file=sys.stderr)
                 return 2
-        return train(names, force=args.force, root=args.root, budget=budget)
-    if args.budget is not None:
-        print("checkpoints: error: --budget goes with --train NAME", file=sys.stderr)
+        return train(names, force=args.force, root=args.root, budget=budget, variant=args.variant)
+    if args.budget is not None or args.variant is not None:
+        print(f"checkpoints: error: {'--budget' if args.budget is not None else '--variant'} goes with --train NAME",
+              file=sys.stderr)
         return 2
     source = None
     if args.source:

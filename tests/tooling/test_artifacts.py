@@ -418,3 +418,15 @@ def test_eagle_drafter_on_the_target_is_lossless_and_accepted():
                                     use_cache=True)
     assert out.tolist() == cached_generate(head.base, prompt, 32, temperature=0.0).tolist()
     assert stats.tokens_per_pass > 1.8, stats            # an untrained head gets 1.0
+
+
+def test_load_model_refuses_a_tokens_only_ablation(root):
+    """A ``--variant tokens`` EAGLE head (issue 29's ablation, trained with zeros for the features) is
+    measured, not served: load_model refuses it by name before loading anything else."""
+    from g2c.assets.artifacts import load_model
+
+    cfg = {"kind": "eagle", "base": "StoryLM-30M", "inputs": "tokens", "tokenizer": "StoryTokenizer"}
+    write_artifact("StoryLM-30M-EAGLE", {"model.safetensors": b"weights", "config.json": json.dumps(cfg).encode()},
+                   {"name": "StoryLM-30M-EAGLE", "kind": "model"}, root=root)
+    with pytest.raises(ValueError, match="trained on tokens only"):
+        load_model("StoryLM-30M-EAGLE", root=root)

@@ -292,3 +292,134 @@ def test_model_card_records_a_budget_and_tables_it(tmp_path, monkeypatch):
     section = card.budget_section()
     assert "#### budget-2048 (2,048 target tokens each)" in section
     assert "| StoryLM-30M-Medusa | medusa | 2,048 | 1.0 | 1 | 8 | 0.25/0.12 | 1.5 min |" in section
+
+
+# -- variants: the paper designs and the ablations (issue 29, items 2 and 4) --------------------------
+def _kv_reference(head, context_states, anchor_ids, B):
+    """DFlash's key/value injection written out by hand for one head: the fused features projected by
+    each layer's OWN key/value maps (never by what earlier layers made of them), the anchor and B slots
+    as the only queries, causal among themselves."""
+    W, dim = head.context_rows, head.base.embedding_dim
+    ctx = head.fc(context_states[:, -W:, :3].flatten(-2)) + head.pos_embed[:W]
+    anchor = head.ln_embed(head.base.token_embed.weight[anchor_ids]).unsqueeze(1)
+    x = torch.cat([anchor, head.mask_embed.expand(len(anchor_ids), B, -1)], 1) + head.pos_embed[W:W + 1 + B]
+    allowed = torch.cat([torch.ones(1 + B, W, dtype=torch.bool), torch.ones(1 + B, 1 + B, dtype=torch.bool).tril()], 1)
+    for blk in head.blocks:
+        H, d = blk.attn.num_heads, dim // blk.attn.num_heads
+        q, k, v = blk.attn.qkv(blk.ln_1(x)).split(dim, -1)
+        _, kc, vc = blk.attn.qkv(blk.ln_1(ctx)).split(dim, -1)
+        keys, values = torch.cat([kc, k], 1), torch.cat([vc, v], 1)
+        heads = [torch.softmax((q[..., h * d:(h + 1) * d] @ keys[..., h * d:(h + 1) * d].transpose(1, 2)) / d ** 0.5
+                               + torch.where(allowed, 0.0, float("-inf")), -1) @ values[..., h * d:(h + 1) * d]
+                 for h in range(H)]
+        x = x + blk.attn.proj(torch.cat(heads, -1))
+        x = x + blk.mlp(blk.ln_2(x))
+    return head.ln_out(x[:, 1:]) @ head.base.token_embed.weight.T
+
+
+def test_block_head_kv_injection_feeds_the_features_to_every_layer():
+    """``BlockHead(injection="kv")`` (DFlash, section 3) equals the hand-written reference above; a
+    shorter block gives the same first slots; its config round-trips (the shipped "rows" head's config
+    has no such key); a bad injection is refused by name."""
+    from g2c.specdec.lineage import BlockHead
+
+    base = TransformerLM(32, 16, 7, 2, 16, generator=torch.Generator().manual_seed(0)).eval()
+    head = BlockHead(base, block_size=4, context_rows=3, injection="kv", generator=torch.Generator().manual_seed(1))
+    states = torch.randn(2, 3, 4, 16, generator=torch.Generator().manual_seed(2))
+    anchors = torch.tensor([5, 9])
+    with torch.no_grad():
+        got = head(states, anchors)
+        torch.testing.assert_close(got, _kv_reference(head, states, anchors, 4), atol=1e-5, rtol=1e-5)
+        torch.testing.assert_close(head(states, anchors, 2), got[:, :2], atol=1e-5, rtol=1e-5)
+        rows = BlockHead(base, block_size=4, context_rows=3, generator=torch.Generator().manual_seed(1))
+        assert not torch.allclose(rows(states, anchors), got, atol=1e-3)       # same weights, another design
+    assert head.config()["injection"] == "kv" and "injection" not in rows.config()
+    assert BlockHead.from_config(base, head.config()).injection == "kv"
+    assert BlockHead.from_config(base, rows.config()).injection == "rows"
+    with pytest.raises(ValueError, match="injection must be 'rows'"):
+        BlockHead(base, injection="keys")
+
+
+def test_recipe_variants_change_one_recipe_and_install_apart(tiny_run, monkeypatch, tmp_path, capsys):
+    """A variant is a named change to a budgeted recipe, recorded in it; it installs into
+    runs/budget-<T>-<variant>/ and trains in its own run folder; an unknown variant or one without a
+    budget is refused with the variants there are."""
+    from g2c.assets import checkpoints
+
+    D, written = tiny_run
+    r = D.budgeted_recipe("StoryLM-30M-Block", 512_000, "kv")
+    assert r["injection"] == "kv" and r["variant"] == "kv" and r["steps"] == 250
+    assert D.budgeted_recipe("StoryLM-30M-EAGLE3", 512_000, "ttt7")["ttt_steps"] == 7
+    assert D.budgeted_recipe("StoryLM-30M-EAGLE3", 512_000, "ttt1")["ttt_steps"] == 1
+    assert D.budgeted_recipe("StoryLM-30M-EAGLE", 512_000, "tokens")["feature_inputs"] is False
+    assert "variant" not in D.budgeted_recipe("StoryLM-30M-Block", 512_000)
+    with pytest.raises(ValueError, match="has no variant 'kv'; its variants: none"):
+        D.budgeted_recipe("StoryLM-30M-Medusa", 512_000, "kv")
+    with pytest.raises(ValueError, match="trains at a budget only"):
+        D.train_drafter("StoryLM-30M-Block", variant="kv", progress=False, log=lambda *a: None)
+    assert checkpoints.main(["--variant", "kv"]) == 2
+    assert "--variant goes with --train NAME" in capsys.readouterr().err
+    assert checkpoints.train(["StoryLM-30M-Block"], force=False, root=None, variant="kv") == 2
+    assert "--variant goes with --train NAME --budget" in capsys.readouterr().err
+    assert checkpoints.train(["StoryLM-30M-Medusa"], force=False, root=None, budget=100, variant="ttt7") == 2
+    assert "has no variant 'ttt7'" in capsys.readouterr().err
+    assert D.budget_root(100, "kv") == D.RUNS_DIR / "budget-100-kv"
+    # a tiny kv run: its recipe, config and install folder say which design it is
+    recipe = {**D.DRAFTER_RECIPES["StoryLM-30M-Block"], "context": 16, "batch_size": 2, "val_windows": 2,
+              "block_size": 4, "context_rows": 4, "anchors_per_window": 2}
+    monkeypatch.setitem(D.DRAFTER_RECIPES, "StoryLM-30M-Block", recipe)
+    roots = []
+    monkeypatch.setattr(D, "write_artifact", lambda name, files, manifest, **kw: roots.append(
+        (kw.get("root"), manifest, json.loads(files["config.json"]))) or tmp_path / "out")
+    monkeypatch.setattr(D, "RUNS_DIR", tmp_path / "runs")
+    D.train_drafter("StoryLM-30M-Block", budget=64, variant="kv", progress=False, log=lambda *a: None)
+    (root, manifest, config), = roots
+    assert root == tmp_path / "runs" / "budget-64-kv" and config["injection"] == "kv"
+    assert manifest["recipe"]["variant"] == "kv" and (tmp_path / "runs" / "StoryLM-30M-Block-budget64-kv").is_dir()
+
+
+def test_eagle_on_tokens_only_reads_no_features():
+    """``eagle_loss(feature_inputs=False)``, the ablation of EAGLE's feature conditioning: zeros stand in
+    for the input states (so the input states cannot change it), the targets are still the true next
+    states and the target's next-token distribution."""
+    from g2c.specdec.sampling.eagle import FeatureDrafter, eagle_loss
+
+    base = TransformerLM(32, 16, 2, 2, 16, generator=torch.Generator().manual_seed(0)).eval()
+    head = FeatureDrafter(base, generator=torch.Generator().manual_seed(1))
+    g = torch.Generator().manual_seed(2)
+    states, ids = torch.randn(2, 8, 16, generator=g), torch.randint(0, 32, (2, 8), generator=g)
+    with torch.no_grad():
+        out = eagle_loss(head, states, ids, noise=0.0, feature_inputs=False)
+        pred = head(torch.zeros(2, 6, 16), ids[:, 1:-1])
+        reg = torch.nn.functional.smooth_l1_loss(pred, states[:, 1:-1])
+        torch.testing.assert_close(out["reg"], reg)
+        other = states.clone()
+        other[:, 0] += 5.0                                   # a state only ever read as an input
+        torch.testing.assert_close(eagle_loss(head, other, ids, noise=0.0, feature_inputs=False)["loss"], out["loss"])
+        assert not torch.allclose(eagle_loss(head, other, ids, noise=0.0)["loss"], eagle_loss(head, states, ids,
+                                                                                             noise=0.0)["loss"])
+
+
+def test_model_card_tables_a_variant_with_its_budget(tmp_path, monkeypatch):
+    """A variant's tree (runs/budget-<T>-<variant>/) joins its budget's table, its row labelled by the
+    variant, so the paper design or the ablation reads beside the plain drafter at the same budget."""
+    import importlib.util
+
+    from g2c.course import REPO_ROOT
+
+    spec = importlib.util.spec_from_file_location("g2c_model_card", REPO_ROOT / "scripts" / "model_card.py")
+    card = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(card)
+    monkeypatch.setattr(card, "BUDGETS", tmp_path / "budgets")
+    for folder, variant, agree in (("budget-4096", None, 0.5), ("budget-4096-kv", "kv", 0.25)):
+        run = tmp_path / "runs" / folder / "models" / "StoryLM-30M-Block"
+        run.mkdir(parents=True)
+        recipe = {"features_windows": 16, **({} if variant is None else {"variant": variant})}
+        (run / "manifest.json").write_text(json.dumps({
+            "name": "StoryLM-30M-Block", "drafter": "block", "tokens_seen": 4096, "epochs": 1.0, "steps": 2,
+            "recipe": recipe, "val": {"val_agree_1": agree}, "wall_time_s": 60.0}))
+        assert card.main(["--record-budget", str(tmp_path / "runs" / folder)]) == 0
+    section = card.budget_section()
+    assert section.count("#### budget-4096 (4,096 target tokens each)") == 1 and "####" not in section.split("\n", 1)[1]
+    assert section.index("| StoryLM-30M-Block | block | 4,096 | 1.0 | 2 | 16 | 0.50 |") < section.index(
+        "| StoryLM-30M-Block, variant kv | block | 4,096 | 1.0 | 2 | 16 | 0.25 |")

@@ -46,8 +46,8 @@ from g2c.assets.artifacts import (
 from g2c.assets.recipes.features import Features, FinalStates, layer_features, target_features
 from g2c.assets.recipes.ladder import RUNS_DIR, git_commit, machine
 
-__all__ = ["DRAFTER_RECIPES", "EQUAL_BUDGET_TOKENS", "STATE_READERS", "TRAINING_BUDGETS", "budgeted_recipe",
-           "parse_budget", "recipe_budget", "train_drafter"]
+__all__ = ["DRAFTER_RECIPES", "EQUAL_BUDGET_TOKENS", "RECIPE_VARIANTS", "STATE_READERS", "TRAINING_BUDGETS",
+           "budgeted_recipe", "parse_budget", "recipe_budget", "train_drafter"]
 
 # The budget: each run ran on the project's 2-core CPU beside the others, so step counts
 # are what fitted into an afternoon; early stopping decides when a head is done.
@@ -90,6 +90,17 @@ STATE_READERS = ("StoryLM-30M-MTP", "StoryLM-30M-EAGLE", "StoryLM-30M-Medusa", "
                  "StoryLM-30M-Block")
 
 
+# Variants (issue 29, items 2 and 4): a paper's design or an ablation, as a named change to one drafter's
+# recipe. A variant trains only at a budget, beside the plain drafter at the same budget, and installs
+# into runs/budget-<T>-<variant>/ (`./checkpoints.sh --train NAME --budget 512k --variant kv`).
+RECIPE_VARIANTS = {
+    "StoryLM-30M-Block": {"kv": {"injection": "kv"}},             # DFlash: features into every layer's K/V
+    "StoryLM-30M-EAGLE3": {"ttt1": {"ttt_steps": 1},              # no training-time test (one step)
+                           "ttt7": {"ttt_steps": 7}},             # the reference training's 7 steps
+    "StoryLM-30M-EAGLE": {"tokens": {"feature_inputs": False}},   # the same head on tokens only
+}
+
+
 def recipe_budget(recipe: dict) -> int:
     """Target tokens a recipe's full run sees: steps x batch_size x context."""
     return recipe["steps"] * recipe["batch_size"] * recipe.get("context", CONTEXT)
@@ -119,7 +130,7 @@ def parse_budget(text) -> int:
     return int(round(value * scale))
 
 
-def budgeted_recipe(name: str, tokens: int) -> dict:
+def budgeted_recipe(name: str, tokens: int, variant: str | None = None) -> dict:
     """The recipe of ``name`` at a budget of ``tokens`` target tokens seen.
 
     steps = ceil(tokens / (batch_size x context)) (so the budget actually seen, ``budget_tokens``,
@@ -130,8 +141,12 @@ def budgeted_recipe(name: str, tokens: int) -> dict:
     ``layer_features``: EAGLE's budget reads every window, 4.7 times over; a laptop's 200k tokens
     computes 782 windows of features, not the whole split's 5 GB).
 
+    ``variant`` (a key of ``RECIPE_VARIANTS[name]``) applies that variant's changes and records
+    ``variant`` in the recipe.
+
     Raises:
-        ValueError: ``name`` has no recipe, or tokens < 1.
+        ValueError: ``name`` has no recipe, tokens < 1, or ``name`` has no such variant (the message
+            lists the variants there are).
     """
     name = canonical_name(name)
     if name not in DRAFTER_RECIPES:
@@ -139,6 +154,13 @@ def budgeted_recipe(name: str, tokens: int) -> dict:
     if isinstance(tokens, bool) or not isinstance(tokens, int) or tokens < 1:
         raise ValueError(f"budget must be a positive int of target tokens, got {tokens!r}")
     r = dict(DRAFTER_RECIPES[name])
+    if variant is not None:
+        known = RECIPE_VARIANTS.get(name, {})
+        if variant not in known:
+            raise ValueError(f"{name} has no variant {variant!r}; its variants: "
+                             + (", ".join(known) if known else "none") + "; every variant: "
+                             + "; ".join(f"{n}: {', '.join(v)}" for n, v in RECIPE_VARIANTS.items()))
+        r.update(known[variant], variant=variant)
     per_step = r["batch_size"] * r.get("context", CONTEXT)
     steps = -(-tokens // per_step)
     r.update(steps=steps, budget_tokens=steps * per_step, patience=None,
@@ -204,7 +226,7 @@ class _Job:
             else:
                 self.module = BlockHead(self.base, layers, block_size=recipe["block_size"],
                                         context_rows=recipe["context_rows"], num_blocks=recipe["num_blocks"],
-                                        generator=gen)
+                                        injection=recipe.get("injection", "rows"), generator=gen)
 
     def terms(self, ids: torch.Tensor, states: torch.Tensor, *, train: bool, generator=None) -> dict:
         from g2c.specdec import mtp_loss
@@ -227,7 +249,7 @@ class _Job:
             return {"loss": loss, "agree": agree, "score": loss}
         if self.kind == "eagle":
             out = eagle_loss(self.module, states, ids, w_cls=r["w_cls"], noise=r["noise"] if train else 0.0,
-                             generator=generator)
+                             generator=generator, feature_inputs=r.get("feature_inputs", True))
         else:
             from g2c.specdec.lineage import block_loss, eagle3_loss, medusa_loss
 
@@ -247,9 +269,12 @@ class _Job:
         if self.kind in LINEAGE_KINDS:
             return {"kind": self.kind, "base": self.base_name, **self.module.config(),
                     "vocab_size": self.base.vocab_size, "tokenizer": "StoryTokenizer"}
-        return {"kind": self.kind, "base": self.base_name, "dim": self.base.embedding_dim,
-                "num_heads": self.base.num_heads, "hidden_dim": self.base.hidden_dim,
-                "vocab_size": self.base.vocab_size, "tokenizer": "StoryTokenizer"}
+        cfg = {"kind": self.kind, "base": self.base_name, "dim": self.base.embedding_dim,
+               "num_heads": self.base.num_heads, "hidden_dim": self.base.hidden_dim,
+               "vocab_size": self.base.vocab_size, "tokenizer": "StoryTokenizer"}
+        if not self.recipe.get("feature_inputs", True):
+            cfg["inputs"] = "tokens"          # the ablation: load_model refuses to serve it
+        return cfg
 
 
 @torch.no_grad()
@@ -311,15 +336,15 @@ def _train_steps(job, r: dict, train, val, opt, gen, params, ckpt: Path, bar, na
             on_step(step)
 
 
-def budget_root(tokens: int) -> Path:
+def budget_root(tokens: int, variant: str | None = None) -> Path:
     """Where a budgeted run installs its artifact (an ``artifacts/``-like tree; ``load_model(name, root=...)``):
     ``runs/budget-<tokens>/`` for the budget asked for (``--budget 1M``: ``runs/budget-1000000/``, whatever
-    whole number of steps each drafter rounds it up to)."""
-    return RUNS_DIR / f"budget-{tokens}"
+    whole number of steps each drafter rounds it up to); a variant's ``runs/budget-<tokens>-<variant>/``."""
+    return RUNS_DIR / (f"budget-{tokens}" if variant is None else f"budget-{tokens}-{variant}")
 
 
 def train_drafter(name: str, *, force: bool = False, progress: bool = True, log=print, budget: int | None = None,
-                  on_step=None) -> Path:
+                  on_step=None, variant: str | None = None) -> Path:
     """Train one drafter with its recipe and install the best-validation weights as an artifact.
 
     Args:
@@ -331,6 +356,8 @@ def train_drafter(name: str, *, force: bool = False, progress: bool = True, log=
             ``runs/budget-<T>/`` (``budget_root``), never over the shipped artifact.
         on_step: ``on_step(step)`` after each finished step (and its checkpoint, if one was due); tests
             interrupt a run from it.
+        variant: with a budget, one of ``RECIPE_VARIANTS[name]`` (a paper design or an ablation);
+            trains in ``runs/<Name>-budget<T>-<variant>/``, installs into ``runs/budget-<T>-<variant>/``.
 
     The run is resumable: ``runs/<Name>[-budget<T>]/drafter.pt`` is rewritten at every validation check
     (every ``eval_every`` steps); after Ctrl-C the same command resumes from the last check, and ends
@@ -339,7 +366,8 @@ def train_drafter(name: str, *, force: bool = False, progress: bool = True, log=
     (``scripts/agreement_figure.py`` plots them against tokens seen).
 
     Raises:
-        ValueError: ``name`` is not a drafter; a bad budget. FileExistsError: installed and verified (pass ``force``).
+        ValueError: ``name`` is not a drafter; a bad budget; a variant without a budget or unknown to
+            ``name``. FileExistsError: installed and verified (pass ``force``).
         ArtifactMissingError: its base/teacher is not installed (run ./checkpoints.sh).
         FileNotFoundError: the data is not prepared (run ./datasets.sh).
     """
@@ -353,10 +381,13 @@ def train_drafter(name: str, *, force: bool = False, progress: bool = True, log=
     name = canonical_name(name)
     if name not in DRAFTER_RECIPES:
         raise ValueError(f"{name} is not a drafter; drafters: {', '.join(DRAFTER_RECIPES)}")
-    r = DRAFTER_RECIPES[name] if budget is None else budgeted_recipe(name, budget)
+    if variant is not None and budget is None:
+        raise ValueError(f"a variant ({variant!r}) trains at a budget only, beside the plain drafter at the same "
+                         "budget: add --budget TOKENS")
+    r = DRAFTER_RECIPES[name] if budget is None else budgeted_recipe(name, budget, variant)
     # the folder is named after the budget asked for, so every drafter of one --budget lands in one tree
     # (each rounds up to its own whole steps: r["budget_tokens"], recorded in its manifest)
-    root = None if budget is None else budget_root(budget)
+    root = None if budget is None else budget_root(budget, variant)
     if not force and is_verified(name, root):
         raise FileExistsError(f"{name} is already installed and verified{'' if root is None else f' in {root}'}; "
                               "pass --force to retrain it")
@@ -393,7 +424,8 @@ def train_drafter(name: str, *, force: bool = False, progress: bool = True, log=
     if planned > split_tokens:                               # the split cannot feed the budget once: say so
         log(f"drafters: {name}: a budget of {planned:,} target tokens is {planned / split_tokens:.2f} epochs of the "
             f"{train.num_windows:,} training windows ({split_tokens:,} tokens): windows repeat")
-    run_dir = RUNS_DIR / (name if budget is None else f"{name}-budget{r['budget_tokens']}")
+    run_dir = RUNS_DIR / (name if budget is None else f"{name}-budget{r['budget_tokens']}"
+                          + ("" if variant is None else f"-{variant}"))
     run_dir.mkdir(parents=True, exist_ok=True)
     ckpt = run_dir / "drafter.pt"
     step, history, best, best_state, wall_before, bad_checks = 0, [], None, None, 0.0, 0

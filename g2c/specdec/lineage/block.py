@@ -8,12 +8,19 @@ slots, the drafter is conditioned on the target's fused hidden features of the c
 slot j predicts the token j positions after the anchor, all at once. The drafter's for-loop is
 gone; c is nearly flat in B.
 
-This course version keeps the idea and the training recipe in a small form. One difference: DFlash
-injects the fused target features into the keys and values of every draft layer; here they enter as
-W extra rows that every slot attends to, which the same attention turns into keys and values.
+This course version keeps the idea and the training recipe in a small form, with two ways for the
+target's features to enter (``BlockHead(injection=...)``):
 
-    rows   = [fc(fused target features of the last W committed positions)]   W context rows
-             + [LN(E[anchor])] + [m] * B                                      anchor + B mask slots
+- ``"rows"`` (the shipped StoryLM-30M-Block): the fused features are W extra rows in front of the
+  block; they travel through the draft blocks with it, and every slot attends to their outputs.
+- ``"kv"`` (DFlash's design, its section 3): the fused features are projected by EVERY draft
+  layer's own key and value maps and put in front of that layer's keys and values; only the anchor
+  and the slots are rows (queries). Each layer then reads the target's features themselves, not
+  what the earlier draft layers made of them.
+
+    ctx    = fc(fused target features of the last W committed positions)     W context rows
+    rows   = ctx + [LN(E[anchor])] + [m] * B            ("rows": anchor + B mask slots after ctx)
+           = [LN(E[anchor])] + [m] * B                  ("kv": ctx enters each layer's keys/values)
     x      = rows + learned positions; two blocks; slot j attends to every context row, the
              anchor and the slots before it (causal inside the block, so a shorter block gives
              the same first tokens)
@@ -32,6 +39,7 @@ from __future__ import annotations
 
 import torch
 
+from g2c.attention.multihead import split_heads
 from g2c.kvcache.fast import head_unembed
 from g2c.kvcache.forward import unembed
 from g2c.nn import LayerNorm, Linear
@@ -39,7 +47,7 @@ from g2c.transformer import Block
 
 from ..trees import DraftTree, warp_probs
 from .eagle3 import check_fusion_layers, fusion_layers
-from .protocol import HeadOnBase, TreeDrafter, chain_tree, check_draft_mode, masked_block
+from .protocol import HeadOnBase, TreeDrafter, chain_tree, check_draft_mode, masked_block, masked_block_past
 
 __all__ = ["BlockDrafter", "BlockHead", "block_loss", "block_loss_weights"]
 
@@ -86,12 +94,24 @@ class BlockHead(HeadOnBase):
         block_size: the most slots B it is trained for (learned positions for W + 1 + B rows).
         context_rows: W, committed positions whose features it reads.
         num_blocks: transformer blocks.
+        injection: how the target's fused features enter: ``"rows"`` (context rows in front of the
+            block, the shipped head) or ``"kv"`` (each draft layer's own key/value projections of
+            them, in front of its keys and values: DFlash, Chen, Liang, Liu 2026, section 3).
         generator: for the initialisation.
+
+    Raises:
+        ValueError: a size not an int >= 1; ``injection`` not "rows" or "kv".
     """
 
+    INJECTIONS = ("rows", "kv")
+
     def __init__(self, base, layers=None, *, block_size: int = 8, context_rows: int = 8, num_blocks: int = 2,
-                 generator: torch.Generator | None = None) -> None:
+                 injection: str = "rows", generator: torch.Generator | None = None) -> None:
         super().__init__(base)
+        if injection not in self.INJECTIONS:
+            raise ValueError(f"BlockHead: injection must be 'rows' (context rows) or 'kv' (DFlash's key/value "
+                             f"injection into every draft layer), got {injection!r}")
+        self.injection = injection
         for name, value in (("block_size", block_size), ("context_rows", context_rows), ("num_blocks", num_blocks)):
             if isinstance(value, bool) or not isinstance(value, int) or value < 1:
                 raise ValueError(f"BlockHead: {name} must be an int >= 1, got {value!r}")
@@ -113,11 +133,14 @@ class BlockHead(HeadOnBase):
     def from_config(cls, base, config: dict) -> "BlockHead":
         return cls(base, config["fusion_layers"], block_size=config["block_size"],
                    context_rows=config["context_rows"], num_blocks=config["num_blocks"],
-                   generator=torch.Generator().manual_seed(0))
+                   injection=config.get("injection", "rows"), generator=torch.Generator().manual_seed(0))
 
     def config(self) -> dict:
-        return {"fusion_layers": list(self.layers), "block_size": self.block_size,
-                "context_rows": self.context_rows, "num_blocks": len(self.blocks)}
+        cfg = {"fusion_layers": list(self.layers), "block_size": self.block_size,
+               "context_rows": self.context_rows, "num_blocks": len(self.blocks)}
+        if self.injection != "rows":          # the shipped artifacts' config.json has no such key
+            cfg["injection"] = self.injection
+        return cfg
 
     def forward(self, context_states: torch.Tensor, anchor_ids: torch.Tensor, block_size: int | None = None
                 ) -> torch.Tensor:
@@ -152,12 +175,20 @@ class BlockHead(HeadOnBase):
         table = self.base.token_embed.weight.detach()
         anchor = self.ln_embed(table[anchor_ids.to(table.device)]).unsqueeze(1)              # (N, 1, D)
         slots = self.mask_embed.expand(n, B, -1)
-        x = torch.cat([ctx, anchor, slots], dim=1) + self.pos_embed[:W + 1 + B]
         size = W + 1 + B
         valid = torch.zeros(size, dtype=torch.bool, device=dev)
         valid[W - w:] = True
         allowed = torch.ones(size, size, dtype=torch.bool, device=dev).tril() & valid   # causal over valid rows
         allowed |= torch.eye(size, dtype=torch.bool, device=dev)                          # a padded row sees itself
+        if self.injection == "kv":            # DFlash: the features enter every layer's keys and values
+            ctx = ctx + self.pos_embed[:W]
+            x = torch.cat([anchor, slots], dim=1) + self.pos_embed[W:size]                 # (N, 1 + B, D)
+            for blk in self.blocks:
+                attn = blk.attn
+                _, k, v = (split_heads(t, attn.num_heads) for t in attn.qkv(blk.ln_1(ctx)).split(attn.dim, dim=-1))
+                x = masked_block_past(blk, x, allowed[W:], past=(k, v))[0]                # (N, 1 + B, D)
+            return head_unembed(self, self.ln_out(x[:, 1:]))
+        x = torch.cat([ctx, anchor, slots], dim=1) + self.pos_embed[:size]
         for blk in self.blocks:
             x = masked_block(blk, x, allowed)
         return head_unembed(self, self.ln_out(x[:, W + 1:]))

@@ -126,7 +126,8 @@ class FeatureDrafter(Module):
 
 
 def eagle_loss(head: FeatureDrafter, states: torch.Tensor, ids: torch.Tensor, *, w_cls: float = 0.1,
-               noise: float = 0.1, generator: torch.Generator | None = None) -> dict[str, torch.Tensor]:
+               noise: float = 0.1, generator: torch.Generator | None = None,
+               feature_inputs: bool = True) -> dict[str, torch.Tensor]:
     """EAGLE's training loss on a batch of the frozen target's states (Li et al. 2024, §4.2).
 
     Args:
@@ -137,6 +138,11 @@ def eagle_loss(head: FeatureDrafter, states: torch.Tensor, ids: torch.Tensor, *,
         noise: half-width of the uniform noise added to the input states (the paper's 0.1);
             0 turns it off (evaluation).
         generator: for the noise.
+        feature_inputs: False trains the same head on TOKENS ONLY (issue 29's ablation of EAGLE's
+            feature conditioning): zeros stand in for the input states h_t, so the head is a
+            one-block causal LM over the token embeddings; its targets (h_{t+1} and the target's
+            next-token distribution) are unchanged. Such a head is measured by its agreement, not
+            served (``load_model`` refuses it).
 
     Raises:
         ValueError: ids not (B, T) with T >= 3, or states not (B, T, D).
@@ -152,7 +158,9 @@ def eagle_loss(head: FeatureDrafter, states: torch.Tensor, ids: torch.Tensor, *,
         raise ValueError(f"eagle_loss needs ids (B, T) with T >= 3 (a state two ahead) and states (B, T, D); "
                          f"got ids {tuple(ids.shape)} and states {tuple(states.shape)}")
     inputs = states[:, :-2]                                                       # h_t, t = 0..T-3
-    if noise > 0:
+    if not feature_inputs:                                                        # the tokens-only ablation
+        inputs = torch.zeros_like(inputs)
+    elif noise > 0:
         u = torch.rand(inputs.shape, generator=generator, device="cpu").to(inputs.device)
         inputs = inputs + (2 * u - 1) * noise
     pred = head(inputs, ids[:, 1:-1])                                            # (B, T-2, D): predicts h_{t+1}
