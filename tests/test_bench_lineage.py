@@ -95,8 +95,9 @@ def test_lineage_packed_min_rows_needs_fast_and_is_restored(tmp_path, capsys):
 @pytest.mark.ladder
 def test_ttt_agreement_and_draft_vocabulary_measure_the_shipped_eagle3():
     """--ttt-agreement-only and --draft-vocab-only (issue 29): step 1 does not depend on how many steps are
-    unrolled after it (the training-time-test mask; only the positions counted differ); a draft vocabulary of every token covers every
-    target pick and agrees as the unrestricted head does; a smaller one covers less and never agrees more."""
+    unrolled after it (the training-time-test mask; only the positions counted differ); a draft
+    vocabulary of every token covers every target pick and agrees as the unrestricted head does; a
+    smaller one covers less and never agrees more."""
     from g2c.assets.artifacts import load_model
 
     bench = _bench()
