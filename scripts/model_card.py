@@ -311,7 +311,11 @@ reads the target's states at ONE budget (`./checkpoints.sh --train NAME --budget
 run, the same first T / 256 training windows for every drafter, one feature pass; MTP and EAGLE
 read only the final states of that cache); `python scripts/model_card.py --record-budget
 runs/budget-<T>` records their manifests here. Agreement as above (EAGLE: one number, its first
-draft step; EAGLE-3: per unrolled step; Medusa: per head; Block: per slot).
+draft step; EAGLE-3: per unrolled step; Medusa: per head; Block: per slot). A row "variant V" is a
+paper design or an ablation trained at the same budget (`--variant V`, issue 29; the lineage
+lesson's "The paper designs and the ablations"): Block kv injects the features into every draft
+layer's keys and values (DFlash); EAGLE3 ttt1 / ttt7 unroll 1 / 7 training-time-test steps (the
+recipe: 3); EAGLE tokens reads zeros instead of the target's features.
 
 {budgets or "(no budgeted retraining recorded yet)"}
 

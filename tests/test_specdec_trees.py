@@ -366,6 +366,9 @@ def test_tree_generate_respects_budget_and_eos():
         tree_speculative_generate(target, drafter, [0], 4, num_nodes=0)
     with pytest.raises(ValueError, match="tree must be"):
         tree_speculative_generate(target, drafter, [0], 4, tree="forest")
+    for tree in ("dynamic", "chain"):                        # choices shape a static tree: never ignored
+        with pytest.raises(ValueError, match="choices shape a static tree only"):
+            tree_speculative_generate(target, drafter, [0], 4, tree=tree, choices=[(0,), (1,)])
     with pytest.raises(ValueError, match="vocab_size"):
         tree_speculative_generate(target, TableLM(torch.zeros(3, 3)), [0], 4)
 

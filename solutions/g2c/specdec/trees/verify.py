@@ -626,7 +626,8 @@ def tree_speculative_generate(target, drafter, prompt_ids, max_new_tokens: int, 
 
     Raises:
         ValueError: bad prompt, budget, temperature, node budget, tree kind, draft_mode, ``eos_id``
-            outside the vocabulary, bad ``choices`` (``check_choices``), or different vocab sizes.
+            outside the vocabulary, bad ``choices`` (``check_choices``), ``choices`` with a tree other than
+            ``"static"`` ("choices shape a static tree only"), or different vocab sizes.
         TypeError: ``use_cache`` with a target that is not a ``TransformerLM``; choices that
             are not rank paths of ints; a generator that is not a ``torch.Generator``.
     """
@@ -639,6 +640,9 @@ def tree_speculative_generate(target, drafter, prompt_ids, max_new_tokens: int, 
     check_generator(generator)
     if tree not in ("chain", "static", "dynamic"):
         raise ValueError(f"tree must be 'chain', 'static' or 'dynamic', got {tree!r}")
+    if choices is not None and tree != "static":           # never ignored in silence
+        raise ValueError(f"choices shape a static tree only (tree='static'); with tree={tree!r} they would be "
+                         "ignored: drop them or pass tree='static'")
     if not all(hasattr(drafter, name) for name in ("vocab_size", "max_seq_len", "eval", "train")):
         raise TypeError(f"tree_speculative_generate drafts trees with a language model (ids (1, T) -> logits, with "
                         f"vocab_size and max_seq_len), got {type(drafter).__name__}")
