@@ -184,6 +184,25 @@ def parse_args(argv):
     args = ap.parse_args(argv)
     if args.packed_min_rows is not None and not args.fast:
         ap.error("--packed-min-rows chooses the fast path's kernel: add --fast")
+    # the measurement-only modes: one at a time, each with its own row (the default when --rows is not given)
+    only = {"--ttt-agreement-only": (args.ttt_agreement_only, "EAGLE-3"),
+            "--draft-vocab-only": (args.draft_vocab_only, "EAGLE-3"),
+            "--medusa-joint-only": (args.medusa_joint_only, "Medusa"),
+            "--sampled-drafts-only": (args.sampled_drafts_only, None)}
+    chosen = [flag for flag, (on, _) in only.items() if on]
+    if len(chosen) > 1:
+        ap.error(f"{' and '.join(chosen)} are separate measurements: run one at a time")
+    if chosen and chosen[0] != "--sampled-drafts-only":
+        flag, row = chosen[0], only[chosen[0]][1]
+        if args.rows is None:
+            args.rows = row
+        elif row not in args.rows.split(","):
+            ap.error(f"{flag} measures the {row} row: add it to --rows (or drop --rows)")
+        for name, value in (("--json", args.json), ("--figure", args.figure), ("--fast", args.fast)):
+            if value:
+                ap.error(f"{flag} prints one table: {name} does not apply to it")
+    if args.sampled_drafts_only and args.figure:
+        ap.error("--sampled-drafts-only prints one table: --figure does not apply to it")
     preset = QUICK if args.quick else FULL
     args.prompts = args.prompts or preset["prompts"]
     args.new_tokens = args.new_tokens or preset["new_tokens"]
@@ -245,10 +264,20 @@ def load_heads(target, names, root: Path | None = None) -> dict:
     trained on it and their own copy of it is verified against the same artifact). ``root``: where
     the state-reading drafters come from (None: ``artifacts/``); small LMs always come from
     ``artifacts/``."""
+    from g2c.assets.artifacts import artifact_dir
+
     models = {}
     for name in names:
         if name is None or name in models:
             continue
+        if root is not None and name.startswith(TARGET + "-") and not artifact_dir(name, root).is_dir():
+            parts = root.name.split("-")            # budget-<T>[-<variant>]: say how to train it THERE
+            how = (f"./checkpoints.sh --train {name} --budget {parts[1]}"
+                   + (f" --variant {'-'.join(parts[2:])}" if len(parts) > 2 else "")
+                   if parts[0] == "budget" and len(parts) > 1 and parts[1].isdigit() else "./checkpoints.sh --train "
+                   f"{name} --budget T")
+            raise FileNotFoundError(f"{root} holds no {name} (its rows need it): train it there with {how}, or "
+                                    "choose the rows it holds with --rows")
         model, _ = load_model(name, device=target.device, root=root if name.startswith(TARGET + "-") else None)
         if hasattr(model, "base"):
             base = model.base
@@ -691,19 +720,16 @@ def main(argv=None) -> int:
             fast_module.PACKED_MIN_ROWS.update(saved)
         rows = [("plain cached (fast path)", "no drafter", "plain", None, 1, (1,))] + rows
     where = "" if args.drafters is None else f"; drafters from {args.drafters}"
-    print(f"# The draft lineage on {TARGET} (float32, {torch.get_num_threads()} threads, {device}"
-          f"{', every row on the fast path' if args.fast else ''}"
-          f"{f', packed from {args.packed_min_rows} rows' if args.packed_min_rows else ''}{where}); "
-          f"{args.prompts} prompts x "
-          f"{args.new_tokens} tokens per set; speed-ups over plain cached decoding on the teaching path"
-          + (f"; repetition penalty {args.repetition_penalty} on every row and on the baseline"
-             if args.repetition_penalty != 1.0 else ""))
+    if not (args.ttt_agreement_only or args.draft_vocab_only or args.medusa_joint_only):
+        print(f"# The draft lineage on {TARGET} (float32, {torch.get_num_threads()} threads, {device}"
+              f"{', every row on the fast path' if args.fast else ''}"
+              f"{f', packed from {args.packed_min_rows} rows' if args.packed_min_rows else ''}{where}); "
+              f"{args.prompts} prompts x "
+              f"{args.new_tokens} tokens per set; speed-ups over plain cached decoding on the teaching path"
+              + (f"; repetition penalty {args.repetition_penalty} on every row and on the baseline"
+                 if args.repetition_penalty != 1.0 else ""))
     if args.medusa_joint_only:
-        rows_out = medusa_joint(target, models["StoryLM-30M-Medusa"]) if "StoryLM-30M-Medusa" in models else None
-        if rows_out is None:
-            print("bench/lineage.py: --medusa-joint-only needs the Medusa row (drop --rows or include Medusa)",
-                  file=sys.stderr)
-            return 1
+        rows_out = medusa_joint(target, models["StoryLM-30M-Medusa"])      # parse_args put the row in
         print("\n## Medusa's independence: joint k-gram agreement vs the product of marginals (16 val windows)\n")
         print("| k | head k's agreement | heads 1..k all agree (joint) | product of marginals | joint / product |")
         print("|---|---|---|---|---|")
@@ -711,10 +737,6 @@ def main(argv=None) -> int:
             print(f"| {r['k']} | {r['marginal']:.3f} | {r['joint']:.3f} | {r['product']:.3f} | {r['ratio']:.2f} |")
         return 0
     if args.ttt_agreement_only:
-        if "StoryLM-30M-EAGLE3" not in models:
-            print("bench/lineage.py: --ttt-agreement-only needs the EAGLE-3 row (drop --rows or include EAGLE-3)",
-                  file=sys.stderr)
-            return 1
         head = models["StoryLM-30M-EAGLE3"]
         manifest = json.loads(((args.drafters or ROOT / "artifacts") / "models" / "StoryLM-30M-EAGLE3"
                                / "manifest.json").read_text())
@@ -727,10 +749,6 @@ def main(argv=None) -> int:
         print("| " + " | ".join(f"{a:.3f}" for a in agree) + " |")
         return 0
     if args.draft_vocab_only:
-        if "StoryLM-30M-EAGLE3" not in models:
-            print("bench/lineage.py: --draft-vocab-only needs the EAGLE-3 row (drop --rows or include EAGLE-3)",
-                  file=sys.stderr)
-            return 1
         res = draft_vocab(target, models["StoryLM-30M-EAGLE3"])
         print("\n## A reduced draft vocabulary for EAGLE-3 (the N most frequent training tokens; 16 val windows, "
               "teacher-forced; unembedding per draft row, packed, 1 row)\n")

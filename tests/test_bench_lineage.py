@@ -113,3 +113,36 @@ def test_ttt_agreement_and_draft_vocabulary_measure_the_shipped_eagle3():
     assert full["agree"] == pytest.approx(three, abs=1e-6)
     assert small["coverage"] < 1.0 and all(s <= f + 1e-9 for s, f in zip(small["agree"], full["agree"]))
     assert small["unembed_ms"] > 0 and "logits" not in vars(head)           # the head's own method is back
+
+
+def test_measurement_only_modes_are_exclusive_and_pick_their_row(capsys):
+    """--ttt-agreement-only, --draft-vocab-only, --medusa-joint-only: one at a time, each defaults --rows to its
+    own row (so no other drafter is loaded) and refuses options it would ignore, before loading anything."""
+    bench = _bench()
+    assert bench.parse_args(["--ttt-agreement-only"]).rows == "EAGLE-3"
+    assert bench.parse_args(["--draft-vocab-only"]).rows == "EAGLE-3"
+    assert bench.parse_args(["--medusa-joint-only"]).rows == "Medusa"
+    assert bench.parse_args(["--ttt-agreement-only", "--rows", "Medusa,EAGLE-3"]).rows == "Medusa,EAGLE-3"
+    for argv, message in ((["--ttt-agreement-only", "--draft-vocab-only"], "are separate measurements"),
+                          (["--ttt-agreement-only", "--rows", "Medusa"], "measures the EAGLE-3 row: add it to --rows"),
+                          (["--medusa-joint-only", "--rows", "EAGLE"], "measures the Medusa row"),
+                          (["--draft-vocab-only", "--json", "out.json"], "--json does not apply to it"),
+                          (["--ttt-agreement-only", "--fast"], "--fast does not apply to it"),
+                          (["--sampled-drafts-only", "--figure", "f.png"], "--figure does not apply to it")):
+        with pytest.raises(SystemExit) as info:
+            bench.parse_args(argv)
+        err = capsys.readouterr().err
+        assert info.value.code == 2 and message in err, (argv, err)
+
+
+def test_a_drafter_missing_from_a_budget_tree_names_the_command_that_trains_it_there(tmp_path):
+    """--drafters runs/budget-<T>[-<variant>] without a row's drafter: the message gives the --budget (and
+    --variant) command that installs it in THAT tree, not ./checkpoints.sh (which installs artifacts/)."""
+    bench = _bench()
+    root = tmp_path / "budget-512000-kv"
+    (root / "models" / "StoryLM-30M-Block").mkdir(parents=True)
+    with pytest.raises(FileNotFoundError, match=r"holds no StoryLM-30M-Medusa .*--train StoryLM-30M-Medusa "
+                                                r"--budget 512000 --variant kv"):
+        bench.load_heads(None, ["StoryLM-30M-Medusa"], root)
+    with pytest.raises(FileNotFoundError, match=r"--train StoryLM-30M-EAGLE --budget 1000000, or choose"):
+        bench.load_heads(None, ["StoryLM-30M-EAGLE"], tmp_path / "budget-1000000")

@@ -369,6 +369,9 @@ def test_tree_generate_respects_budget_and_eos():
     for tree in ("dynamic", "chain"):                        # choices shape a static tree: never ignored
         with pytest.raises(ValueError, match="choices shape a static tree only"):
             tree_speculative_generate(target, drafter, [0], 4, tree=tree, choices=[(0,), (1,)])
+    for empty in ([], (), iter([])):                         # an empty tree would decode plainly, in silence
+        with pytest.raises(ValueError, match="choices is empty"):
+            tree_speculative_generate(target, drafter, [0], 4, tree="static", choices=empty)
     with pytest.raises(ValueError, match="vocab_size"):
         tree_speculative_generate(target, TableLM(torch.zeros(3, 3)), [0], 4)
 

@@ -551,10 +551,13 @@ def load_model(name: str, *, device: str | torch.device = "auto", root: Path | N
     verify_artifact(name, root)
     folder = artifact_dir(name, root)
     cfg = json.loads((folder / "config.json").read_text())
-    if cfg.get("inputs", "features") != "features":
+    if cfg.get("inputs", "features") == "tokens":
         raise ValueError(f"load_model: {name} in {folder} is an ablation trained on tokens only "
                          "(--variant tokens); it is measured by its validation agreement in its manifest, "
                          "not served as a drafter")
+    if cfg.get("inputs", "features") != "features":
+        raise ValueError(f"load_model: {folder / 'config.json'} says inputs={cfg['inputs']!r}, which this version "
+                         "does not know; run ./checkpoints.sh --force (it restores the shipped artifacts)")
     state = load_file(str(folder / "model.safetensors"))
     kind = DRAFTERS.get(name, {}).get("kind", "lm")
     if kind == "lm":

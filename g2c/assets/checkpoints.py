@@ -535,7 +535,8 @@ def main(argv: list[str] | None = None) -> int:
         print(f"checkpoints: error: {exc}", file=sys.stderr)
         return 2
     if args.pin:
-        if args.train is not None or args.source or not args.names:
+        if (args.train is not None or args.source or not args.names or args.budget is not None
+                or args.variant is not None or args.force):
             print("checkpoints: error: --pin takes the NAMEs to pin and no other option", file=sys.stderr)
             return 2
         return pin(names)
@@ -555,8 +556,8 @@ def main(argv: list[str] | None = None) -> int:
                 return 2
         return train(names, force=args.force, root=args.root, budget=budget, variant=args.variant)
     if args.budget is not None or args.variant is not None:
-        print(f"checkpoints: error: {'--budget' if args.budget is not None else '--variant'} goes with --train NAME",
-              file=sys.stderr)
+        print("checkpoints: error: " + ("--budget goes with --train NAME" if args.variant is None
+                                        else "--variant goes with --train NAME --budget TOKENS"), file=sys.stderr)
         return 2
     source = None
     if args.source:

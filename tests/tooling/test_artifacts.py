@@ -430,3 +430,8 @@ def test_load_model_refuses_a_tokens_only_ablation(root):
                    {"name": "StoryLM-30M-EAGLE", "kind": "model"}, root=root)
     with pytest.raises(ValueError, match="trained on tokens only"):
         load_model("StoryLM-30M-EAGLE", root=root)
+    cfg["inputs"] = "FEATURES"                                 # an unknown value is named as such
+    write_artifact("StoryLM-30M-EAGLE", {"model.safetensors": b"weights", "config.json": json.dumps(cfg).encode()},
+                   {"name": "StoryLM-30M-EAGLE", "kind": "model"}, root=root, force=True)
+    with pytest.raises(ValueError, match="says inputs='FEATURES', which this version does not know"):
+        load_model("StoryLM-30M-EAGLE", root=root)

@@ -336,8 +336,19 @@ def test_block_head_kv_injection_feeds_the_features_to_every_layer():
     assert head.config()["injection"] == "kv" and "injection" not in rows.config()
     assert BlockHead.from_config(base, head.config()).injection == "kv"
     assert BlockHead.from_config(base, rows.config()).injection == "rows"
-    with pytest.raises(ValueError, match="injection must be 'rows'"):
-        BlockHead(base, injection="keys")
+    for bad in ("keys", "KV", None, 1):
+        with pytest.raises(ValueError, match="injection must be 'rows'"):
+            BlockHead(base, injection=bad)
+    # bad calls are refused by name (issue 29's break-test found raw errors here)
+    with torch.no_grad():
+        for bad in (True, 2.0, "2", 0, 5):
+            with pytest.raises(ValueError, match="block_size must be an int in"):
+                head(states, anchors, bad)
+        with pytest.raises(ValueError, match=r"D = 16"):
+            head(torch.randn(2, 3, 4, 8), anchors)
+        for ids in (torch.tensor([5.0, 9.0]), torch.tensor([5, 32]), torch.tensor([-1, 0])):
+            with pytest.raises(ValueError, match=r"anchor_ids must be integer token ids in \[0, 32\)"):
+                head(states, ids)
 
 
 def test_recipe_variants_change_one_recipe_and_install_apart(tiny_run, monkeypatch, tmp_path, capsys):
@@ -352,13 +363,17 @@ def test_recipe_variants_change_one_recipe_and_install_apart(tiny_run, monkeypat
     assert D.budgeted_recipe("StoryLM-30M-EAGLE3", 512_000, "ttt7")["ttt_steps"] == 7
     assert D.budgeted_recipe("StoryLM-30M-EAGLE3", 512_000, "ttt1")["ttt_steps"] == 1
     assert D.budgeted_recipe("StoryLM-30M-EAGLE", 512_000, "tokens")["feature_inputs"] is False
+    assert D.budgeted_recipe("StoryLM-30M-Block", 512_000, " KV ")["variant"] == "kv"       # any case, as names
     assert "variant" not in D.budgeted_recipe("StoryLM-30M-Block", 512_000)
     with pytest.raises(ValueError, match="has no variant 'kv'; its variants: none"):
         D.budgeted_recipe("StoryLM-30M-Medusa", 512_000, "kv")
     with pytest.raises(ValueError, match="trains at a budget only"):
         D.train_drafter("StoryLM-30M-Block", variant="kv", progress=False, log=lambda *a: None)
     assert checkpoints.main(["--variant", "kv"]) == 2
-    assert "--variant goes with --train NAME" in capsys.readouterr().err
+    assert "--variant goes with --train NAME --budget TOKENS" in capsys.readouterr().err
+    for extra in (["--variant", "kv"], ["--budget", "512k"], ["--force"]):         # --pin takes names only
+        assert checkpoints.main(["--pin", "StoryLM-30M-Block", *extra]) == 2
+        assert "--pin takes the NAMEs to pin and no other option" in capsys.readouterr().err
     assert checkpoints.train(["StoryLM-30M-Block"], force=False, root=None, variant="kv") == 2
     assert "--variant goes with --train NAME --budget" in capsys.readouterr().err
     assert checkpoints.train(["StoryLM-30M-Medusa"], force=False, root=None, budget=100, variant="ttt7") == 2
@@ -398,6 +413,9 @@ def test_eagle_on_tokens_only_reads_no_features():
         torch.testing.assert_close(eagle_loss(head, other, ids, noise=0.0, feature_inputs=False)["loss"], out["loss"])
         assert not torch.allclose(eagle_loss(head, other, ids, noise=0.0)["loss"], eagle_loss(head, states, ids,
                                                                                              noise=0.0)["loss"])
+        for bad in ("False", [False], 0, None):                # a truthy string would train on features
+            with pytest.raises(TypeError, match="feature_inputs must be True or False"):
+                eagle_loss(head, states, ids, feature_inputs=bad)
 
 
 def test_model_card_tables_a_variant_with_its_budget(tmp_path, monkeypatch):

@@ -156,6 +156,7 @@ def budgeted_recipe(name: str, tokens: int, variant: str | None = None) -> dict:
     r = dict(DRAFTER_RECIPES[name])
     if variant is not None:
         known = RECIPE_VARIANTS.get(name, {})
+        variant = variant.strip().lower() if isinstance(variant, str) else variant    # "KV" is "kv", as names are
         if variant not in known:
             raise ValueError(f"{name} has no variant {variant!r}; its variants: "
                              + (", ".join(known) if known else "none") + "; every variant: "
@@ -356,8 +357,9 @@ def train_drafter(name: str, *, force: bool = False, progress: bool = True, log=
             ``runs/budget-<T>/`` (``budget_root``), never over the shipped artifact.
         on_step: ``on_step(step)`` after each finished step (and its checkpoint, if one was due); tests
             interrupt a run from it.
-        variant: with a budget, one of ``RECIPE_VARIANTS[name]`` (a paper design or an ablation);
-            trains in ``runs/<Name>-budget<T>-<variant>/``, installs into ``runs/budget-<T>-<variant>/``.
+        variant: with a budget, one of ``RECIPE_VARIANTS[name]`` (a paper design or an ablation; any
+            case); trains in ``runs/<Name>-budget<S>-<variant>/`` (S: the budget rounded up to whole
+            steps) and installs into ``runs/budget-<T>-<variant>/`` (T: the budget asked for).
 
     The run is resumable: ``runs/<Name>[-budget<T>]/drafter.pt`` is rewritten at every validation check
     (every ``eval_every`` steps); after Ctrl-C the same command resumes from the last check, and ends
@@ -385,6 +387,7 @@ def train_drafter(name: str, *, force: bool = False, progress: bool = True, log=
         raise ValueError(f"a variant ({variant!r}) trains at a budget only, beside the plain drafter at the same "
                          "budget: add --budget TOKENS")
     r = DRAFTER_RECIPES[name] if budget is None else budgeted_recipe(name, budget, variant)
+    variant = r.get("variant")                                     # the canonical spelling (lower case)
     # the folder is named after the budget asked for, so every drafter of one --budget lands in one tree
     # (each rounds up to its own whole steps: r["budget_tokens"], recorded in its manifest)
     root = None if budget is None else budget_root(budget, variant)

@@ -108,7 +108,7 @@ class BlockHead(HeadOnBase):
     def __init__(self, base, layers=None, *, block_size: int = 8, context_rows: int = 8, num_blocks: int = 2,
                  injection: str = "rows", generator: torch.Generator | None = None) -> None:
         super().__init__(base)
-        if injection not in self.INJECTIONS:
+        if not isinstance(injection, str) or injection not in self.INJECTIONS:
             raise ValueError(f"BlockHead: injection must be 'rows' (context rows) or 'kv' (DFlash's key/value "
                              f"injection into every draft layer), got {injection!r}")
         self.injection = injection
@@ -157,14 +157,21 @@ class BlockHead(HeadOnBase):
             (N, B, V) float: slot j (0-based) scores the token j + 1 after the anchor.
 
         Raises:
-            ValueError: shapes disagree or B outside [1, self.block_size].
+            ValueError: shapes disagree (D must be the base's width); B not an int in
+                [1, self.block_size]; anchor ids not integers in [0, V).
         """
         B = self.block_size if block_size is None else block_size
-        if not 1 <= B <= self.block_size:
-            raise ValueError(f"BlockHead: block_size must be in [1, {self.block_size}], got {B}")
-        if context_states.dim() != 4 or context_states.shape[2] != 4 or anchor_ids.shape != context_states.shape[:1]:
-            raise ValueError(f"BlockHead expects context_states (N, w, 4, D) and anchor_ids (N,), got "
+        if isinstance(B, bool) or not isinstance(B, int) or not 1 <= B <= self.block_size:
+            raise ValueError(f"BlockHead: block_size must be an int in [1, {self.block_size}], got {B!r}")
+        dim = self.base.embedding_dim
+        if context_states.dim() != 4 or context_states.shape[2] != 4 or context_states.shape[3] != dim \
+                or anchor_ids.shape != context_states.shape[:1]:
+            raise ValueError(f"BlockHead expects context_states (N, w, 4, D = {dim}) and anchor_ids (N,), got "
                              f"{tuple(context_states.shape)} and {tuple(anchor_ids.shape)}")
+        if anchor_ids.dtype.is_floating_point or anchor_ids.dtype == torch.bool or (anchor_ids.numel() and (
+                int(anchor_ids.min()) < 0 or int(anchor_ids.max()) >= self.base.vocab_size)):
+            raise ValueError(f"BlockHead: anchor_ids must be integer token ids in [0, {self.base.vocab_size}), got "
+                             f"{anchor_ids.dtype} {anchor_ids.tolist() if anchor_ids.numel() <= 8 else '...'}")
         W = self.context_rows
         rows = context_states[:, -W:]
         n, w = rows.shape[:2]

@@ -146,6 +146,7 @@ def eagle_loss(head: FeatureDrafter, states: torch.Tensor, ids: torch.Tensor, *,
 
     Raises:
         ValueError: ids not (B, T) with T >= 3, or states not (B, T, D).
+        TypeError: feature_inputs not a bool.
 
     Returns:
         dict of scalars: ``loss`` = ``reg`` + w_cls * ``cls``; ``reg`` SmoothL1 between the
@@ -157,6 +158,8 @@ def eagle_loss(head: FeatureDrafter, states: torch.Tensor, ids: torch.Tensor, *,
     if ids.dim() != 2 or ids.shape[1] < 3 or tuple(states.shape[:2]) != tuple(ids.shape):
         raise ValueError(f"eagle_loss needs ids (B, T) with T >= 3 (a state two ahead) and states (B, T, D); "
                          f"got ids {tuple(ids.shape)} and states {tuple(states.shape)}")
+    if not isinstance(feature_inputs, bool):              # "False" or [False] would be true: never guess
+        raise TypeError(f"eagle_loss: feature_inputs must be True or False, got {feature_inputs!r}")
     inputs = states[:, :-2]                                                       # h_t, t = 0..T-3
     if not feature_inputs:                                                        # the tokens-only ablation
         inputs = torch.zeros_like(inputs)

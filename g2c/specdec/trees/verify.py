@@ -597,7 +597,8 @@ def tree_speculative_generate(target, drafter, prompt_ids, max_new_tokens: int, 
     Raises:
         ValueError: bad prompt, budget, temperature, node budget, tree kind, draft_mode, ``eos_id``
             outside the vocabulary, bad ``choices`` (``check_choices``), ``choices`` with a tree other than
-            ``"static"`` ("choices shape a static tree only"), or different vocab sizes.
+            ``"static"`` ("choices shape a static tree only"), empty ``choices`` ("choices is empty"),
+            or different vocab sizes.
         TypeError: ``use_cache`` with a target that is not a ``TransformerLM``; choices that
             are not rank paths of ints; a generator that is not a ``torch.Generator``.
     """
@@ -631,6 +632,9 @@ def tree_speculative_generate(target, drafter, prompt_ids, max_new_tokens: int, 
     elif tree == "static":
         shape = check_choices(choices, "tree_speculative_generate") if choices is not None \
             else static_choices(num_nodes)                                   # read once: reused every pass
+        if not shape:
+            raise ValueError("choices is empty: a static tree needs at least one rank path, e.g. [(0,)]; "
+                             "leave choices out for static_choices(num_nodes)")
     use_cache = use_cache or target_cache is not None
     if use_cache:
         if not (hasattr(target, "blocks") and hasattr(target, "token_embed")):
