@@ -27,10 +27,14 @@ what it misses of the measured speed-up is the loop's own Python), then plain an
 speculative tok/s and the measured speed-up, in wall time and in this process's CPU time (c
 and v are CPU seconds on a CPU: robust when other jobs share the cores). Every speed-up is
 over plain CACHED decoding (``cached_generate``) of the row's target on the teaching path,
-same dtype (float32) and threads. ``--fast`` adds the fast path (``g2c.kvcache.fast``): plain cached decoding on it
-and every drafter row, greedy and sampled (LMs, the EAGLE and MTP heads), with a fast target and drafter (rows
-marked "(fast)"; a sampled fast row draws with the same seed as its teaching row, so its speed-up compares
-the same run on the two paths).
+same dtype (float32, or ``--dtype bfloat16`` for every model, the baseline included) and threads.
+In bfloat16 the fast path's products round differently from the teaching path's: it is its own
+model, and its greedy rows are judged lossless against plain decoding on the same fast model
+(the teaching-vs-fast agreement is printed with the plain rows). ``--fast`` adds the fast path
+(``g2c.kvcache.fast``): plain cached decoding on it and every drafter row, greedy and sampled
+(LMs, the EAGLE and MTP heads), with a fast target and drafter (rows marked "(fast)"; a sampled
+fast row draws with the same seed as its teaching row, so its speed-up compares the same run on
+the two paths).
 
 Timing (CONVENTIONS §7): every row, the plain baselines included, is timed interleaved with
 the others: one warm-up call per row, then ``--repeats`` rounds of one call per row, the
@@ -99,6 +103,10 @@ def parse_args(argv: list[str] | None):
     ap.add_argument("--fast", action="store_true",
                     help="add the fast path (g2c.kvcache.fast, float32): plain cached decoding and every drafter "
                          "row, greedy and sampled (LMs and heads), with fast target and drafter")
+    ap.add_argument("--dtype", choices=("float32", "bfloat16"), default="float32",
+                    help="the drafter table's dtype: every model (target, drafters, heads) loaded in it, the baseline "
+                         "plain cached decoding in it too; bfloat16 is its own model, lossless against itself "
+                         "(default float32)")
     ap.add_argument("--out", type=output_file(), default=None,
                     help="also write the drafter table (markdown, with the command) here")
     ap.add_argument("--quick", action="store_true",
@@ -121,6 +129,8 @@ def parse_args(argv: list[str] | None):
         ap.error(f"--threads {args.threads}: use 1 or more")
     if not args.temperature > 0:
         ap.error(f"--temperature {args.temperature}: the sampled rows need a temperature > 0")
+    if args.dtype != "float32" and args.seed_table:
+        ap.error("--dtype goes with the drafter table (the seed's table is float32)")
     if args.drafters is None:
         args.drafters = "StoryLM-1M,StoryLM-5M" if args.seed_table else DEFAULT_DRAFTERS
     try:
@@ -282,13 +292,14 @@ def drafter_table(args, argv: list[str] | None = None) -> int:
     ks = [int(k) for k in args.ks.split(",")]
     names = [d for d in args.drafters.split(",") if d]
     try:
-        target, tokenizer = load_model(args.target, device=args.device)
-        models = {name: load_model(name, device=args.device)[0] for name in names}
+        target, tokenizer = load_model(args.target, device=args.device, dtype=args.dtype)
+        models = {name: load_model(name, device=args.device, dtype=args.dtype)[0] for name in names}
         prompts = validation_prompts(tokenizer, args.prompts, args.prompt_tokens)
     except (ArtifactError, FileNotFoundError, ValueError) as err:
         raise SystemExit(f"bench/specdec.py: {err}") from err
     device, eos = target.device, tokenizer.eot_id
-    print(f"# bench/specdec.py: {len(prompts)} val prompts x {args.new_tokens} new tokens, device {device}, "
+    print(f"# bench/specdec.py: {len(prompts)} val prompts x {args.new_tokens} new tokens, {args.dtype}, "
+          f"device {device}, "
           f"{torch.get_num_threads()} threads, rows timed interleaved: 1 warm-up each, then median of "
           f"{args.repeats} rounds; sampled rows at T={args.temperature}", flush=True)
     modes = [("greedy", 0.0), (f"T={args.temperature:g}", args.temperature)]
@@ -381,6 +392,8 @@ def drafter_table(args, argv: list[str] | None = None) -> int:
         law = speedup_per_round(tau, c)
         law_v = speedup_per_round(tau / v, c / v) if v > 0 else float("nan")
         spec_tps, plain_tps = total.generated / spec_s, plain_tokens / plain_s
+        if tag and args.dtype != "float32":      # a half-precision fast path is its own model: judge it by itself
+            reference = timed_rows[("plain fast", base_name, temperature)][1]
         lossless = (f"{sum(o.tolist() == r.tolist() for o, r in zip(outs, reference))}/{len(outs)}"
                     if temperature == 0 else "-")
         rows.append((name + tag, base_name, mode, str(k), lossless, f"{total.acceptance_rate:.3f}",
@@ -389,7 +402,8 @@ def drafter_table(args, argv: list[str] | None = None) -> int:
                      f"{plain_cpu / spec_cpu:.2f}x"))
         print("  " + " | ".join(rows[-1]), flush=True)
     table = markdown_table(DRAFTER_HEADER, rows)
-    note = (f"(device {device}, {torch.get_num_threads()} torch threads, {len(prompts)} validation prompts of "
+    note = (f"({args.dtype}, device {device}, {torch.get_num_threads()} torch threads, {len(prompts)} validation "
+            f"prompts of "
             f"{args.prompt_tokens} tokens, {args.new_tokens} new tokens each; every row timed interleaved: 1 "
             f"warm-up, then the median of {args.repeats} rounds; plain = cached_generate of the row's target on "
             f"the teaching path; c = drafter seconds per round / plain step, v = one verification pass / "

@@ -67,6 +67,8 @@ SCRIPTS: dict[str, dict[str, tuple[list[str], str]]] = {
         "unknown name": (["--target", "nope"], r"unknown artifact 'nope'"),
         "output is a folder": (["--out", str(REPO_ROOT / "docs")], r"argument --out: .*docs is a folder; give the "
                                                                      r"file to write"),
+        "unknown choice": (["--dtype", "fp8"], r"argument --dtype: invalid choice: 'fp8'"),
+        "option without its mode": (["--seed-table", "--dtype", "bfloat16"], r"--dtype goes with the drafter table"),
     },
     "bench/specdec_sampling.py": {
         "negative count": (["--new-tokens", "-3"], r"argument --new-tokens: -3 is below 1; use an int >= 1"),
@@ -83,6 +85,8 @@ SCRIPTS: dict[str, dict[str, tuple[list[str], str]]] = {
         "output is a folder": (["--json", str(REPO_ROOT / "docs")], r"argument --json: .*docs is a folder"),
         "no drafters there": (["--drafters", str(REPO_ROOT / "docs")], r"argument --drafters: .*docs holds no "
                                                                         r"drafters .*--budget"),
+        "two modes at once": (["--ttt-agreement-only", "--draft-vocab-only"], r"are separate measurements"),
+        "a row the mode lacks": (["--draft-vocab-only", "--rows", "Medusa"], r"measures the EAGLE-3 row"),
     },
     "bench/specdec_trees.py": {
         "negative count": (["--new-tokens", "-5"], r"argument --new-tokens: -5 is below 1"),
