@@ -6,12 +6,16 @@ draft-model speculative decoding, in one run.
     python bench/llamacpp.py                       # StoryLM-30M, StoryLM-1M-distilled drafts, k = 4, 1 thread
     python bench/llamacpp.py --quick               # 2 prompts x 32 tokens, 2 rounds
     python bench/llamacpp.py --drafter StoryLM-1M --k 4 --threads 2
+    python bench/llamacpp.py --dtype bfloat16      # bf16 GGUFs and g2c in bfloat16, same weights
 
 What it does:
 
 1. Exports the target and the drafter to float32 GGUF under ``runs/gguf/`` with llama.cpp's own
    converter (``python -m g2c.assets.gguf``, ``--via converter``; reused when present) and
-   checks each file's read-back logits against g2c.
+   checks each file's read-back logits against g2c. ``--dtype bfloat16``: bf16 GGUFs of the same
+   weights (their matrices are the bfloat16 weights g2c loads with ``dtype="bfloat16"``; norms
+   and biases stay float32 in the file), and every g2c row in bfloat16: each engine's bfloat16
+   model is its own model, so greedy texts may part where two logits nearly tie.
 2. Takes ``--prompts`` validation-story openings (``--prompt-tokens`` tokens, decoded to text:
    both engines tokenize the same text; g2c re-encodes it with the StoryTokenizer).
 3. Runs, interleaved (one warm-up call per row, then ``--rounds`` rounds of one call per row,
@@ -78,6 +82,9 @@ def parse_args(argv):
     ap.add_argument("--threads", type=count(1), default=1, help="threads for both engines (default 1; printed)")
     ap.add_argument("--bin", type=Path, default=BIN, help="llama.cpp tools (default runs/llama.cpp/build/bin)")
     ap.add_argument("--reexport", action="store_true", help="export the GGUF files again")
+    ap.add_argument("--dtype", choices=("float32", "bfloat16"), default="float32",
+                    help="both engines' weights: float32 GGUFs and models (default), or bfloat16 (bf16 GGUFs of the "
+                         "same weights; g2c loads them with load_model(..., dtype='bfloat16'))")
     ap.add_argument("--quick", action="store_true")
     args = ap.parse_args(argv)
     args.prompts = args.prompts or (2 if args.quick else 4)
@@ -89,14 +96,14 @@ def parse_args(argv):
     return args
 
 
-def gguf_for(name: str, reexport: bool) -> Path:
-    path = GGUF_DIR / f"{name}.f32.gguf"
+def gguf_for(name: str, reexport: bool, outtype: str = "f32") -> Path:
+    path = GGUF_DIR / f"{name}.{outtype}.gguf"
     if reexport or not path.exists():
         via = "converter" if llama_cpp_source() is not None else "writer"
-        print(f"exporting {name} -> {path} (via {via}) ...", flush=True)
-        export_gguf(name, path, via=via)
+        print(f"exporting {name} -> {path} (via {via}, {outtype}) ...", flush=True)
+        export_gguf(name, path, via=via, outtype=outtype)
     model, _ = load_model(name, device="cpu")
-    print(f"  {path.name}: read-back logits within {check_gguf(path, model):.1e} of g2c", flush=True)
+    print(f"  {path.name}: read-back logits within {check_gguf(path, model):.1e} of g2c's float32 model", flush=True)
     return path
 
 
@@ -133,7 +140,9 @@ def llama_spec(args, target: Path, drafter: Path, prompt: str) -> dict:
     drafted = re.search(r"n_drafted\s*=\s*(\d+)", err)
     accepted = re.search(r"n_accept\s*=\s*(\d+)", err)
     if decoded is None or drafted is None or accepted is None:
-        raise SystemExit("bench/llamacpp.py: could not read llama-speculative-simple's statistics")
+        tail = "\n".join(err.strip().splitlines()[-6:])
+        raise SystemExit(f"bench/llamacpp.py: could not read llama-speculative-simple's statistics for the prompt "
+                         f"{prompt!r}; its last lines:\n{tail}")
     tokens, seconds = int(decoded.group(1)), float(decoded.group(2))
     # every target pass emits exactly one token of its own (correction or bonus): passes = tokens - accepted
     passes = max(1, tokens - int(accepted.group(1)))
@@ -159,11 +168,12 @@ def main(argv: list[str] | None = None) -> int:
     torch.set_num_threads(args.threads)
     try:
         args.target, args.drafter = canonical_name(args.target), canonical_name(args.drafter)
-        target, tok = load_model(args.target, device="cpu")
-        drafter, _ = load_model(args.drafter, device="cpu")
+        target, tok = load_model(args.target, device="cpu", dtype=args.dtype)
+        drafter, _ = load_model(args.drafter, device="cpu", dtype=args.dtype)
     except (ArtifactError, ValueError) as err:
         raise SystemExit(f"bench/llamacpp.py: {err}") from err
-    tgt_gguf, dr_gguf = gguf_for(args.target, args.reexport), gguf_for(args.drafter, args.reexport)
+    outtype = {"float32": "f32", "bfloat16": "bf16"}[args.dtype]
+    tgt_gguf, dr_gguf = gguf_for(args.target, args.reexport, outtype), gguf_for(args.drafter, args.reexport, outtype)
     try:
         texts = [tok.decode(p) for p in validation_prompts(tok, args.prompts, args.prompt_tokens)]
     except FileNotFoundError:
@@ -172,7 +182,7 @@ def main(argv: list[str] | None = None) -> int:
     eos = tok.eot_id
     ftarget, fdrafter = fast_model(target), fast_model(drafter)
     print(f"# bench/llamacpp.py: {args.target} (target), {args.drafter} (drafter), k = {args.k}, {len(prompts)} "
-          f"prompts x {args.new_tokens} new tokens, greedy, float32, {torch.get_num_threads()} thread(s) for both "
+          f"prompts x {args.new_tokens} new tokens, greedy, {args.dtype}, {torch.get_num_threads()} thread(s) for both "
           f"engines; 1 warm-up + median of {args.rounds} interleaved rounds", flush=True)
 
     def g2c_plain(model):

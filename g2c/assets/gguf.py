@@ -54,7 +54,7 @@ from g2c.course.files import atomic_path, check_writable, clean_leftovers, write
 __all__ = ["check_gguf", "export_gguf", "gguf_tensors", "llama_cpp_source", "read_gguf", "write_gguf"]
 
 ROOT = Path(__file__).resolve().parents[2]
-OUTTYPES = ("f32", "f16")
+OUTTYPES = ("f32", "f16", "bf16")
 
 
 def llama_cpp_source(path: str | Path | None = None) -> Path | None:
@@ -100,8 +100,8 @@ def write_gguf(model, path: str | Path, *, tokenizer: dict | None = None, outtyp
         tokenizer: a ``tokenizer.json`` dict (byte-level BPE: ``model.vocab``, ``model.merges``,
             ``added_tokens``); default the shipped StoryTokenizer's. Its vocabulary must have
             ``model.vocab_size`` entries.
-        outtype: "f32" (default) or "f16" for the 2-D weight matrices (norms and biases stay f32,
-            as the converter does).
+        outtype: "f32" (default), "f16" or "bf16" for the 2-D weight matrices (norms and biases
+            stay f32, as the converter does).
         name: ``general.name``.
 
     Returns:
@@ -146,7 +146,8 @@ def _fill_writer(w, gguf, model, tok, vocab, hidden, outtype, name) -> None:
     w.add_feed_forward_length(hidden)
     w.add_head_count(model.num_heads)
     w.add_layer_norm_eps(model.ln_final.eps)
-    w.add_file_type(gguf.LlamaFileType.ALL_F32 if outtype == "f32" else gguf.LlamaFileType.MOSTLY_F16)
+    w.add_file_type({"f32": gguf.LlamaFileType.ALL_F32, "f16": gguf.LlamaFileType.MOSTLY_F16,
+                     "bf16": gguf.LlamaFileType.MOSTLY_BF16}[outtype])
     # tokenizer: GPT-2 byte-level BPE, the ids of tokenizer.json, <|endoftext|> as a control token
     special = {t["id"]: t["content"] for t in tok.get("added_tokens", []) if t.get("special")}
     by_id = {i: s for s, i in vocab.items()}
@@ -163,6 +164,10 @@ def _fill_writer(w, gguf, model, tok, vocab, hidden, outtype, name) -> None:
     for tname, arr in gguf_tensors(model).items():
         if outtype == "f16" and arr.ndim == 2:
             arr = arr.astype(np.float16)
+        elif outtype == "bf16" and arr.ndim == 2:          # bfloat16 bits (round to nearest even), as the converter
+            bits = gguf.quants.quantize(np.ascontiguousarray(arr, dtype=np.float32), gguf.GGMLQuantizationType.BF16)
+            w.add_tensor(tname, bits, raw_shape=bits.shape, raw_dtype=gguf.GGMLQuantizationType.BF16)
+            continue
         w.add_tensor(tname, arr)
 
 
@@ -187,7 +192,8 @@ def export_gguf(name: str, path: str | Path, *, via: str = "auto", outtype: str 
         path: the .gguf file to write.
         via: "converter" (llama.cpp's ``convert_hf_to_gguf.py``), "writer" (the ``gguf``
             package) or "auto" (the converter when llama.cpp is unpacked, else the writer).
-        outtype: "f32" or "f16".
+        outtype: "f32", "f16" or "bf16" (bfloat16 matrices: the weights of ``load_model(...,
+            dtype="bfloat16")``, rounded the same way).
         llama_cpp: the vendored llama.cpp tree (default ``runs/llama.cpp/src``).
         root: artifacts root.
 
@@ -267,7 +273,9 @@ def read_gguf(path: str | Path):
         raise FileNotFoundError(f"no GGUF file at {path}" + (" (it is a folder)" if path.is_dir() else ""))
     try:
         reader = gguf.GGUFReader(str(path))
-        raw = [(t.name, t.shape.tolist(), np.asarray(t.data)) for t in reader.tensors]
+        raw = [(t.name, t.shape.tolist(),
+                gguf.quants.dequantize(np.asarray(t.data), t.tensor_type)
+                if t.tensor_type == gguf.GGMLQuantizationType.BF16 else np.asarray(t.data)) for t in reader.tensors]
     except (IndexError, ValueError, KeyError, EOFError, OverflowError, struct.error) as exc:
         raise ValueError(f"{path} is not a complete GGUF file ({type(exc).__name__}: {exc}); it was truncated "
                          "(a full disk, an interrupted copy) or is not GGUF: export it again with "

@@ -65,6 +65,23 @@ def test_gguf_float16_is_close_and_half_the_size(tmp_path, tokenizer_json):
     assert 0 < check_gguf(f16, model) < 2e-2
 
 
+def test_gguf_bfloat16_holds_the_bfloat16_models_matrices(tmp_path, tokenizer_json):
+    """outtype "bf16" (llama.cpp's MOSTLY_BF16): every matrix read back equals the model's weights rounded to
+    bfloat16 by torch (what load_model(..., dtype="bfloat16") holds), bit for bit; norms and biases stay f32."""
+    model = _tiny(seed=5)
+    f32 = write_gguf(model, tmp_path / "a.gguf", tokenizer=tokenizer_json)
+    bf16 = write_gguf(model, tmp_path / "b.gguf", tokenizer=tokenizer_json, outtype="bf16")
+    back, info = read_gguf(bf16)
+    assert info["file_type"] == int(gguf.LlamaFileType.MOSTLY_BF16)
+    for (name, got), (_, want) in zip(back.state_dict().items(), model.state_dict().items()):
+        expect = want.bfloat16().float() if want.dim() == 2 else want
+        assert torch.equal(got, expect), name
+    def weight_bytes(path):
+        return sum(int(t.n_bytes) for t in gguf.GGUFReader(str(path)).tensors)
+    assert weight_bytes(bf16) < 0.6 * weight_bytes(f32)
+    assert 0 < check_gguf(bf16, model) < 2e-2
+
+
 def test_gguf_check_catches_a_wrong_tensor(tmp_path, tokenizer_json):
     model, other = _tiny(seed=3), _tiny(seed=4)
     path = write_gguf(model, tmp_path / "m.gguf", tokenizer=tokenizer_json)
