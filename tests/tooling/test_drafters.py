@@ -114,6 +114,26 @@ def test_layer_features_keep_the_chosen_blocks_then_the_final_state(tiny):
         F.layer_features(model, "Tiny", "train", (5,), context=16, progress=False)
 
 
+def test_layer_features_read_the_first_windows_of_a_larger_finished_cache(tiny):
+    """Drafters of one budget round it up to their own whole steps (3,920 windows for EAGLE at 1M tokens,
+    3,908 for EAGLE-3): a finished cache of more windows of the same stream, layers and weights serves a
+    smaller request (its first windows, no second pass); an unfinished or other-layer cache does not."""
+    model, _ = tiny
+    big = F.layer_features(model, "Tiny", "train", (1,), context=16, max_windows=4, batch_size=2, progress=False)
+    lines = []
+    small = F.layer_features(model, "Tiny", "train", (1,), context=16, max_windows=2, batch_size=2, progress=False,
+                             log=lines.append)
+    assert small.num_windows == 2 and any("the first 2 windows of train-layers1-ctx16-w4.f16" in line for line in lines)
+    assert np.array_equal(np.asarray(small.states), np.asarray(big.states)[:32])
+    assert not list((F.FEATURES_DIR / "Tiny").glob("*-w2.*"))                     # no second pass
+    other = F.layer_features(model, "Tiny", "train", (0,), context=16, max_windows=2, batch_size=2, progress=False)
+    assert other.layers == (0,) and list((F.FEATURES_DIR / "Tiny").glob("train-layers0-ctx16-w2.f16"))
+    record = F.FEATURES_DIR / "Tiny" / "train-layers1-ctx16-w4.json"
+    record.write_text(json.dumps({**json.loads(record.read_text()), "done": 3}))   # an interrupted pass
+    F.layer_features(model, "Tiny", "train", (1,), context=16, max_windows=3, batch_size=2, progress=False)
+    assert list((F.FEATURES_DIR / "Tiny").glob("train-layers1-ctx16-w3.f16"))       # not read: computed
+
+
 def test_lineage_recipes_are_complete():
     """Every lineage drafter has a recipe with the keys its job reads, and the fusion layers of its base."""
     from g2c.assets.artifacts import DRAFTERS

@@ -18,6 +18,7 @@ weights change (the record holds their sha256).
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import numpy as np
 import torch
@@ -98,6 +99,27 @@ def _cached_states(base, base_name: str, stem: str, want: dict, ids: torch.Tenso
     return np.memmap(path, dtype=np.float16, mode="r", shape=shape)
 
 
+def _larger_cache(base_name: str, prefix: str, want: dict, num_windows: int) -> tuple[Path, int] | None:
+    """A finished layer cache ``<prefix>-w<n>`` with n > num_windows windows of the same stream, layers,
+    context and weights (its first windows are the ones asked for), or None."""
+    folder = FEATURES_DIR / base_name
+    if not folder.is_dir():
+        return None
+    sha = verify_artifact(base_name)["files"]["model.safetensors"]
+    found = []
+    for record_path in folder.glob(f"{prefix}-w*.json"):
+        try:
+            record = json.loads(record_path.read_text())
+        except (OSError, ValueError):
+            continue
+        n = record.get("num_windows")
+        same = all(record.get(k) == v for k, v in want.items() if k != "num_windows")
+        if same and record.get("weights_sha256") == sha and isinstance(n, int) and n > num_windows \
+                and record.get("done") == n and record_path.with_suffix(".f16").is_file():
+            found.append((n, record_path.with_suffix(".f16")))
+    return (min(found)[1], min(found)[0]) if found else None
+
+
 @torch.no_grad()
 def target_features(base, base_name: str, split: str, *, context: int = 256, batch_size: int = 16,
                     progress: bool = True, log=print) -> Features:
@@ -165,7 +187,9 @@ def layer_features(base, base_name: str, split: str, layers: tuple[int, ...], *,
 
     Returns:
         ``LayerFeatures``; written to ``runs/features/<base>/<split>-layers<l1-l2-..>-ctx<context>-w<n>.f16``
-        with a ``.json`` record (resumable, redone when the weights change).
+        with a ``.json`` record (resumable, redone when the weights change). A finished cache of MORE
+        windows of the same stream, layers and weights is read instead (its first n windows): the
+        drafters of one budget round it up to their own whole steps, and one pass serves them all.
 
     Raises:
         ValueError: context outside [2, base.max_seq_len] or a layer outside the base.
@@ -189,6 +213,12 @@ def layer_features(base, base_name: str, split: str, layers: tuple[int, ...], *,
         return torch.stack([kept[i] for i in layers] + [base.ln_final(h)], dim=2)
 
     stem = f"{split}-layers{'-'.join(map(str, layers))}-ctx{context}-w{num_windows}"
+    larger = _larger_cache(base_name, stem.rsplit("-w", 1)[0], want, num_windows)
+    if larger is not None:            # budgets round up to whole steps: one pass serves every drafter of a budget
+        path, n = larger
+        log(f"features: {base_name} layer states ({split}): the first {num_windows} windows of {path.name}")
+        full = np.memmap(path, dtype=np.float16, mode="r", shape=(n * context, len(layers) + 1, base.embedding_dim))
+        return LayerFeatures(ids, full[:num_windows * context], context, layers)
     states = _cached_states(base, base_name, stem, want, ids, context,
                             (num_windows * context, len(layers) + 1, base.embedding_dim), batch_size, compute,
                             f"{base_name} layer states ({split})", progress, log)
