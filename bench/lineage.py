@@ -700,6 +700,10 @@ def main(argv=None) -> int:
         tokenizer = load_story_tokenizer()
         if not (DATA_DIR / "val.txt").is_file():           # what ./datasets.sh does, offline, in a second
             prepare(log=lambda line: print(f"bench/lineage.py: {line}", file=sys.stderr))
+        if args.ttt_agreement_only or args.draft_vocab_only or args.medusa_joint_only:   # they read token streams
+            from g2c.assets.data import tokenize_splits
+
+            tokenize_splits(tokenizer, log=lambda line: print(f"bench/lineage.py: {line}", file=sys.stderr))
         models = load_heads(target, [r[3] for r in rows], args.drafters)
         sets = prompt_sets(tokenizer, args.prompts)
     except (ArtifactError, FileNotFoundError, ValueError) as err:

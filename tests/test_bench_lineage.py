@@ -99,8 +99,12 @@ def test_ttt_agreement_and_draft_vocabulary_measure_the_shipped_eagle3():
     vocabulary of every token covers every target pick and agrees as the unrestricted head does; a
     smaller one covers less and never agrees more."""
     from g2c.assets.artifacts import load_model
+    from g2c.assets.data import DATA_DIR, prepare, tokenize_splits
 
     bench = _bench()
+    if not (DATA_DIR / "val.txt").is_file():            # a fresh clone: what ./datasets.sh does, offline
+        prepare(log=lambda line: None)
+    tokenize_splits(bench.load_story_tokenizer(), log=lambda line: None)
     target, _ = load_model("StoryLM-30M")
     head, _ = load_model("StoryLM-30M-EAGLE3")
     one, three = bench.ttt_agreement(target, head, steps=1, windows=1), bench.ttt_agreement(target, head, steps=3,
