@@ -3,8 +3,10 @@
 
     python bench/lineage.py             # the table, both prompt sets, greedy and T = 0.8 (about 25 min, 2 cores)
     python bench/lineage.py --quick     # a smoke run of every row (a few minutes)
-    python bench/lineage.py --sampled-drafts-only --rows Medusa,EAGLE-2,"EAGLE static tree" --threads 1
+    python bench/lineage.py --sampled-drafts-only --no-sweep --threads 1 \\
+        --rows Medusa,EAGLE-2,"EAGLE static tree",EAGLE-3,Block
                                         # tau only: greedy, T = 0.8 with top ranks, T = 0.8 with sampled drafts
+                                        # (3 draws per prompt pooled, --draws N; about 15 min)
     python bench/lineage.py --medusa-joint-only --threads 1
     python bench/lineage.py --ttt-agreement-only --rows EAGLE-3 --drafters runs/budget-512000-ttt1 --threads 1
                                         # EAGLE-3's agreement at draft steps 1..7 (a training-time-test ablation)
@@ -68,6 +70,7 @@ The benchmark measures the ANSWER KEY, not your code: reference solutions are ap
 from __future__ import annotations
 
 import argparse
+import inspect
 import json
 import statistics
 import sys
@@ -114,10 +117,10 @@ ROWS = [
     ("MTP", "4: MTP head", "mtp", "StoryLM-30M-MTP", 1, (1,)),
     ("Block", "block drafter (DFlash-style)", "block", "StoryLM-30M-Block", 8, (4, 8)),
 ]
-FULL = dict(prompts=8, new_tokens=64, sweep=True, c_repeats=5)
-QUICK = dict(prompts=2, new_tokens=24, sweep=False, c_repeats=2)
+FULL = dict(prompts=8, new_tokens=64, sweep=True, c_repeats=5, draws=3)
+QUICK = dict(prompts=2, new_tokens=24, sweep=False, c_repeats=2, draws=1)
 HEADER = ("drafter", "generation", "tokens seen", "k", "lossless", "acceptance", "tau", "c", "law tau/(1+c)",
-          "target / draft / other", "plain tok/s", "spec tok/s", "speed-up", "speed-up (CPU time)")
+          "target / draft / verify / other", "plain tok/s", "spec tok/s", "speed-up", "speed-up (CPU time)")
 
 
 def tokens_seen(kind: str, artifact: str | None, root: Path | None = None) -> str:
@@ -154,6 +157,9 @@ def parse_args(argv):
                     help="run every row at its default k (e.g. both trees at 16 nodes: the same budget)")
     ap.add_argument("--threads", type=cli.count(1), default=None, help="torch threads (default: torch's)")
     ap.add_argument("--seed", type=cli.count(0), default=0, help="generator seed of the sampled rows")
+    ap.add_argument("--draws", type=cli.count(1), default=None,
+                    help="generations per prompt in the sampled-drafts table, pooled (default 3; quick 1): one "
+                         "sampled generation per prompt is a noisy estimate of tau")
     ap.add_argument("--packed-min-rows", type=cli.count(1), default=None, metavar="N",
                     help="with --fast: float32 products use oneDNN's packed weight from N rows (default: "
                          "g2c.kvcache.fast.PACKED_MIN_ROWS, 2), to compare the kernel choice end to end")
@@ -203,9 +209,13 @@ def parse_args(argv):
                 ap.error(f"{flag} prints one table: {name} does not apply to it")
     if args.sampled_drafts_only and args.figure:
         ap.error("--sampled-drafts-only prints one table: --figure does not apply to it")
+    if args.draws is not None and (args.greedy_only or (chosen and chosen[0] != "--sampled-drafts-only")):
+        ap.error(f"--draws sets the sampled-drafts table's generations per prompt: "
+                 f"{'--greedy-only' if args.greedy_only else chosen[0]} prints no such table")
     preset = QUICK if args.quick else FULL
     args.prompts = args.prompts or preset["prompts"]
     args.new_tokens = args.new_tokens or preset["new_tokens"]
+    args.draws = args.draws or preset["draws"]
     args.sweep, args.c_repeats = preset["sweep"] and not args.no_sweep, preset["c_repeats"]
     return args
 
@@ -345,20 +355,49 @@ def make(kind: str, model, k: int, sample: bool, device, draft_mode: str = "top"
     raise ValueError(kind)
 
 
+class VerifyClock:
+    """The seconds of the engine's acceptance walk: ``verify_round`` (a chain's verifiers, or a
+    ``TreeDraft``'s own walk) timed where ``speculative_sample`` looks it up, for one run; every loop
+    of the Beyond side is that engine, so this clocks them all. Restored on exit."""
+
+    def __init__(self) -> None:
+        self.seconds = 0.0
+
+    def __enter__(self) -> VerifyClock:
+        scope = inspect.unwrap(speculative_sample).__globals__   # the engine's module (answer key applied or not)
+        self._saved = inner = scope["verify_round"]
+
+        def verify_round(*args, **kwargs):
+            t0 = time.perf_counter()
+            try:
+                return inner(*args, **kwargs)                    # ends in Python ints: nothing left in flight
+            finally:
+                self.seconds += time.perf_counter() - t0
+
+        scope["verify_round"] = verify_round
+        return self
+
+    def __exit__(self, *exc) -> None:
+        inspect.unwrap(speculative_sample).__globals__["verify_round"] = self._saved
+
+
 def run_row(target, kind, model, k, prompt, n, temperature, seed, draft_mode="top", penalty=1.0):
-    """(ids, SpecStats, drafter seconds, target seconds) of one row on one prompt (the target's seconds
-    include its verification walk)."""
+    """(ids, SpecStats, drafter seconds, target seconds, verification seconds) of one row on one prompt:
+    the target's passes (prefills, scoring passes, commits), the drafter (start, propose/draft, commit),
+    the acceptance walk (``VerifyClock``); the rest of the row's time is the round's own Python."""
     device = target.device
     drafter, loop = make(kind, model, k, temperature > 0, device, draft_mode)
     g = torch.Generator().manual_seed(seed)
-    if loop == "lineage":
-        ids, stats = lineage_generate(target, drafter, prompt, n, num_nodes=k, temperature=temperature, generator=g,
-                                      repetition_penalty=penalty)
-        return ids, stats, stats.draft_seconds, stats.target_seconds
-    clocked = ClockedTarget(target, drafter=drafter, want_hidden=bool(getattr(drafter, "wants_target_hidden", False)))
-    ids, stats = speculative_sample(clocked, drafter, prompt, n, k=k, temperature=temperature, generator=g,
-                                    repetition_penalty=penalty)
-    return ids, stats, drafter.seconds, clocked.seconds
+    with VerifyClock() as walk:
+        if loop == "lineage":
+            ids, stats = lineage_generate(target, drafter, prompt, n, num_nodes=k, temperature=temperature,
+                                          generator=g, repetition_penalty=penalty)
+            return ids, stats, stats.draft_seconds, stats.target_seconds, walk.seconds
+        clocked = ClockedTarget(target, drafter=drafter,
+                                want_hidden=bool(getattr(drafter, "wants_target_hidden", False)))
+        ids, stats = speculative_sample(clocked, drafter, prompt, n, k=k, temperature=temperature, generator=g,
+                                        repetition_penalty=penalty)
+        return ids, stats, drafter.seconds, clocked.seconds, walk.seconds
 
 
 def timed(fn, device):
@@ -378,7 +417,7 @@ def measure(target, rows, models, best_k, prompts, n, temperature, seed, device,
     (fast path)" is plain cached decoding on ``spec_target``."""
     spec_target = target if spec_target is None else spec_target
     acc = {r[0]: {"plain_s": 0.0, "spec_s": 0.0, "plain_cpu": 0.0, "spec_cpu": 0.0, "draft_s": 0.0,
-                  "target_s": 0.0, "stats": SpecStats(), "lossless": 0} for r in rows}
+                  "target_s": 0.0, "verify_s": 0.0, "stats": SpecStats(), "lossless": 0} for r in rows}
     plain_total, plain_tokens = 0.0, 0
     for i, prompt in enumerate(prompts):
         g = torch.Generator().manual_seed(seed + i)
@@ -391,12 +430,12 @@ def measure(target, rows, models, best_k, prompts, n, temperature, seed, device,
                 def call(g=torch.Generator().manual_seed(seed + i)):
                     out = cached_generate(spec_target, prompt, n, temperature=temperature, generator=g,
                                           repetition_penalty=penalty)
-                    return out, SpecStats(target_passes=n, generated=n), 0.0, 0.0
+                    return out, SpecStats(target_passes=n, generated=n), 0.0, 0.0, 0.0
             else:
                 def call(name=name, kind=kind, artifact=artifact):
                     return run_row(spec_target, kind, models.get(artifact), best_k[name], prompt, n, temperature,
                                    seed + i, penalty=penalty)
-            spec_s, ((ids, stats, draft_s, target_s), spec_cpu) = timed(call, device)
+            spec_s, ((ids, stats, draft_s, target_s, verify_s), spec_cpu) = timed(call, device)
             a = acc[name]
             a["plain_s"] += plain_s
             a["spec_s"] += spec_s
@@ -404,6 +443,7 @@ def measure(target, rows, models, best_k, prompts, n, temperature, seed, device,
             a["spec_cpu"] += spec_cpu
             a["draft_s"] += draft_s
             a["target_s"] += target_s
+            a["verify_s"] += verify_s
             a["stats"] = a["stats"] + stats
             a["lossless"] += int(temperature == 0 and ids.tolist() == plain.tolist())
             if bar is not None:
@@ -414,8 +454,11 @@ def measure(target, rows, models, best_k, prompts, n, temperature, seed, device,
         a, s = acc[name], acc[name]["stats"]
         tau = s.tokens_per_pass
         c = (a["draft_s"] / max(1, s.target_passes)) / step_s
-        split = ((a["target_s"] / a["spec_s"], a["draft_s"] / a["spec_s"],
-                  1.0 - (a["target_s"] + a["draft_s"]) / a["spec_s"]) if kind != "plain" else None)
+        # shares of the row's wall time: target passes, drafter, acceptance walk, and the rest (the round's
+        # own Python: the cut, the counters, the appends; measured as the remainder)
+        parts = (a["target_s"], a["draft_s"], a["verify_s"])
+        split = (tuple(v / a["spec_s"] for v in parts) + (1.0 - sum(parts) / a["spec_s"],)
+                 if kind != "plain" else None)
         out.append({"drafter": name, "generation": generation, "tokens_seen": tokens_seen(kind, artifact, root),
                     "k": best_k[name], "kind": kind,
                     "lossless": f"{a['lossless']}/{len(prompts)}" if temperature == 0 else "-",
@@ -428,22 +471,32 @@ def measure(target, rows, models, best_k, prompts, n, temperature, seed, device,
 LINEAGE_KINDS = ("medusa", "eagle-chain", "eagle2", "eagle2-w2", "eagle-static", "eagle3", "block")
 
 
-def sampled_drafts(target, rows, models, best_k, prompts, n, temperature, seed) -> list[dict]:
-    """tau per lineage row: greedy, at ``temperature`` with top ranks, and with sampled drafts (issue 29)."""
+def sampled_drafts(target, rows, models, best_k, prompts, n, temperature, seed, draws: int = 3) -> list[dict]:
+    """tau per lineage row: greedy, at ``temperature`` with top ranks, and with sampled drafts (issue 29).
+
+    At T > 0 one generation per prompt is a noisy estimate of tau (8 prompts x 64 tokens moved the
+    static tree's sampled tau by +-10% between seeds), so each sampled mode runs ``draws`` generations
+    per prompt (generator seeds ``seed + 1000 d + i``) and pools them: tau = tokens / target passes over
+    all of them; ``*_range`` gives the lowest and highest tau of one draw (every prompt once)."""
     out = []
     for name, _, kind, artifact, _, _ in rows:
         if kind not in LINEAGE_KINDS:
             continue
-        taus = {}
-        modes = (("greedy", 0.0, "top"), ("top", temperature, "top"), ("sample", temperature, "sample"))
-        for label, temp, mode in modes:
-            total = SpecStats()
-            for i, prompt in enumerate(prompts):
-                _, stats, _, _ = run_row(target, kind, models.get(artifact), best_k[name], prompt, n, temp, seed + i,
-                                         mode)
-                total = total + stats
-            taus[label] = total.tokens_per_pass
-        out.append({"drafter": name, "k": best_k[name], **taus,
+        taus, ranges = {}, {}
+        modes = (("greedy", 0.0, "top", 1), ("top", temperature, "top", draws),
+                 ("sample", temperature, "sample", draws))
+        for label, temp, mode, n_draws in modes:
+            total, per_draw = SpecStats(), []
+            for d in range(n_draws):
+                one = SpecStats()
+                for i, prompt in enumerate(prompts):
+                    _, stats, *_ = run_row(target, kind, models.get(artifact), best_k[name], prompt, n, temp,
+                                             seed + 1000 * d + i, mode)
+                    one = one + stats
+                per_draw.append(one.tokens_per_pass)
+                total = total + one
+            taus[label], ranges[f"{label}_range"] = total.tokens_per_pass, (min(per_draw), max(per_draw))
+        out.append({"drafter": name, "k": best_k[name], "draws": draws, **taus, **ranges,
                     "top_vs_greedy": taus["top"] / taus["greedy"] - 1.0,
                     "sample_vs_greedy": taus["sample"] / taus["greedy"] - 1.0})
     return out
@@ -572,8 +625,14 @@ def sampled_markdown(table: list[dict], temperature: float) -> str:
     lines = [f"| drafter | k | tau greedy | tau T = {temperature}, top ranks | tau T = {temperature}, sampled drafts "
              "| top vs greedy | sampled vs greedy |", "|---|---|---|---|---|---|---|"]
     for r in table:
-        lines.append(f"| {r['drafter']} | {r['k']} | {r['greedy']:.2f} | {r['top']:.2f} | {r['sample']:.2f} | "
+        top_lo, top_hi = r["top_range"]
+        s_lo, s_hi = r["sample_range"]
+        lines.append(f"| {r['drafter']} | {r['k']} | {r['greedy']:.2f} | {r['top']:.2f} ({top_lo:.2f}-{top_hi:.2f}) | "
+                     f"{r['sample']:.2f} ({s_lo:.2f}-{s_hi:.2f}) | "
                      f"{100 * r['top_vs_greedy']:+.0f}% | {100 * r['sample_vs_greedy']:+.0f}% |")
+    draws = table[0]["draws"] if table else 0
+    lines.append(f"\n(sampled columns: {draws} draws per prompt pooled; in brackets the lowest and highest tau of one "
+                 "draw over every prompt)")
     return "\n".join(lines)
 
 
@@ -776,7 +835,7 @@ def main(argv=None) -> int:
     if args.sampled_drafts_only:
         table = sampled_drafts(spec_target, rows, models, best_k, sets["story endings"], args.new_tokens,
                                args.temperature,
-                               args.seed)
+                               args.seed, args.draws)
         print("\n## tau with sampled drafts (story endings; target: sampled within 15% of greedy)\n")
         print(sampled_markdown(table, args.temperature))
         if args.json:
@@ -829,7 +888,7 @@ def main(argv=None) -> int:
             print(f"- {name}: acceptance {v['acceptance']:.3f}, tau {v['tau']:.2f}")
     sampled = sampled_drafts(spec_target, rows, models, best_k, sets["story endings"], args.new_tokens,
                              args.temperature,
-                             args.seed)
+                             args.seed, args.draws)
     print("\n## tau with sampled drafts (story endings; target: sampled within 15% of greedy)\n")
     print(sampled_markdown(sampled, args.temperature))
     print(summary)

@@ -48,6 +48,7 @@ def test_lineage_quick_runs_every_row_losslessly(tmp_path):
     sampled = {r["drafter"]: r for r in data["sampled_drafts"]}             # issue 29: tau with sampled drafts
     assert set(sampled) == {r[0] for r in bench.ROWS if r[2] in bench.LINEAGE_KINDS}
     assert all(r["greedy"] >= 1.0 and r["top"] >= 1.0 and r["sample"] >= 1.0 for r in sampled.values())
+    assert all(r["draws"] == 1 and r["sample_range"] == [r["sample"]] * 2 for r in sampled.values())   # --quick: 1
     eagle = next(r for r in data["tables"]["story endings T=0.0"] if r["drafter"] == "EAGLE")
     assert eagle["tokens_seen"] == "5,734,400"
     assert (tmp_path / "lineage.png").stat().st_size > 10_000
@@ -70,8 +71,34 @@ def test_lineage_fast_greedy_only_times_every_row(tmp_path):
     for name, r in rows.items():
         assert r["lossless"] == "1/1", name                  # the fast path emits plain greedy decoding's tokens
         if r["time_split"] is not None:
-            target, draft, other = r["time_split"]
-            assert target > 0 and draft > 0 and target + draft + other == pytest.approx(1.0), name
+            target, draft, verify, other = r["time_split"]
+            assert target > 0 and draft > 0 and verify > 0, name
+            assert target + draft + verify + other == pytest.approx(1.0) and other < 0.5, name
+
+
+def test_verify_clock_times_the_engines_walk_and_puts_it_back():
+    """VerifyClock wraps the engine's verify_round for one run (chains and tree walks alike) and restores
+    it, also when the run raises."""
+    bench = _bench()
+    import inspect
+
+    import torch
+
+    from g2c.specdec.sampling.loop import speculative_sample
+
+    scope = inspect.unwrap(speculative_sample).__globals__
+    original = scope["verify_round"]
+    logits = torch.zeros(3, 5)
+    logits[:, 2] = 1.0
+    with bench.VerifyClock() as clock:
+        assert scope["verify_round"] is not original
+        from g2c.specdec.sampling.drafters import Sampler
+        assert scope["verify_round"](torch.tensor([2, 2]), None, logits, sampler=Sampler(0.0, None, None),
+                                     generator=None) == (2, 2)
+    assert scope["verify_round"] is original and clock.seconds > 0
+    with pytest.raises(RuntimeError), bench.VerifyClock():
+        raise RuntimeError("a row failed")
+    assert scope["verify_round"] is original
 
 
 @pytest.mark.ladder
@@ -119,6 +146,22 @@ def test_ttt_agreement_and_draft_vocabulary_measure_the_shipped_eagle3():
     assert small["unembed_ms"] > 0 and "logits" not in vars(head)           # the head's own method is back
 
 
+@pytest.mark.ladder
+def test_sampled_drafts_pool_several_draws_per_prompt(tmp_path, capsys):
+    """--sampled-drafts-only --draws 2: tau at T > 0 pools two generations per prompt (different generator
+    seeds), and the table gives the range of one draw's tau around the pooled value."""
+    bench = _bench()
+    out = tmp_path / "sampled.json"
+    assert bench.main(["--sampled-drafts-only", "--rows", "Medusa", "--prompts", "1", "--new-tokens", "12",
+                       "--no-sweep", "--threads", "1", "--draws", "2", "--json", str(out)]) == 0
+    (row,) = json.loads(out.read_text())["sampled_drafts"]
+    assert row["drafter"] == "Medusa" and row["draws"] == 2
+    for mode in ("top", "sample"):
+        lo, hi = row[f"{mode}_range"]
+        assert 1.0 <= lo <= row[mode] <= hi, (mode, row)
+    assert "2 draws per prompt pooled" in capsys.readouterr().out
+
+
 def test_measurement_only_modes_are_exclusive_and_pick_their_row(capsys):
     """--ttt-agreement-only, --draft-vocab-only, --medusa-joint-only: one at a time, each defaults --rows to its
     own row (so no other drafter is loaded) and refuses options it would ignore, before loading anything."""
@@ -132,7 +175,10 @@ def test_measurement_only_modes_are_exclusive_and_pick_their_row(capsys):
                           (["--medusa-joint-only", "--rows", "EAGLE"], "measures the Medusa row"),
                           (["--draft-vocab-only", "--json", "out.json"], "--json does not apply to it"),
                           (["--ttt-agreement-only", "--fast"], "--fast does not apply to it"),
-                          (["--sampled-drafts-only", "--figure", "f.png"], "--figure does not apply to it")):
+                          (["--sampled-drafts-only", "--figure", "f.png"], "--figure does not apply to it"),
+                          (["--greedy-only", "--draws", "3"], "--greedy-only prints no such table"),
+                          (["--medusa-joint-only", "--draws", "2"], "--medusa-joint-only prints no such table"),
+                          (["--sampled-drafts-only", "--draws", "0"], "--draws")):
         with pytest.raises(SystemExit) as info:
             bench.parse_args(argv)
         err = capsys.readouterr().err

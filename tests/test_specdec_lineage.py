@@ -426,7 +426,7 @@ def test_top_k_and_top_p_reach_the_tree_presets(preset):
         assert 0.5 * float((counts / n - p).abs().sum()) < 3 * expected, (top_k, top_p)
 
 
-@pytest.mark.parametrize("kind", ["medusa", "eagle2", "block"])    # EAGLE's static tree: the same sampled fill
+@pytest.mark.parametrize("kind", ["medusa", "eagle2", "block", "block-kv"])   # EAGLE's static tree: the same fill
 def test_sampled_drafts_carry_q_and_keep_the_target_distribution(kind):
     """draft_mode="sample" (issue 29): at T = 0.8 the drafter draws its nodes from its own q (siblings
     distinct) and the tree carries those rows; the first emitted token still follows the target's

@@ -366,6 +366,37 @@ for ctx in prompts:
     show("Block, B=8", stats, ids, want)
 
 # %% [markdown]
+# ## 6. Sampled drafts for trees
+#
+# At T > 0 a tree of the drafter's *top ranks* is a deterministic proposal: the exact rule can
+# keep a node x only with probability p(x), however sure the drafter was. With
+# `draft_mode="sample"` the drafter draws each node's children from its own q (without
+# replacement among siblings) and the tree carries those q rows, so the verifier can accept x with
+# min(1, p(x) / q(x)) and the output still follows the target's distribution. The same static
+# tree of 16 nodes, greedy and at T = 0.8 both ways; one sampled generation per prompt is noisy,
+# so the sampled rows pool two draws per prompt:
+
+# %%
+DRAWS = 2
+for label, temperature, mode, draws in (("greedy", 0.0, "top", 1), ("T=0.8, top ranks", 0.8, "top", DRAWS),
+                                        ("T=0.8, sampled drafts", 0.8, "sample", DRAWS)):
+    tokens, passes = 0, 0
+    for draw in range(draws):
+        for i, ctx in enumerate(prompts):
+            drafter = EagleTreeDrafter(eagle, shape="static", draft_mode=mode)
+            ids, stats = lineage_generate(eagle.base, drafter, ctx, NEW_TOKENS, num_nodes=16, temperature=temperature,
+                                          generator=torch.Generator().manual_seed(1000 * draw + i))
+            tokens, passes = tokens + stats.generated, passes + stats.target_passes
+    say(f"EAGLE static tree, 16 nodes, {label:<22} tau {tokens / passes:.2f} "
+        f"({draws * len(prompts)} generations pooled)")
+
+# %% [markdown]
+# Sampled drafts win back most of what the top ranks lose at T = 0.8. What stays lost is the
+# distance between the drafter's q and the target's p: a sampled first child is kept with
+# probability sum_x min(p(x), q(x)), which a greedy round never asks of the drafter's tails.
+# The lesson's table (`bench/lineage.py --sampled-drafts-only`) pools 8 prompts x 3 draws.
+
+# %% [markdown]
 # **Question:** In sections 1 and 3, Medusa verified a tree of 16 candidates per pass and EAGLE a
 # chain of 8. Both read the final states of the same target. Compare their tau: why do Medusa's
 # heads write fewer tokens per pass, and why does the gap grow with the depth of the draft?
