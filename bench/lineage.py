@@ -44,9 +44,10 @@ retraining installs into ``runs/budget-<T>/``); the target stays the shipped Sto
 
 Columns: tau (tokens per target pass); c (the drafter's seconds per round, its ``start``/``draft``
 /``commit`` or ``propose``/``commit``, over the target's seconds per token when it decodes alone);
-the law tau / (1 + c) next to the measured speed-up; where the time of a row went (the target's
-passes with their verification, the drafter, and the rest: the round's own Python, the budget/EOS
-cut, the commits' bookkeeping), as shares of the row's wall time; tok/s; the speed-up over plain CACHED
+the law tau / (1 + c) next to the measured speed-up; where the time of a row went (target / draft
+/ verify / other: the target's prefills, scoring passes and commits, the drafter, the acceptance
+walk, and the rest: the round's own Python, the budget/EOS cut, the appends), as shares of the
+row's wall time; tok/s; the speed-up over plain CACHED
 decoding (``cached_generate``, same model, dtype and threads, timed interleaved with the rows);
 lossless (greedy: prompts whose output equals plain greedy decoding token for token; sampled:
 "-", the distribution tests in tests/test_specdec_lineage.py cover it).
@@ -209,6 +210,14 @@ def parse_args(argv):
                 ap.error(f"{flag} prints one table: {name} does not apply to it")
     if args.sampled_drafts_only and args.figure:
         ap.error("--sampled-drafts-only prints one table: --figure does not apply to it")
+    if args.sampled_drafts_only:                        # the tree/state rows only: nothing else is measured
+        lineage = [r[0] for r in ROWS if r[2] in LINEAGE_KINDS]
+        if args.rows is None:
+            args.rows = ",".join(lineage)
+        others = [name for name in args.rows.split(",") if name not in lineage]
+        if others:
+            ap.error(f"--sampled-drafts-only measures the lineage rows ({', '.join(lineage)}): "
+                     f"{', '.join(others)} {'is' if len(others) == 1 else 'are'} not one")
     if args.draws is not None and (args.greedy_only or (chosen and chosen[0] != "--sampled-drafts-only")):
         ap.error(f"--draws sets the sampled-drafts table's generations per prompt: "
                  f"{'--greedy-only' if args.greedy_only else chosen[0]} prints no such table")
@@ -471,7 +480,8 @@ def measure(target, rows, models, best_k, prompts, n, temperature, seed, device,
 LINEAGE_KINDS = ("medusa", "eagle-chain", "eagle2", "eagle2-w2", "eagle-static", "eagle3", "block")
 
 
-def sampled_drafts(target, rows, models, best_k, prompts, n, temperature, seed, draws: int = 3) -> list[dict]:
+def sampled_drafts(target, rows, models, best_k, prompts, n, temperature, seed, draws: int = 3,
+                   penalty: float = 1.0) -> list[dict]:
     """tau per lineage row: greedy, at ``temperature`` with top ranks, and with sampled drafts (issue 29).
 
     At T > 0 one generation per prompt is a noisy estimate of tau (8 prompts x 64 tokens moved the
@@ -491,7 +501,7 @@ def sampled_drafts(target, rows, models, best_k, prompts, n, temperature, seed, 
                 one = SpecStats()
                 for i, prompt in enumerate(prompts):
                     _, stats, *_ = run_row(target, kind, models.get(artifact), best_k[name], prompt, n, temp,
-                                             seed + 1000 * d + i, mode)
+                                           seed + 1000 * d + i, mode, penalty=penalty)
                     one = one + stats
                 per_draw.append(one.tokens_per_pass)
                 total = total + one
@@ -621,18 +631,33 @@ def draft_vocab(target, head, sizes=(256, 512, 1024, 2048), steps: int = 3, wind
     return out
 
 
-def sampled_markdown(table: list[dict], temperature: float) -> str:
+def save_json(path: Path, data: dict) -> int:
+    """Write ``data`` to ``path`` atomically (parents made); 0, or 1 with one line on stderr when the
+    disk refuses (the tables printed above are still the run's result)."""
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        write_text_atomic(path, json.dumps(data, indent=1))
+    except OSError as err:
+        print(f"bench/lineage.py: could not write {path}: {err} (the tables above are the run's result)",
+              file=sys.stderr)
+        return 1
+    return 0
+
+
+def sampled_markdown(table: list[dict], temperature: float, draws: int) -> str:
     lines = [f"| drafter | k | tau greedy | tau T = {temperature}, top ranks | tau T = {temperature}, sampled drafts "
              "| top vs greedy | sampled vs greedy |", "|---|---|---|---|---|---|---|"]
+
+    def cell(r, mode):
+        lo, hi = r[f"{mode}_range"]
+        return f"{r[mode]:.2f}" + (f" ({lo:.2f}-{hi:.2f})" if draws > 1 else "")
+
     for r in table:
-        top_lo, top_hi = r["top_range"]
-        s_lo, s_hi = r["sample_range"]
-        lines.append(f"| {r['drafter']} | {r['k']} | {r['greedy']:.2f} | {r['top']:.2f} ({top_lo:.2f}-{top_hi:.2f}) | "
-                     f"{r['sample']:.2f} ({s_lo:.2f}-{s_hi:.2f}) | "
+        lines.append(f"| {r['drafter']} | {r['k']} | {r['greedy']:.2f} | {cell(r, 'top')} | {cell(r, 'sample')} | "
                      f"{100 * r['top_vs_greedy']:+.0f}% | {100 * r['sample_vs_greedy']:+.0f}% |")
-    draws = table[0]["draws"] if table else 0
-    lines.append(f"\n(sampled columns: {draws} draws per prompt pooled; in brackets the lowest and highest tau of one "
-                 "draw over every prompt)")
+    lines.append("\n(sampled columns: " + (f"{draws} draws per prompt pooled; in brackets the lowest and highest tau "
+                                            "of one draw over every prompt)" if draws > 1 else
+                                            "1 draw per prompt: a noisy estimate, pool more with --draws)"))
     return "\n".join(lines)
 
 
@@ -787,8 +812,9 @@ def main(argv=None) -> int:
         print(f"# The draft lineage on {TARGET} (float32, {torch.get_num_threads()} threads, {device}"
               f"{', every row on the fast path' if args.fast else ''}"
               f"{f', packed from {args.packed_min_rows} rows' if args.packed_min_rows else ''}{where}); "
-              f"{args.prompts} prompts x "
-              f"{args.new_tokens} tokens per set; speed-ups over plain cached decoding on the teaching path"
+              f"{args.prompts} prompts x {args.new_tokens} tokens per set; "
+              + ("tau only, no timing" if args.sampled_drafts_only
+                 else "speed-ups over plain cached decoding on the teaching path")
               + (f"; repetition penalty {args.repetition_penalty} on every row and on the baseline"
                  if args.repetition_penalty != 1.0 else ""))
     if args.medusa_joint_only:
@@ -835,12 +861,11 @@ def main(argv=None) -> int:
     if args.sampled_drafts_only:
         table = sampled_drafts(spec_target, rows, models, best_k, sets["story endings"], args.new_tokens,
                                args.temperature,
-                               args.seed, args.draws)
+                               args.seed, args.draws, args.repetition_penalty)
         print("\n## tau with sampled drafts (story endings; target: sampled within 15% of greedy)\n")
-        print(sampled_markdown(table, args.temperature))
+        print(sampled_markdown(table, args.temperature, args.draws))
         if args.json:
-            args.json.parent.mkdir(parents=True, exist_ok=True)
-            args.json.write_text(json.dumps({"threads": torch.get_num_threads(), "sampled_drafts": table}, indent=1))
+            return save_json(args.json, {"threads": torch.get_num_threads(), "sampled_drafts": table})
         return 0
     tables = {}
     runs = [("story endings", 0.0)] if args.greedy_only else [(s, t) for s in sets for t in (0.0, args.temperature)]
@@ -863,10 +888,9 @@ def main(argv=None) -> int:
     if args.greedy_only:
         print(summary)
         if args.json:
-            write_text_atomic(args.json, json.dumps({"threads": torch.get_num_threads(), "best_k": best_k,
-                                                     "fast": args.fast, "drafters": str(args.drafters or "artifacts"),
-                                                     "tables": {f"{s} T={t}": v for (s, t), v in tables.items()}},
-                                                    indent=1))
+            return save_json(args.json, {"threads": torch.get_num_threads(), "best_k": best_k, "fast": args.fast,
+                                         "drafters": str(args.drafters or "artifacts"),
+                                         "tables": {f"{s} T={t}": v for (s, t), v in tables.items()}})
         return 0
     sizes = [1, 2, 4, 8]
     curves = cost_curves(spec_target, models, sets["story endings"][0], sizes, args.c_repeats)
@@ -888,18 +912,17 @@ def main(argv=None) -> int:
             print(f"- {name}: acceptance {v['acceptance']:.3f}, tau {v['tau']:.2f}")
     sampled = sampled_drafts(spec_target, rows, models, best_k, sets["story endings"], args.new_tokens,
                              args.temperature,
-                             args.seed, args.draws)
+                             args.seed, args.draws, args.repetition_penalty)
     print("\n## tau with sampled drafts (story endings; target: sampled within 15% of greedy)\n")
-    print(sampled_markdown(sampled, args.temperature))
+    print(sampled_markdown(sampled, args.temperature, args.draws))
     print(summary)
     if args.figure:
         figure(args.figure, tables, curves, sizes)
         print(f"figure: {args.figure}")
     if args.json:
-        write_text_atomic(args.json, json.dumps({"threads": torch.get_num_threads(), "best_k": best_k,
-                                         "tables": {f"{s} T={t}": v for (s, t), v in tables.items()},
-                                         "cost_curves": curves, "typical": typical,
-                                         "sampled_drafts": sampled}, indent=1))
+        return save_json(args.json, {"threads": torch.get_num_threads(), "best_k": best_k,
+                                     "tables": {f"{s} T={t}": v for (s, t), v in tables.items()},
+                                     "cost_curves": curves, "typical": typical, "sampled_drafts": sampled})
     return 0
 
 

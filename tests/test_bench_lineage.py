@@ -160,6 +160,10 @@ def test_sampled_drafts_pool_several_draws_per_prompt(tmp_path, capsys):
         lo, hi = row[f"{mode}_range"]
         assert 1.0 <= lo <= row[mode] <= hi, (mode, row)
     assert "2 draws per prompt pooled" in capsys.readouterr().out
+    # the disk refuses the json: one line, exit 1, the table printed (a file where a folder should be)
+    (tmp_path / "afile").write_text("")
+    assert bench.save_json(tmp_path / "afile" / "x.json", {"a": 1}) == 1
+    assert "could not write" in capsys.readouterr().err
 
 
 def test_measurement_only_modes_are_exclusive_and_pick_their_row(capsys):
@@ -169,6 +173,8 @@ def test_measurement_only_modes_are_exclusive_and_pick_their_row(capsys):
     assert bench.parse_args(["--ttt-agreement-only"]).rows == "EAGLE-3"
     assert bench.parse_args(["--draft-vocab-only"]).rows == "EAGLE-3"
     assert bench.parse_args(["--medusa-joint-only"]).rows == "Medusa"
+    assert bench.parse_args(["--sampled-drafts-only"]).rows.split(",") == [
+        r[0] for r in bench.ROWS if r[2] in bench.LINEAGE_KINDS]                    # no small LM loaded for nothing
     assert bench.parse_args(["--ttt-agreement-only", "--rows", "Medusa,EAGLE-3"]).rows == "Medusa,EAGLE-3"
     for argv, message in ((["--ttt-agreement-only", "--draft-vocab-only"], "are separate measurements"),
                           (["--ttt-agreement-only", "--rows", "Medusa"], "measures the EAGLE-3 row: add it to --rows"),
@@ -178,7 +184,8 @@ def test_measurement_only_modes_are_exclusive_and_pick_their_row(capsys):
                           (["--sampled-drafts-only", "--figure", "f.png"], "--figure does not apply to it"),
                           (["--greedy-only", "--draws", "3"], "--greedy-only prints no such table"),
                           (["--medusa-joint-only", "--draws", "2"], "--medusa-joint-only prints no such table"),
-                          (["--sampled-drafts-only", "--draws", "0"], "--draws")):
+                          (["--sampled-drafts-only", "--draws", "0"], "--draws"),
+                          (["--sampled-drafts-only", "--rows", "StoryLM-1M,Medusa"], "StoryLM-1M is not one")):
         with pytest.raises(SystemExit) as info:
             bench.parse_args(argv)
         err = capsys.readouterr().err

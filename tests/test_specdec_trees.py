@@ -29,8 +29,15 @@ from g2c.specdec.trees import (
     sample_children,
     sampled_acceptance_probs,
     static_choices,
+    warp_probs,
 )
-from g2c.specdec.trees.attention import cached_tree_forward, commit_tree_kv, tree_attention_mask, tree_forward
+from g2c.specdec.trees.attention import (
+    cached_tree_forward,
+    commit_tree_kv,
+    tree_attention_mask,
+    tree_forward,
+    tree_logits,
+)
 from g2c.specdec.trees.verify import greedy_tree_verify, tree_speculative_generate, tree_speculative_verify
 from g2c.transformer import TransformerLM
 
@@ -593,13 +600,28 @@ def test_sample_children_rows_and_sampled_builders():
                                 generator=torch.Generator().manual_seed(1))
     assert tree.num_nodes == 3 and tree.parents.tolist() == [-1, -1, 0]
     assert tree.proposal_probs.shape == (3, 3) and sorted(tree.tokens[:2].tolist()) == [0, 1]
-    # Dynamic: the shape (rank paths) is the deterministic search's; sampling fills it.
+    # Dynamic: the shape (rank paths) is the deterministic search's, valued with the warped q at T;
+    # sampling fills it.
     g = torch.Generator().manual_seed(2)
     model = TableLM(torch.randn(6, 6, generator=g))
-    top, _ = build_dynamic_tree(model, torch.tensor([0, 1]), 6, width=2)
+
+    class Warped:                                                           # the same LM's q at T = 0.8
+        vocab_size = 6
+
+        def tree_probs(self, ctx_ids, tree):
+            return warp_probs(torch.softmax(tree_logits(model, ctx_ids, tree).float(), dim=-1), 0.8)
+
+    top, _ = build_dynamic_tree(Warped(), torch.tensor([0, 1]), 6, width=2)
     drawn, passes = build_dynamic_tree(model, torch.tensor([0, 1]), 6, width=2, sample=True, temperature=0.8,
                                        generator=g)
     assert drawn.parents.tolist() == top.parents.tolist() and drawn.proposal_probs.shape == (6, 6)
+    # Where warping changes the values, it changes the shape: q = [0.6, 0.38, 0.02] at every node keeps a
+    # sibling over the chain's second node at T = 1 (0.38 > 0.36), a chain at T = 0.5 (0.29 < 0.51).
+    flat = _RowDrafter(torch.tensor([[0.6, 0.38, 0.02]]))
+    assert build_dynamic_tree(flat, torch.tensor([0]), 2, width=2)[0].parents.tolist() == [-1, -1]
+    chain, _ = build_dynamic_tree(flat, torch.tensor([0]), 2, width=2, sample=True, temperature=0.5,
+                                  generator=torch.Generator().manual_seed(3))
+    assert chain.parents.tolist() == [-1, 0]
     assert top.proposal_probs is None and passes > 0
     for i in range(drawn.num_nodes):                                        # each token drawn from its row
         assert float(drawn.proposal_probs[i, drawn.tokens[i]]) > 0.0
@@ -607,6 +629,19 @@ def test_sample_children_rows_and_sampled_builders():
         build_static_tree(drafter, torch.tensor([0]), [(0,)], sample=True, temperature=0.0)
     with pytest.raises(ValueError, match="draft_mode"):
         tree_speculative_generate(model, model, [0], 2, draft_mode="beam")
+
+
+def test_warp_probs_is_softmax_of_logits_over_t_even_at_a_tiny_t():
+    """warp_probs(softmax(z), T) = softmax(z / T); at T = 1e-3 p ** (1 / T) underflows to 0 / 0, the
+    log-domain form gives the one-hot row, and zero entries stay zero at every T."""
+    z = torch.tensor([2.0, 1.0, -0.5, 0.3])
+    for t in (0.5, 0.8, 2.0):
+        torch.testing.assert_close(warp_probs(torch.softmax(z, -1), t), torch.softmax(z / t, -1))
+    tiny = warp_probs(torch.tensor([[0.5, 0.3, 0.2, 0.0]]), 1e-3)
+    assert torch.isfinite(tiny).all() and tiny.tolist() == [[1.0, 0.0, 0.0, 0.0]]
+    assert warp_probs(torch.tensor([0.0, 0.6, 0.4]), 3.0)[0] == 0.0
+    tokens, _ = sample_children(tiny[0], 2, generator=torch.Generator().manual_seed(0))
+    assert tokens == [0]                                                    # one token q can give
 
 
 def test_sampled_acceptance_probs_matches_the_rule():

@@ -73,6 +73,9 @@ def check_choices(choices, name: str = "choices") -> list[tuple[int, ...]]:
 def warp_probs(probs: torch.Tensor, temperature: float) -> torch.Tensor:
     """softmax(logits / T) from softmax(logits): normalize(probs ** (1 / T)) along the last dim. Provided.
 
+    Computed as softmax(log(probs) / T), so a small T gives a (nearly) one-hot row, not 0 / 0;
+    zero entries stay zero.
+
     Args:
         probs: (..., V) float probabilities (any device).
         temperature: T > 0 (1 returns the rows unchanged).
@@ -84,8 +87,8 @@ def warp_probs(probs: torch.Tensor, temperature: float) -> torch.Tensor:
         raise ValueError(f"warp_probs: temperature must be > 0 (sampled drafting), got {temperature!r}")
     if temperature == 1.0:
         return probs
-    w = probs.clamp(min=0.0).pow(1.0 / temperature)
-    return w / w.sum(dim=-1, keepdim=True)
+    # in logs: p ** (1 / T) underflows to 0 everywhere at a small T (0 / 0); log 0 = -inf stays a 0
+    return torch.softmax(probs.clamp(min=0.0).log() / temperature, dim=-1)
 
 
 def sample_children(q: torch.Tensor, k: int, *, generator: torch.Generator | None = None
@@ -211,7 +214,9 @@ def build_dynamic_tree(drafter, ctx_ids, num_nodes: int, *, width: int = 4,
         width: EAGLE-2's top-k: nodes expanded per depth, and children per expanded node.
         max_depth: deepest level drafted (default n: a chain's worth).
         sample, temperature, generator: sampled drafting (see ``build_static_tree``). The search
-            above chooses the SHAPE (the kept nodes' rank paths) from the drafter's top ranks;
+            above chooses the SHAPE (the kept nodes' rank paths) from the drafter's top ranks,
+            valued with the q the fill draws from (the drafter's probabilities warped to
+            ``temperature``: at T < 1 a sharper q, which favours depth over siblings);
             ``build_static_tree(..., sample=True)`` then fills that shape with drawn tokens and
             their proposal rows. Choosing the shape from the drawn tokens' own probabilities
             would make a slot's existence depend on its token, and the verification would no
@@ -266,6 +271,8 @@ def build_dynamic_tree(drafter, ctx_ids, num_nodes: int, *, width: int = 4,
                         torch.tensor([sub_index[parents[i]] if parents[i] >= 0 else -1 for i in keep],
                                      dtype=torch.long))
         probs = _drafter_probs(drafter, ctx_ids, sub)                       # (|keep|+1, V)
+        if sample:                  # value paths with the q the fill draws from: softmax(logits / T)
+            probs = warp_probs(probs, temperature)
         passes += 1
         new_layer = []
         for f, fv in zip(frontier, frontier_values):
