@@ -373,7 +373,7 @@ class VerifyClock:
         self.seconds = 0.0
 
     def __enter__(self) -> VerifyClock:
-        scope = inspect.unwrap(speculative_sample).__globals__   # the engine's module (answer key applied or not)
+        self._scope = scope = inspect.unwrap(speculative_sample).__globals__   # the engine's module
         self._saved = inner = scope["verify_round"]
 
         def verify_round(*args, **kwargs):
@@ -387,7 +387,7 @@ class VerifyClock:
         return self
 
     def __exit__(self, *exc) -> None:
-        inspect.unwrap(speculative_sample).__globals__["verify_round"] = self._saved
+        self._scope["verify_round"] = self._saved
 
 
 def run_row(target, kind, model, k, prompt, n, temperature, seed, draft_mode="top", penalty=1.0):
@@ -635,8 +635,7 @@ def save_json(path: Path, data: dict) -> int:
     """Write ``data`` to ``path`` atomically (parents made); 0, or 1 with one line on stderr when the
     disk refuses (the tables printed above are still the run's result)."""
     try:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        write_text_atomic(path, json.dumps(data, indent=1))
+        write_text_atomic(path, json.dumps(data, indent=1))                     # makes the parents
     except OSError as err:
         print(f"bench/lineage.py: could not write {path}: {err} (the tables above are the run's result)",
               file=sys.stderr)
