@@ -642,6 +642,12 @@ def test_warp_probs_is_softmax_of_logits_over_t_even_at_a_tiny_t():
     assert warp_probs(torch.tensor([0.0, 0.6, 0.4]), 3.0)[0] == 0.0
     tokens, _ = sample_children(tiny[0], 2, generator=torch.Generator().manual_seed(0))
     assert tokens == [0]                                                    # one token q can give
+    for bad_t in (0.0, -1.0, float("inf"), float("nan")):
+        with pytest.raises(ValueError, match="finite number > 0"):
+            warp_probs(torch.tensor([0.0, 0.5, 0.5]), bad_t)
+    for q, k in ((torch.ones(2, 3) / 3, 1), (torch.ones(3) / 3, -1)):
+        with pytest.raises(ValueError, match=r"q must be one row \(V,\) and k an int >= 0"):
+            sample_children(q, k)
 
 
 def test_sampled_acceptance_probs_matches_the_rule():

@@ -74,17 +74,19 @@ def warp_probs(probs: torch.Tensor, temperature: float) -> torch.Tensor:
     """softmax(logits / T) from softmax(logits): normalize(probs ** (1 / T)) along the last dim. Provided.
 
     Computed as softmax(log(probs) / T), so a small T gives a (nearly) one-hot row, not 0 / 0;
-    zero entries stay zero.
+    zero entries stay zero, negative entries count as zero, and a row with no positive entry has
+    no warped law (NaN). At T = 1 the rows are returned as they are.
 
     Args:
         probs: (..., V) float probabilities (any device).
         temperature: T > 0 (1 returns the rows unchanged).
 
     Raises:
-        ValueError: temperature not > 0.
+        ValueError: temperature not a finite number > 0.
     """
-    if not temperature > 0.0:
-        raise ValueError(f"warp_probs: temperature must be > 0 (sampled drafting), got {temperature!r}")
+    if not 0.0 < temperature < float("inf"):
+        raise ValueError(f"warp_probs: temperature must be a finite number > 0 (sampled drafting), "
+                         f"got {temperature!r}")
     if temperature == 1.0:
         return probs
     # in logs: p ** (1 / T) underflows to 0 everywhere at a small T (0 / 0); log 0 = -inf stays a 0
@@ -100,6 +102,9 @@ def sample_children(q: torch.Tensor, k: int, *, generator: torch.Generator | Non
         k: how many siblings, >= 0.
         generator: CPU ``torch.Generator`` (None: torch's global one).
 
+    Raises:
+        ValueError: q not 1-D, or k not an int >= 0.
+
     Returns:
         (tokens, rows): the drawn tokens in draw order (fewer than k when q has fewer than k
         nonzero entries) and their proposal rows, (len(tokens), V) float32 CPU: row j is q with
@@ -107,6 +112,9 @@ def sample_children(q: torch.Tensor, k: int, *, generator: torch.Generator | Non
         run on these rows is exact; verifying every sibling against the unmodified q is not
         (``tests/test_specdec_trees.py`` plants that mistake and catches it).
     """
+    if q.dim() != 1 or isinstance(k, bool) or not isinstance(k, int) or k < 0:
+        raise ValueError(f"sample_children: q must be one row (V,) and k an int >= 0, got q of shape "
+                         f"{tuple(q.shape)} and k={k!r}")
     rest = q.detach().float().cpu().clamp(min=0.0).clone()                  # (V,)
     tokens: list[int] = []
     rows: list[torch.Tensor] = []
