@@ -109,14 +109,14 @@ ROWS = [
     ("StoryLM-1M-distilled", "1: small LM, distilled", "lm", "StoryLM-1M-distilled", 4, (2, 4, 6)),
     ("StoryLM-5M", "1: small LM", "lm", "StoryLM-5M", 4, (2, 4, 6)),
     ("n-gram", "prompt lookup", "ngram", None, 4, (2, 4, 8)),
-    ("Medusa", "2: Medusa heads (tree)", "medusa", "StoryLM-30M-Medusa", 16, (8, 16, 32)),
+    ("Medusa", "2: Medusa heads (tree)", "medusa", "StoryLM-30M-Medusa", 16, (2, 4, 8, 16)),
     ("EAGLE", "3: EAGLE (chain)", "eagle-chain", "StoryLM-30M-EAGLE", 4, (2, 4, 6)),
     ("EAGLE-2", "3: EAGLE-2 dynamic tree", "eagle2", "StoryLM-30M-EAGLE", 16, (8, 16, 32)),
     ("EAGLE-2 width 2", "3: EAGLE-2 dynamic tree, width 2", "eagle2-w2", "StoryLM-30M-EAGLE", 8, (6, 8, 12)),
     ("EAGLE static tree", "3: EAGLE, static tree", "eagle-static", "StoryLM-30M-EAGLE", 16, (8, 16, 32)),
     ("EAGLE-3", "3: EAGLE-3 (fused layers, TTT)", "eagle3", "StoryLM-30M-EAGLE3", 4, (2, 4, 6)),
     ("MTP", "4: MTP head", "mtp", "StoryLM-30M-MTP", 1, (1,)),
-    ("Block", "block drafter (DFlash-style)", "block", "StoryLM-30M-Block", 8, (4, 8)),
+    ("Block", "block drafter (DFlash-style)", "block", "StoryLM-30M-Block", 8, (2, 4, 8)),
 ]
 FULL = dict(prompts=8, new_tokens=64, sweep=True, c_repeats=5, draws=3)
 QUICK = dict(prompts=2, new_tokens=24, sweep=False, c_repeats=2, draws=1)

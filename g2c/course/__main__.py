@@ -58,8 +58,10 @@ def report(results, worked: list[str]) -> list[str]:
             env = f"G2C_APPLY_SOLUTIONS={selector_for(list(r.applied))} " if r.applied else ""
             if set(r.applied) & set(worked):      # an explicit --solve of an edited prerequisite
                 env = "G2C_REPLACE_EDITED=1 " + env
-            lines.append(f"module {r.id}: {r.own_failures} of {r.total} tests fail in your code. See them, with the "
-                         f"answer key as when grading: {env}./test.sh {' '.join(get_module(r.id).tests)} -x")
+            why = ("" if r.id in worked else f" (you have not edited module {r.id}'s exercise files yet, so these "
+                   "are its unwritten exercises)")
+            lines.append(f"module {r.id}: {r.own_failures} of {r.total} tests fail in your code{why}. See them, with "
+                         f"the answer key as when grading: {env}./test.sh {' '.join(get_module(r.id).tests)} -x")
         for pre, n in r.blocked:
             lines.append(f"module {r.id}: {n} tests fail because module {pre} (which {r.id} needs"
                          f"{', and you edited' if pre in worked else ''}) has an unwritten exercise: finish {pre} "

@@ -59,6 +59,7 @@ class ModuleResult:
     failures: tuple[tuple[str, str], ...] = ()
     recorded: int | None = None
     warnings: tuple[str, ...] = ()
+    graded: bool = True  # False: the recorded untouched counts, shown without running the tests
 
     @property
     def total(self) -> int:
@@ -115,6 +116,35 @@ def failing_tests(xml_text: str) -> list[tuple[str, str]]:
         if bad is not None:
             m = UNWRITTEN.search(f"{bad.get('message', '')}\n{bad.text or ''}")
             out.append((_case_id(case, file), m.group(1) if m else ""))
+    return out
+
+
+REASON_WIDTH = 160  # characters of a failure's first message line shown after its test id
+
+
+def failure_lines(xml_text: str) -> list[str]:
+    """``FAILED <test id> - <reason>`` for every failing or erroring test case, in run order.
+
+    The reason is the "module X: f in file is not implemented yet" sentence wherever the failure's
+    message or traceback holds one (also inside a ``pytest.raises(..., match=...)`` mismatch, whose
+    first line alone reads "Regex pattern did not match"), else the first line of the message, cut at
+    ``REASON_WIDTH`` characters. pytest's own summary lines are cut at the terminal width (80
+    columns in a pipe), which hid the reason."""
+    out = []
+    for case in ET.fromstring(xml_text).iter("testcase"):
+        file = case.get("file") or (case.get("classname") or "?").replace(".", "/") + ".py"
+        bad = case.find("failure")
+        kind = "FAILED"
+        if bad is None:
+            bad, kind = case.find("error"), "ERROR"
+        if bad is None:
+            continue
+        message = bad.get("message", "") or ""
+        m = UNWRITTEN.search(f"{message}\n{bad.text or ''}")
+        reason = m.group(0) if m else (message.strip().splitlines() or [""])[0]
+        if len(reason) > REASON_WIDTH:
+            reason = reason[:REASON_WIDTH - 3] + "..."
+        out.append(f"{kind} {_case_id(case, file)}" + (f" - {' '.join(reason.split())}" if reason else ""))
     return out
 
 
@@ -209,13 +239,13 @@ def _pytest(files: list[str], selection: list[str], root: Path, python: str,
         if not xml.exists():
             raise RuntimeError(f"pytest wrote no report (exit code {proc.returncode}):\n"
                                f"{proc.stdout[-3000:]}{proc.stderr[-3000:]}")
+        text = xml.read_text(encoding="utf-8")
         if echo:
-            tail = [line for line in proc.stdout.splitlines() if line.startswith(("FAILED", "ERROR"))]
+            tail = failure_lines(text)
             for line in tail[:40]:
                 print(f"  {line}")
             if len(tail) > 40:
                 print(f"  ... and {len(tail) - 40} more")
-        text = xml.read_text(encoding="utf-8")
         return parse_junit(text), failing_tests(text)
 
 
@@ -289,7 +319,7 @@ def untouched_result(module_id: str, root: Path = REPO_ROOT) -> ModuleResult:
         failed = sum(pristine[t]["failed"] for t in m.tests)
     except (KeyError, TypeError):
         passed = failed = 0
-    return ModuleResult(m.id, m.title, passed, failed, 0, passed, recorded=passed + failed)
+    return ModuleResult(m.id, m.title, passed, failed, 0, passed, recorded=passed + failed, graded=False)
 
 
 TITLE_WIDTH = 40  # the module column wraps long titles onto continuation lines (never cuts them)
@@ -314,7 +344,7 @@ def format_table(results: list[ModuleResult], worked: list[str] = ()) -> str:
         blocked = ", ".join(f"{i} ({n})" for i, n in r.blocked) or "-"
         rows.append((r.id + ("*" if r.id in worked else ""), title[0], needs, f"{r.passed}/{r.total}",
                      "-" if r.untouched is None else str(r.untouched),
-                     str(r.own_failures) if r.id in worked else "-", blocked, state))
+                     str(r.own_failures) if r.graded else "-", blocked, state))
         rows.extend(("", more, "", "", "", "", "", "") for more in title[1:])
     widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]))]
     lines = ["  ".join(cell.ljust(w) if i in (0, 1, 2, 6, 7) else cell.rjust(w) for i, (cell, w) in
@@ -326,7 +356,8 @@ def format_table(results: list[ModuleResult], worked: list[str] = ()) -> str:
 def legend(worked: list[str]) -> str:
     text = ("passed/total: tests of the module passing on your code, with the answer key applied only to the "
             "modules it needs (the 'needs' column, transitively) that you have not edited; untouched: how many "
-            "pass on the untouched scaffold (tests of provided code); blocked by: failures caused by an "
+            "pass on the untouched scaffold (tests of provided code); yours failing: the module's failing tests "
+            "that no unwritten prerequisite explains (- = not run this time); blocked by: failures caused by an "
             "unwritten exercise of a module you edited.")
     if worked:
         text += " * = you edited its exercise files."

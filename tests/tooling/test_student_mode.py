@@ -16,7 +16,7 @@ import pytest
 from repo_copy import REPO_ROOT, copy_repo, env_for
 
 from g2c.course import MODULES, get_module, grading_selection, prerequisites, prerequisites_selector
-from g2c.course.progress import ModuleResult, format_table, parse_junit
+from g2c.course.progress import ModuleResult, failure_lines, format_table, parse_junit
 from g2c.course.scaffolds import expected, stack_hints, status
 
 LOSS = "g2c/lm/loss.py"  # module 06: two exercises, 9 tests in tests/test_lm.py, 1 passes untouched
@@ -199,6 +199,42 @@ def test_format_table_states():
     rows = {line.split()[0]: line for line in table.splitlines()[2:]}
     assert rows["03"].endswith("done") and rows["04*"].endswith("in progress")
     assert rows["05"].endswith("not started") and rows["06"].endswith("no tests")
+
+
+def test_failure_lines_name_the_unwritten_exercise_even_behind_a_regex_mismatch():
+    # module 03's resolve_device raises NotImplementedError, a RuntimeError: pytest.raises(RuntimeError, match=...)
+    # catches it and fails with "Regex pattern did not match." on its first line; the sentence is further down
+    unwritten = "module 03: resolve_device in g2c/nn/device.py is not implemented yet. Write it (see docs)"
+    xml = f"""<testsuites><testsuite>
+      <testcase classname="tests.test_nn" file="tests/test_nn.py" name="test_rejects"><failure
+        message="AssertionError: Regex pattern did not match.&#10; Regex: 'CUDA'&#10; Input: '{unwritten}'">tb</failure>
+      </testcase>
+      <testcase classname="tests.test_nn" file="tests/test_nn.py" name="test_ok"/>
+      <testcase classname="tests.test_nn" file="tests/test_nn.py" name="test_long"><failure
+        message="AssertionError: {'x' * 400}&#10;second line">tb</failure></testcase>
+      <testcase classname="tests.test_nn" file="tests/test_nn.py" name="test_fixture"><error message="">tb</error>
+      </testcase>
+    </testsuite></testsuites>"""
+    lines = failure_lines(xml)
+    assert lines[0] == ("FAILED tests/test_nn.py::test_rejects - module 03: resolve_device in g2c/nn/device.py "
+                        "is not implemented yet")
+    assert lines[1].startswith("FAILED tests/test_nn.py::test_long - AssertionError: xxx") and lines[1].endswith("...")
+    assert len(lines[1]) == len("FAILED tests/test_nn.py::test_long - ") + 160 and "second" not in lines[1]
+    assert lines[2] == "ERROR tests/test_nn.py::test_fixture" and len(lines) == 3
+
+
+def test_format_table_shows_failures_of_every_graded_module_and_explains_an_unedited_one():
+    graded = ModuleResult("specdec-trees", "Trees", 10, 25, 0, 10)
+    shown = ModuleResult("09", "Nine", 3, 4, 0, 3, graded=False)
+    rows = {line.split()[0]: line.split() for line in format_table([graded, shown], []).splitlines()[2:]}
+    assert rows["specdec-trees"][4:6] == ["10", "25"]          # untouched 10, yours failing 25 (not "-")
+    assert rows["09"][4:6] == ["3", "-"]                      # not run: the recorded counts only
+    from g2c.course.__main__ import report
+
+    line, = report([graded], [])
+    assert line.startswith("module specdec-trees: 25 of 35 tests fail in your code (you have not edited module "
+                           "specdec-trees's exercise files yet, so these are its unwritten exercises). See them")
+    assert "(you have not edited" not in report([graded], ["specdec-trees"])[0]
 
 
 def test_parse_junit_counts_per_file():

@@ -298,7 +298,7 @@ class BlockDrafter(TreeDrafter):
             return DraftTree.empty()
         w = self.base.token_embed.weight
         logits = self.head(self._rows.unsqueeze(0).to(w.device, w.dtype), context_ids[-1:], size)[0]   # (size, V)
-        if self.sampling:                                  # sampled drafting (issue 29): one draw per slot
+        if self.sampling:                                  # sampled drafting: one draw per slot
             q = warp_probs(torch.softmax(logits.float(), dim=-1).cpu(), self.sample_temperature)        # (size, V)
             tokens = torch.multinomial(q, 1, generator=self.sample_generator).view(-1)
             return DraftTree(tokens, chain_tree(tokens).parents, q)

@@ -151,7 +151,7 @@ class TreeDrafterAdapter:
             self._generation = t.generation
 
     def start(self, prompt_ids: torch.Tensor, *, sampler, generator: torch.Generator | None) -> None:
-        if hasattr(self.drafter, "set_sampling"):          # sampled drafting (issue 29): q at the loop's T
+        if hasattr(self.drafter, "set_sampling"):          # sampled drafting: q at the loop's T
             self.drafter.set_sampling(sampler.temperature, generator)
         self._generation = None
         self._sync(prompt_ids)

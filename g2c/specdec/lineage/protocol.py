@@ -85,7 +85,7 @@ def check_draft_mode(draft_mode, who: str) -> str:
 class TreeDrafter:
     """Base class of this module's drafter protocol (see the module docstring). Provided.
 
-    Sampled drafting (issue 29): a drafter built with ``draft_mode="sample"`` draws its nodes from
+    Sampled drafting: a drafter built with ``draft_mode="sample"`` draws its nodes from
     its own q at the loop's temperature and puts the rows on the tree (``DraftTree.proposal_probs``);
     ``lineage_generate`` tells it the temperature and generator through ``set_sampling`` before the
     first round. At T = 0 (or ``draft_mode="top"``) it drafts its top ranks.

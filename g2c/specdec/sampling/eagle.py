@@ -138,7 +138,7 @@ def eagle_loss(head: FeatureDrafter, states: torch.Tensor, ids: torch.Tensor, *,
         noise: half-width of the uniform noise added to the input states (the paper's 0.1);
             0 turns it off (evaluation).
         generator: for the noise.
-        feature_inputs: False trains the same head on TOKENS ONLY (issue 29's ablation of EAGLE's
+        feature_inputs: False trains the same head on TOKENS ONLY (the lineage ablation of EAGLE's
             feature conditioning): zeros stand in for the input states h_t, so the head is a
             one-block causal LM over the token embeddings; its targets (h_{t+1} and the target's
             next-token distribution) are unchanged. Such a head is measured by its agreement, not

@@ -624,7 +624,7 @@ def tree_speculative_generate(target, drafter, prompt_ids, max_new_tokens: int, 
     if draft_mode not in ("top", "sample"):
         raise ValueError(f"draft_mode must be 'top' (the drafter's top ranks) or 'sample' (drawn from its q), "
                          f"got {draft_mode!r}")
-    # sampled drafting (issue 29): the builders draw children from q and the tree carries q rows
+    # sampled drafting: the builders draw children from q and the tree carries q rows
     sampling = {"sample": True, "temperature": temperature, "generator": generator} \
         if draft_mode == "sample" and temperature > 0.0 else {}
     if tree == "chain":

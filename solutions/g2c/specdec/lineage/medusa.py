@@ -363,7 +363,7 @@ class MedusaDrafter(TreeDrafter):
         weight = self.base.token_embed.weight
         probs = torch.softmax(self.head.logits(self._h.to(weight.device, weight.dtype)).float(), dim=-1)   # (K, V)
         choices = [c for c in self.choices if len(c) <= max_depth][:max_nodes]
-        if self.sampling:                                  # sampled drafting (issue 29): head d's q at depth d
+        if self.sampling:                                  # sampled drafting: head d's q at depth d
             self._head_probs = probs.cpu()
             return build_static_tree(self, context_ids, choices, **self.sampling)[0]
         return medusa_tree(probs, choices)
