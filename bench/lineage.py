@@ -113,7 +113,7 @@ ROWS = [
     ("EAGLE", "3: EAGLE (chain)", "eagle-chain", "StoryLM-30M-EAGLE", 4, (2, 4, 6)),
     ("EAGLE-2", "3: EAGLE-2 dynamic tree", "eagle2", "StoryLM-30M-EAGLE", 16, (8, 16, 32)),
     ("EAGLE-2 width 2", "3: EAGLE-2 dynamic tree, width 2", "eagle2-w2", "StoryLM-30M-EAGLE", 8, (6, 8, 12)),
-    ("EAGLE static tree", "3: EAGLE, static tree", "eagle-static", "StoryLM-30M-EAGLE", 16, (8, 16, 32)),
+    ("EAGLE static tree", "3: EAGLE, static tree", "eagle-static", "StoryLM-30M-EAGLE", 16, (5, 8, 16, 32)),
     ("EAGLE-3", "3: EAGLE-3 (fused layers, TTT)", "eagle3", "StoryLM-30M-EAGLE3", 4, (2, 4, 6)),
     ("MTP", "4: MTP head", "mtp", "StoryLM-30M-MTP", 1, (1,)),
     ("Block", "block drafter (DFlash-style)", "block", "StoryLM-30M-Block", 8, (2, 4, 8)),
