@@ -74,18 +74,26 @@ class ModuleResult:
 UNWRITTEN = re.compile(r"module ([0-9a-z][0-9a-z-]*):\s+\S+\s+in\s+\S+\s+is\s+not\s+implemented\s+yet")
 
 
+def _cases(xml_text: str):
+    """Every junit test case, in run order, as ``(case, file, bad, kind, unwritten)``: ``bad`` its
+    ``failure`` or ``error`` element (None when it did not fail), ``kind`` "FAILED" or "ERROR", and
+    ``unwritten`` the ``UNWRITTEN`` match in the failure's message or traceback (or None)."""
+    for case in ET.fromstring(xml_text).iter("testcase"):
+        file = case.get("file") or (case.get("classname") or "?").replace(".", "/") + ".py"
+        bad, kind = case.find("failure"), "FAILED"
+        if bad is None:
+            bad, kind = case.find("error"), "ERROR"
+        m = None if bad is None else UNWRITTEN.search(f"{bad.get('message', '')}\n{bad.text or ''}")
+        yield case, file, bad, kind, m
+
+
 def parse_junit(xml_text: str) -> dict[str, Counter]:
     """Per test file (repo-relative) counts of ``passed`` / ``failed`` / ``skipped``, and of
     ``unwritten:<id>`` for failures raised by module <id>'s unwritten exercise."""
     counts: dict[str, Counter] = defaultdict(Counter)
-    for case in ET.fromstring(xml_text).iter("testcase"):
-        file = case.get("file") or (case.get("classname") or "?").replace(".", "/") + ".py"
-        bad = case.find("failure")
-        if bad is None:
-            bad = case.find("error")
+    for case, file, bad, _, m in _cases(xml_text):
         if bad is not None:
             counts[file]["failed"] += 1
-            m = UNWRITTEN.search(f"{bad.get('message', '')}\n{bad.text or ''}")
             if m:
                 counts[file][f"unwritten:{m.group(1)}"] += 1
         elif case.find("skipped") is not None:
@@ -107,16 +115,8 @@ def _case_id(case, file: str) -> str:
 
 def failing_tests(xml_text: str) -> list[tuple[str, str]]:
     """``(test id, unwritten prerequisite id or "")`` for every failing or erroring test case, in run order."""
-    out = []
-    for case in ET.fromstring(xml_text).iter("testcase"):
-        file = case.get("file") or (case.get("classname") or "?").replace(".", "/") + ".py"
-        bad = case.find("failure")
-        if bad is None:
-            bad = case.find("error")
-        if bad is not None:
-            m = UNWRITTEN.search(f"{bad.get('message', '')}\n{bad.text or ''}")
-            out.append((_case_id(case, file), m.group(1) if m else ""))
-    return out
+    return [(_case_id(case, file), m.group(1) if m else "")
+            for case, file, bad, _, m in _cases(xml_text) if bad is not None]
 
 
 REASON_WIDTH = 160  # characters of a failure's first message line shown after its test id
@@ -131,17 +131,10 @@ def failure_lines(xml_text: str) -> list[str]:
     ``REASON_WIDTH`` characters. pytest's own summary lines are cut at the terminal width (80
     columns in a pipe), which hid the reason."""
     out = []
-    for case in ET.fromstring(xml_text).iter("testcase"):
-        file = case.get("file") or (case.get("classname") or "?").replace(".", "/") + ".py"
-        bad = case.find("failure")
-        kind = "FAILED"
-        if bad is None:
-            bad, kind = case.find("error"), "ERROR"
+    for case, file, bad, kind, m in _cases(xml_text):
         if bad is None:
             continue
-        message = bad.get("message", "") or ""
-        m = UNWRITTEN.search(f"{message}\n{bad.text or ''}")
-        reason = m.group(0) if m else (message.strip().splitlines() or [""])[0]
+        reason = m.group(0) if m else ((bad.get("message") or "").strip().splitlines() or [""])[0]
         if len(reason) > REASON_WIDTH:
             reason = reason[:REASON_WIDTH - 3] + "..."
         out.append(f"{kind} {_case_id(case, file)}" + (f" - {' '.join(reason.split())}" if reason else ""))
