@@ -60,8 +60,9 @@ def report(results, worked: list[str]) -> list[str]:
                 env = "G2C_REPLACE_EDITED=1 " + env
             why = ("" if r.id in worked else f" (you have not edited module {r.id}'s exercise files yet, so these "
                    "are its unwritten exercises)")
-            lines.append(f"module {r.id}: {r.own_failures} of {r.total} tests fail in your code{why}. See them, with "
-                         f"the answer key as when grading: {env}./test.sh {' '.join(get_module(r.id).tests)} -x")
+            key = "with the answer key as when grading" if r.applied else "as when grading"
+            lines.append(f"module {r.id}: {r.own_failures} of {r.total} tests fail in your code{why}. See them, {key}: "
+                         f"{env}./test.sh {' '.join(get_module(r.id).tests)} -x")
         for pre, n in r.blocked:
             lines.append(f"module {r.id}: {n} tests fail because module {pre} (which {r.id} needs"
                          f"{', and you edited' if pre in worked else ''}) has an unwritten exercise: finish {pre} "
@@ -92,6 +93,10 @@ WARNING_RULE = "!" * 100
 def _grade(ids: list[str], solve: list[str], json_path: str | None = None) -> int:
     worked = worked_modules()
     ids = [get_module(i).id for i in ids] or worked
+    for i in solve:                       # refused before the banner, as grade() would refuse them
+        if get_module(i).id in ids:
+            raise ValueError(f"--solve {get_module(i).id} would grade the answer key instead of your module "
+                             f"{get_module(i).id}")
     if not ids:
         print("grade: you have not edited any exercise file yet; name a module (e.g. ./test.sh 16) or run "
               "./test.sh --progress")

@@ -127,14 +127,15 @@ def failure_lines(xml_text: str) -> list[str]:
 
     The reason is the "module X: f in file is not implemented yet" sentence wherever the failure's
     message or traceback holds one (also inside a ``pytest.raises(..., match=...)`` mismatch, whose
-    first line alone reads "Regex pattern did not match"), else the first line of the message, cut at
+    first line alone reads "Regex pattern did not match"), else the message on one line, cut at
     ``REASON_WIDTH`` characters. pytest's own summary lines are cut at the terminal width (80
     columns in a pipe), which hid the reason."""
     out = []
     for case, file, bad, kind, m in _cases(xml_text):
         if bad is None:
             continue
-        reason = m.group(0) if m else ((bad.get("message") or "").strip().splitlines() or [""])[0]
+        reason = m.group(0) if m else " ".join((bad.get("message") or "").split())   # every line: a regex mismatch
+        # says what was expected only on its "Regex:" and "Input:" lines
         if len(reason) > REASON_WIDTH:
             reason = reason[:REASON_WIDTH - 3] + "..."
         out.append(f"{kind} {_case_id(case, file)}" + (f" - {' '.join(reason.split())}" if reason else ""))

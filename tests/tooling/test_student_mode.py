@@ -223,6 +223,17 @@ def test_failure_lines_name_the_unwritten_exercise_even_behind_a_regex_mismatch(
     assert lines[2] == "ERROR tests/test_nn.py::test_fixture" and len(lines) == 3
 
 
+def test_failure_lines_keep_what_a_regex_mismatch_expected():
+    # the student's own resolve_device raises the wrong message: pytest.raises(..., match=...) puts the
+    # expected pattern and the actual message on the lines after "Regex pattern did not match."
+    xml = """<testsuites><testsuite>
+      <testcase classname="tests.test_nn" file="tests/test_nn.py" name="test_name"><failure
+        message="AssertionError: Regex pattern did not match.&#10; Regex: &quot;unknown device 'gpu0'&quot;&#10;
+ Input: 'no'">tb</failure></testcase></testsuite></testsuites>"""
+    assert failure_lines(xml) == ["FAILED tests/test_nn.py::test_name - AssertionError: Regex pattern did not match. "
+                                  "Regex: \"unknown device 'gpu0'\" Input: 'no'"]
+
+
 def test_format_table_shows_failures_of_every_graded_module_and_explains_an_unedited_one():
     graded = ModuleResult("specdec-trees", "Trees", 10, 25, 0, 10)
     shown = ModuleResult("09", "Nine", 3, 4, 0, 3, graded=False)
