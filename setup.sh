@@ -38,4 +38,4 @@ fi
 echo "==> installing g2c (editable) with dev extras"
 "${PIP[@]}" install -q -e ".[dev]"
 
-echo "setup done. Check your module: ./test.sh tests/test_nn.py (one module, your code) or ./test.sh --progress (all modules); README: Check your module"
+echo "setup done. Check your module: ./test.sh 03 (module 03, on your code; any module id works) or ./test.sh --progress (all modules); README: Check your module"

@@ -29,7 +29,7 @@ Rows (every drafter the course ships, each drafting for the same StoryLM-30M, fl
   model's sharp drafter) and, for comparison at the same node budget, as a static tree
   (``EagleTreeDrafter``), and the
   EAGLE-3-style drafter (``Eagle3Drafter``);
-* generation 4, MTP: ``CachedMTPDrafter`` (one draft per pass);
+* generation 4, MTP: ``MTPDrafter`` (one draft per pass);
 * the DFlash-style block drafter: ``BlockDrafter`` (one drafter pass per block);
 
 the state-reading drafters in ``g2c.specdec.lineage.lineage_generate``. Each row runs at its best
@@ -97,7 +97,7 @@ from g2c.specdec.lineage import (
     target_layer_pass,
 )
 from g2c.specdec.sampling.drafters import LMDrafter, NGramDrafter, Sampler
-from g2c.specdec.sampling.eagle import CachedMTPDrafter
+from g2c.specdec.sampling.eagle import MTPDrafter
 from g2c.specdec.sampling.loop import speculative_sample
 from g2c.specdec.sampling.target import CachedTarget
 
@@ -346,7 +346,7 @@ def make(kind: str, model, k: int, sample: bool, device, draft_mode: str = "top"
     if kind == "ngram":
         return Clocked(NGramDrafter(), device), "sample"
     if kind == "mtp":
-        return Clocked(CachedMTPDrafter(model, sample=sample), device), "sample"
+        return Clocked(MTPDrafter(model, sample=sample), device), "sample"
     if kind == "medusa":
         return MedusaDrafter(model, draft_mode=draft_mode), "lineage"
     if kind == "eagle-chain":

@@ -12,7 +12,7 @@ KV cache (``cached_generate``: the baseline every speed-up divides), then
 
 * StoryLM-1M, StoryLM-1M-distilled, StoryLM-5M: ``LMDrafter(model, use_cache=True)``;
 * StoryLM-30M-EAGLE: ``EagleDrafter`` (feature-level drafting on the target's states);
-* StoryLM-30M-MTP: ``CachedMTPDrafter`` (one draft per pass, so k = 1 only);
+* StoryLM-30M-MTP: ``MTPDrafter`` (one draft per pass, so k = 1 only);
 * StoryLM-5M-MTP drafting for its own base, StoryLM-5M (its baseline is the 5M alone).
 
 Columns: lossless (greedy: prompts whose output equals plain greedy decoding, token for
@@ -63,7 +63,7 @@ from g2c.nn import synchronize, time_call
 from g2c.sampling import generate
 from g2c.specdec import SpecStats, mtp_generate, speculative_generate, train_mtp_head
 from g2c.specdec.sampling.drafters import LMDrafter
-from g2c.specdec.sampling.eagle import CachedMTPDrafter, EagleDrafter
+from g2c.specdec.sampling.eagle import EagleDrafter, MTPDrafter
 from g2c.specdec.sampling.loop import speculative_sample
 from g2c.specdec.theory import speedup_per_round
 
@@ -239,7 +239,7 @@ def make_drafter(name: str, models: dict, sample: bool):
     if kind == "eagle":
         return EagleDrafter(model, sample=sample)
     if kind == "mtp":
-        return CachedMTPDrafter(model, sample=sample)
+        return MTPDrafter(model, sample=sample)
     return LMDrafter(model, sample=sample, use_cache=True)
 
 

@@ -45,7 +45,8 @@ from g2c.nn import time_call
 from g2c.sampling import generate
 from g2c.specdec import SpecStats
 from g2c.specdec.sampling.controllers import CostModelK, StaticK
-from g2c.specdec.sampling.drafters import LMDrafter, MTPDrafter, NGramDrafter
+from g2c.specdec.sampling.drafters import LMDrafter, NGramDrafter
+from g2c.specdec.sampling.eagle import MTPDrafter
 from g2c.specdec.sampling.loop import speculative_sample
 
 COPY_HEAVY = [   # repeated sentences, refrains, lists: the continuation tends to copy the context
@@ -137,6 +138,8 @@ def main(argv: list[str] | None = None) -> int:
             (f"{args.drafter} dynamic cached", lambda: LMDrafter(small, sample=sample, use_cache=True),
              lambda: CostModelK(args.k, k_max=8), True),
             (f"MTP head ({args.mtp_steps} steps)", lambda: MTPDrafter(head, sample=sample), lambda: StaticK(1), False),
+            (f"MTP head ({args.mtp_steps} steps) cached", lambda: MTPDrafter(head, sample=sample), lambda: StaticK(1),
+             True),
             ("n-gram", lambda: NGramDrafter(), lambda: StaticK(args.k), False),
             ("n-gram cached", lambda: NGramDrafter(), lambda: StaticK(args.k), True),
             ("n-gram dynamic", lambda: NGramDrafter(), lambda: CostModelK(args.k, k_max=8), False),

@@ -195,7 +195,7 @@ def test_mtp_cached_matches_greedy_and_mtp_propose():
 
 def _head_logits(head, base, hidden: torch.Tensor, following: list[int], cache: KVCache) -> torch.Tensor:
     """The ``MTPHead`` forward on T new positions with its own one-layer cache: the oracle for the
-    head cache of ``mtp_generate_cached`` (whose drafter is ``CachedMTPDrafter``).
+    head cache of ``mtp_generate_cached`` (whose drafter is ``MTPDrafter``).
 
     hidden (1, T, D), following: token t+1 for each new position t -> logits (1, T, V) for t+2.
     Same maths as ``MTPHead.forward`` (a test checks it), with the block cached.

@@ -26,8 +26,8 @@ from test_specdec_cached import V, _lm, _prompt
 from g2c.kvcache import cached_generate
 from g2c.sampling import generate
 from g2c.specdec import MTPHead
-from g2c.specdec.sampling.drafters import LMDrafter, MTPDrafter
-from g2c.specdec.sampling.eagle import CachedMTPDrafter, EagleDrafter, FeatureDrafter, eagle_loss
+from g2c.specdec.sampling.drafters import LMDrafter
+from g2c.specdec.sampling.eagle import EagleDrafter, FeatureDrafter, MTPDrafter, eagle_loss
 from g2c.specdec.sampling.loop import speculative_sample
 
 
@@ -218,20 +218,48 @@ def test_forgotten_rollback_is_caught():
         _spec(target, Leaky(_head(target)), k=4, temperature=0.0, use_cache=True)
 
 
-def test_cached_mtp_drafter_equals_mtp_drafter():
+def test_one_mtp_drafter_serves_cached_and_recomputing_targets():
+    """The one MTP drafter gives the same run from a recomputing target (the whole window's states
+    each round) as from a cached one (only the committed rows' states), greedy and sampled, and
+    each guess is the seed's ``mtp_propose`` on the committed context (the head's answer from
+    scratch), so its own cache never drifts."""
+    from g2c.specdec.mtp import mtp_propose
     target = _lm(2)
     head = MTPHead(target, generator=torch.Generator().manual_seed(0)).eval()
     for case in (dict(temperature=0.0), dict(temperature=1.0)):
-        want = _spec(target, MTPDrafter(head, sample=True), use_cache=False, k=1, **case)
-        for use_cache in (False, True):
-            assert _spec(target, CachedMTPDrafter(head, sample=True), use_cache=use_cache, k=1, **case) == want
+        runs = [_spec(target, MTPDrafter(head, sample=True), use_cache=use_cache, k=1, **case)
+                for use_cache in (False, True)]
+        assert runs[0] == runs[1]
+    prompt = _prompt().tolist()
+
+    class Guesses(MTPDrafter):
+        def __init__(self, head):
+            super().__init__(head)
+            self.seen = []
+
+        def propose(self, context_ids, k):
+            draft, q = super().propose(context_ids, k)
+            self.seen.append((context_ids.tolist(), draft.tolist()))
+            return draft, q
+
+    drafter = Guesses(head)
+    out, _ = speculative_sample(target, drafter, prompt, 12, k=1, temperature=0.0, use_cache=True)
+    assert out.tolist() == generate(target, prompt, 12, temperature=0.0).tolist()
+    assert drafter.seen[0][1] == [] and len(drafter.seen) > 2
+    for context, draft in drafter.seen[1:]:
+        assert draft == [mtp_propose(target, head, context[:-1])[1]]
 
 
-def test_mtp_drafter_still_refused_with_use_cache():
-    target = _lm(2)
-    head = MTPHead(target, generator=torch.Generator().manual_seed(0))
-    with pytest.raises(ValueError, match="use_cache=True cannot serve MTPDrafter"):
-        speculative_sample(target, MTPDrafter(head), _prompt(), 4, use_cache=True)
+def test_a_drafter_that_rereads_the_window_is_refused_with_use_cache():
+    """``use_cache=True`` hands a drafter only the committed rows' states: a drafter that wants the
+    whole window's every round (``wants_target_hidden`` without ``incremental_hidden``) is refused."""
+    from g2c.specdec.sampling.drafters import Drafter
+
+    class WholeWindow(Drafter):
+        wants_target_hidden = True
+
+    with pytest.raises(ValueError, match="use_cache=True cannot serve WholeWindow: .* incremental_hidden"):
+        speculative_sample(_lm(2), WholeWindow(), _prompt(), 4, use_cache=True)
 
 
 # -- the shipped EAGLE drafter from the command line ---------------------------------------------
@@ -260,11 +288,8 @@ def test_cli_head_drafter_needs_its_base(capsys):
 def test_head_on_another_base_is_refused_before_drafting():
     target, other = _lm(2), _lm(3, dim=8, layers=1)
     for drafter in (EagleDrafter(_head(other)),
-                    CachedMTPDrafter(MTPHead(other, generator=torch.Generator().manual_seed(0))),
                     MTPDrafter(MTPHead(other, generator=torch.Generator().manual_seed(0)))):
         for use_cache in (False, True):
-            if use_cache and isinstance(drafter, MTPDrafter):
-                continue
             with pytest.raises(ValueError, match=r"base with \(V, D\) = \(32, 8\), but the target has \(32, 16\)"):
                 speculative_sample(target, drafter, _prompt(), 4, use_cache=use_cache)
 
@@ -274,8 +299,8 @@ def test_wrong_head_kind_is_a_type_error():
     mtp = MTPHead(target, generator=torch.Generator().manual_seed(0))
     with pytest.raises(TypeError, match="EagleDrafter needs a FeatureDrafter"):
         EagleDrafter(mtp)
-    with pytest.raises(TypeError, match="CachedMTPDrafter needs a MTPHead"):
-        CachedMTPDrafter(_head(target))
+    with pytest.raises(TypeError, match="MTPDrafter needs an MTPHead .*got FeatureDrafter; .*EagleDrafter"):
+        MTPDrafter(_head(target))
     with pytest.raises(TypeError, match="got TransformerLM"):
         EagleDrafter(target)
 

@@ -31,10 +31,10 @@ from test_specdec_cached import V, _lm, _prompt, assert_committed_state
 
 import g2c.specdec.sampling.cached as kv_spec
 from g2c.kvcache import prefill
-from g2c.specdec import MTPHead, speculative_generate
+from g2c.specdec import speculative_generate
 from g2c.specdec.sampling import CachedScorer, speculative_generate_cached, summarize_rounds
 from g2c.specdec.sampling.controllers import HeuristicK, StaticK
-from g2c.specdec.sampling.drafters import LMDrafter, MTPDrafter, NGramDrafter
+from g2c.specdec.sampling.drafters import Drafter, LMDrafter, NGramDrafter
 from g2c.specdec.sampling.loop import speculative_sample
 from g2c.transformer import TransformerLM
 
@@ -227,9 +227,9 @@ def test_use_cache_validates():
         speculative_sample(table, NGramDrafter(), [1, 2], 3, use_cache=True)
     with pytest.raises(TypeError, match="TransformerLM"):
         LMDrafter(table, use_cache=True)
-    head = MTPHead(target, generator=torch.Generator().manual_seed(1)).eval()
+    whole_window = type("WholeWindow", (Drafter,), {"wants_target_hidden": True})   # reads every state, each round
     with pytest.raises(ValueError, match="use_cache"):
-        speculative_sample(target, MTPDrafter(head), [1, 2], 3, use_cache=True)
+        speculative_sample(target, whole_window(), [1, 2], 3, use_cache=True)
     with pytest.raises(ValueError, match="use_cache"):
         speculative_sample(target, LMDrafter(drafter), [1, 2], 3, on_round=print)
     with pytest.raises(ValueError, match="refill_tokens"):

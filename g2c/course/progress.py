@@ -348,14 +348,17 @@ def format_table(results: list[ModuleResult], worked: list[str] = ()) -> str:
 
 
 def legend(worked: list[str]) -> str:
-    text = ("passed/total: tests of the module passing on your code, with the answer key applied only to the "
-            "modules it needs (the 'needs' column, transitively) that you have not edited; untouched: how many "
-            "pass on the untouched scaffold (tests of provided code); yours failing: the module's failing tests "
-            "that no unwritten prerequisite explains (- = not run this time); blocked by: failures caused by an "
-            "unwritten exercise of a module you edited.")
+    """What the table's columns mean, one column a line (wrapped to 100 characters)."""
+    items = [
+        "passed/total: tests of the module passing on your code, with the answer key applied only to the modules "
+        "it needs (the 'needs' column, transitively) that you have not edited",
+        "untouched: how many pass on the untouched scaffold (tests of provided code)",
+        "yours failing: the module's failing tests that no unwritten prerequisite explains (- = not run this time)",
+        "blocked by: failures caused by an unwritten exercise of a module you edited",
+    ]
     if worked:
-        text += " * = you edited its exercise files."
-    return text
+        items.append("* = you edited its exercise files")
+    return "\n".join(textwrap.fill(item, width=100, subsequent_indent="    ") for item in items)
 
 
 def modules_with_tests() -> list[str]:

@@ -143,13 +143,14 @@ def _sampled_run(args, target, drafter_model, prompt_ids, eos_id, *, on_pass, us
     if name == "ngram":
         drafter = NGramDrafter()
     elif _is_head(name):
-        from g2c.specdec.sampling.eagle import CachedMTPDrafter, EagleDrafter
+        from g2c.specdec.sampling.eagle import EagleDrafter
 
-        make = EagleDrafter if name.endswith("-eagle") else CachedMTPDrafter
+        make = EagleDrafter if name.endswith("-eagle") else MTPDrafter
         drafter = make(drafter_model, sample=args.temperature > 0)
-    elif name == "mtp":
-        drafter = MTPDrafter(_train_mtp_head(target, steps=args.mtp_steps, seed=args.seed),
-                             sample=args.temperature > 0)
+    elif name == "mtp":                       # the head main trained (a table target gets one here)
+        head = drafter_model if drafter_model is not None else _train_mtp_head(target, steps=args.mtp_steps,
+                                                                                 seed=args.seed)
+        drafter = MTPDrafter(head, sample=args.temperature > 0)
     else:
         drafter = LMDrafter(drafter_model, sample=args.temperature > 0, use_cache=use_cache)
     controller = {"static": StaticK, "heuristic": HeuristicK, "cost": CostModelK}[args.controller](args.k)
@@ -209,7 +210,7 @@ def main(argv: list[str] | None = None) -> int:
                     help="recompute the whole context every pass instead of keeping module 16's KV cache "
                          "(greedy: g2c.specdec.sampling.speculative_generate_cached; sampled, n-gram or dynamic k: "
                          "speculative_sample(use_cache=True)); the cache is used when the models are "
-                         "TransformerLMs, never for --drafter mtp")
+                         "TransformerLMs (an MTP head's drafter keeps a cache of its own)")
     ap.add_argument("--fast", action="store_true",
                     help="run the target on module 16's fast path (g2c.kvcache.fast_model, float32: the same "
                          "tokens, fused passes); needs the KV cache (TransformerLM models, not --no-cache)")
@@ -247,10 +248,8 @@ def main(argv: list[str] | None = None) -> int:
                     "common)")
     if any(not s for s in args.stop):
         return fail("--stop '': an empty stop text would stop before the first token; give the text to stop at")
-    if args.fast and (args.no_cache or args.drafter.lower() == "mtp"):
-        return fail("--fast runs the target's KV-cached passes fused: "
-                    + ("drop --no-cache" if args.no_cache else
-                       "--drafter mtp trains a head now and recomputes; use a shipped head (StoryLM-30M-MTP)"))
+    if args.fast and args.no_cache:
+        return fail("--fast runs the target's KV-cached passes fused: drop --no-cache")
 
     import torch
 
@@ -292,10 +291,13 @@ def main(argv: list[str] | None = None) -> int:
         passes: list[tuple[list[int], int]] = []
         from g2c.nn import synchronize
         from g2c.transformer import TransformerLM
+        mtp_head = args.drafter.lower() == "mtp" and isinstance(target, TransformerLM)
+        if mtp_head:                          # trained before the clock starts, on the teaching model
+            drafter = _train_mtp_head(target, steps=args.mtp_steps, seed=args.seed)
         synchronize(target.device)
         started = time.perf_counter()
-        cached = (not args.no_cache and isinstance(target, TransformerLM) and args.drafter.lower() != "mtp"
-                  and (drafter is None or isinstance(drafter, TransformerLM) or _is_head(args.drafter)))
+        cached = (not args.no_cache and isinstance(target, TransformerLM)
+                  and (drafter is None or isinstance(drafter, TransformerLM) or _is_head(args.drafter) or mtp_head))
         if args.fast:
             if not cached:
                 return fail("--fast runs the target's KV-cached passes fused: it needs TransformerLM models (the "
@@ -343,7 +345,8 @@ def main(argv: list[str] | None = None) -> int:
     print(tokenizer.decode(prompt_ids) + body)
     print()
     print(legend)
-    k_note = " (an MTP head drafts 1 token per pass)" if args.k > 1 and args.drafter.lower().endswith("-mtp") else ""
+    k_note = (" (an MTP head drafts 1 token per pass)"
+              if args.k > 1 and args.drafter.lower().endswith("mtp") else "")
     print(f"k={args.k}: {stats}" if not _uses_sampling_loop(args) else
           f"k={args.k} ({args.controller}){k_note}, temperature={args.temperature}, seed={args.seed}: {stats}")
     logprobs = getattr(stats, "logprobs", None)
@@ -356,7 +359,8 @@ def main(argv: list[str] | None = None) -> int:
     if stats.generated:
         threads = torch.get_num_threads()
         print(f"{stats.generated / seconds:.1f} tok/s ({stats.generated} tokens in {seconds:.2f} s, "
-              f"{'KV cache' if cached else 'no cache'}, {threads} thread{'s' if threads != 1 else ''})",
+              f"{'KV cache' if cached else 'no cache'}{', fast path' if args.fast else ''}, "
+              f"{threads} thread{'s' if threads != 1 else ''})",
               file=sys.stderr)  # timing varies run to run: stderr, so stdout stays reproducible
     return 0
 

@@ -44,7 +44,7 @@ from g2c.sampling.model import check_count, check_eos_id, check_head_on_base, ch
 from g2c.specdec.generate import SpecStats
 
 from .drafters import LMDrafter
-from .eagle import CachedMTPDrafter
+from .eagle import MTPDrafter
 from .loop import speculative_sample
 from .target import CachedScorer, CachedTarget, RoundRecord, summarize_rounds
 
@@ -138,10 +138,10 @@ def mtp_generate_cached(base, head, prompt_ids, max_new_tokens: int, *, eos_id: 
     """MTP self-speculation (k = 1) with caches: one trunk pass per round.
 
     A preset of the engine (no round here): ``speculative_sample(CachedTarget(base,
-    want_hidden=True), CachedMTPDrafter(head), k=1, temperature=0.0)``. A round feeds [pending
+    want_hidden=True), MTPDrafter(head), k=1, temperature=0.0)``. A round feeds [pending
     token, the head's guess] (2 rows) through the base's cached trunk. From that ONE pass: row
     0's argmax verifies the guess, the emitted tokens are the accepted guess + the base's
-    correction/bonus token, the head (``CachedMTPDrafter``, its own one-layer cache over the
+    correction/bonus token, the head (``MTPDrafter``, its own one-layer cache over the
     same positions) reads the committed rows' states and guesses the token after the last
     emitted one; rejected rows are cropped from both caches. The first pass has no guess yet
     (the head has seen no state): it emits the base's next token with no draft. A pass whose
@@ -177,7 +177,7 @@ def mtp_generate_cached(base, head, prompt_ids, max_new_tokens: int, *, eos_id: 
         raise ValueError(f"base max_seq_len={window} must be >= 3 for MTP self-speculation")
     refill = _check_refill(refill_tokens, window, "base")
     # the preset: the engine with the base cached and the head as a cached drafter, k = 1
-    drafter = CachedMTPDrafter(head)
+    drafter = MTPDrafter(head)
     return speculative_sample(CachedTarget(base, drafter=drafter, on_round=on_round, want_hidden=True,
                                            refill_tokens=refill),
                               drafter, ids_t, max_new_tokens, k=1, temperature=0.0, eos_id=eos_id, on_pass=on_pass)

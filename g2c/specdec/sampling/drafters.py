@@ -45,7 +45,7 @@ hooks filled in.
 
 ``incremental_hidden: bool`` (optional, default False)
     True for a drafter that keeps its own record of the target's states and reads only the
-    rows it has not seen yet (``g2c.specdec.sampling.eagle.EagleDrafter``, ``CachedMTPDrafter``). Such
+    rows it has not seen yet (``g2c.specdec.sampling.eagle.EagleDrafter`` and ``MTPDrafter``). Such
     a drafter also runs with a cached target (``use_cache=True``), which hands ``commit``
     just the states of the positions that pass committed (the prompt's prefill rows are
     prepended on the first pass).
@@ -84,7 +84,7 @@ from g2c.specdec.sampling.target import CachedScorer
 
 from ..generate import draft_greedy
 
-__all__ = ["Drafter", "LMDrafter", "MTPDrafter", "NGramDrafter", "Sampler", "ngram_lookup"]
+__all__ = ["Drafter", "LMDrafter", "NGramDrafter", "Sampler", "ngram_lookup"]
 
 
 @dataclass(frozen=True)
@@ -279,62 +279,13 @@ class LMDrafter(Drafter):
             self._scorer.commit(context_ids)          # crop to the committed context: a pointer move
 
 
-class MTPDrafter(Drafter):
-    """Self-speculation: an ``MTPHead`` on the target drafts one token per round. Provided.
-
-    The head predicts token t+2 from the target's state h_t and token t+1 (Gloeckle et al.
-    2024, §3.2). The loop hands this drafter the target's states from each verification
-    pass (``wants_target_hidden``), so after a pass that committed context ... x_t, x_{t+1}
-    the head already has h_t and x_{t+1}: its guess for the next position costs one head
-    block, no trunk pass. Before the first target pass there are no states yet, so the
-    first ``propose`` returns an empty draft (k' = 0) and the target makes that token alone.
-
-    Args:
-        head: an ``MTPHead`` whose base is the target the loop verifies with.
-        sample: as ``LMDrafter``: False drafts the head's argmax (q one-hot), True samples
-            from the head's warped distribution and returns that q row.
-    """
-
-    wants_target_hidden = True
-    reads = ("final_state",)
-
-    def __init__(self, head, *, sample: bool = False) -> None:
-        if not all(hasattr(head, name) for name in ("base", "ln_final", "bias")):
-            raise TypeError(f"MTPDrafter needs an MTPHead (a head with base, ln_final and bias), got "
-                            f"{type(head).__name__}; an EAGLE FeatureDrafter drafts with "
-                            "g2c.specdec.sampling.eagle.EagleDrafter")
-        self.head = head
-        self.sample = bool(sample)
-        self.vocab_size = head.base.vocab_size
-        self.sampler = Sampler(0.0)
-        self.generator = None
-        self._next: tuple[int, int, torch.Tensor | None] | None = None       # (context length, token, q)
-
-    def __repr__(self) -> str:
-        return f"MTPDrafter(sample={self.sample})"
-
-    def start(self, prompt_ids: torch.Tensor, *, sampler: Sampler, generator: torch.Generator | None) -> None:
-        super().start(prompt_ids, sampler=sampler, generator=generator)
-        self._next = None
-
-    def propose(self, context_ids: torch.Tensor, k: int) -> tuple[torch.Tensor, torch.Tensor | None]:
-        if self._next is None or self._next[0] != len(context_ids):
-            return torch.zeros(0, dtype=torch.long), None
-        _, token, q = self._next
-        return torch.tensor([token]), (None if q is None else q.view(1, -1))
-
-    @torch.no_grad()
-    def commit(self, context_ids: torch.Tensor, num_accepted: int, *,
-               target_hidden: torch.Tensor | None = None) -> None:
-        self._next = None
-        if target_hidden is None or target_hidden.shape[0] < 1:
-            return
-        num_states = min(target_hidden.shape[0], self.head.base.max_seq_len)
-        hidden = target_hidden[-num_states:].unsqueeze(0)                       # (1, L, D)
-        following = context_ids[-num_states:].unsqueeze(0).to(hidden.device)   # (1, L): token t+1 for each h_t
-        logits = self.head(hidden, following)[0, -1]                            # (V,) scores the next position
-        token, q = self._choose(logits)
-        self._next = (len(context_ids), token, q)
+def __getattr__(name: str):
+    """``MTPDrafter`` lives with the other drafters on the target's states
+    (``g2c.specdec.sampling.eagle``, which imports this file); importing it from here still works."""
+    if name == "MTPDrafter":
+        from .eagle import MTPDrafter
+        return MTPDrafter
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 def ngram_lookup(context_ids, k: int, *, min_n: int = 1, max_n: int = 3) -> torch.Tensor:

@@ -27,9 +27,10 @@ This file holds:
     own one-layer ``KVCache``: after each target pass it appends the target's TRUE states of
     the newly committed positions (``commit``), drafts k tokens by feeding its predicted
     features (``propose``), and rolls its speculative rows back at the next ``commit``.
-``CachedMTPDrafter``
-    The same cache discipline for an ``MTPHead`` (one draft per round: its output is a
-    token distribution, not a feature it could feed back).
+``MTPDrafter``
+    The course's one MTP drafter: the same cache discipline for an ``MTPHead`` (one draft per
+    round: its output is a token distribution, not a feature it could feed back). It also
+    serves an uncached target, so there is no second, window-recomputing MTP drafter.
 
 Both set ``incremental_hidden = True``: they keep their own state and need only the states of
 positions committed since their last ``commit``, so ``speculative_sample(..., use_cache=True)``
@@ -52,7 +53,7 @@ from g2c.transformer import Block
 from ..mtp import MTPHead
 from .drafters import Drafter, Sampler
 
-__all__ = ["CachedMTPDrafter", "EagleDrafter", "FeatureDrafter", "eagle_loss"]
+__all__ = ["EagleDrafter", "FeatureDrafter", "MTPDrafter", "eagle_loss"]
 
 
 def _embed_next(head, hidden: torch.Tensor, next_token_ids: torch.Tensor) -> torch.Tensor:
@@ -190,11 +191,13 @@ class _CachedHeadDrafter(Drafter):
     max_draft: int | None = None
 
     head_type: type | None = None     # the head class a subclass serves (checked at construction)
+    head_kind = ""                    # "a FeatureDrafter": how the TypeError names it
+    head_hint = ""                    # which drafter serves the other kinds of model
 
     def __init__(self, head, *, sample: bool = False) -> None:
         if self.head_type is not None and not isinstance(head, self.head_type):
-            raise TypeError(f"{type(self).__name__} needs a {self.head_type.__name__} (e.g. from load_model), "
-                            f"got {type(head).__name__}")
+            raise TypeError(f"{type(self).__name__} needs {self.head_kind} (e.g. from load_model), "
+                            f"got {type(head).__name__}; {self.head_hint}")
         self.head = head
         self.sample = bool(sample)
         base = head.base
@@ -300,6 +303,8 @@ class EagleDrafter(_CachedHeadDrafter):
     """
 
     head_type = FeatureDrafter
+    head_kind = "a FeatureDrafter"
+    head_hint = "an MTPHead drafts with MTPDrafter, a language model with LMDrafter"
 
     def __repr__(self) -> str:
         return f"EagleDrafter(sample={self.sample})"
@@ -317,20 +322,42 @@ class EagleDrafter(_CachedHeadDrafter):
         return draft, (None if rows[0] is None else torch.stack(rows))
 
 
-class CachedMTPDrafter(_CachedHeadDrafter):
-    """An ``MTPHead`` as a cached drafter: one draft per round from the target's states.
+class MTPDrafter(_CachedHeadDrafter):
+    """Self-speculation: an ``MTPHead`` on the target drafts one token per round. Provided.
 
-    Same outputs as ``g2c.specdec.MTPDrafter`` (the head sees the committed states through
-    its own KV cache instead of a full-window recompute), so it runs with
-    ``speculative_sample(..., use_cache=True)``. k is capped at 1: the head's output is a token
-    distribution, not a feature it could feed back.
+    The head predicts token t+2 from the target's state h_t and token t+1 (Gloeckle et al.
+    2024, §3.2). The loop hands this drafter the target's states from each verification pass
+    (``wants_target_hidden``), so after a pass that committed context ... x_t, x_{t+1} the head
+    already has h_t and x_{t+1}: its guess for the next position costs one head block over the
+    newly committed rows (its own one-layer KV cache holds the earlier ones), no trunk pass.
+    Before the first target pass there are no states yet, so the first ``propose`` returns an
+    empty draft (k' = 0) and the target makes that token alone. k is capped at 1: the head's
+    output is a token distribution, not a feature it could feed back.
+
+    It serves a cached target (``speculative_sample(..., use_cache=True)``, which hands it the
+    states of the rows each pass committed) and a recomputing one (the whole window's states;
+    it reads only the rows it has not seen). While prompt + output fit the window both give the
+    guesses of ``g2c.specdec.mtp_propose`` on the committed context; past it the head keeps the
+    states it was given (re-prefilling half its window) instead of re-reading a recomputed window.
+
+    Args:
+        head: an ``MTPHead`` whose base is the target the loop verifies with
+            (``load_model("StoryLM-30M-MTP")`` returns one).
+        sample: False drafts the head's argmax (q one-hot); True samples from the head's
+            warped distribution and returns that q row (the loop's ``Sampler``).
+
+    Raises:
+        TypeError: ``head`` is not an ``MTPHead`` ("MTPDrafter needs an MTPHead"), e.g. an EAGLE
+            ``FeatureDrafter`` (use ``EagleDrafter``) or a plain LM (use ``LMDrafter``).
     """
 
     max_draft = 1
     head_type = MTPHead
+    head_kind = "an MTPHead"
+    head_hint = "an EAGLE FeatureDrafter drafts with EagleDrafter, a language model with LMDrafter"
 
     def __repr__(self) -> str:
-        return f"CachedMTPDrafter(sample={self.sample})"
+        return f"MTPDrafter(sample={self.sample})"
 
     def _draft(self, out: torch.Tensor, k: int) -> tuple[torch.Tensor, torch.Tensor | None]:
         logits = (head_unembed(self.head, self.head.ln_final(out)) + self.head.bias).float()   # (V,)

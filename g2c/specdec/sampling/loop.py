@@ -219,7 +219,7 @@ def speculative_sample(target, drafter, prompt_ids, max_new_tokens: int, *, k: i
             token + the k' drafts, and the rejected rows are rolled back by pointer after
             verification. Needs a ``TransformerLM`` target, and a drafter without
             ``wants_target_hidden`` or with ``incremental_hidden`` (``EagleDrafter``,
-            ``CachedMTPDrafter``: they get the states of the rows each pass committed). Pair
+            ``MTPDrafter``: they get the states of the rows each pass committed). Pair
             it with ``LMDrafter(model, use_cache=True)`` so the
             drafter caches too. Same tokens and counters as uncached while prompt + output
             <= max_seq_len + 1 (same generator draws: the logits agree to float rounding);
@@ -268,10 +268,12 @@ def speculative_sample(target, drafter, prompt_ids, max_new_tokens: int, *, k: i
             bad warper values (as ``Sampler``); the drafter's vocab_size differs from the
             target's ("vocab_size"); target ``max_seq_len`` < 2 ("max_seq_len"); a
             drafter returns a malformed proposal (names the drafter and the contract);
-            ``use_cache`` with an MTP-style drafter or ``on_round`` without ``use_cache``
-            ("use_cache"); ``use_cache`` or ``on_round`` with a ``Target`` ("Target"); repetition_penalty <= 0 or
-            not finite ("repetition_penalty"); a stop id outside [0, V) ("stop_ids"); an empty stop
-            string, or stop strings without decode ("stop_strings").
+            ``use_cache`` with a drafter that reads the whole window's states
+            (``wants_target_hidden`` without ``incremental_hidden``) or ``on_round`` without
+            ``use_cache`` ("use_cache"); ``use_cache`` or ``on_round`` with a ``Target``
+            ("Target"); repetition_penalty <= 0 or not finite ("repetition_penalty"); a stop id
+            outside [0, V) ("stop_ids"); an empty stop string, or stop strings without decode
+            ("stop_strings").
         TypeError: a target, drafter or controller that does not meet its protocol (``_check_parts``:
             e.g. a model passed as the drafter); ``use_cache`` with a target that is not a
             ``TransformerLM``; a repetition
@@ -342,7 +344,8 @@ def speculative_sample(target, drafter, prompt_ids, max_new_tokens: int, *, k: i
     if use_cache and want_hidden and not getattr(drafter, "incremental_hidden", False):
         raise ValueError(f"use_cache=True cannot serve {type(drafter).__name__}: it drafts from the target's "
                          "states over the whole window every round, which a cached pass does not compute; "
-                         "pass use_cache=False (or use g2c.kvcache.mtp_generate_cached for MTP)")
+                         "pass use_cache=False, or give it incremental_hidden = True and let its commit read "
+                         "only the rows it has not seen (as EagleDrafter and MTPDrafter do)")
     if on_round is not None and not use_cache:
         raise ValueError("on_round reports KV-cache rows: pass use_cache=True with it")
     model = target.model if target_state is not None else target
