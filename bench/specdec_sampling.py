@@ -10,11 +10,12 @@ phrases the continuation is likely to repeat again. For each set, greedy (temper
 and sampled (temperature 0.8, a fixed ``torch.Generator`` seed per prompt), it times plain
 decoding with the target (``g2c.sampling.generate``) and ``speculative_sample`` with:
 StoryLM-1M (static k = 4, and the cost-model controller), the MTP head on the target
-(k = 1, trained in this run for ``--mtp-steps`` steps) and the n-gram prompt-lookup drafter
-(static k = 4, and the cost-model controller). Rows marked "cached" keep module 16's KV cache:
-plain cached decoding (``g2c.kvcache.cached_generate``) and ``speculative_sample(...,
-use_cache=True)`` with ``LMDrafter(..., use_cache=True)`` (the n-gram drafter has no model, so
-only the target caches). It prints one table: tok/s, speed-up over plain (uncached), tokens per
+(``MTPDrafter``, k = 1, trained in this run for ``--mtp-steps`` steps) and the n-gram
+prompt-lookup drafter (static k = 4, and the cost-model controller). Rows marked "cached" keep
+module 16's KV cache: plain cached decoding (``g2c.kvcache.cached_generate``) and
+``speculative_sample(..., use_cache=True)`` with ``LMDrafter(..., use_cache=True)`` or the MTP
+head (its drafter keeps a cache of its own; the n-gram drafter has no model, so only the target
+caches). It prints one table: tok/s, speed-up over plain (uncached), tokens per
 CPU-second of this process and its speed-up (robust when other processes share the cores),
 tokens per target pass, acceptance rate, and how many outputs equal plain greedy (greedy rows:
 losslessness) or, for sampled cached rows, the uncached row's output for the same seed.
@@ -123,7 +124,8 @@ def main(argv: list[str] | None = None) -> int:
     sets = {name: prompts for name, prompts in sets.items() if name in args.sets.split(",")}
     temps = [t for t, mode in ((0.0, "greedy"), (args.temperature, "sampled")) if mode in args.modes.split(",")]
     head = None
-    if not wanted or any(w in f"MTP head ({args.mtp_steps} steps)" for w in wanted):
+    mtp_rows = (f"MTP head ({args.mtp_steps} steps)", f"MTP head ({args.mtp_steps} steps) cached")
+    if not wanted or any(w in name for w in wanted for name in mtp_rows):
         print(f"training the MTP head on {args.target} for {args.mtp_steps} steps ...", flush=True)
         head = train_mtp_head(target, steps=args.mtp_steps, seed=args.seed)
     generate(target, sets["open-ended"][0], 4, temperature=0.0)                 # warm-up

@@ -284,7 +284,45 @@ def test_cli_head_drafter_needs_its_base(capsys):
     assert "drafts from StoryLM-30M's hidden states; use --target StoryLM-30M" in err
 
 
+@pytest.mark.ladder
+def test_cli_refuses_a_head_as_the_target(capsys):
+    from g2c.specdec.__main__ import main
+
+    rc = main(["Once", "--drafter", "mtp", "--target", "StoryLM-5M-MTP", "--device", "cpu"])
+    _, err = capsys.readouterr()
+    assert rc == 1 and err.count("\n") == 1
+    assert "--target StoryLM-5M-MTP is a draft head, not a language model; use --target StoryLM-5M" in err
+
+
 # -- bad input: clear errors, before the first round -------------------------------------------
+def test_a_head_on_a_twin_or_in_another_dtype_is_refused():
+    """A head built on another model of the same shape would silently draft from the wrong
+    states (acceptance 0, output still lossless); a base converted after its head was built
+    leaves the head in float32. Both are refused before the first round, for either target."""
+    target, twin = _lm(2), _lm(2)
+    for use_cache in (False, True):
+        for drafter in (MTPDrafter(MTPHead(twin, generator=torch.Generator().manual_seed(0))),
+                        EagleDrafter(_head(twin))):
+            with pytest.raises(ValueError, match="head .* was built on another model"):
+                speculative_sample(target, drafter, _prompt(), 4, use_cache=use_cache)
+    head = MTPHead(target, generator=torch.Generator().manual_seed(0))
+    target.to(dtype=torch.bfloat16)
+    with pytest.raises(ValueError, match=r"computes in torch.float32 but its base in torch.bfloat16"):
+        speculative_sample(target, MTPDrafter(head), _prompt(), 4, use_cache=True)
+
+
+def test_drafter_construction_mistakes_name_the_drafter():
+    target = _lm(2)
+    head = MTPHead(target, generator=torch.Generator().manual_seed(0))
+    with pytest.raises(TypeError, match="MTPDrafter needs an MTPHead .*got NoneType"):
+        MTPDrafter()
+    with pytest.raises(TypeError, match=r"MTPDrafter\(head, sample=...\) takes one model, the head; sample is "
+                                        "keyword-only"):
+        MTPDrafter(head, True)
+    with pytest.raises(TypeError, match="drafter is the class MTPDrafter: pass an instance"):
+        speculative_sample(target, MTPDrafter, _prompt(), 4)
+
+
 def test_head_on_another_base_is_refused_before_drafting():
     target, other = _lm(2), _lm(3, dim=8, layers=1)
     for drafter in (EagleDrafter(_head(other)),

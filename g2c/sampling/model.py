@@ -223,7 +223,8 @@ def check_repetition_penalty(penalty) -> float:
 
 def check_head_on_base(head, base, name: str = "head") -> None:
     """A draft head reads its base's states and embedding table: it must sit on ``base`` (the same
-    object, or the model a ``FastLM`` snapshot was built from) and compute in the base's dtype.
+    object, a ``FastLM`` snapshot of it, or the model such a snapshot was built from) and compute in
+    the base's dtype.
 
     Heads take the base's device and dtype when built (``MTPHead(base)``, ``MedusaHeads(base)``,
     ...); a base converted afterwards (``base.to(dtype=torch.bfloat16)``) leaves its head behind.
@@ -236,7 +237,10 @@ def check_head_on_base(head, base, name: str = "head") -> None:
     head_base = getattr(head, "base", None)
     if head_base is None:
         raise TypeError(f"{name} ({type(head).__name__}) is not a draft head on a base model (no .base)")
-    if head_base is not base and getattr(base, "source", None) is not head_base:
+    def root(model):                  # a FastLM snapshot or a swapped copy stands for the model it was built from
+        return getattr(model, "fast_source", None) or getattr(model, "source", None) or model
+
+    if root(head_base) is not root(base):
         raise ValueError(f"{name} ({type(head).__name__}) was built on another model: it reads the states and "
                          "embedding table of head.base; pass head.base as the base/target, or build the head on "
                          "this model")

@@ -136,7 +136,8 @@ def _sampled_run(args, target, drafter_model, prompt_ids, eos_id, *, on_pass, us
     import torch
 
     from g2c.specdec.sampling.controllers import CostModelK, HeuristicK, StaticK
-    from g2c.specdec.sampling.drafters import LMDrafter, MTPDrafter, NGramDrafter
+    from g2c.specdec.sampling.drafters import LMDrafter, NGramDrafter
+    from g2c.specdec.sampling.eagle import MTPDrafter
     from g2c.specdec.sampling.loop import speculative_sample
 
     name = args.drafter.lower()
@@ -248,6 +249,8 @@ def main(argv: list[str] | None = None) -> int:
                     "common)")
     if any(not s for s in args.stop):
         return fail("--stop '': an empty stop text would stop before the first token; give the text to stop at")
+    if args.mtp_steps < 1:
+        return fail(f"--mtp-steps {args.mtp_steps}: train the head for at least 1 step (default 60)")
     if args.fast and args.no_cache:
         return fail("--fast runs the target's KV-cached passes fused: drop --no-cache")
 
@@ -274,6 +277,12 @@ def main(argv: list[str] | None = None) -> int:
             except ValueError as err:                   # an unknown model name
                 return fail(f"{flag} {name}: {err}")
         (target, tokenizer), (drafter, _) = models["--target"], models["--drafter"]
+        if _is_head(args.target):             # a drafter head reads a base's states: it cannot be the target
+            from g2c.assets.artifacts import DRAFTERS, canonical_name
+
+            base = DRAFTERS[canonical_name(args.target)]["base"]
+            return fail(f"--target {args.target} is a draft head, not a language model; use --target {base} "
+                        f"--drafter {args.target}")
         if _is_head(args.drafter):            # EAGLE / MTP heads draft for the base they were trained on
             from g2c.assets.artifacts import DRAFTERS, canonical_name
 

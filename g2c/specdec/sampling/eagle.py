@@ -194,7 +194,10 @@ class _CachedHeadDrafter(Drafter):
     head_kind = ""                    # "a FeatureDrafter": how the TypeError names it
     head_hint = ""                    # which drafter serves the other kinds of model
 
-    def __init__(self, head, *, sample: bool = False) -> None:
+    def __init__(self, head=None, *extra, sample: bool = False) -> None:
+        if extra:
+            raise TypeError(f"{type(self).__name__}(head, sample=...) takes one model, the head; sample is "
+                            f"keyword-only (got {1 + len(extra)} positional arguments)")
         if self.head_type is not None and not isinstance(head, self.head_type):
             raise TypeError(f"{type(self).__name__} needs {self.head_kind} (e.g. from load_model), "
                             f"got {type(head).__name__}; {self.head_hint}")
@@ -336,9 +339,11 @@ class MTPDrafter(_CachedHeadDrafter):
 
     It serves a cached target (``speculative_sample(..., use_cache=True)``, which hands it the
     states of the rows each pass committed) and a recomputing one (the whole window's states;
-    it reads only the rows it has not seen). While prompt + output fit the window both give the
-    guesses of ``g2c.specdec.mtp_propose`` on the committed context; past it the head keeps the
-    states it was given (re-prefilling half its window) instead of re-reading a recomputed window.
+    it reads only the rows it has not seen). Its guesses are those of ``g2c.specdec.mtp_propose``
+    on the committed context until its own cache fills: 8 rows before the window's end it
+    re-prefills the last half window of states it was given, and from then on the head sees that
+    half (its q rows may then differ slightly from a full-window ``mtp_propose``; the output
+    stays the target's, as for any drafter).
 
     Args:
         head: an ``MTPHead`` whose base is the target the loop verifies with

@@ -44,9 +44,11 @@ from collections.abc import Callable
 
 import torch
 
+from g2c.kvcache.fast import unwrap
 from g2c.nn import synchronize
 from g2c.sampling.generate import as_token_ids
-from g2c.sampling.model import check_count, check_eos_id, check_generator, check_language_model
+from g2c.sampling.model import check_count, check_eos_id, check_generator, check_head_on_base, check_language_model
+from g2c.transformer import TransformerLM
 
 from ..generate import SpecStats, draft_room
 from ..verify import greedy_verify, speculative_verify
@@ -63,15 +65,19 @@ def _check_parts(target, drafter, controller) -> None:
 
     Raises:
         TypeError: ``target`` is neither a ``Target`` nor a ``g2c.sampling.LanguageModel`` (a
-            drafter passed as the target says so); ``drafter`` lacks ``start``/``propose``/
-            ``commit`` (a model passed as the drafter is told to wrap it: ``LMDrafter(model)``);
-            its ``vocab_size`` is neither None nor an int; ``controller`` lacks ``next_k``/``update``.
+            drafter passed as the target says so); ``drafter`` is a class, not an instance; it
+            lacks ``start``/``propose``/``commit`` (a model passed as the drafter is told to wrap
+            it: ``LMDrafter(model)``); its ``vocab_size`` is neither None nor an int;
+            ``controller`` lacks ``next_k``/``update``.
     """
     if not isinstance(target, Target):
         if callable(getattr(target, "propose", None)):
             raise TypeError(f"target is a drafter ({type(target).__name__}): pass the target model (or a Target) "
                             "first and the drafter second")
         check_language_model(target, "target")
+    if isinstance(drafter, type):
+        raise TypeError(f"drafter is the class {drafter.__name__}: pass an instance, e.g. {drafter.__name__}(head) "
+                        "or LMDrafter(model)")
     missing = [name for name in ("start", "propose", "commit") if not callable(getattr(drafter, name, None))]
     if missing:
         hint = ("; wrap a model as LMDrafter(model) (g2c.specdec.sampling.drafters)"
@@ -273,9 +279,12 @@ def speculative_sample(target, drafter, prompt_ids, max_new_tokens: int, *, k: i
             ``use_cache`` ("use_cache"); ``use_cache`` or ``on_round`` with a ``Target``
             ("Target"); repetition_penalty <= 0 or not finite ("repetition_penalty"); a stop id
             outside [0, V) ("stop_ids"); an empty stop string, or stop strings without decode
-            ("stop_strings").
-        TypeError: a target, drafter or controller that does not meet its protocol (``_check_parts``:
-            e.g. a model passed as the drafter); ``use_cache`` with a target that is not a
+            ("stop_strings"); a drafter's head (``drafter.head``: MTP, EAGLE) built on another
+            model than the target ("built on another model", "(V, D)") or left in another dtype
+            (``check_head_on_base``).
+        TypeError: a drafter class passed instead of an instance ("an instance"); a target,
+            drafter or controller that does not meet its protocol (``_check_parts``: e.g. a model
+            passed as the drafter); ``use_cache`` with a target that is not a
             ``TransformerLM``; a repetition
             penalty, stop id, stop string, decode or ``logprobs`` of the wrong type (``logprobs``
             must be a bool, and so must ``use_cache``); a ``decode`` that returns anything but a str.
@@ -339,6 +348,8 @@ def speculative_sample(target, drafter, prompt_ids, max_new_tokens: int, *, k: i
                          f"{tuple(head_base.token_embed.weight.shape)}, but the target has "
                          f"{tuple(base.token_embed.weight.shape)}; pass the head's own base (head.base) as "
                          "the target")
+    if head_base is not None and isinstance(unwrap(base), TransformerLM):   # the same model, in the same dtype
+        check_head_on_base(drafter.head, base, name=f"{type(drafter).__name__}'s head")
     controller = StaticK(k) if controller is None else controller
     want_hidden = bool(getattr(drafter, "wants_target_hidden", False))
     if use_cache and want_hidden and not getattr(drafter, "incremental_hidden", False):

@@ -1,9 +1,9 @@
-"""Beyond (specdec-sampling): one drafter interface, and three drafters behind it.
+"""Beyond (specdec-sampling): one drafter interface, and the drafters behind it.
 
 Every drafter answers one question: "given the committed context, what might come next?"
 The speculative loop (``g2c.specdec.sampling.loop.speculative_sample``) never needs to know more, so
-a small LM, an MTP head inside the target and a prompt-lookup n-gram matcher all run
-through the same loop.
+a small LM and a prompt-lookup n-gram matcher (this file) and the heads that live on the
+target's states (``MTPDrafter`` and ``EagleDrafter``, in ``eagle.py``) all run through the same loop.
 
 The protocol (documented once, here)
 ------------------------------------
