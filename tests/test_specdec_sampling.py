@@ -44,7 +44,8 @@ from g2c.specdec.sampling.controllers import (
     optimal_k,
     speedup,
 )
-from g2c.specdec.sampling.drafters import Drafter, LMDrafter, MTPDrafter, NGramDrafter, Sampler, ngram_lookup
+from g2c.specdec.sampling.drafters import Drafter, LMDrafter, NGramDrafter, Sampler, ngram_lookup
+from g2c.specdec.sampling.eagle import MTPDrafter
 from g2c.specdec.sampling.loop import speculative_sample, verify_round
 from g2c.transformer import TransformerLM
 

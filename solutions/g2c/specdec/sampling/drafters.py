@@ -278,15 +278,6 @@ class LMDrafter(Drafter):
             self._scorer.commit(context_ids)          # crop to the committed context: a pointer move
 
 
-def __getattr__(name: str):
-    """``MTPDrafter`` lives with the other drafters on the target's states
-    (``g2c.specdec.sampling.eagle``, which imports this file); importing it from here still works."""
-    if name == "MTPDrafter":
-        from .eagle import MTPDrafter
-        return MTPDrafter
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-
-
 def ngram_lookup(context_ids, k: int, *, min_n: int = 1, max_n: int = 3) -> torch.Tensor:
     """Prompt lookup: continue the context by copying what followed its last n tokens before.
 
