@@ -22,6 +22,7 @@ import math
 import pytest
 import torch
 from test_specdec_cached import _lm as _tiny_lm
+from test_specdec_eagle import _trained_head  # a head that agrees with its target (60 steps, about a second)
 
 from g2c.kvcache import cached_generate
 from g2c.specdec.lineage import (
@@ -47,7 +48,8 @@ from g2c.specdec.lineage import (
     typical_accept,
     typical_tree_verify,
 )
-from g2c.specdec.sampling.eagle import FeatureDrafter
+from g2c.specdec.sampling.eagle import EagleDrafter, FeatureDrafter
+from g2c.specdec.sampling.loop import speculative_sample
 from g2c.specdec.trees import DraftTree, tree_speculative_verify
 
 V = 32
@@ -484,6 +486,48 @@ def test_feature_drafter_state_matches_a_recomputation_after_every_commit():
     drafter.commit = check
     out, stats = lineage_generate(target, drafter, prompt, 30, num_nodes=6)
     assert len(checked) >= stats.target_passes and checked[-1] == len(out)     # (start commits the prompt too)
+
+
+@pytest.mark.parametrize("k", [1, 2, 4, 6])
+def test_eagle_chain_and_the_width_one_tree_draft_the_same_tokens(k):
+    """The course has two EAGLE chain drafters: specdec-sampling's ``EagleDrafter`` (the engine's chain
+    protocol, its own one-layer cache) and this module's ``EagleTreeDrafter(width=1)`` (a tree of
+    width 1 behind ``TreeDrafterAdapter``). Same head, same committed context: the same draft, token
+    for token, in every round both reach, inside the window. The one drift, pinned here and named in
+    the lesson ("One EAGLE drafter, two faces"): in round 1 the chain has no target states yet and
+    drafts nothing, while the tree starts from the prefill's states and drafts k tokens. A chain that
+    read a state one position off, or forgot to roll back its draft rows, fails the comparison."""
+    target = _tiny_lm(2)                                   # window 48; 5 + 40 tokens stay inside it
+    head = _trained_head(target)
+    drafts = {"chain": {}, "tree": {}}
+
+    class Chain(EagleDrafter):
+        def propose(self, ids, k_round):
+            draft, q = super().propose(ids, k_round)
+            drafts["chain"][len(ids)] = draft.tolist()
+            return draft, q
+
+    class Tree(EagleTreeDrafter):
+        def draft(self, ids, *, max_nodes, max_depth):
+            tree = super().draft(ids, max_nodes=max_nodes, max_depth=max_depth)
+            assert all(tree.parents[i] == i - 1 for i in range(tree.num_nodes))        # width 1: a chain
+            drafts["tree"][len(ids)] = tree.tokens.tolist()
+            return tree
+
+    n = 40
+    chain_ids, chain_stats = speculative_sample(target, Chain(head), _prompt(), n, k=k, temperature=0.0,
+                                                use_cache=True)
+    tree_ids, tree_stats = lineage_generate(target, Tree(head, width=1), _prompt(), n, num_nodes=k)
+    assert chain_ids.tolist() == tree_ids.tolist() == cached_generate(target, _prompt(), n, temperature=0.0).tolist()
+    first = len(_prompt())
+    assert drafts["chain"][first] == [] and len(drafts["tree"][first]) == k          # the round-1 drift
+    common = sorted(set(drafts["chain"]) & set(drafts["tree"]) - {first})
+    assert len(common) >= 3                                                          # enough rounds to compare
+    for length in common:
+        a, b = drafts["chain"][length], drafts["tree"][length]
+        m = min(len(a), len(b))                                                      # each loop's own budget cap
+        assert m >= 1 and a[:m] == b[:m], (length, a, b)
+    assert chain_stats.generated == tree_stats.generated == n
 
 
 # -- bad input ---------------------------------------------------------------------------------------
