@@ -79,6 +79,9 @@ def test_cli_fast_needs_the_kv_cache(fake_ladder, capsys):
 @pytest.mark.parametrize("argv, expected", [
     (["bcd", "-k", "0"], "-k 0: draft at least one token"),
     (["bcd", "--drafter", "mtp", "--mtp-steps", "0"], "--mtp-steps 0: train the head for at least 1 step"),
+    (["bcd", "--mtp-steps", "5"], "--mtp-steps 5 trains the head of --drafter mtp; --drafter StoryLM-1M-distilled "
+                                  "trains nothing"),
+    (["bcd", "--width", "1000"], "--width 1000: the EAGLE-2 expansion width is 1 (a chain) to 32"),
     (["bcd", "--max-new-tokens", "-1"], "--max-new-tokens -1: "),
     (["", "--max-new-tokens", "3"], "the prompt is empty"),
     (["bcd", "--temperature", "-1"], "--temperature -1.0: use 0 for greedy"),

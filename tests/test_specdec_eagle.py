@@ -321,6 +321,9 @@ def test_drafter_construction_mistakes_name_the_drafter():
         MTPDrafter(head, True)
     with pytest.raises(TypeError, match="drafter is the class MTPDrafter: pass an instance"):
         speculative_sample(target, MTPDrafter, _prompt(), 4)
+    for h in (head, _head(target)):                    # a head as the target: pass head.base
+        with pytest.raises(TypeError, match=r"target is a draft head \(\w+\) on a model: pass its base \(head.base\)"):
+            speculative_sample(h, MTPDrafter(head), _prompt(), 4)
 
 
 def test_head_on_another_base_is_refused_before_drafting():

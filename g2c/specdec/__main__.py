@@ -172,8 +172,7 @@ def _train_mtp_head(base, *, steps: int, seed: int):
     try:
         stream = load_token_stream("train")
     except FileNotFoundError as err:
-        raise ValueError(f"--drafter mtp trains a head on the training split, which is missing ({err}); "
-                         "prepare it with ./datasets.sh") from err
+        raise ValueError(f"--drafter mtp trains a head on the training split, which is missing: {err}") from err
     print(f"training an MTPHead on the frozen target for {steps} steps ...", file=sys.stderr, flush=True)
     head, _ = train_mtp_head(base, stream, steps=steps, batch_size=8, seq_len=64, lr=1e-3,
                              generator=torch.Generator().manual_seed(seed))
@@ -206,7 +205,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--width", type=int, default=1,
                     help="specdec-lineage: EAGLE-2 expansion width for StoryLM-30M-EAGLE / -EAGLE3 (1 = a chain; "
                          "2 to 32 = a dynamic tree of -k nodes)")
-    ap.add_argument("--mtp-steps", type=int, default=60, help="--drafter mtp: steps to train a head on the target")
+    ap.add_argument("--mtp-steps", type=int, default=None,
+                    help="--drafter mtp: steps to train a head on the target (default 60)")
     ap.add_argument("--no-cache", action="store_true",
                     help="recompute the whole context every pass instead of keeping module 16's KV cache "
                          "(greedy: g2c.specdec.sampling.speculative_generate_cached; sampled, n-gram or dynamic k: "
@@ -231,8 +231,9 @@ def main(argv: list[str] | None = None) -> int:
             args.target = {n.lower(): d["base"] for n, d in DRAFTERS.items()}.get(args.drafter.lower(), args.target)
     if args.k < 1:
         return fail(f"-k {args.k}: draft at least one token per target pass (-k 1 or more)")
-    if args.width < 1:
-        return fail(f"--width {args.width}: the EAGLE-2 expansion width is 1 (a chain) or more")
+    if not 1 <= args.width <= 32:
+        return fail(f"--width {args.width}: the EAGLE-2 expansion width is 1 (a chain) to 32 (nodes expanded per "
+                    "depth; 4 suits the course's models)")
     if args.width > 1 and not args.drafter.lower().endswith(("-eagle", "-eagle3")):
         return fail(f"--width {args.width} grows an EAGLE-2 tree; it needs --drafter StoryLM-30M-EAGLE or "
                     "StoryLM-30M-EAGLE3")
@@ -249,6 +250,11 @@ def main(argv: list[str] | None = None) -> int:
                     "common)")
     if any(not s for s in args.stop):
         return fail("--stop '': an empty stop text would stop before the first token; give the text to stop at")
+    if args.mtp_steps is not None and args.drafter.lower() != "mtp":
+        return fail(f"--mtp-steps {args.mtp_steps} trains the head of --drafter mtp; --drafter {args.drafter} "
+                    "trains nothing: drop --mtp-steps")
+    if args.mtp_steps is None:
+        args.mtp_steps = 60
     if args.mtp_steps < 1:
         return fail(f"--mtp-steps {args.mtp_steps}: train the head for at least 1 step (default 60)")
     if args.fast and args.no_cache:
@@ -296,7 +302,9 @@ def main(argv: list[str] | None = None) -> int:
         window = min(target.max_seq_len, getattr(drafter, "max_seq_len", target.max_seq_len))
         if len(prompt_ids) > window:
             print(f"python -m g2c.specdec: note: the prompt is {len(prompt_ids)} tokens but the models read only "
-                  f"the last {window} (their context window); the text before those is ignored", file=sys.stderr)
+                  f"the last {window} (their context window); the text before those is ignored"
+                  + ("; with --no-cache no pass has room for a draft, so every pass is a plain step (drop "
+                     "--no-cache to draft)" if args.no_cache else ""), file=sys.stderr)
         passes: list[tuple[list[int], int]] = []
         from g2c.nn import synchronize
         from g2c.transformer import TransformerLM

@@ -263,7 +263,8 @@ def lineage_generate(target, drafter: TreeDrafter, prompt_ids, max_new_tokens: i
                         f"{type(drafter).__name__}; wrap a head in its drafter: MedusaDrafter(heads), "
                         "EagleTreeDrafter(head), Eagle3Drafter(head), BlockDrafter(head)")
     if drafter.vocab_size != target.vocab_size:
-        raise ValueError(f"drafter vocab_size {drafter.vocab_size} differs from target vocab_size {target.vocab_size}")
+        raise ValueError(f"drafter vocab_size {drafter.vocab_size} differs from target vocab_size {target.vocab_size}; "
+                         "both must use the same tokenizer")
     base = getattr(drafter, "base", None)                   # optional: a drafter built on no model reads none
     if base is not None and unwrap(base) is not unwrap(target):
         raise ValueError(f"{type(drafter).__name__} was built on another model: its heads read the states of "

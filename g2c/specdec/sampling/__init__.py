@@ -13,11 +13,12 @@ from .controllers import CostModelK, HeuristicK, StaticK, expected_tokens_per_ro
 from .controls import ControlledTarget, StopRule
 from .drafters import Drafter, LMDrafter, NGramDrafter, Sampler, ngram_lookup
 from .eagle import EagleDrafter, FeatureDrafter, MTPDrafter, eagle_loss
-from .loop import CachedTarget, FullContextTarget, speculative_sample, verify_round
+from .loop import CachedTarget, FullContextTarget, RecomputeTarget, speculative_sample, verify_round
 
 __all__ = sorted(["CachedScorer", "CachedTarget", "ControlledTarget", "CostModelK",
                   "Drafter", "EagleDrafter", "FeatureDrafter", "FullContextTarget", "HeuristicK", "LMDrafter",
-                  "MTPDrafter", "NGramDrafter", "RoundRecord", "Sampler", "StaticK", "StopRule", "eagle_loss",
+                  "MTPDrafter", "NGramDrafter", "RecomputeTarget", "RoundRecord", "Sampler", "StaticK", "StopRule",
+                  "eagle_loss",
                   "expected_tokens_per_round", "mtp_generate_cached", "ngram_lookup", "optimal_k",
                   "speculative_generate_cached", "speculative_sample", "speedup", "summarize_rounds",
                   "verify_round"])

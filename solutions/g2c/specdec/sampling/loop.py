@@ -73,6 +73,10 @@ def _check_parts(target, drafter, controller) -> None:
         if callable(getattr(target, "propose", None)):
             raise TypeError(f"target is a drafter ({type(target).__name__}): pass the target model (or a Target) "
                             "first and the drafter second")
+        if getattr(target, "base", None) is not None and not hasattr(target, "max_seq_len"):
+            raise TypeError(f"target is a draft head ({type(target).__name__}) on a model: pass its base "
+                            "(head.base) as the target and the head wrapped as the drafter (EagleDrafter(head), "
+                            "MTPDrafter(head))")
         check_language_model(target, "target")
     if isinstance(drafter, type):
         raise TypeError(f"drafter is the class {drafter.__name__}: pass an instance, e.g. {drafter.__name__}(head) "
