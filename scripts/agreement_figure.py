@@ -4,6 +4,10 @@
     python scripts/agreement_figure.py           # the shipped drafters -> docs/img/agreement-vs-tokens.png
     python scripts/agreement_figure.py --root runs/budget-5734400 --out runs/agreement.png
                                                                # plus the drafters of a budgeted retrain
+    python scripts/agreement_figure.py --only StoryLM-30M-EAGLE --only StoryLM-30M-EAGLE3 \
+        --root docs/bench/budgets/budget-512000 --root docs/bench/budgets/budget-1000000 \
+        --root docs/bench/budgets/budget-1500000 --out docs/img/agreement-eagle-budgets.png
+                                                               # EAGLE against EAGLE-3 over three budgets
 
 Reads the training histories the recipes log at every validation check (``manifest.json`` of each
 drafter under ``artifacts/`` and under every ``--root``; a run still in progress: ``--run
@@ -48,11 +52,12 @@ def curve(history: list[dict], recipe: dict, position: int) -> list[tuple[int, f
     return points
 
 
-def collect(roots: list[Path], runs: list[Path], position: int) -> dict[str, list[tuple[int, float]]]:
+def collect(roots: list[Path], runs: list[Path], position: int,
+            names: tuple[str, ...] = STATE_READERS) -> dict[str, list[tuple[int, float]]]:
     """label -> curve, from the manifests under each root (models/<Name>/manifest.json) and run checkpoints."""
     curves = {}
     for root in roots:
-        for name in STATE_READERS:
+        for name in names:
             path = root / "models" / name / "manifest.json"
             if path.is_file():
                 m = json.loads(path.read_text())
@@ -76,6 +81,8 @@ def main(argv=None) -> int:
     ap.add_argument("--run", type=Path, action="append", default=[], help="a run's drafter.pt (in progress)")
     ap.add_argument("--no-shipped", action="store_true", help="leave out the shipped drafters (artifacts/)")
     ap.add_argument("--position", type=int, default=1, help="draft position (head / step / slot), default 1")
+    ap.add_argument("--only", action="append", default=[], metavar="NAME", choices=STATE_READERS,
+                    help="plot only this drafter (repeatable; default: every state reader)")
     ap.add_argument("--out", type=Path, default=ROOT / "docs" / "img" / "agreement-vs-tokens.png")
     args = ap.parse_args(argv)
     if args.position < 1:
@@ -86,7 +93,7 @@ def main(argv=None) -> int:
     if missing:
         print(f"agreement_figure.py: no such file or folder: {', '.join(missing)}", file=sys.stderr)
         return 1
-    curves = collect(roots, args.run, args.position)
+    curves = collect(roots, args.run, args.position, tuple(args.only) or STATE_READERS)
     if not curves:
         print("agreement_figure.py: no training history found (train a drafter, or drop --no-shipped)",
               file=sys.stderr)

@@ -461,3 +461,31 @@ def test_model_card_tables_a_variant_with_its_budget(tmp_path, monkeypatch):
     assert section.count("#### budget-4096 (4,096 target tokens each)") == 1 and "####" not in section.split("\n", 1)[1]
     assert section.index("| StoryLM-30M-Block | block | 4,096 | 1.0 | 2 | 16 | 0.50 |") < section.index(
         "| StoryLM-30M-Block, variant kv | block | 4,096 | 1.0 | 2 | 16 | 0.25 |")
+
+
+def test_agreement_figure_reads_the_recorded_budgets_and_keeps_only_the_named_drafters(tmp_path):
+    """scripts/agreement_figure.py over the recorded budget manifests (docs/bench/budgets): ``--only``
+    keeps the named drafters' curves, one per budget, each a history of (tokens seen, agreement)
+    whose tokens grow with the checks and whose last point is the manifest's tokens seen."""
+    import importlib.util
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parents[2]
+    spec = importlib.util.spec_from_file_location("agreement_figure", root / "scripts" / "agreement_figure.py")
+    fig = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(fig)
+    budgets = root / "docs" / "bench" / "budgets"
+    roots = [budgets / "budget-512000", budgets / "budget-1000000"]
+    curves = fig.collect(roots, [], 1, ("StoryLM-30M-EAGLE3",))
+    assert sorted(curves) == ["StoryLM-30M-EAGLE3 (budget-1000000)", "StoryLM-30M-EAGLE3 (budget-512000)"]
+    for label, points in curves.items():
+        manifest = json.loads((budgets / label.split("(")[1].rstrip(")") / "models" / "StoryLM-30M-EAGLE3"
+                               / "manifest.json").read_text())
+        tokens = [t for t, _ in points]
+        assert tokens == sorted(tokens) and len(tokens) >= 10 and tokens[-1] == manifest["tokens_seen"]
+        assert all(0.0 < a < 1.0 for _, a in points)
+    out = tmp_path / "fig.png"
+    assert fig.main(["--no-shipped", "--only", "StoryLM-30M-EAGLE", "--root", str(roots[0]), "--out", str(out)]) == 0
+    assert out.stat().st_size > 1000
+    with pytest.raises(SystemExit):                            # argparse: not a state-reading drafter
+        fig.main(["--only", "StoryLM-1M"])
