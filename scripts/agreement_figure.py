@@ -5,9 +5,8 @@
     python scripts/agreement_figure.py --root runs/budget-5734400 --out runs/agreement.png
                                                                # plus the drafters of a budgeted retrain
     python scripts/agreement_figure.py --only StoryLM-30M-EAGLE --only StoryLM-30M-EAGLE3 \
-        --root docs/bench/budgets/budget-512000 --root docs/bench/budgets/budget-1000000 \
-        --root docs/bench/budgets/budget-1500000 --out docs/img/agreement-eagle-budgets.png
-                                                               # EAGLE against EAGLE-3 over three budgets
+        --root docs/bench/budgets/budget-512000 --root docs/bench/budgets/budget-1000000 --out runs/eagle.png
+                                                               # EAGLE against EAGLE-3 over the recorded budgets
 
 Reads the training histories the recipes log at every validation check (``manifest.json`` of each
 drafter under ``artifacts/`` and under every ``--root``; a run still in progress: ``--run
