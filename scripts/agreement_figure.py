@@ -5,7 +5,8 @@
     python scripts/agreement_figure.py --root runs/budget-5734400 --out runs/agreement.png
                                                                # plus the drafters of a budgeted retrain
     python scripts/agreement_figure.py --only StoryLM-30M-EAGLE --only StoryLM-30M-EAGLE3 \
-        --root docs/bench/budgets/budget-512000 --root docs/bench/budgets/budget-1000000 --out runs/eagle.png
+        --root docs/bench/budgets/budget-512000 --root docs/bench/budgets/budget-1000000 \
+        --root docs/bench/budgets/budget-1500000 --out runs/eagle.png
                                                                # EAGLE against EAGLE-3 over the recorded budgets
 
 Reads the training histories the recipes log at every validation check (``manifest.json`` of each
@@ -73,6 +74,14 @@ def collect(roots: list[Path], runs: list[Path], position: int,
     return {k: v for k, v in curves.items() if v}
 
 
+def label_order(label: str) -> tuple[str, float]:
+    """(drafter name, budget in tokens) of a curve's label: ``"NAME (budget-<T>[-variant])"`` -> (NAME, T);
+    a shipped drafter (no root in its label) sorts last, as budget infinity."""
+    name, _, root = label.partition(" (")
+    digits = root.removeprefix("budget-").split("-")[0].rstrip(")")
+    return name, float(digits) if digits.isdigit() else float("inf")
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--root", type=Path, action="append", default=[],
@@ -103,9 +112,15 @@ def main(argv=None) -> int:
     import matplotlib.pyplot as plt
 
     fig, ax = plt.subplots(figsize=(7, 4.2))
-    for label, points in sorted(curves.items()):
+    drafters = sorted({label.split(" (")[0] for label in curves})     # one colour per drafter,
+    styles = ["-", "--", "-.", ":"]                                    # one line style per budget root
+    for label, points in sorted(curves.items(), key=lambda item: label_order(item[0])):
         xs, ys = zip(*points)
-        ax.plot(xs, ys, marker="o", ms=3, label=label)
+        name, budget = label_order(label)
+        rank = sorted({label_order(other)[1] for other in curves
+                       if label_order(other)[0] == name}).index(budget)
+        ax.plot(xs, ys, marker="o", ms=3, label=label, color=f"C{drafters.index(name) % 10}",
+                linestyle=styles[rank % len(styles)], alpha=1.0 if budget == float("inf") else 0.85)
         print(f"{label}: {len(points)} checks, last at {xs[-1]:,} tokens: agreement {ys[-1]:.3f}")
     ax.set_xscale("symlog", linthresh=1e5)
     ax.set_xlabel("target tokens seen in training")

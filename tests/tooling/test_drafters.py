@@ -489,3 +489,9 @@ def test_agreement_figure_reads_the_recorded_budgets_and_keeps_only_the_named_dr
     assert out.stat().st_size > 1000
     with pytest.raises(SystemExit):                            # argparse: not a state-reading drafter
         fig.main(["--only", "StoryLM-1M"])
+    # the legend's order: by drafter, then by budget in tokens (not by the folder name's text), shipped last
+    labels = ["StoryLM-30M-EAGLE3", "StoryLM-30M-EAGLE (budget-1000000)", "StoryLM-30M-EAGLE3 (budget-512000-ttt1)",
+              "StoryLM-30M-EAGLE3 (budget-1500000)", "StoryLM-30M-EAGLE (budget-512000)", "StoryLM-30M-EAGLE"]
+    assert sorted(labels, key=fig.label_order) == [
+        "StoryLM-30M-EAGLE (budget-512000)", "StoryLM-30M-EAGLE (budget-1000000)", "StoryLM-30M-EAGLE",
+        "StoryLM-30M-EAGLE3 (budget-512000-ttt1)", "StoryLM-30M-EAGLE3 (budget-1500000)", "StoryLM-30M-EAGLE3"]
