@@ -23,7 +23,7 @@ import torch
 
 from g2c.nn import eval_mode  # re-exported: the loops' mode switch lives with Module (module 03)
 
-__all__ = ["LanguageModel", "check_count", "check_eos_id", "check_generator", "check_head_on_base",
+__all__ = ["LanguageModel", "check_count", "check_eos_id", "check_generator", "check_head_on_base", "check_same_vocab",
            "check_language_model", "check_prob_rows", "check_real", "check_score_rows", "check_table_dtype",
            "check_repetition_penalty", "check_temperature", "check_token_ids", "eval_mode", "prob_tolerance"]
 
@@ -250,6 +250,22 @@ def check_head_on_base(head, base, name: str = "head") -> None:
         raise ValueError(f"{name} ({type(head).__name__}) computes in {params[0].dtype} but its base in "
                          f"{base_weight.dtype}; convert the head with its base: head.to(dtype={base_weight.dtype})")
 
+
+
+def check_same_vocab(drafter_vocab: int | None, target_vocab: int) -> None:
+    """A drafter proposes ids the target scores: both must index one vocabulary (one tokenizer).
+
+    The one copy of this check: the speculative loops (sampled, cached, tree, lineage, batched)
+    call it before any pass. ``drafter_vocab`` None (a drafter that declares no ``vocab_size``, such
+    as prompt lookup, which copies ids from the context) passes.
+
+    Raises:
+        ValueError: the sizes differ ("drafter vocab_size X differs from target vocab_size Y; both
+            must use the same tokenizer").
+    """
+    if drafter_vocab is not None and drafter_vocab != target_vocab:
+        raise ValueError(f"drafter vocab_size {drafter_vocab} differs from target vocab_size {target_vocab}; "
+                         "both must use the same tokenizer")
 
 # -- score and probability rows: every verifier and loop checks its tables here -----------------
 # One layer, so a new verifier or loop inherits it: the flat verifiers (``greedy_verify``,

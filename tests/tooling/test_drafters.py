@@ -134,6 +134,40 @@ def test_layer_features_read_the_first_windows_of_a_larger_finished_cache(tiny):
     assert list((F.FEATURES_DIR / "Tiny").glob("train-layers1-ctx16-w3.f16"))       # not read: computed
 
 
+def test_layer_features_seed_a_larger_pass_with_a_smaller_finished_cache(tiny, monkeypatch):
+    """A larger budget after a smaller one (1.5M tokens after 1M): the smaller finished pass's windows
+    are copied into the new cache and only the windows past it are computed; the result equals a pass
+    from scratch (float16 rows, bit for bit). A smaller cache of other weights seeds nothing."""
+    model, _ = tiny
+    scratch = np.asarray(F.layer_features(model, "Tiny", "train", (1,), context=16, max_windows=3, batch_size=2,
+                                          progress=False).states).copy()
+    for path in (F.FEATURES_DIR / "Tiny").glob("train-layers1-*"):
+        path.unlink()
+    F.layer_features(model, "Tiny", "train", (1,), context=16, max_windows=2, batch_size=2, progress=False)
+    computed, lines = [], []
+    real = F._cached_states
+
+    def counting(*args, **kwargs):                         # wrap compute: count the windows actually computed
+        compute = args[8]
+
+        def counted(x):
+            computed.append(x.shape[0])
+            return compute(x)
+        return real(*args[:8], counted, *args[9:], **kwargs)
+    monkeypatch.setattr(F, "_cached_states", counting)
+    grown = F.layer_features(model, "Tiny", "train", (1,), context=16, max_windows=3, batch_size=2, progress=False,
+                             log=lines.append)
+    assert sum(computed) == 1 and any("the first 2 windows copied from train-layers1-ctx16-w2.f16" in line
+                                      for line in lines)
+    assert np.array_equal(np.asarray(grown.states), scratch)
+    assert json.loads((F.FEATURES_DIR / "Tiny" / "train-layers1-ctx16-w3.json").read_text())["done"] == 3
+    (F.FEATURES_DIR / "Tiny" / "train-layers1-ctx16-w3.json").unlink()             # now other weights:
+    monkeypatch.setattr(F, "verify_artifact", lambda name: {"files": {"model.safetensors": "other"}})
+    computed.clear()
+    F.layer_features(model, "Tiny", "train", (1,), context=16, max_windows=3, batch_size=2, progress=False)
+    assert sum(computed) == 3                                                       # no seed: every window
+
+
 def test_lineage_recipes_are_complete():
     """Every lineage drafter has a recipe with the keys its job reads, and the fusion layers of its base."""
     from g2c.assets.artifacts import DRAFTERS

@@ -300,3 +300,16 @@ def test_one_speculative_round_in_the_house():
 def test_round_detector_sees_a_private_round():
     src = "def loop(t, d):\n    rows = t.score(ids, d)\n    return greedy_verify(d, rows)\n"
     assert _called_names(ast.parse(src)) >= {"score", "greedy_verify"}
+
+
+def test_the_vocabulary_check_is_written_once():
+    """Every speculative loop refuses a drafter of another vocabulary with ONE helper
+    (``g2c.sampling.model.check_same_vocab``); only the seed's loop keeps its own copy (its file is
+    the seed's and does not change). A new loop calls the helper instead of writing the message."""
+    message = "differs from target vocab_size"
+    found = set()
+    for root in (REPO_ROOT / "g2c", REPO_ROOT / "solutions" / "g2c"):
+        for path in root.rglob("*.py"):
+            if message in path.read_text():
+                found.add("g2c/" + str(path.relative_to(root)))
+    assert found == {"g2c/sampling/model.py", "g2c/specdec/generate.py"}, sorted(found)

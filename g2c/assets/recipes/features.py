@@ -65,10 +65,13 @@ def _stream_ids(split: str, context: int, max_windows: int | None) -> tuple[torc
 
 
 def _cached_states(base, base_name: str, stem: str, want: dict, ids: torch.Tensor, context: int, shape: tuple,
-                   batch_size: int, compute, desc: str, progress: bool, log) -> np.ndarray:
+                   batch_size: int, compute, desc: str, progress: bool, log,
+                   seed: tuple[Path, int] | None = None) -> np.ndarray:
     """Fill ``runs/features/<base>/<stem>.f16`` (float16 memmap of ``shape``, rows in token order) with
     ``compute(x)`` for each batch of windows x (n, context), resuming from its ``.json`` record when
-    ``want`` (plus the weights' sha256) matches it; returns the finished memmap, read-only."""
+    ``want`` (plus the weights' sha256) matches it; returns the finished memmap, read-only. ``seed``
+    (path, n): a finished cache of the same stream whose first n windows are copied in before a fresh
+    pass starts, so the pass computes only the windows past n."""
     folder = FEATURES_DIR / base_name
     folder.mkdir(parents=True, exist_ok=True)
     path, record_path = folder / f"{stem}.f16", folder / f"{stem}.json"
@@ -77,6 +80,17 @@ def _cached_states(base, base_name: str, stem: str, want: dict, ids: torch.Tenso
     record = json.loads(record_path.read_text()) if record_path.is_file() else {}
     done = record.get("done", 0) if {k: record.get(k) for k in want} == want and path.is_file() else 0
     states = np.memmap(path, dtype=np.float16, mode="r+" if done else "w+", shape=shape)
+    if seed is not None and done < seed[1]:             # a smaller finished pass: its windows are ours, copy them
+        seed_path, n = seed
+        log(f"features: {desc}: the first {n} windows copied from {seed_path.name}")
+        old = np.memmap(seed_path, dtype=np.float16, mode="r", shape=(n * context, *shape[1:]))
+        for start in range(done * context, n * context, 64 * context):            # 64 windows at a time
+            end = min(start + 64 * context, n * context)
+            states[start:end] = old[start:end]
+        del old
+        states.flush()
+        done = n
+        write_text_atomic(record_path, json.dumps({**want, "done": done}))
     if done < num_windows:
         from tqdm.auto import tqdm
 
@@ -101,10 +115,24 @@ def _cached_states(base, base_name: str, stem: str, want: dict, ids: torch.Tenso
 
 def _larger_cache(base_name: str, prefix: str, want: dict, num_windows: int) -> tuple[Path, int] | None:
     """A finished layer cache ``<prefix>-w<n>`` with n > num_windows windows of the same stream, layers,
-    context and weights (its first windows are the ones asked for), or None."""
+    context and weights (its first windows are the ones asked for; the smallest such), or None."""
+    found = [(n, path) for n, path in _finished_caches(base_name, prefix, want) if n > num_windows]
+    return (min(found)[1], min(found)[0]) if found else None
+
+
+def _smaller_cache(base_name: str, prefix: str, want: dict, num_windows: int) -> tuple[Path, int] | None:
+    """The largest finished layer cache ``<prefix>-w<n>`` with n < num_windows windows of the same stream,
+    layers, context and weights (its windows are our first n), or None."""
+    found = [(n, path) for n, path in _finished_caches(base_name, prefix, want) if n < num_windows]
+    return (max(found)[1], max(found)[0]) if found else None
+
+
+def _finished_caches(base_name: str, prefix: str, want: dict) -> list[tuple[int, Path]]:
+    """(n, path) of every finished layer cache ``<prefix>-w<n>`` whose record matches ``want`` (bar the
+    window count) and the base's current weights."""
     folder = FEATURES_DIR / base_name
     if not folder.is_dir():
-        return None
+        return []
     sha = verify_artifact(base_name)["files"]["model.safetensors"]
     found = []
     for record_path in folder.glob(f"{prefix}-w*.json"):
@@ -114,10 +142,10 @@ def _larger_cache(base_name: str, prefix: str, want: dict, num_windows: int) -> 
             continue
         n = record.get("num_windows")
         same = all(record.get(k) == v for k, v in want.items() if k != "num_windows")
-        if same and record.get("weights_sha256") == sha and isinstance(n, int) and n > num_windows \
+        if same and record.get("weights_sha256") == sha and isinstance(n, int) \
                 and record.get("done") == n and record_path.with_suffix(".f16").is_file():
             found.append((n, record_path.with_suffix(".f16")))
-    return (min(found)[1], min(found)[0]) if found else None
+    return found
 
 
 @torch.no_grad()
@@ -189,7 +217,10 @@ def layer_features(base, base_name: str, split: str, layers: tuple[int, ...], *,
         ``LayerFeatures``; written to ``runs/features/<base>/<split>-layers<l1-l2-..>-ctx<context>-w<n>.f16``
         with a ``.json`` record (resumable, redone when the weights change). A finished cache of MORE
         windows of the same stream, layers and weights is read instead (its first n windows): the
-        drafters of one budget round it up to their own whole steps, and one pass serves them all.
+        drafters of one budget round it up to their own whole steps, and one pass serves them all. A
+        finished cache of FEWER windows seeds a new one (its windows are copied, only the rest are
+        computed), so a larger budget after a smaller one pays only for the new windows; the smaller
+        file stays (delete it to free its disk).
 
     Raises:
         ValueError: context outside [2, base.max_seq_len] or a layer outside the base.
@@ -221,7 +252,8 @@ def layer_features(base, base_name: str, split: str, layers: tuple[int, ...], *,
         return LayerFeatures(ids, full[:num_windows * context], context, layers)
     states = _cached_states(base, base_name, stem, want, ids, context,
                             (num_windows * context, len(layers) + 1, base.embedding_dim), batch_size, compute,
-                            f"{base_name} layer states ({split})", progress, log)
+                            f"{base_name} layer states ({split})", progress, log,
+                            seed=_smaller_cache(base_name, stem.rsplit("-w", 1)[0], want, num_windows))
     return LayerFeatures(ids, states, context, layers)
 
 

@@ -47,7 +47,7 @@ import torch
 
 from g2c.kvcache.ragged import RaggedKVCache, ragged_forward
 from g2c.sampling.generate import as_token_ids
-from g2c.sampling.model import check_count, check_eos_id, check_language_model
+from g2c.sampling.model import check_count, check_eos_id, check_language_model, check_same_vocab
 from g2c.specdec.generate import draft_room
 
 __all__ = ["BatchedResult", "RaggedKV", "batched_greedy", "batched_speculative_generate", "ragged_forward"]
@@ -88,9 +88,7 @@ def _check(model_list, prompts, max_new_tokens: int) -> list[torch.Tensor]:
         check_language_model(m, "model")
     vocab = model_list[0].vocab_size
     for m in model_list[1:]:
-        if m.vocab_size != vocab:
-            raise ValueError(f"drafter vocab_size {m.vocab_size} differs from target vocab_size {vocab}; "
-                             "both must use the same tokenizer")
+        check_same_vocab(m.vocab_size, vocab)
     max_new_tokens = check_count(max_new_tokens, "max_new_tokens")
     if isinstance(prompts, torch.Tensor) and prompts.dim() == 2:
         prompts = list(prompts)
@@ -220,9 +218,7 @@ def batched_speculative_generate(target, drafter, prompts, max_new_tokens: int, 
     """
     if isinstance(k, bool) or not isinstance(k, int) or k < 1:
         raise ValueError(f"k must be an int >= 1 (draft tokens per round), got {k!r}")
-    if drafter.vocab_size != target.vocab_size:
-        raise ValueError(f"drafter vocab_size {drafter.vocab_size} differs from target vocab_size "
-                         f"{target.vocab_size}; both must use the same tokenizer")
+    check_same_vocab(drafter.vocab_size, target.vocab_size)
     prompts = _check([target, drafter], prompts, max_new_tokens)
     eos_id = check_eos_id(eos_id, target.vocab_size)                # None, or an id the loop can emit
     window = min(target.max_seq_len, drafter.max_seq_len)

@@ -69,7 +69,7 @@ import torch
 from g2c.kvcache import unwrap
 from g2c.nn import synchronize
 from g2c.sampling.generate import as_token_ids
-from g2c.sampling.model import check_count, check_eos_id, check_generator, check_temperature
+from g2c.sampling.model import check_count, check_eos_id, check_generator, check_same_vocab, check_temperature
 
 from ..generate import SpecStats, draft_room
 from ..sampling.loop import speculative_sample
@@ -262,9 +262,7 @@ def lineage_generate(target, drafter: TreeDrafter, prompt_ids, max_new_tokens: i
         raise TypeError(f"lineage_generate needs a TreeDrafter (start/draft/commit, target_layers), got "
                         f"{type(drafter).__name__}; wrap a head in its drafter: MedusaDrafter(heads), "
                         "EagleTreeDrafter(head), Eagle3Drafter(head), BlockDrafter(head)")
-    if drafter.vocab_size != target.vocab_size:
-        raise ValueError(f"drafter vocab_size {drafter.vocab_size} differs from target vocab_size {target.vocab_size}; "
-                         "both must use the same tokenizer")
+    check_same_vocab(drafter.vocab_size, target.vocab_size)
     base = getattr(drafter, "base", None)                   # optional: a drafter built on no model reads none
     if base is not None and unwrap(base) is not unwrap(target):
         raise ValueError(f"{type(drafter).__name__} was built on another model: its heads read the states of "

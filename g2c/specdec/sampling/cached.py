@@ -40,7 +40,7 @@ from collections.abc import Callable
 import torch
 
 from g2c.sampling.generate import as_token_ids
-from g2c.sampling.model import check_count, check_eos_id, check_head_on_base, check_language_model
+from g2c.sampling.model import check_count, check_eos_id, check_head_on_base, check_language_model, check_same_vocab
 from g2c.specdec.generate import SpecStats
 
 from .drafters import LMDrafter
@@ -114,9 +114,7 @@ def speculative_generate_cached(target, drafter, prompt_ids, max_new_tokens: int
     if isinstance(k, bool) or not isinstance(k, int) or k < 1:
         raise ValueError(f"k must be >= 1 draft tokens per target pass (an int), got {k!r}")
     max_new_tokens = check_count(max_new_tokens, "max_new_tokens")
-    if drafter.vocab_size != target.vocab_size:
-        raise ValueError(f"drafter vocab_size {drafter.vocab_size} differs from target vocab_size "
-                         f"{target.vocab_size}; both must use the same tokenizer")
+    check_same_vocab(drafter.vocab_size, target.vocab_size)
     window = target.max_seq_len
     if window < k + 2:
         raise ValueError(f"target max_seq_len={window} must be >= k + 2 = {k + 2} to verify k drafts after "

@@ -47,7 +47,14 @@ import torch
 from g2c.kvcache.fast import unwrap
 from g2c.nn import synchronize
 from g2c.sampling.generate import as_token_ids
-from g2c.sampling.model import check_count, check_eos_id, check_generator, check_head_on_base, check_language_model
+from g2c.sampling.model import (
+    check_count,
+    check_eos_id,
+    check_generator,
+    check_head_on_base,
+    check_language_model,
+    check_same_vocab,
+)
 from g2c.transformer import TransformerLM
 
 from ..generate import SpecStats, draft_room
@@ -338,10 +345,7 @@ def speculative_sample(target, drafter, prompt_ids, max_new_tokens: int, *, k: i
     logprobs = check_logprobs(logprobs)
     stop = StopRule(eos_id=eos_id, stop_ids=stop_ids, stop_strings=stop_strings, decode=decode,
                     prompt_len=ids.numel(), vocab_size=getattr(target, "vocab_size", None))
-    vocab = getattr(drafter, "vocab_size", None)
-    if vocab is not None and vocab != target.vocab_size:
-        raise ValueError(f"drafter vocab_size {vocab} differs from target vocab_size {target.vocab_size}; "
-                         "both must use the same tokenizer")
+    check_same_vocab(getattr(drafter, "vocab_size", None), target.vocab_size)
     if target.max_seq_len < 2:
         raise ValueError(f"target max_seq_len={target.max_seq_len} leaves no room for a draft; need >= 2")
     head_base = getattr(getattr(drafter, "head", None), "base", None)

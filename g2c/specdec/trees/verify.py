@@ -42,6 +42,7 @@ from g2c.sampling.model import (
     check_eos_id,
     check_generator,
     check_prob_rows,
+    check_same_vocab,
     check_score_rows,
     check_temperature,
     check_token_ids,
@@ -617,9 +618,7 @@ def tree_speculative_generate(target, drafter, prompt_ids, max_new_tokens: int, 
     if not all(hasattr(drafter, name) for name in ("vocab_size", "max_seq_len", "eval", "train")):
         raise TypeError(f"tree_speculative_generate drafts trees with a language model (ids (1, T) -> logits, with "
                         f"vocab_size and max_seq_len), got {type(drafter).__name__}")
-    if drafter.vocab_size != target.vocab_size:
-        raise ValueError(f"drafter vocab_size {drafter.vocab_size} differs from target vocab_size {target.vocab_size}; "
-                         "both must use the same tokenizer")
+    check_same_vocab(drafter.vocab_size, target.vocab_size)
     if tree == "dynamic" and check_count(width, "width", minimum=None) < 1:
         raise ValueError(f"width must be an int >= 1 (children per expanded node), got {width}")
     if draft_mode not in ("top", "sample"):
