@@ -346,6 +346,10 @@ def test_model_card_records_a_budget_and_tables_it(tmp_path, monkeypatch):
     section = card.budget_section()
     assert "#### budget-2048 (2,048 target tokens each)" in section
     assert "| StoryLM-30M-Medusa | medusa | 2,048 | 1.0 | 1 | 8 | 0.25/0.12 | 1.5 min |" in section
+    # past one epoch the recipe asks for more windows than the split has; the card shows the ones read
+    assert card.training_windows({"features_windows": 11720, "data": "StoryLM-30M's outputs of blocks 2, 4, 6 and "
+                                  "final states over the first 6179 train windows of 256 tokens"}) == "6179"
+    assert card.training_windows({"features_windows": 8}) == "8" and card.training_windows({}) == "-"
 
 
 # -- variants: the paper designs and the ablations (issue 29, items 2 and 4) --------------------------
