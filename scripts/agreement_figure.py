@@ -112,13 +112,14 @@ def main(argv=None) -> int:
     import matplotlib.pyplot as plt
 
     fig, ax = plt.subplots(figsize=(7, 4.2))
-    drafters = sorted({label.split(" (")[0] for label in curves})     # one colour per drafter,
+    order = {label: label_order(label) for label in curves}            # label -> (drafter, budget)
+    drafters = sorted({name for name, _ in order.values()})            # one colour per drafter,
+    budgets = {name: sorted({b for n, b in order.values() if n == name}) for name in drafters}
     styles = ["-", "--", "-.", ":"]                                    # one line style per budget root
-    for label, points in sorted(curves.items(), key=lambda item: label_order(item[0])):
+    for label, points in sorted(curves.items(), key=lambda item: order[item[0]]):
         xs, ys = zip(*points)
-        name, budget = label_order(label)
-        rank = sorted({label_order(other)[1] for other in curves
-                       if label_order(other)[0] == name}).index(budget)
+        name, budget = order[label]
+        rank = budgets[name].index(budget)
         ax.plot(xs, ys, marker="o", ms=3, label=label, color=f"C{drafters.index(name) % 10}",
                 linestyle=styles[rank % len(styles)], alpha=1.0 if budget == float("inf") else 0.85)
         print(f"{label}: {len(points)} checks, last at {xs[-1]:,} tokens: agreement {ys[-1]:.3f}")

@@ -113,20 +113,6 @@ def _cached_states(base, base_name: str, stem: str, want: dict, ids: torch.Tenso
     return np.memmap(path, dtype=np.float16, mode="r", shape=shape)
 
 
-def _larger_cache(base_name: str, prefix: str, want: dict, num_windows: int) -> tuple[Path, int] | None:
-    """A finished layer cache ``<prefix>-w<n>`` with n > num_windows windows of the same stream, layers,
-    context and weights (its first windows are the ones asked for; the smallest such), or None."""
-    found = [(n, path) for n, path in _finished_caches(base_name, prefix, want) if n > num_windows]
-    return (min(found)[1], min(found)[0]) if found else None
-
-
-def _smaller_cache(base_name: str, prefix: str, want: dict, num_windows: int) -> tuple[Path, int] | None:
-    """The largest finished layer cache ``<prefix>-w<n>`` with n < num_windows windows of the same stream,
-    layers, context and weights (its windows are our first n), or None."""
-    found = [(n, path) for n, path in _finished_caches(base_name, prefix, want) if n < num_windows]
-    return (max(found)[1], max(found)[0]) if found else None
-
-
 def _finished_caches(base_name: str, prefix: str, want: dict) -> list[tuple[int, Path]]:
     """(n, path) of every finished layer cache ``<prefix>-w<n>`` whose record matches ``want`` (bar the
     window count) and the base's current weights."""
@@ -244,16 +230,18 @@ def layer_features(base, base_name: str, split: str, layers: tuple[int, ...], *,
         return torch.stack([kept[i] for i in layers] + [base.ln_final(h)], dim=2)
 
     stem = f"{split}-layers{'-'.join(map(str, layers))}-ctx{context}-w{num_windows}"
-    larger = _larger_cache(base_name, stem.rsplit("-w", 1)[0], want, num_windows)
-    if larger is not None:            # budgets round up to whole steps: one pass serves every drafter of a budget
-        path, n = larger
+    finished = _finished_caches(base_name, stem.rsplit("-w", 1)[0], want)      # one scan, one weights check
+    larger = [(n, path) for n, path in finished if n > num_windows]
+    smaller = [(n, path) for n, path in finished if n < num_windows]
+    if larger:                        # budgets round up to whole steps: one pass serves every drafter of a budget
+        n, path = min(larger)         # the smallest larger cache: its first windows are the ones asked for
         log(f"features: {base_name} layer states ({split}): the first {num_windows} windows of {path.name}")
         full = np.memmap(path, dtype=np.float16, mode="r", shape=(n * context, len(layers) + 1, base.embedding_dim))
         return LayerFeatures(ids, full[:num_windows * context], context, layers)
     states = _cached_states(base, base_name, stem, want, ids, context,
                             (num_windows * context, len(layers) + 1, base.embedding_dim), batch_size, compute,
                             f"{base_name} layer states ({split})", progress, log,
-                            seed=_smaller_cache(base_name, stem.rsplit("-w", 1)[0], want, num_windows))
+                            seed=max(smaller)[::-1] if smaller else None)    # the largest smaller one seeds
     return LayerFeatures(ids, states, context, layers)
 
 
