@@ -1,7 +1,8 @@
 #!/usr/bin/env python3
-"""Validation agreement against target tokens seen, one line per drafter (issue 29).
+r"""Validation agreement against target tokens seen, one line per drafter and budget.
 
-    python scripts/agreement_figure.py           # the shipped drafters -> docs/img/agreement-vs-tokens.png
+    python scripts/agreement_figure.py           # the shipped drafters -> runs/agreement-vs-tokens.png
+    python scripts/agreement_figure.py --out docs/img/agreement-vs-tokens.png   # the lesson's figure
     python scripts/agreement_figure.py --root runs/budget-5734400 --out runs/agreement.png
                                                                # plus the drafters of a budgeted retrain
     python scripts/agreement_figure.py --only StoryLM-30M-EAGLE --only StoryLM-30M-EAGLE3 \
@@ -91,7 +92,9 @@ def main(argv=None) -> int:
     ap.add_argument("--position", type=int, default=1, help="draft position (head / step / slot), default 1")
     ap.add_argument("--only", action="append", default=[], metavar="NAME", choices=STATE_READERS,
                     help="plot only this drafter (repeatable; default: every state reader)")
-    ap.add_argument("--out", type=Path, default=ROOT / "docs" / "img" / "agreement-vs-tokens.png")
+    ap.add_argument("--out", type=Path, default=ROOT / "runs" / "agreement-vs-tokens.png",
+                    help="the PNG to write (default runs/agreement-vs-tokens.png, outside git; the lesson's "
+                    "figures are written with --out docs/img/...)")
     args = ap.parse_args(argv)
     if args.position < 1:
         print(f"agreement_figure.py: --position must be >= 1, got {args.position}", file=sys.stderr)
@@ -101,7 +104,17 @@ def main(argv=None) -> int:
     if missing:
         print(f"agreement_figure.py: no such file or folder: {', '.join(missing)}", file=sys.stderr)
         return 1
-    curves = collect(roots, args.run, args.position, tuple(args.only) or STATE_READERS)
+    names = tuple(args.only) or STATE_READERS
+    curves = collect(roots, args.run, args.position, names)
+    if args.position > 1:                       # a drafter with one position (EAGLE, MTP) has no curve here
+        left_out = sorted(set(collect(roots, args.run, 1, names)) - set(curves))
+        if curves and left_out:
+            print(f"agreement_figure.py: left out (no position {args.position}): {', '.join(left_out)}",
+                  file=sys.stderr)
+        elif left_out:
+            print(f"agreement_figure.py: no drafter here has a position {args.position} (found with position 1: "
+                  f"{', '.join(left_out)}); try a smaller --position", file=sys.stderr)
+            return 1
     if not curves:
         print("agreement_figure.py: no training history found (train a drafter, or drop --no-shipped)",
               file=sys.stderr)
@@ -115,13 +128,15 @@ def main(argv=None) -> int:
     order = {label: label_order(label) for label in curves}            # label -> (drafter, budget)
     drafters = sorted({name for name, _ in order.values()})            # one colour per drafter,
     budgets = {name: sorted({b for n, b in order.values() if n == name}) for name in drafters}
-    styles = ["-", "--", "-.", ":"]                                    # one line style per budget root
-    for label, points in sorted(curves.items(), key=lambda item: order[item[0]]):
+    styles = ["--", "-.", ":", (0, (5, 1)), (0, (3, 1, 1, 1, 1, 1)), (0, (1, 3))]   # one per budget root;
+    for label, points in sorted(curves.items(), key=lambda item: order[item[0]]):     # the shipped: solid, wide
         xs, ys = zip(*points)
         name, budget = order[label]
+        shipped = budget == float("inf")
         rank = budgets[name].index(budget)
         ax.plot(xs, ys, marker="o", ms=3, label=label, color=f"C{drafters.index(name) % 10}",
-                linestyle=styles[rank % len(styles)], alpha=1.0 if budget == float("inf") else 0.85)
+                linestyle="-" if shipped else styles[rank % len(styles)], linewidth=2.4 if shipped else 1.3,
+                alpha=1.0 if shipped else 0.85)
         print(f"{label}: {len(points)} checks, last at {xs[-1]:,} tokens: agreement {ys[-1]:.3f}")
     ax.set_xscale("symlog", linthresh=1e5)
     ax.set_xlabel("target tokens seen in training")
@@ -129,9 +144,19 @@ def main(argv=None) -> int:
     ax.set_title("Drafter agreement against training budget")
     ax.grid(alpha=0.3)
     ax.legend(fontsize=8)
-    args.out.parent.mkdir(parents=True, exist_ok=True)
     fig.tight_layout()
-    fig.savefig(args.out, dpi=120)
+    from g2c.course.files import atomic_path
+
+    try:                                        # all or nothing: a failed write leaves the old figure
+        with atomic_path(args.out) as tmp:
+            fig.savefig(tmp, dpi=120, format="png")
+    except OSError as err:
+        blocker = next((p for p in args.out.parents if p.exists() and not p.is_dir()), None)
+        why = f"{blocker} is a file, not a folder" if blocker is not None else (err.strerror or str(err))
+        print(f"agreement_figure.py: cannot write {args.out}: {why}", file=sys.stderr)
+        return 1
+    finally:
+        plt.close(fig)
     print(f"figure: {args.out}")
     return 0
 

@@ -172,11 +172,27 @@ def budget_section() -> str:
     return "\n\n".join(out)
 
 
+def parse_args(argv):
+    import argparse
+
+    parser = argparse.ArgumentParser(
+        prog="model_card.py", description="Write docs/models.md (the StoryLM model card) from the shipped manifests, "
+        "or record a budgeted retraining's manifests for its 'At one budget' table.")
+    parser.add_argument("--record-budget", nargs="+", metavar="RUN_ROOT", type=Path,
+                        help="copy the manifests of runs/budget-<T>/ (from ./checkpoints.sh --train NAME --budget T) "
+                        "to docs/bench/budgets/budget-<T>/, then stop (run again without it to rewrite the card)")
+    return parser.parse_args(argv)
+
+
 def main(argv=None) -> int:
-    argv = sys.argv[1:] if argv is None else argv
-    if argv[:1] == ["--record-budget"]:
-        for run_root in argv[1:]:
-            print(f"model_card: recorded {record_budget(Path(run_root))}")
+    args = parse_args(sys.argv[1:] if argv is None else argv)        # --help, or a bad flag: exit before any work
+    if args.record_budget:
+        for run_root in args.record_budget:
+            try:
+                print(f"model_card: recorded {record_budget(run_root)}")
+            except (FileNotFoundError, OSError) as err:
+                print(f"model_card: {err}", file=sys.stderr)
+                return 1
         return 0
     os.environ.setdefault("G2C_QUIET", "1")
     g2c.use_solutions(os.environ.get(g2c.course.SOLUTIONS_ENV) or "all")

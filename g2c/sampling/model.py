@@ -60,15 +60,22 @@ def check_language_model(model, name: str = "model") -> None:
 
     Raises:
         TypeError: ``model`` is not callable or lacks ``vocab_size``, ``max_seq_len`` or
-            ``device``; the message names ``name``, the missing attributes and the protocol.
+            ``device``; the message names ``name``, the missing attributes and the protocol, and,
+            for a drafter wrapping a model (``LMDrafter(model)``: it has ``propose`` and ``model``),
+            says to pass ``<name>.model`` (the loops of modules 16 and specdec-trees/-lab take
+            the bare model; only the engine, ``speculative_sample``, takes a drafter).
     """
     missing = [attr for attr in REQUIRED if not hasattr(model, attr)]
     if not callable(model):
         missing.append("__call__")
     if missing:
+        hint = ""
+        if callable(getattr(model, "propose", None)) and hasattr(model, "model"):
+            hint = (f"; it is a drafter wrapping a model: this function takes the model itself, pass "
+                    f"{name}.model (the model you wrapped) instead")
         raise TypeError(f"{name} ({type(model).__name__}) does not satisfy g2c.sampling.LanguageModel: "
                         f"missing {', '.join(missing)} (a model needs vocab_size, max_seq_len, device "
-                        f"and ids (1, T) -> logits (1, T, V))")
+                        f"and ids (1, T) -> logits (1, T, V)){hint}")
 
 
 def check_token_ids(ids: torch.Tensor, vocab_size: int, name: str) -> None:

@@ -790,6 +790,34 @@ def test_engine_refuses_the_wrong_collaborator_by_name():
         speculative_sample(target, ZeroQ(), [1, 2], 3, temperature=1.0, generator=torch.Generator().manual_seed(0))
 
 
+def test_the_model_loops_tell_a_wrapped_drafter_to_pass_its_model():
+    """A helper's trial: the cached, tree and batched loops take the bare draft model (only the engine takes a
+    drafter); an ``LMDrafter`` there, or a drafter without ``vocab_size`` in the batched loop (a raw
+    AttributeError before), is refused by name, and the message says what to pass instead."""
+    from g2c.specdec.lab.batched import batched_speculative_generate
+    from g2c.specdec.sampling.cached import speculative_generate_cached
+    from g2c.specdec.sampling.drafters import LMDrafter
+    from g2c.specdec.trees import tree_speculative_generate
+
+    target, draft = _lm(0), _lm(1)
+    wrapped = r"does not satisfy g2c\.sampling\.LanguageModel: .*pass drafter\.model \(the model you wrapped\)"
+    with pytest.raises(TypeError, match=r"drafter \(LMDrafter\) " + wrapped):
+        speculative_generate_cached(target, LMDrafter(draft), [1, 2], 3)
+    with pytest.raises(TypeError, match=r"drafter \(LMDrafter\) " + wrapped):
+        batched_speculative_generate(target, LMDrafter(draft), [[1, 2]], 3)
+    with pytest.raises(TypeError, match=r"target \(LMDrafter\) does not satisfy .*pass target\.model"):
+        batched_speculative_generate(LMDrafter(target), draft, [[1, 2]], 3)
+    with pytest.raises(TypeError, match=r"drafter \(object\) does not satisfy g2c\.sampling\.LanguageModel: "
+                                        r"missing vocab_size, max_seq_len, device, __call__ \(a model needs"):
+        batched_speculative_generate(target, object(), [[1, 2]], 3)
+    with pytest.raises(TypeError, match=r"got LMDrafter: pass drafter\.model, the model it wraps"):
+        tree_speculative_generate(target, LMDrafter(draft), [1, 2], 3)
+    with pytest.raises(TypeError, match=r"got function\Z"):                   # no hint for what wraps no model
+        tree_speculative_generate(target, lambda ids: ids, [1, 2], 3)
+    out = batched_speculative_generate(target, draft, [[1, 2]], 3).outputs   # the bare models pass
+    assert len(out) == 1 and len(out[0]) == 5
+
+
 def _medusa(target):
     from g2c.specdec.lineage import MedusaDrafter, MedusaHeads
 

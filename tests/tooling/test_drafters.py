@@ -352,6 +352,30 @@ def test_model_card_records_a_budget_and_tables_it(tmp_path, monkeypatch):
     assert card.training_windows({"features_windows": 8}) == "8" and card.training_windows({}) == "-"
 
 
+def test_model_card_parses_its_flags_before_any_work(tmp_path, monkeypatch, capsys):
+    """A helper's trial: ``--help`` and an unknown flag rebuilt the card and rewrote docs/models.md, and
+    ``--record-budget`` of a missing folder was a raw traceback. Flags are parsed first; a bad run root is
+    one line and exit 1; nothing is written."""
+    import importlib.util
+
+    from g2c.course import REPO_ROOT
+
+    spec = importlib.util.spec_from_file_location("g2c_model_card", REPO_ROOT / "scripts" / "model_card.py")
+    card = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(card)
+    monkeypatch.setattr(card, "BUDGETS", tmp_path / "budgets")
+    monkeypatch.setattr(card, "verify_artifact", lambda name: pytest.fail("the card was rebuilt"))
+    for argv, code in ((["--help"], 0), (["--bogus"], 2), (["--record-budget"], 2)):
+        with pytest.raises(SystemExit) as ended:
+            card.main(argv)
+        assert ended.value.code == code
+    assert "--record-budget RUN_ROOT" in capsys.readouterr().out
+    assert card.main(["--record-budget", str(tmp_path / "runs" / "budget-7")]) == 1
+    err = capsys.readouterr().err
+    assert err.startswith("model_card: ") and "budget-7: no models/<Name>/manifest.json" in err
+    assert "--budget T first" in err and len(err.splitlines()) == 1 and not (tmp_path / "budgets").exists()
+
+
 # -- variants: the paper designs and the ablations (issue 29, items 2 and 4) --------------------------
 def _kv_reference(head, context_states, anchor_ids, B):
     """DFlash's key/value injection written out by hand for one head: the fused features projected by
@@ -501,7 +525,7 @@ def test_model_card_tables_a_variant_with_its_budget(tmp_path, monkeypatch):
         "| StoryLM-30M-Block, variant kv | block | 4,096 | 1.0 | 2 | 16 | 0.25 |")
 
 
-def test_agreement_figure_reads_the_recorded_budgets_and_keeps_only_the_named_drafters(tmp_path):
+def test_agreement_figure_reads_the_recorded_budgets_and_keeps_only_the_named_drafters(tmp_path, capsys):
     """scripts/agreement_figure.py over the recorded budget manifests (docs/bench/budgets): ``--only``
     keeps the named drafters' curves, one per budget, each a history of (tokens seen, agreement)
     whose tokens grow with the checks and whose last point is the manifest's tokens seen."""
@@ -527,6 +551,19 @@ def test_agreement_figure_reads_the_recorded_budgets_and_keeps_only_the_named_dr
     assert out.stat().st_size > 1000
     with pytest.raises(SystemExit):                            # argparse: not a state-reading drafter
         fig.main(["--only", "StoryLM-1M"])
+    # a helper's trial: an unwritable --out, a position no drafter has, and one only some have
+    (tmp_path / "file").write_text("keep")
+    for bad, why in ((tmp_path / "file" / "fig.png", "file is a file, not a folder"),
+                     (Path("/proc/no/fig.png"), "cannot write /proc/no/fig.png: ")):
+        assert fig.main(["--no-shipped", "--root", str(roots[0]), "--out", str(bad)]) == 1
+        assert why in capsys.readouterr().err
+    assert (tmp_path / "file").read_text() == "keep" and out.stat().st_size > 1000
+    two = ["--no-shipped", "--root", str(roots[0]), "--only", "StoryLM-30M-EAGLE", "--only", "StoryLM-30M-Medusa"]
+    assert fig.main([*two, "--position", "9", "--out", str(out)]) == 1
+    assert ("no drafter here has a position 9 (found with position 1: StoryLM-30M-EAGLE (budget-512000), "
+            "StoryLM-30M-Medusa (budget-512000)); try a smaller --position") in capsys.readouterr().err
+    assert fig.main([*two, "--position", "2", "--out", str(out)]) == 0
+    assert "left out (no position 2): StoryLM-30M-EAGLE (budget-512000)\n" in capsys.readouterr().err
     # the legend's order: by drafter, then by budget in tokens (not by the folder name's text), shipped last
     labels = ["StoryLM-30M-EAGLE3", "StoryLM-30M-EAGLE (budget-1000000)", "StoryLM-30M-EAGLE3 (budget-512000-ttt1)",
               "StoryLM-30M-EAGLE3 (budget-1500000)", "StoryLM-30M-EAGLE (budget-512000)", "StoryLM-30M-EAGLE"]

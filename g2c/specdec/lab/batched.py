@@ -215,11 +215,15 @@ def batched_speculative_generate(target, drafter, prompts, max_new_tokens: int, 
     Raises:
         ValueError: k not an int >= 1; vocabularies differ ("vocab_size"); and as
             ``batched_greedy`` (for either model's window).
+        TypeError: ``target`` or ``drafter`` is not a language model ("target (...) does not
+            satisfy g2c.sampling.LanguageModel", the same for "drafter"; a wrapped
+            ``LMDrafter`` is told to pass its ``.model``).
     """
     if isinstance(k, bool) or not isinstance(k, int) or k < 1:
         raise ValueError(f"k must be an int >= 1 (draft tokens per round), got {k!r}")
-    check_same_vocab(drafter.vocab_size, target.vocab_size)
-    prompts = _check([target, drafter], prompts, max_new_tokens)
+    check_language_model(target, "target")
+    check_language_model(drafter, "drafter")
+    prompts = _check([target, drafter], prompts, max_new_tokens)       # one vocabulary: check_same_vocab
     eos_id = check_eos_id(eos_id, target.vocab_size)                # None, or an id the loop can emit
     window = min(target.max_seq_len, drafter.max_seq_len)
     modes = (target.training, drafter.training)

@@ -616,8 +616,10 @@ def tree_speculative_generate(target, drafter, prompt_ids, max_new_tokens: int, 
         raise ValueError(f"choices shape a static tree only (tree='static'); with tree={tree!r} they would be "
                          "ignored: drop them or pass tree='static'")
     if not all(hasattr(drafter, name) for name in ("vocab_size", "max_seq_len", "eval", "train")):
+        unwrap_hint = (": pass drafter.model, the model it wraps" if callable(getattr(drafter, "propose", None))
+                       and hasattr(drafter, "model") else "")
         raise TypeError(f"tree_speculative_generate drafts trees with a language model (ids (1, T) -> logits, with "
-                        f"vocab_size and max_seq_len), got {type(drafter).__name__}")
+                        f"vocab_size and max_seq_len), got {type(drafter).__name__}{unwrap_hint}")
     check_same_vocab(drafter.vocab_size, target.vocab_size)
     if tree == "dynamic" and check_count(width, "width", minimum=None) < 1:
         raise ValueError(f"width must be an int >= 1 (children per expanded node), got {width}")
