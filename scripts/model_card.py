@@ -142,12 +142,16 @@ def record_budget(run_root: Path) -> Path:
     return dest
 
 
-def training_windows(recipe: dict) -> str:
+def training_windows(manifest: dict) -> str:
     """The training windows a budgeted run read: the recipe asks for ceil(budget / context) windows
-    (``features_windows``), the split caps it (a budget past one epoch re-reads windows); the run's
-    ``data`` line states the windows it had ("the first N train windows")."""
+    (``features_windows``), the split caps it (a budget past one epoch re-reads windows). The trainer
+    records the windows it read (``train_windows``); manifests older than that state them in the
+    recipe's ``data`` line ("the first N train windows")."""
     import re
 
+    if "train_windows" in manifest:
+        return str(manifest["train_windows"])
+    recipe = manifest.get("recipe", {})
     found = re.search(r"first (\d+) train windows", recipe.get("data", ""))
     return found.group(1) if found else str(recipe.get("features_windows", "-"))
 
@@ -164,7 +168,7 @@ def budget_section() -> str:
             variant = m["recipe"].get("variant")
             label = m["name"] if variant is None else f"{m['name']}, variant {variant}"
             rows.append(f"| {label} | {m['drafter']} | {m['tokens_seen']:,} | {m['epochs']} | {m['steps']} | "
-                        f"{training_windows(m['recipe'])} | {agreement(m['val'])} | "
+                        f"{training_windows(m)} | {agreement(m['val'])} | "
                         f"{m['wall_time_s'] / 60:.1f} min |")
         out.append(f"#### budget-{budget} ({budget:,} target tokens each)\n\n"
                    "| drafter | kind | tokens seen | epochs | steps | training windows | agreement | wall time |\n"

@@ -159,6 +159,10 @@ def test_layer_features_seed_a_larger_pass_with_a_smaller_finished_cache(tiny, m
                              log=lines.append)
     assert sum(computed) == 1 and any("the first 2 windows copied from train-layers1-ctx16-w2.f16" in line
                                       for line in lines)
+    size = (F.FEATURES_DIR / "Tiny" / "train-layers1-ctx16-w2.f16").stat().st_size      # kept, and named as spare
+    assert lines[-1] == (f"features: train-layers1-ctx16-w2.f16 now hold only the first windows of "
+                         f"train-layers1-ctx16-w3.f16 (it serves every smaller budget): delete them (and their "
+                         f".json) to free {size / 1e9:.2f} GB")
     assert np.array_equal(np.asarray(grown.states), scratch)
     assert json.loads((F.FEATURES_DIR / "Tiny" / "train-layers1-ctx16-w3.json").read_text())["done"] == 3
     (F.FEATURES_DIR / "Tiny" / "train-layers1-ctx16-w3.json").unlink()             # now other weights:
@@ -277,6 +281,7 @@ def test_budgeted_run_resumes_to_the_same_weights(tiny_run, monkeypatch, tmp_pat
     assert m1["history"] == m2["history"] and m1["steps"] == m2["steps"] == 6
     assert m1["recipe"]["budget_tokens"] == m1["tokens_seen"] == budget
     assert m1["epochs"] == pytest.approx(budget / (4 * 16), abs=0.01)             # the 4-window split, repeated
+    assert m1["train_windows"] == 4 < m1["recipe"]["features_windows"] == 12       # read, against asked for
     assert any("epochs of the 4 training windows" in line for line in lines)     # and it says so
     assert [h["tokens_seen"] for h in m1["history"]] == [0, 32, 64, 96, 128, 160, 192]
     assert all("val_agree_1" in h for h in m1["history"])
@@ -347,9 +352,11 @@ def test_model_card_records_a_budget_and_tables_it(tmp_path, monkeypatch):
     assert "#### budget-2048 (2,048 target tokens each)" in section
     assert "| StoryLM-30M-Medusa | medusa | 2,048 | 1.0 | 1 | 8 | 0.25/0.12 | 1.5 min |" in section
     # past one epoch the recipe asks for more windows than the split has; the card shows the ones read
-    assert card.training_windows({"features_windows": 11720, "data": "StoryLM-30M's outputs of blocks 2, 4, 6 and "
-                                  "final states over the first 6179 train windows of 256 tokens"}) == "6179"
-    assert card.training_windows({"features_windows": 8}) == "8" and card.training_windows({}) == "-"
+    old = {"recipe": {"features_windows": 11720, "data": "StoryLM-30M's outputs of blocks 2, 4, 6 and final "
+                      "states over the first 6179 train windows of 256 tokens"}}
+    assert card.training_windows(old) == "6179"                                  # read from the data line
+    assert card.training_windows({**old, "train_windows": 6000}) == "6000"       # the trainer's record first
+    assert card.training_windows({"recipe": {"features_windows": 8}}) == "8" and card.training_windows({}) == "-"
 
 
 def test_model_card_parses_its_flags_before_any_work(tmp_path, monkeypatch, capsys):

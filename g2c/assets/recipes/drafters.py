@@ -478,6 +478,7 @@ def train_drafter(name: str, *, force: bool = False, progress: bool = True, log=
                        else "every step of the budget runs"),
                    "stored_dtype": "float16"},
         "steps": step, "best_step": best_step, "tokens_seen": tokens,
+        "train_windows": train.num_windows,            # the windows the run read (the split caps the recipe's ask)
         "epochs": round(tokens / (train.num_windows * train.context), 2),
         "val": {k: round(v, 4) for k, v in final.items()},
         "history": history, "wall_time_s": round(wall, 1), "machine": machine(), "commit": git_commit(),

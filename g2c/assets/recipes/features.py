@@ -242,6 +242,10 @@ def layer_features(base, base_name: str, split: str, layers: tuple[int, ...], *,
                             (num_windows * context, len(layers) + 1, base.embedding_dim), batch_size, compute,
                             f"{base_name} layer states ({split})", progress, log,
                             seed=max(smaller)[::-1] if smaller else None)    # the largest smaller one seeds
+    if smaller:                       # never deleted for the user: a run may still read it; say what it costs
+        gb = sum(path.stat().st_size for _, path in smaller) / 1e9
+        log(f"features: {', '.join(path.name for _, path in sorted(smaller))} now hold only the first windows of "
+            f"{stem}.f16 (it serves every smaller budget): delete them (and their .json) to free {gb:.2f} GB")
     return LayerFeatures(ids, states, context, layers)
 
 
