@@ -146,7 +146,8 @@ def drafters_dir(text: str) -> Path:
 
 
 def parse_args(argv):
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter,
+                                 allow_abbrev=False)     # --drafter (the CLI's flag) is not --drafters
     ap.add_argument("--quick", action="store_true", help="2 prompts x 24 tokens per set, default k, no sweep")
     ap.add_argument("--prompts", type=cli.count(1), default=None, help="prompts per set (default 8; quick 2)")
     ap.add_argument("--new-tokens", type=cli.count(1), default=None, help="tokens per prompt (default 64; quick 24)")
@@ -157,7 +158,7 @@ def parse_args(argv):
     ap.add_argument("--no-sweep", action="store_true",
                     help="run every row at its default k (e.g. both trees at 16 nodes: the same budget)")
     ap.add_argument("--threads", type=cli.count(1), default=None, help="torch threads (default: torch's)")
-    ap.add_argument("--seed", type=cli.count(0), default=0, help="generator seed of the sampled rows")
+    ap.add_argument("--seed", type=cli.seed(), default=0, help="generator seed of the sampled rows")
     ap.add_argument("--draws", type=cli.count(1), default=None,
                     help="generations per prompt in the sampled-drafts table, pooled (default 3; quick 1): one "
                          "sampled generation per prompt is a noisy estimate of tau")
@@ -208,6 +209,12 @@ def parse_args(argv):
         for name, value in (("--json", args.json), ("--figure", args.figure), ("--fast", args.fast)):
             if value:
                 ap.error(f"{flag} prints one table: {name} does not apply to it")
+        for name, dest in (("--temperature", "temperature"), ("--seed", "seed"), ("--prompts", "prompts"),
+                           ("--repetition-penalty", "repetition_penalty")):
+            if getattr(args, dest) != ap.get_default(dest):     # it reads validation windows, never generates
+                ap.error(f"{flag} reads the validation windows and generates nothing: {name} does not apply to it")
+    if args.sampled_drafts_only and args.greedy_only:
+        ap.error("--sampled-drafts-only measures sampled drafting at --temperature > 0: --greedy-only contradicts it")
     if args.sampled_drafts_only and args.figure:
         ap.error("--sampled-drafts-only prints one table: --figure does not apply to it")
     if args.sampled_drafts_only:                        # the tree/state rows only: nothing else is measured
@@ -221,6 +228,12 @@ def parse_args(argv):
     if args.draws is not None and (args.greedy_only or (chosen and chosen[0] != "--sampled-drafts-only")):
         ap.error(f"--draws sets the sampled-drafts table's generations per prompt: "
                  f"{'--greedy-only' if args.greedy_only else chosen[0]} prints no such table")
+    if args.drafters is not None:
+        used = [r[3] for r in ROWS if (args.rows is None or r[0] in args.rows.split(",")) and r[3]
+                and r[3].startswith(TARGET + "-")]
+        if not used:
+            ap.error(f"--drafters replaces the state-reading drafters ({TARGET}-...), and no row in --rows "
+                     f"{args.rows} uses one: add such a row or drop --drafters")
     preset = QUICK if args.quick else FULL
     args.prompts = args.prompts or preset["prompts"]
     args.new_tokens = args.new_tokens or preset["new_tokens"]
@@ -297,7 +310,19 @@ def load_heads(target, names, root: Path | None = None) -> dict:
                    f"{name} --budget T")
             raise FileNotFoundError(f"{root} holds no {name} (its rows need it): train it there with {how}, or "
                                     "choose the rows it holds with --rows")
-        model, _ = load_model(name, device=target.device, root=root if name.startswith(TARGET + "-") else None)
+        if root is None or not name.startswith(TARGET + "-"):
+            model, _ = load_model(name, device=target.device)
+        else:                         # a budgeted run's folder: ./checkpoints.sh (artifacts/ only) cannot repair it
+            folder = artifact_dir(name, root)
+            if not any(folder.glob("*.safetensors")):
+                raise FileNotFoundError(f"{folder} holds a manifest but no weights (docs/bench/budgets/ keeps only "
+                                        "the manifests): give the run's own folder, runs/budget-<T>, with "
+                                        "--drafters")
+            try:
+                model, _ = load_model(name, device=target.device, root=root)
+            except (ArtifactError, KeyError, ValueError, RuntimeError) as err:
+                raise ValueError(f"{folder} does not load as {name} ({type(err).__name__}: {err}); retrain it "
+                                 f"there with ./checkpoints.sh --train {name} --budget T --force") from None
         if hasattr(model, "base"):
             base = model.base
             assert all(torch.equal(a, b) for a, b in zip(base.state_dict().values(), target.state_dict().values()))

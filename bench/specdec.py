@@ -54,7 +54,7 @@ import torch
 
 import g2c.course.solved  # noqa: F401  (first: applies the answer key before course modules load)
 from g2c.assets.artifacts import DRAFTERS, ArtifactError, canonical_name, load_model, model_names
-from g2c.assets.cli import output_file
+from g2c.assets.cli import output_file, seed
 from g2c.assets.data import load_token_stream, validation_prompts
 from g2c.kvcache import cached_generate
 from g2c.kvcache import forward_rows as _forward_rows
@@ -99,7 +99,7 @@ def parse_args(argv: list[str] | None):
     ap.add_argument("--threads", type=int, default=None,
                     help="torch.set_num_threads(N) before timing (default: torch's choice); the count is printed. "
                          "On a shared machine, 1 thread avoids oversubscription")
-    ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--seed", type=seed(), default=0)
     ap.add_argument("--fast", action="store_true",
                     help="add the fast path (g2c.kvcache.fast, float32): plain cached decoding and every drafter "
                          "row, greedy and sampled (LMs and heads), with fast target and drafter")

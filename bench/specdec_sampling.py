@@ -39,7 +39,7 @@ import torch
 
 import g2c.course.solved  # noqa: F401  (first: applies the answer key before course modules load)
 from g2c.assets.artifacts import ArtifactError, load_model
-from g2c.assets.cli import choice_list, count, device_name, model_name, real
+from g2c.assets.cli import choice_list, count, device_name, model_name, real, seed
 from g2c.assets.data import validation_prompts
 from g2c.kvcache import cached_generate
 from g2c.nn import time_call
@@ -97,7 +97,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--repeats", type=count(1), default=1)
     ap.add_argument("--device", type=device_name(), default="cpu")
     ap.add_argument("--threads", type=count(1), default=1)
-    ap.add_argument("--seed", type=count(0), default=0)
+    ap.add_argument("--seed", type=seed(), default=0)
     ap.add_argument("--quick", action="store_true", help="smoke run: 2 prompts per set, 16 tokens, 10 MTP steps")
     ap.add_argument("--rows", default="", help="only drafter rows whose name contains one of these "
                     "comma-separated strings (e.g. 'StoryLM-1M,n-gram'); default all")

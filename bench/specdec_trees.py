@@ -36,7 +36,7 @@ import torch
 
 import g2c.course.solved  # noqa: F401  (first: applies the answer key before course modules load)
 from g2c.assets import ArtifactError, load_model
-from g2c.assets.cli import choice_list, count, device_name, int_list, model_name, real
+from g2c.assets.cli import choice_list, count, device_name, int_list, model_name, real, seed
 from g2c.assets.data import validation_prompts
 from g2c.kvcache import cached_generate
 from g2c.nn import time_call
@@ -84,7 +84,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--repeats", type=count(1), default=1)
     ap.add_argument("--device", type=device_name(), default="auto")
     ap.add_argument("--threads", type=count(1), default=None)
-    ap.add_argument("--seed", type=count(0), default=0)
+    ap.add_argument("--seed", type=seed(), default=0)
     ap.add_argument("--use-cache", action="store_true", help="the target keeps a KVCache across tree passes")
     ap.add_argument("--quick", action="store_true", help="smoke run: 2 prompts, 24 tokens, n in {4, 16}, 1 repeat")
     args = ap.parse_args(argv)

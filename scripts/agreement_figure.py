@@ -61,17 +61,32 @@ def collect(roots: list[Path], runs: list[Path], position: int,
         for name in names:
             path = root / "models" / name / "manifest.json"
             if path.is_file():
-                m = json.loads(path.read_text())
+                try:
+                    m = json.loads(path.read_text())
+                    history, recipe = m["history"], m["recipe"]
+                except (ValueError, UnicodeDecodeError, KeyError, TypeError) as err:
+                    raise ValueError(f"{path}: not a training manifest with a history ({type(err).__name__}: "
+                                     f"{err})") from None
                 label = name if root == ROOT / "artifacts" else f"{name} ({root.name})"
-                curves[label] = curve(m["history"], m["recipe"], position)
+                curves[label] = curve(history, recipe, position)
     for run in runs:
         import torch
 
-        state = torch.load(run, map_location="cpu", weights_only=False)
-        name = run.parent.name.split("-budget")[0]
         from g2c.assets.recipes.drafters import DRAFTER_RECIPES
 
-        curves[f"{run.parent.name} (in progress)"] = curve(state["history"], DRAFTER_RECIPES[name], position)
+        if not run.is_file():
+            raise ValueError(f"{run}: not a file (give the run's drafter.pt)")
+        name = run.parent.name.split("-budget")[0]
+        if name not in DRAFTER_RECIPES:
+            raise ValueError(f"{run}: cannot tell which drafter it trains: a run's folder is runs/<Name> or "
+                             f"runs/<Name>-budget<T> (Name one of {', '.join(sorted(DRAFTER_RECIPES))})")
+        if name not in names:                                      # --only filters the runs too
+            continue
+        try:
+            history = torch.load(run, map_location="cpu", weights_only=False)["history"]
+        except Exception as err:                                   # a pickle of anything can fail any way
+            raise ValueError(f"{run}: not a drafter checkpoint with a history ({type(err).__name__})") from None
+        curves[f"{run.parent.name} (in progress)"] = curve(history, DRAFTER_RECIPES[name], position)
     return {k: v for k, v in curves.items() if v}
 
 
@@ -105,9 +120,22 @@ def main(argv=None) -> int:
         print(f"agreement_figure.py: no such file or folder: {', '.join(missing)}", file=sys.stderr)
         return 1
     names = tuple(args.only) or STATE_READERS
-    curves = collect(roots, args.run, args.position, names)
+    empty = [str(r) for r in args.root if not any((r / "models" / n / "manifest.json").is_file() for n in names)]
+    if empty:
+        print(f"agreement_figure.py: no drafter's manifest (models/<Name>/manifest.json, Name one of "
+              f"{', '.join(names)}) under {', '.join(empty)}", file=sys.stderr)
+        return 1
+    if args.out.suffix.lower() != ".png":
+        print(f"agreement_figure.py: --out writes a PNG: give a .png name, got {args.out}", file=sys.stderr)
+        return 2
+    try:
+        curves = collect(roots, args.run, args.position, names)
+        lower = collect(roots, args.run, 1, names) if args.position > 1 else curves
+    except ValueError as err:
+        print(f"agreement_figure.py: {err}", file=sys.stderr)
+        return 1
     if args.position > 1:                       # a drafter with one position (EAGLE, MTP) has no curve here
-        left_out = sorted(set(collect(roots, args.run, 1, names)) - set(curves))
+        left_out = sorted(set(lower) - set(curves))
         if curves and left_out:
             print(f"agreement_figure.py: left out (no position {args.position}): {', '.join(left_out)}",
                   file=sys.stderr)

@@ -123,19 +123,43 @@ def plot_curves(manifests: dict, drafters: dict) -> None:
 
 
 BUDGETS = ROOT / "docs" / "bench" / "budgets"
+MANIFEST_KEYS = ("name", "drafter", "tokens_seen", "epochs", "steps", "recipe", "val", "wall_time_s")
 
 
 def record_budget(run_root: Path) -> Path:
     """Copy the manifests (not the weights) of a budgeted retraining (``runs/budget-<T>/``, from
     ``./checkpoints.sh --train NAME --budget T``) to ``docs/bench/budgets/budget-<T>/`` (same layout:
-    ``models/<Name>/manifest.json``), the record the model card's "At one budget" table reads."""
+    ``models/<Name>/manifest.json``), the record the model card's "At one budget" table reads.
+
+    Raises:
+        FileNotFoundError: no ``models/<Name>/manifest.json`` under ``run_root``.
+        ValueError: ``run_root`` is not named ``budget-<T>`` or ``budget-<T>-<variant>`` (the card's
+            tables read the budget from the name), it is the record itself, or a manifest is not a
+            training manifest (not JSON, or missing a key the card and the figure read). Nothing is
+            copied unless every manifest passes.
+    """
+    import re
     import shutil
 
+    run_root = Path(run_root).resolve()
+    if not re.fullmatch(r"budget-\d+(-[A-Za-z0-9]+)?", run_root.name):
+        raise ValueError(f"{run_root}: not a budgeted run's folder (runs/budget-<T> or runs/budget-<T>-<variant>, "
+                         "from ./checkpoints.sh --train NAME --budget T)")
     dest = BUDGETS / run_root.name
+    if dest.resolve() == run_root:
+        raise ValueError(f"{run_root} is the record itself; record the run's folder (runs/{run_root.name})")
     found = sorted(run_root.glob("models/*/manifest.json"))
     if not found:
         raise FileNotFoundError(f"{run_root}: no models/<Name>/manifest.json (run ./checkpoints.sh --train NAME "
                                 "--budget T first)")
+    for path in found:                                   # every manifest checked before one is copied
+        try:
+            m = json.loads(path.read_text())
+        except (ValueError, UnicodeDecodeError) as err:
+            raise ValueError(f"{path}: not a JSON manifest ({err})") from None
+        missing = [k for k in MANIFEST_KEYS if not isinstance(m, dict) or k not in m]
+        if missing:
+            raise ValueError(f"{path}: not a drafter's training manifest (missing {', '.join(missing)})")
     for path in found:
         (dest / "models" / path.parent.name).mkdir(parents=True, exist_ok=True)
         shutil.copyfile(path, dest / "models" / path.parent.name / "manifest.json")
@@ -194,7 +218,7 @@ def main(argv=None) -> int:
         for run_root in args.record_budget:
             try:
                 print(f"model_card: recorded {record_budget(run_root)}")
-            except (FileNotFoundError, OSError) as err:
+            except (OSError, ValueError) as err:
                 print(f"model_card: {err}", file=sys.stderr)
                 return 1
         return 0

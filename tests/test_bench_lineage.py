@@ -185,7 +185,14 @@ def test_measurement_only_modes_are_exclusive_and_pick_their_row(capsys):
                           (["--greedy-only", "--draws", "3"], "--greedy-only prints no such table"),
                           (["--medusa-joint-only", "--draws", "2"], "--medusa-joint-only prints no such table"),
                           (["--sampled-drafts-only", "--draws", "0"], "--draws"),
-                          (["--sampled-drafts-only", "--rows", "StoryLM-1M,Medusa"], "StoryLM-1M is not one")):
+                          (["--sampled-drafts-only", "--rows", "StoryLM-1M,Medusa"], "StoryLM-1M is not one"),
+                          # a helper's trial: each of these was accepted and ignored in silence
+                          (["--sampled-drafts-only", "--greedy-only"], "--greedy-only contradicts it"),
+                          (["--ttt-agreement-only", "--temperature", "0.5"], "--temperature does not apply to it"),
+                          (["--draft-vocab-only", "--seed", "3"], "--seed does not apply to it"),
+                          (["--medusa-joint-only", "--prompts", "2"], "--prompts does not apply to it"),
+                          (["--rows", "StoryLM-1M", "--drafters", "docs/bench/budgets/budget-512000"],
+                           "no row in --rows StoryLM-1M uses one")):
         with pytest.raises(SystemExit) as info:
             bench.parse_args(argv)
         err = capsys.readouterr().err
@@ -203,3 +210,26 @@ def test_a_drafter_missing_from_a_budget_tree_names_the_command_that_trains_it_t
         bench.load_heads(None, ["StoryLM-30M-Medusa"], root)
     with pytest.raises(FileNotFoundError, match=r"--train StoryLM-30M-EAGLE --budget 1000000, or choose"):
         bench.load_heads(None, ["StoryLM-30M-EAGLE"], tmp_path / "budget-1000000")
+
+
+def test_a_budget_folder_without_weights_or_with_the_wrong_ones_is_named(tmp_path):
+    """A helper's trial: --drafters docs/bench/budgets/budget-<T> (manifests only, by design) said "run
+    ./checkpoints.sh to install it", which repairs artifacts/ only; a folder holding another drafter's weights
+    was a raw KeyError. Both name the folder and the command that helps."""
+    import shutil
+
+    from g2c.assets.artifacts import load_model
+
+    bench = _bench()
+    with pytest.raises(FileNotFoundError, match=r"StoryLM-30M-EAGLE holds a manifest but no weights \(docs/bench/"
+                                                r"budgets/ keeps only the manifests\): give the run's own folder"):
+        bench.load_heads(None, ["StoryLM-30M-EAGLE"], REPO_ROOT / "docs" / "bench" / "budgets" / "budget-512000")
+    wrong = tmp_path / "budget-7" / "models" / "StoryLM-30M-EAGLE"
+    shutil.copytree(REPO_ROOT / "artifacts" / "models" / "StoryLM-30M-MTP", wrong)
+    target, _ = load_model("StoryLM-30M")
+    with pytest.raises(ValueError, match=r"budget-7/models/StoryLM-30M-EAGLE does not load as StoryLM-30M-EAGLE "
+                                         r"\(.*\); retrain it there with ./checkpoints.sh --train StoryLM-30M-EAGLE"):
+        bench.load_heads(target, ["StoryLM-30M-EAGLE"], tmp_path / "budget-7")
+    assert bench.parse_args(["--drafters", str(REPO_ROOT / "docs" / "bench" / "budgets" / "budget-512000")]).drafters
+    with pytest.raises(SystemExit):                       # the CLI's --drafter is not taken for --drafters
+        bench.parse_args(["--drafter", "EAGLE"])

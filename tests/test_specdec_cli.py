@@ -90,6 +90,9 @@ def test_cli_fast_needs_the_kv_cache(fake_ladder, capsys):
     (["bcd", "--top-p", "1.5"], "--top-p 1.5: the nucleus mass is in (0, 1]"),
     (["bcd", "--repetition-penalty", "0"], "--repetition-penalty 0.0: use a finite value > 0"),
     (["bcd", "--stop", ""], "--stop '': an empty stop text"),
+    (["bcd", "--top-k", "5", "--top-p", "0.5"], "--top-k and --top-p shape sampled draws; greedy decoding "
+                                                 "(--temperature 0, the default) always takes the top token"),
+    (["bcd", "--top-p", "0.5", "--temperature", "0"], "--top-p shape sampled draws; greedy"),
 ])
 def test_cli_bad_arguments_name_what_the_user_typed(fake_ladder, capsys, argv, expected):
     rc, out, err = run(capsys, *argv)
@@ -108,3 +111,15 @@ def test_cli_controls_stop_and_report_logprobs(fake_ladder, capsys):
     values = [float(x) for x in next(x for x in lines if x.startswith("logprobs")).split(":")[1].split()]
     assert len(values) == 3 and all(-0.1 < v <= 0.0 for v in values)
     assert any(x.startswith("mean ") and "perplexity" in x for x in lines)
+
+
+def test_cli_seed_outside_the_generator_range_is_named(fake_ladder, capsys):
+    """A helper's trial: --seed 99999999999999999999 printed torch's "Overflow when unpacking long long"."""
+    for bad, why in (("99999999999999999999", "is above 2**64 - 1; a seed is an int in [0, 2**64 - 1]"),
+                     ("-1", "-1 is below 0"), ("x", "'x' is not an integer")):
+        with pytest.raises(SystemExit) as ended:
+            run(capsys, "bcd", "--seed", bad)
+        err = capsys.readouterr().err
+        assert ended.value.code == 2 and "argument --seed: " in err and why in err
+    rc, out, _ = run(capsys, "bcd", "--seed", str(2**64 - 1), "--temperature", "1", "--max-new-tokens", "2")
+    assert rc == 0 and out.startswith("bcd")

@@ -32,6 +32,7 @@ import argparse
 import hashlib
 import json
 import os
+import re
 import subprocess
 import sys
 import tempfile
@@ -185,8 +186,12 @@ def install_from_dir(name: str, source_root: Path, *, root: Path | None = None, 
         if listed is not None:
             _check_complete(name, {"files": listed}, str(artifact_dir(name, source_root)))
         manifest = verify_artifact(name, source_root, pinned=True)  # sizes against the pins before any hash
-    except ArtifactError as exc:
-        raise type(exc)(f"source copy under {source_root} is unusable: {exc}") from exc
+    except ArtifactError as exc:              # the advice to run ./checkpoints.sh is about artifacts/, not the mirror
+        why = str(exc)                        # (the pins' advice names git or a trusted mirror: it stays)
+        if "a trusted mirror)" not in why:
+            why = re.sub(r":? ?\(?(run|or) \./checkpoints\.sh.*$", "", why).rstrip(" :;(")
+        raise type(exc)(f"source copy under {source_root} is unusable: {why} (fix or replace the mirror's "
+                        "copy)") from exc
     src = artifact_dir(name, source_root)
     meta = {k: v for k, v in manifest.items() if k != "files"}
     dest = write_artifact(name, {f: src / f for f in manifest["files"]}, meta, root=root, force=force)
@@ -322,6 +327,10 @@ def verify_or_install(names: list[str], *, root: Path | None, source: Path | Non
     clean_artifact_leftovers(root, log=lambda line: err(f"checkpoints: {line}"))
     t0 = time.time()
     bad = 0
+    if source is not None and not any((artifact_dir(n, source) / "manifest.json").is_file() for n in names):
+        err(f"checkpoints: note: {source} holds none of the {len(names)} artifacts asked for (no "
+            "models/<Name>/manifest.json nor tokenizers/<Name>/manifest.json): is it a mirror laid out like "
+            "artifacts/?")
     for name in names:
         state, manifest, message = artifact_state(name, root)
         note, failure = "", ""
@@ -336,6 +345,8 @@ def verify_or_install(names: list[str], *, root: Path | None, source: Path | Non
             state, manifest, message = artifact_state(name, root)
             if before != "OK" and note:
                 note = f"was {before}: {note}"
+            elif failure and state == "OK":
+                note = "the installed copy is kept: the --from copy could not replace it, see below"
         elif source is not None:
             note = "already installed and verified; --force replaces it"
         out(_line(name, root, state, manifest, note))

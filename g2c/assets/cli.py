@@ -19,7 +19,7 @@ import math
 from collections.abc import Callable
 
 __all__ = ["choice_list", "count", "device_name", "int_list", "model_list", "model_name", "output_dir", "output_file",
-           "real"]
+           "real", "seed"]
 
 
 def _named(fn: Callable, name: str) -> Callable:
@@ -40,6 +40,21 @@ def _int(text: str, minimum: int) -> int:
 def count(minimum: int = 1) -> Callable[[str], int]:
     """An integer option >= ``minimum`` (token counts, prompts, repeats, threads, steps)."""
     return _named(lambda text: _int(text, minimum), f"int>={minimum}")
+
+
+SEED_MAX = 2**64 - 1          # what torch.Generator.manual_seed accepts
+
+
+def seed() -> Callable[[str], int]:
+    """A generator seed: an int in [0, 2**64 - 1] (``torch.Generator.manual_seed``'s range; past it
+    torch said only "Overflow when unpacking long long", without naming the option)."""
+    def parse(text: str) -> int:
+        value = _int(text, 0)
+        if value > SEED_MAX:
+            raise argparse.ArgumentTypeError(f"{value} is above 2**64 - 1; a seed is an int in [0, 2**64 - 1]")
+        return value
+
+    return _named(parse, "seed")
 
 
 def real(lo: float = -math.inf, hi: float = math.inf, *, lo_open: bool = False) -> Callable[[str], float]:
@@ -134,6 +149,10 @@ def _writable(text: str, folder: bool):
         raise argparse.ArgumentTypeError(f"{text} is a file; give a folder to write into")
     if not folder and path.is_dir():
         raise argparse.ArgumentTypeError(f"{text} is a folder; give the file to write")
+    blocker = next((p for p in (path if folder else path.parent, *path.parents) if p.exists() and not p.is_dir()),
+                   None)
+    if blocker is not None and blocker != path:                      # a/file/x.png: no folder can be made there
+        raise argparse.ArgumentTypeError(f"{blocker} is a file, not a folder: {text} cannot be written")
     try:
         check_writable(path if folder else path.parent, "output")
     except PermissionError as exc:

@@ -161,6 +161,12 @@ def _sampled_run(args, target, drafter_model, prompt_ids, eos_id, *, on_pass, us
                               decode=decode, **_controls(args))
 
 
+def _seed():
+    from g2c.assets.cli import seed
+
+    return seed()
+
+
 def _train_mtp_head(base, *, steps: int, seed: int):
     """A fresh ``MTPHead`` on the frozen target, trained ``steps`` steps on the training split
     (``g2c.specdec.train_mtp_head``: batches of 8 windows of 64 tokens, AdamW lr 1e-3)."""
@@ -199,7 +205,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--temperature", type=float, default=0.0, help="0 = greedy (default); > 0 samples")
     ap.add_argument("--top-k", type=int, default=None)
     ap.add_argument("--top-p", type=float, default=None)
-    ap.add_argument("--seed", type=int, default=0, help="torch.Generator seed for sampling")
+    ap.add_argument("--seed", type=_seed(), default=0, help="torch.Generator seed for sampling, in [0, 2**64 - 1]")
     ap.add_argument("--controller", choices=("static", "heuristic", "cost"), default="static",
                     help="draft length per round: static k, transformers' heuristic, or the cost model")
     ap.add_argument("--width", type=int, default=1,
@@ -245,6 +251,10 @@ def main(argv: list[str] | None = None) -> int:
         return fail(f"--top-k {args.top_k}: keep at least one token (--top-k 1 or more), or leave it out")
     if args.top_p is not None and not 0.0 < args.top_p <= 1.0:   # also refuses nan
         return fail(f"--top-p {args.top_p}: the nucleus mass is in (0, 1], e.g. --top-p 0.9, or leave it out")
+    if args.temperature == 0.0 and (args.top_k is not None or args.top_p is not None):
+        flags = " and ".join(f for f, v in (("--top-k", args.top_k), ("--top-p", args.top_p)) if v is not None)
+        return fail(f"{flags} shape sampled draws; greedy decoding (--temperature 0, the default) always takes "
+                    "the top token, so they would change nothing: add --temperature 0.8 (say) or drop them")
     if not 0.0 < args.repetition_penalty < float("inf"):   # also refuses nan
         return fail(f"--repetition-penalty {args.repetition_penalty}: use a finite value > 0 (1.0 = off, 1.2 is "
                     "common)")

@@ -209,7 +209,9 @@ def test_budget_gives_the_steps_and_is_recorded():
     assert r["features_windows"] == 40
     assert parse_budget("5.7M") == 5_700_000 and parse_budget("200k") == 200_000
     assert parse_budget("equal") == EQUAL_BUDGET_TOKENS and parse_budget("1,024") == 1024
-    for bad in ("0", "-3", "lots", "nan", "", "1e20"):
+    assert parse_budget("5,734,400") == parse_budget("5734.4k") == 5_734_400 and parse_budget(" 1000M ") == 10**9
+    # a helper's trial: a fraction of a token, misplaced commas, an exponent and a budget of days were accepted
+    for bad in ("0", "-3", "lots", "nan", "", "1e20", "0.4", "1,2,3", "12,34", "1e11", "1001M", "inf", "1.5", "5,7M"):
         with pytest.raises(ValueError, match="--budget must be a positive number"):
             parse_budget(bad)
     with pytest.raises(ValueError, match="is not a drafter"):
@@ -381,6 +383,23 @@ def test_model_card_parses_its_flags_before_any_work(tmp_path, monkeypatch, caps
     err = capsys.readouterr().err
     assert err.startswith("model_card: ") and "budget-7: no models/<Name>/manifest.json" in err
     assert "--budget T first" in err and len(err.splitlines()) == 1 and not (tmp_path / "budgets").exists()
+    # a second trial: any folder was "recorded", a bad manifest copied as is (the card's rebuild then failed
+    # with a raw KeyError after redrawing its figures), and the record could be "recorded" onto itself
+    good = {"name": "StoryLM-30M-Medusa", "drafter": "medusa", "tokens_seen": 2048, "epochs": 1.0, "steps": 1,
+            "recipe": {}, "val": {}, "history": [], "wall_time_s": 1.0}
+    for folder, text, why in (("artifacts", json.dumps(good), "not a budgeted run's folder"),
+                              ("budget-abc", json.dumps(good), "not a budgeted run's folder"),
+                              ("budget-8", "not json", "manifest.json: not a JSON manifest"),
+                              ("budget-9", "{}", "not a drafter's training manifest (missing name, drafter,"),
+                              ("budget-10", json.dumps(good), None)):
+        (tmp_path / "runs" / folder / "models" / "M").mkdir(parents=True)
+        (tmp_path / "runs" / folder / "models" / "M" / "manifest.json").write_text(text)
+        code = card.main(["--record-budget", str(tmp_path / "runs" / folder)])
+        err = capsys.readouterr().err
+        assert (code, why is None or why in err) == (1 if why else 0, True), (folder, err)
+    assert sorted(p.name for p in (tmp_path / "budgets").iterdir()) == ["budget-10"]      # only the good one
+    assert card.main(["--record-budget", str(tmp_path / "budgets" / "budget-10")]) == 1
+    assert "is the record itself; record the run's folder (runs/budget-10)" in capsys.readouterr().err
 
 
 # -- variants: the paper designs and the ablations (issue 29, items 2 and 4) --------------------------
@@ -571,6 +590,29 @@ def test_agreement_figure_reads_the_recorded_budgets_and_keeps_only_the_named_dr
             "StoryLM-30M-Medusa (budget-512000)); try a smaller --position") in capsys.readouterr().err
     assert fig.main([*two, "--position", "2", "--out", str(out)]) == 0
     assert "left out (no position 2): StoryLM-30M-EAGLE (budget-512000)\n" in capsys.readouterr().err
+    # a second trial: broken manifests and run checkpoints were raw tracebacks; an empty --root and --only
+    # over the runs were ignored in silence; --out x.svg got PNG bytes
+    broken = tmp_path / "budget-1" / "models" / "StoryLM-30M-EAGLE"
+    broken.mkdir(parents=True)
+    (broken / "manifest.json").write_text("not json")
+    (tmp_path / "run1").mkdir()
+    (tmp_path / "run1" / "drafter.pt").write_text("junk")
+    (tmp_path / "StoryLM-30M-EAGLE-budget5").mkdir()
+    (tmp_path / "StoryLM-30M-EAGLE-budget5" / "drafter.pt").write_text("junk")
+    for extra, code, why in (
+            (["--root", str(tmp_path / "budget-1")], 1, "manifest.json: not a training manifest with a history "
+                                                        "(JSONDecodeError"),
+            (["--run", str(tmp_path / "run1" / "drafter.pt")], 1, "cannot tell which drafter it trains"),
+            (["--run", str(tmp_path / "StoryLM-30M-EAGLE-budget5" / "drafter.pt")], 1,
+             "not a drafter checkpoint with a history (UnpicklingError)"),
+            (["--run", str(tmp_path / "StoryLM-30M-EAGLE-budget5")], 1, "not a file (give the run's drafter.pt)"),
+            (["--root", str(tmp_path / "run1")], 1, "no drafter's manifest (models/<Name>/manifest.json"),
+            (["--out", str(tmp_path / "fig.svg")], 2, "--out writes a PNG: give a .png name")):
+        assert fig.main(["--no-shipped", "--root", str(roots[0]), "--out", str(out), *extra]) == code, extra
+        assert why in capsys.readouterr().err, extra
+    assert fig.main(["--no-shipped", "--root", str(roots[0]), "--only", "StoryLM-30M-Medusa", "--out", str(out),
+                     "--run", str(tmp_path / "StoryLM-30M-EAGLE-budget5" / "drafter.pt")]) == 0   # not an --only
+    assert not (tmp_path / "fig.svg").exists()
     # the legend's order: by drafter, then by budget in tokens (not by the folder name's text), shipped last
     labels = ["StoryLM-30M-EAGLE3", "StoryLM-30M-EAGLE (budget-1000000)", "StoryLM-30M-EAGLE3 (budget-512000-ttt1)",
               "StoryLM-30M-EAGLE3 (budget-1500000)", "StoryLM-30M-EAGLE (budget-512000)", "StoryLM-30M-EAGLE"]

@@ -425,6 +425,12 @@ def test_unwritable_output_is_refused_at_parse_time(monkeypatch, tmp_path):
         output_dir()(str(tmp_path / "new" / "deeper"))
     monkeypatch.setattr(os, "access", real_access)
     assert output_file()(str(tmp_path / "fig.png")) == str(tmp_path / "fig.png")
+    (tmp_path / "afile").write_text("kept")          # a helper's trial: this was blamed on permissions (chmod)
+    for parse, text in ((output_file(), tmp_path / "afile" / "x.png"), (output_dir(), tmp_path / "afile" / "d" / "e")):
+        with pytest.raises(argparse.ArgumentTypeError, match=f"{tmp_path / 'afile'} is a file, not a folder: "):
+            parse(str(text))
+    with pytest.raises(argparse.ArgumentTypeError, match="is a file; give a folder to write into"):
+        output_dir()(str(tmp_path / "afile"))
 
 
 def test_roofline_prints_the_context_it_measured_at(capsys):

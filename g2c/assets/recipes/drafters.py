@@ -110,24 +110,35 @@ EQUAL_BUDGET_TOKENS = recipe_budget(DRAFTER_RECIPES["StoryLM-30M-EAGLE"])     # 
 TRAINING_BUDGETS = {name: recipe_budget(DRAFTER_RECIPES[name]) for name in STATE_READERS}   # the shipped recipes'
 
 
+MAX_BUDGET_TOKENS = 1_000_000_000          # about 630 epochs of the split: a typo, not a plan
+
+
 def parse_budget(text) -> int:
-    """``--budget``: a token count (``5734400``, ``5.7M``, ``200k``) or ``equal`` (EAGLE's budget).
+    """``--budget``: a token count (``5734400``, ``5,734,400``, ``5.7M``, ``200k``) or ``equal``
+    (EAGLE's budget).
 
     Raises:
-        ValueError: not a positive count, ``k``/``M`` count or ``equal``.
+        ValueError: not a whole count of tokens from 1 to ``MAX_BUDGET_TOKENS`` (1,000M: about 630
+            epochs of the split, days of CPU), a ``k``/``M`` count or ``equal``; a fraction of a token
+            (``0.4``), misplaced thousands commas (``1,2,3``) and exponents (``1e11``) are refused by
+            name ("--budget must be a positive number").
     """
-    t = str(text).strip().lower().replace(",", "").replace("_", "")
+    import re
+
+    t = str(text).strip().lower().replace("_", "")
     if t == "equal":
         return EQUAL_BUDGET_TOKENS
+    if re.fullmatch(r"\d{1,3}(,\d{3})+(\.\d*)?[km]?", t):                   # 5,734,400: thousands groups only
+        t = t.replace(",", "")
     scale = {"k": 1_000, "m": 1_000_000}.get(t[-1:], 1)
-    try:
-        value = float(t[:-1] if scale > 1 else t)
-    except ValueError:
-        value = 0.0
-    if not value > 0 or value != value or value * scale >= 1e12:
-        raise ValueError(f"--budget must be a positive number of target tokens (5734400, 5.7M, 200k) or 'equal' "
+    number = t[:-1] if scale > 1 else t
+    value = float(number) if re.fullmatch(r"\d+(\.\d*)?|\.\d+", number) else 0.0
+    tokens = value * scale
+    if not 1 <= round(tokens) <= MAX_BUDGET_TOKENS or abs(tokens - round(tokens)) > 1e-6 * max(tokens, 1.0):
+        raise ValueError(f"--budget must be a positive number of target tokens, whole, at most "
+                         f"{MAX_BUDGET_TOKENS // 1_000_000:,}M (5734400, 5,734,400, 5.7M, 200k) or 'equal' "
                          f"(EAGLE's {EQUAL_BUDGET_TOKENS:,}), got {text!r}")
-    return int(round(value * scale))
+    return int(round(tokens))
 
 
 def budgeted_recipe(name: str, tokens: int, variant: str | None = None) -> dict:
