@@ -320,7 +320,7 @@ def load_heads(target, names, root: Path | None = None) -> dict:
                                         "--drafters")
             try:
                 model, _ = load_model(name, device=target.device, root=root)
-            except (ArtifactError, KeyError, ValueError, RuntimeError) as err:
+            except (KeyError, RuntimeError) as err:     # weights that do not fit (a ValueError says its own fix)
                 raise ValueError(f"{folder} does not load as {name} ({type(err).__name__}: {err}); retrain it "
                                  f"there with ./checkpoints.sh --train {name} --budget T --force") from None
         if hasattr(model, "base"):

@@ -53,9 +53,13 @@ def curve(history: list[dict], recipe: dict, position: int) -> list[tuple[int, f
     return points
 
 
-def collect(roots: list[Path], runs: list[Path], position: int,
-            names: tuple[str, ...] = STATE_READERS) -> dict[str, list[tuple[int, float]]]:
-    """label -> curve, from the manifests under each root (models/<Name>/manifest.json) and run checkpoints."""
+def collect(roots: list[Path], runs: list[Path], position: int, names: tuple[str, ...] = STATE_READERS,
+            only: bool = False) -> dict[str, list[tuple[int, float]]]:
+    """label -> curve, from the manifests under each root (models/<Name>/manifest.json) and run checkpoints
+    (every run, or with ``only`` those of ``names``: ``--only``).
+
+    Raises:
+        ValueError: a manifest or checkpoint that is not a training record with a history (named)."""
     curves = {}
     for root in roots:
         for name in names:
@@ -63,12 +67,12 @@ def collect(roots: list[Path], runs: list[Path], position: int,
             if path.is_file():
                 try:
                     m = json.loads(path.read_text())
-                    history, recipe = m["history"], m["recipe"]
-                except (ValueError, UnicodeDecodeError, KeyError, TypeError) as err:
+                    points = curve(m["history"], m["recipe"], position)
+                except (ValueError, UnicodeDecodeError, KeyError, TypeError, AttributeError) as err:
                     raise ValueError(f"{path}: not a training manifest with a history ({type(err).__name__}: "
                                      f"{err})") from None
                 label = name if root == ROOT / "artifacts" else f"{name} ({root.name})"
-                curves[label] = curve(history, recipe, position)
+                curves[label] = points
     for run in runs:
         import torch
 
@@ -80,13 +84,14 @@ def collect(roots: list[Path], runs: list[Path], position: int,
         if name not in DRAFTER_RECIPES:
             raise ValueError(f"{run}: cannot tell which drafter it trains: a run's folder is runs/<Name> or "
                              f"runs/<Name>-budget<T> (Name one of {', '.join(sorted(DRAFTER_RECIPES))})")
-        if name not in names:                                      # --only filters the runs too
+        if only and name not in names:                             # --only filters the runs too
             continue
         try:
             history = torch.load(run, map_location="cpu", weights_only=False)["history"]
+            points = curve(history, DRAFTER_RECIPES[name], position)
         except Exception as err:                                   # a pickle of anything can fail any way
             raise ValueError(f"{run}: not a drafter checkpoint with a history ({type(err).__name__})") from None
-        curves[f"{run.parent.name} (in progress)"] = curve(history, DRAFTER_RECIPES[name], position)
+        curves[f"{run.parent.name} (in progress)"] = points
     return {k: v for k, v in curves.items() if v}
 
 
@@ -129,8 +134,8 @@ def main(argv=None) -> int:
         print(f"agreement_figure.py: --out writes a PNG: give a .png name, got {args.out}", file=sys.stderr)
         return 2
     try:
-        curves = collect(roots, args.run, args.position, names)
-        lower = collect(roots, args.run, 1, names) if args.position > 1 else curves
+        curves = collect(roots, args.run, args.position, names, bool(args.only))
+        lower = collect(roots, args.run, 1, names, bool(args.only)) if args.position > 1 else curves
     except ValueError as err:
         print(f"agreement_figure.py: {err}", file=sys.stderr)
         return 1
@@ -160,7 +165,7 @@ def main(argv=None) -> int:
     for label, points in sorted(curves.items(), key=lambda item: order[item[0]]):     # the shipped: solid, wide
         xs, ys = zip(*points)
         name, budget = order[label]
-        shipped = budget == float("inf")
+        shipped = " (" not in label                               # artifacts/: no root, no run in its label
         rank = budgets[name].index(budget)
         ax.plot(xs, ys, marker="o", ms=3, label=label, color=f"C{drafters.index(name) % 10}",
                 linestyle="-" if shipped else styles[rank % len(styles)], linewidth=2.4 if shipped else 1.3,

@@ -135,8 +135,9 @@ def record_budget(run_root: Path) -> Path:
         FileNotFoundError: no ``models/<Name>/manifest.json`` under ``run_root``.
         ValueError: ``run_root`` is not named ``budget-<T>`` or ``budget-<T>-<variant>`` (the card's
             tables read the budget from the name), it is the record itself, or a manifest is not a
-            training manifest (not JSON, or missing a key the card and the figure read). Nothing is
-            copied unless every manifest passes.
+            training manifest (not JSON, or missing a key the card's table reads: ``MANIFEST_KEYS``;
+            ``scripts/agreement_figure.py`` names a manifest without a history when it reads one).
+            Nothing is copied unless every manifest passes.
     """
     import re
     import shutil

@@ -212,7 +212,7 @@ def test_a_drafter_missing_from_a_budget_tree_names_the_command_that_trains_it_t
         bench.load_heads(None, ["StoryLM-30M-EAGLE"], tmp_path / "budget-1000000")
 
 
-def test_a_budget_folder_without_weights_or_with_the_wrong_ones_is_named(tmp_path):
+def test_a_budget_folder_without_weights_or_with_the_wrong_ones_is_named(tmp_path, capsys):
     """A helper's trial: --drafters docs/bench/budgets/budget-<T> (manifests only, by design) said "run
     ./checkpoints.sh to install it", which repairs artifacts/ only; a folder holding another drafter's weights
     was a raw KeyError. Both name the folder and the command that helps."""
@@ -230,6 +230,8 @@ def test_a_budget_folder_without_weights_or_with_the_wrong_ones_is_named(tmp_pat
     with pytest.raises(ValueError, match=r"budget-7/models/StoryLM-30M-EAGLE does not load as StoryLM-30M-EAGLE "
                                          r"\(.*\); retrain it there with ./checkpoints.sh --train StoryLM-30M-EAGLE"):
         bench.load_heads(target, ["StoryLM-30M-EAGLE"], tmp_path / "budget-7")
-    assert bench.parse_args(["--drafters", str(REPO_ROOT / "docs" / "bench" / "budgets" / "budget-512000")]).drafters
+    folder = str(REPO_ROOT / "docs" / "bench" / "budgets" / "budget-512000")
+    assert bench.parse_args(["--drafters", folder]).drafters
     with pytest.raises(SystemExit):                       # the CLI's --drafter is not taken for --drafters
-        bench.parse_args(["--drafter", "EAGLE"])
+        bench.parse_args(["--drafter", folder])
+    assert "unrecognized arguments: --drafter" in capsys.readouterr().err

@@ -189,7 +189,7 @@ def install_from_dir(name: str, source_root: Path, *, root: Path | None = None, 
     except ArtifactError as exc:              # the advice to run ./checkpoints.sh is about artifacts/, not the mirror
         why = str(exc)                        # (the pins' advice names git or a trusted mirror: it stays)
         if "a trusted mirror)" not in why:
-            why = re.sub(r":? ?\(?(run|or) \./checkpoints\.sh.*$", "", why).rstrip(" :;(")
+            why = re.sub(r"[:;.]? ?\(?(run|or) \./checkpoints\.sh.*$", "", why, flags=re.I).rstrip(" :;(")
         raise type(exc)(f"source copy under {source_root} is unusable: {why} (fix or replace the mirror's "
                         "copy)") from exc
     src = artifact_dir(name, source_root)
@@ -346,7 +346,7 @@ def verify_or_install(names: list[str], *, root: Path | None, source: Path | Non
             if before != "OK" and note:
                 note = f"was {before}: {note}"
             elif failure and state == "OK":
-                note = "the installed copy is kept: the --from copy could not replace it, see below"
+                note = "the installed copy is kept: the new copy could not replace it, see below"
         elif source is not None:
             note = "already installed and verified; --force replaces it"
         out(_line(name, root, state, manifest, note))

@@ -42,16 +42,18 @@ def count(minimum: int = 1) -> Callable[[str], int]:
     return _named(lambda text: _int(text, minimum), f"int>={minimum}")
 
 
-SEED_MAX = 2**64 - 1          # what torch.Generator.manual_seed accepts
+SEED_MAX = 2**63 - 1          # torch.Generator.manual_seed takes up to 2**64 - 1; the benches seed prompt i with
+#                               seed + i, so half the range leaves room for any count of prompts
 
 
 def seed() -> Callable[[str], int]:
-    """A generator seed: an int in [0, 2**64 - 1] (``torch.Generator.manual_seed``'s range; past it
-    torch said only "Overflow when unpacking long long", without naming the option)."""
+    """A generator seed: an int in [0, 2**63 - 1] (inside ``torch.Generator.manual_seed``'s range with
+    room for the benches' seed + i per prompt; past it torch said only "Overflow when unpacking long
+    long", without naming the option)."""
     def parse(text: str) -> int:
         value = _int(text, 0)
         if value > SEED_MAX:
-            raise argparse.ArgumentTypeError(f"{value} is above 2**64 - 1; a seed is an int in [0, 2**64 - 1]")
+            raise argparse.ArgumentTypeError(f"{value} is above 2**63 - 1; a seed is an int in [0, 2**63 - 1]")
         return value
 
     return _named(parse, "seed")

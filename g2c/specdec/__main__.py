@@ -205,7 +205,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--temperature", type=float, default=0.0, help="0 = greedy (default); > 0 samples")
     ap.add_argument("--top-k", type=int, default=None)
     ap.add_argument("--top-p", type=float, default=None)
-    ap.add_argument("--seed", type=_seed(), default=0, help="torch.Generator seed for sampling, in [0, 2**64 - 1]")
+    ap.add_argument("--seed", type=_seed(), default=0, help="torch.Generator seed for sampling, in [0, 2**63 - 1]")
     ap.add_argument("--controller", choices=("static", "heuristic", "cost"), default="static",
                     help="draft length per round: static k, transformers' heuristic, or the cost model")
     ap.add_argument("--width", type=int, default=1,

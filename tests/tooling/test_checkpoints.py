@@ -289,9 +289,9 @@ def test_failed_force_replace_is_reported_and_fails(capsys, mirror, tmp_path):
     flip_byte(artifact_dir("StoryLM-1M", mirror) / "model.safetensors")
     rc, out, err = run(capsys, "storylm-1m", "--root", root, "--from", mirror, "--force")
     assert rc == 1
-    assert "OK" in out and "the installed copy is kept: the --from copy could not replace it, see below" in out
+    assert "OK" in out and "the installed copy is kept: the new copy could not replace it, see below" in out
     assert "checksum mismatch" in err and "(fix or replace the mirror's copy)" in err
-    assert "run ./checkpoints.sh" not in err          # that advice repairs artifacts/, not the mirror
+    assert "./checkpoints.sh" not in err              # that advice repairs artifacts/, not the mirror
     verify_artifact("StoryLM-1M", root)
 
 
@@ -304,7 +304,7 @@ def test_an_empty_mirror_is_named_and_its_missing_copy_not_blamed_on_artifacts(c
     assert rc == 0 and "holds none of the 1 artifacts asked for" in err and "mirror laid out like artifacts/" in err
     rc, out, err = run(capsys, "storylm-1m", "--root", root, "--from", tmp_path / "empty", "--force")
     assert rc == 1 and "the installed copy is kept" in out and "0/1 artifacts OK" in err
-    assert "manifest.json not found) (fix or replace the mirror's copy)" in err and "to install it" not in err
+    assert "manifest.json not found) (fix or replace the mirror's copy)" in err and "./checkpoints.sh" not in err
     verify_artifact("StoryLM-1M", root)
 
 

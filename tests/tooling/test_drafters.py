@@ -160,8 +160,8 @@ def test_layer_features_seed_a_larger_pass_with_a_smaller_finished_cache(tiny, m
     assert sum(computed) == 1 and any("the first 2 windows copied from train-layers1-ctx16-w2.f16" in line
                                       for line in lines)
     size = (F.FEATURES_DIR / "Tiny" / "train-layers1-ctx16-w2.f16").stat().st_size      # kept, and named as spare
-    assert lines[-1] == (f"features: train-layers1-ctx16-w2.f16 now hold only the first windows of "
-                         f"train-layers1-ctx16-w3.f16 (it serves every smaller budget): delete them (and their "
+    assert lines[-1] == (f"features: train-layers1-ctx16-w2.f16: redundant now, its windows are the first of "
+                         f"train-layers1-ctx16-w3.f16 (which serves every smaller budget); delete it (and its "
                          f".json) to free {size / 1e9:.2f} GB")
     assert np.array_equal(np.asarray(grown.states), scratch)
     assert json.loads((F.FEATURES_DIR / "Tiny" / "train-layers1-ctx16-w3.json").read_text())["done"] == 3
@@ -211,7 +211,8 @@ def test_budget_gives_the_steps_and_is_recorded():
     assert parse_budget("equal") == EQUAL_BUDGET_TOKENS and parse_budget("1,024") == 1024
     assert parse_budget("5,734,400") == parse_budget("5734.4k") == 5_734_400 and parse_budget(" 1000M ") == 10**9
     # a helper's trial: a fraction of a token, misplaced commas, an exponent and a budget of days were accepted
-    for bad in ("0", "-3", "lots", "nan", "", "1e20", "0.4", "1,2,3", "12,34", "1e11", "1001M", "inf", "1.5", "5,7M"):
+    for bad in ("0", "-3", "lots", "nan", "", "1e20", "0.4", "1,2,3", "12,34", "1e11", "1001M", "inf", "1.5", "5,7M",
+                "9" * 400, "1000000.5", "5,734,400.3", "1,234.5678k", "\u0661\u0662\u0663"):
         with pytest.raises(ValueError, match="--budget must be a positive number"):
             parse_budget(bad)
     with pytest.raises(ValueError, match="is not a drafter"):
@@ -613,6 +614,23 @@ def test_agreement_figure_reads_the_recorded_budgets_and_keeps_only_the_named_dr
     assert fig.main(["--no-shipped", "--root", str(roots[0]), "--only", "StoryLM-30M-Medusa", "--out", str(out),
                      "--run", str(tmp_path / "StoryLM-30M-EAGLE-budget5" / "drafter.pt")]) == 0   # not an --only
     assert not (tmp_path / "fig.svg").exists()
+    # a review: a run of a drafter that is no state reader was dropped without --only; a recipe without
+    # batch_size still escaped as a raw KeyError
+    import torch
+
+    (tmp_path / "StoryLM-1M-distilled").mkdir()
+    torch.save({"history": [{"step": 0, "val_agree": 0.1}, {"step": 2, "val_agree": 0.3}]},
+               tmp_path / "StoryLM-1M-distilled" / "drafter.pt")
+    run = ["--run", str(tmp_path / "StoryLM-1M-distilled" / "drafter.pt")]
+    assert fig.main(["--no-shipped", *run, "--out", str(out)]) == 0
+    assert "StoryLM-1M-distilled (in progress): 2 checks" in capsys.readouterr().out
+    assert fig.main(["--no-shipped", *run, "--only", "StoryLM-30M-EAGLE", "--out", str(out)]) == 1   # filtered
+    capsys.readouterr()
+    manifest = json.loads((roots[0] / "models" / "StoryLM-30M-EAGLE" / "manifest.json").read_text())
+    del manifest["recipe"]["batch_size"]
+    (broken / "manifest.json").write_text(json.dumps(manifest))
+    assert fig.main(["--no-shipped", "--root", str(tmp_path / "budget-1"), "--out", str(out)]) == 1
+    assert "not a training manifest with a history (KeyError: 'batch_size')" in capsys.readouterr().err
     # the legend's order: by drafter, then by budget in tokens (not by the folder name's text), shipped last
     labels = ["StoryLM-30M-EAGLE3", "StoryLM-30M-EAGLE (budget-1000000)", "StoryLM-30M-EAGLE3 (budget-512000-ttt1)",
               "StoryLM-30M-EAGLE3 (budget-1500000)", "StoryLM-30M-EAGLE (budget-512000)", "StoryLM-30M-EAGLE"]

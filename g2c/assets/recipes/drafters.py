@@ -124,21 +124,22 @@ def parse_budget(text) -> int:
             name ("--budget must be a positive number").
     """
     import re
+    from decimal import Decimal
 
     t = str(text).strip().lower().replace("_", "")
     if t == "equal":
         return EQUAL_BUDGET_TOKENS
-    if re.fullmatch(r"\d{1,3}(,\d{3})+(\.\d*)?[km]?", t):                   # 5,734,400: thousands groups only
+    if re.fullmatch(r"[0-9]{1,3}(,[0-9]{3})+(\.[0-9]*)?[km]?", t):         # 5,734,400: thousands groups only
         t = t.replace(",", "")
     scale = {"k": 1_000, "m": 1_000_000}.get(t[-1:], 1)
     number = t[:-1] if scale > 1 else t
-    value = float(number) if re.fullmatch(r"\d+(\.\d*)?|\.\d+", number) else 0.0
-    tokens = value * scale
-    if not 1 <= round(tokens) <= MAX_BUDGET_TOKENS or abs(tokens - round(tokens)) > 1e-6 * max(tokens, 1.0):
+    # exact decimal arithmetic: 5.7M is 5,700,000 tokens, 1000000.5 is half a token too many (no float rounding)
+    tokens = Decimal(number) * scale if re.fullmatch(r"[0-9]{1,30}(\.[0-9]*)?|\.[0-9]{1,30}", number) else Decimal(0)
+    if not 1 <= tokens <= MAX_BUDGET_TOKENS or tokens != tokens.to_integral_value():
         raise ValueError(f"--budget must be a positive number of target tokens, whole, at most "
                          f"{MAX_BUDGET_TOKENS // 1_000_000:,}M (5734400, 5,734,400, 5.7M, 200k) or 'equal' "
                          f"(EAGLE's {EQUAL_BUDGET_TOKENS:,}), got {text!r}")
-    return int(round(tokens))
+    return int(tokens)
 
 
 def budgeted_recipe(name: str, tokens: int, variant: str | None = None) -> dict:

@@ -244,8 +244,8 @@ def layer_features(base, base_name: str, split: str, layers: tuple[int, ...], *,
                             seed=max(smaller)[::-1] if smaller else None)    # the largest smaller one seeds
     if smaller:                       # never deleted for the user: a run may still read it; say what it costs
         gb = sum(path.stat().st_size for _, path in smaller) / 1e9
-        log(f"features: {', '.join(path.name for _, path in sorted(smaller))} now hold only the first windows of "
-            f"{stem}.f16 (it serves every smaller budget): delete them (and their .json) to free {gb:.2f} GB")
+        log(f"features: {', '.join(path.name for _, path in sorted(smaller))}: redundant now, its windows are the "
+            f"first of {stem}.f16 (which serves every smaller budget); delete it (and its .json) to free {gb:.2f} GB")
     return LayerFeatures(ids, states, context, layers)
 
 
