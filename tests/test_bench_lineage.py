@@ -212,6 +212,7 @@ def test_a_drafter_missing_from_a_budget_tree_names_the_command_that_trains_it_t
         bench.load_heads(None, ["StoryLM-30M-EAGLE"], tmp_path / "budget-1000000")
 
 
+@pytest.mark.ladder
 def test_a_budget_folder_without_weights_or_with_the_wrong_ones_is_named(tmp_path, capsys):
     """A helper's trial: --drafters docs/bench/budgets/budget-<T> (manifests only, by design) said "run
     ./checkpoints.sh to install it", which repairs artifacts/ only; a folder holding another drafter's weights
