@@ -831,7 +831,11 @@ def main(argv=None) -> int:
         finally:
             fast_module.PACKED_MIN_ROWS.update(saved)
         rows = [("plain cached (fast path)", "no drafter", "plain", None, 1, (1,))] + rows
-    where = "" if args.drafters is None else f"; drafters from {args.drafters}"
+    where = ""
+    if args.drafters is not None:         # a mixed table says which rows the folder does not replace
+        shipped = sorted({r[3] for r in rows if r[3] and not r[3].startswith(TARGET + "-")})
+        where = (f"; the {TARGET}-... drafters from {args.drafters}"
+                 + (f", {', '.join(shipped)} from artifacts/" if shipped else ""))
     if not (args.ttt_agreement_only or args.draft_vocab_only or args.medusa_joint_only):
         print(f"# The draft lineage on {TARGET} (float32, {torch.get_num_threads()} threads, {device}"
               f"{', every row on the fast path' if args.fast else ''}"

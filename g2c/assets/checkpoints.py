@@ -573,6 +573,10 @@ def main(argv: list[str] | None = None) -> int:
     source = None
     if args.source:
         source = _mirror_root(Path(args.source))
+        if source.exists() and not source.is_dir():
+            print(f"checkpoints: error: --from {args.source} is a file; give the mirror's folder (the one "
+                  "holding models/ and tokenizers/, or a checkout holding artifacts/)", file=sys.stderr)
+            return 2
         if not source.is_dir():
             print(f"checkpoints: error: --from {args.source}: no such folder", file=sys.stderr)
             return 2

@@ -235,6 +235,12 @@ def test_from_missing_folder_is_an_error(capsys, tmp_path, root):
     assert rc == 2 and "no such folder" in err
 
 
+def test_from_a_file_is_named_a_file(capsys, tmp_path, root):
+    (tmp_path / "mirror.tar").write_text("not a folder")
+    rc, _, err = run(capsys, "--root", root, "--from", tmp_path / "mirror.tar")
+    assert rc == 2 and "is a file; give the mirror's folder" in err and "no such folder" not in err
+
+
 def test_from_mirror_manifest_leaving_its_folder_changes_no_file(capsys, tmp_path):
     """Family 7: a mirror's manifest that names ``../../../victim.txt`` is refused before any copy."""
     mirror = fill(tmp_path / "m" / "mirror")
