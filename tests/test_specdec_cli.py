@@ -88,6 +88,9 @@ def test_cli_fast_needs_the_kv_cache(fake_ladder, capsys):
     (["bcd", "--temperature", "inf"], "--temperature inf: use 0 for greedy"),
     (["bcd", "--top-k", "0"], "--top-k 0: keep at least one token"),
     (["bcd", "--top-p", "1.5"], "--top-p 1.5: the nucleus mass is in (0, 1]"),
+    (["bcd", "--top-p", "1e-46", "--temperature", "1"], "--top-p 1e-46 rounds to 0 in float32"),
+    (["bcd", "--controller", "heuristic", "-k", "20"], "-k 20 with --controller heuristic: -k is the adaptive "
+                                                        "controller's first draft length, and it adapts within 1..16"),
     (["bcd", "--repetition-penalty", "0"], "--repetition-penalty 0.0: use a finite value > 0"),
     (["bcd", "--stop", ""], "--stop '': an empty stop text"),
     (["bcd", "--top-k", "5", "--top-p", "0.5"], "--top-k and --top-p shape sampled draws; greedy decoding "

@@ -18,6 +18,7 @@ from .model import (
     check_score_rows,
     check_temperature,
     check_token_ids,
+    check_top_p,
     eval_mode,
 )
 from .warpers import apply_repetition_penalty, apply_temperature, top_k_filter, top_p_filter
@@ -68,17 +69,14 @@ def check_generation_args(*, temperature: float, top_k: int | None, top_p: float
             temperature, top_p or repetition_penalty not a real number; generator not a
             ``torch.Generator``.
         ValueError: temperature < 0, infinite or NaN ("temperature must be >= 0 and finite"); top_k < 1;
-            top_p outside (0, 1]; max_new_tokens < 0; repetition_penalty <= 0 or not finite. Each
+            top_p outside (0, 1] or so small that float32 rounds it to 0; max_new_tokens < 0;
+            repetition_penalty <= 0 or not finite. Each
             message names the value.
     """
     check_temperature(temperature)
     if top_k is not None and check_count(top_k, "top_k", minimum=None) < 1:
         raise ValueError(f"top_k must be >= 1 or None, got {top_k}")
-    if top_p is not None:
-        if isinstance(top_p, bool) or not isinstance(top_p, (int, float)):
-            raise TypeError(f"top_p must be a real number in (0, 1] or None, got {type(top_p).__name__} {top_p!r}")
-        if not 0.0 < top_p <= 1.0:  # also refuses NaN
-            raise ValueError(f"top_p must be in (0, 1] or None, got {top_p}")
+    check_top_p(top_p)
     if check_count(max_new_tokens, "max_new_tokens", minimum=None) < 0:
         raise ValueError(f"max_new_tokens must be >= 0, got {max_new_tokens}")
     check_repetition_penalty(repetition_penalty)

@@ -23,9 +23,10 @@ import torch
 
 from g2c.nn import eval_mode  # re-exported: the loops' mode switch lives with Module (module 03)
 
-__all__ = ["LanguageModel", "check_count", "check_eos_id", "check_generator", "check_head_on_base", "check_same_vocab",
-           "check_language_model", "check_prob_rows", "check_real", "check_score_rows", "check_table_dtype",
-           "check_repetition_penalty", "check_temperature", "check_token_ids", "eval_mode", "prob_tolerance"]
+__all__ = ["LanguageModel", "check_count", "check_eos_id", "check_flag", "check_generator", "check_head_on_base",
+           "check_same_vocab", "check_language_model", "check_prob_rows", "check_real", "check_score_rows",
+           "check_table_dtype", "check_repetition_penalty", "check_temperature", "check_token_ids", "check_top_p",
+           "eval_mode", "prob_tolerance"]
 
 REQUIRED = ("vocab_size", "max_seq_len", "device")
 
@@ -208,6 +209,44 @@ def check_temperature(temperature, name: str = "temperature") -> float:
     if not (math.isfinite(temperature) and temperature >= 0):
         raise ValueError(f"{name} must be >= 0 and finite (0 = greedy), got {temperature}")
     return float(temperature)
+
+
+def check_top_p(top_p) -> float | None:
+    """A nucleus mass (Holtzman et al. 2020, section 3.1) in (0, 1], or None (off).
+
+    The one check behind module 11's ``generate`` and the speculative engine's ``Sampler``. A
+    top_p so small that float32 (the dtype the warpers compare the probability mass in) rounds it
+    to 0 would keep no token at all, not even the most likely one: refused here, with the value
+    that does what was meant.
+
+    Raises:
+        TypeError: not a real number ("top_p must be a real number in (0, 1] or None").
+        ValueError: outside (0, 1] or NaN ("top_p must be in (0, 1] or None"); positive but
+            below float32's smallest positive value, about 1.4e-45 ("rounds to 0 in float32").
+    """
+    if top_p is None:
+        return None
+    if isinstance(top_p, bool) or not isinstance(top_p, (int, float)):
+        raise TypeError(f"top_p must be a real number in (0, 1] or None, got {type(top_p).__name__} {top_p!r}")
+    if not 0.0 < top_p <= 1.0:  # also refuses NaN
+        raise ValueError(f"top_p must be in (0, 1] or None, got {top_p}")
+    if float(torch.tensor(float(top_p), dtype=torch.float32)) == 0.0:
+        raise ValueError(f"top_p={top_p} rounds to 0 in float32 (the dtype of the probability mass it is compared "
+                         "with), which would keep no token; any top_p below the top token's probability keeps "
+                         "only that token: use e.g. 1e-9")
+    return top_p
+
+
+def check_flag(flag, name: str) -> bool:
+    """A switch that must be exactly True or False: a string such as "False" is truthy, so it is
+    refused, not guessed.
+
+    Raises:
+        TypeError: anything but a bool ("<name> must be True or False").
+    """
+    if not isinstance(flag, bool):
+        raise TypeError(f"{name} must be True or False, got {type(flag).__name__} {flag!r}")
+    return flag
 
 
 def check_repetition_penalty(penalty) -> float:

@@ -237,6 +237,9 @@ def main(argv: list[str] | None = None) -> int:
             args.target = {n.lower(): d["base"] for n, d in DRAFTERS.items()}.get(args.drafter.lower(), args.target)
     if args.k < 1:
         return fail(f"-k {args.k}: draft at least one token per target pass (-k 1 or more)")
+    if args.controller != "static" and args.k > 16:
+        return fail(f"-k {args.k} with --controller {args.controller}: -k is the adaptive controller's first "
+                    "draft length, and it adapts within 1..16: give -k 16 or less")
     if not 1 <= args.width <= 32:
         return fail(f"--width {args.width}: the EAGLE-2 expansion width is 1 (a chain) to 32 (nodes expanded per "
                     "depth; 4 suits the course's models)")
@@ -251,6 +254,13 @@ def main(argv: list[str] | None = None) -> int:
         return fail(f"--top-k {args.top_k}: keep at least one token (--top-k 1 or more), or leave it out")
     if args.top_p is not None and not 0.0 < args.top_p <= 1.0:   # also refuses nan
         return fail(f"--top-p {args.top_p}: the nucleus mass is in (0, 1], e.g. --top-p 0.9, or leave it out")
+    if args.top_p is not None:
+        from g2c.sampling.model import check_top_p
+        try:
+            check_top_p(args.top_p)
+        except ValueError:
+            return fail(f"--top-p {args.top_p} rounds to 0 in float32 and would keep no token; any value below the "
+                        "top token's probability keeps only that token: e.g. --top-p 1e-9")
     if args.temperature == 0.0 and (args.top_k is not None or args.top_p is not None):
         flags = " and ".join(f for f, v in (("--top-k", args.top_k), ("--top-p", args.top_p)) if v is not None)
         return fail(f"{flags} shape sampled draws; greedy decoding (--temperature 0, the default) always takes "

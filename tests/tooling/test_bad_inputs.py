@@ -8,11 +8,12 @@ Covered, generated from the tables below (a new entry point is covered once it i
   ``speculative_generate_cached``, ``mtp_generate``, ``mtp_generate_cached``,
   ``tree_speculative_generate``, ``lineage_generate``, ``batched_greedy``,
   ``batched_speculative_generate``, and the
-  recurrent ``plain_greedy`` and ``speculative_generate_stateful``; x ``BAD_ARGS`` (17 classes: a
+  recurrent ``plain_greedy`` and ``speculative_generate_stateful``; x ``BAD_ARGS`` (22 classes: a
   float, ``None`` or negative budget; an empty, float, negative-id or out-of-vocabulary prompt; a
   NaN or infinite temperature and a seed as generator, where the loop samples; an ``eos_id``
-  outside the vocabulary, negative or a float, where the loop takes one; top-k 0 or 2.5, top-p 1.5 or
-  a string, where the loop warps); plus a model that
+  outside the vocabulary, negative or a float, where the loop takes one; top-k 0 or 2.5, top-p 1.5,
+  a string or 1e-46 (0 in float32), where the loop warps; a zero or string repetition penalty, a
+  stop id outside the vocabulary, stop strings without decode, where the loop takes them); plus a model that
   produced NaN (1 class, every loop) and, with hypothesis, any non-integer or negative budget.
 * Verifiers (5: ``greedy_verify``, ``speculative_verify``, ``greedy_tree_verify``,
   ``tree_speculative_verify``, ``typical_tree_verify``) x ``BAD_TABLES`` (11 classes: target rows
@@ -307,6 +308,9 @@ BAD_ARGS = {
                       r"top_p must be in \(0, 1\] or None, got 1\.5"),
     "string top_p": ([1, 2], 3, {"temperature": 1.0, "top_p": "0.5"}, "top_p", TypeError,
                      r"top_p must be a real number in \(0, 1\] or None, got str '0\.5'"),
+    # a helper's trial: a positive top_p that float32 rounds to 0 kept no token (torch's raw multinomial error)
+    "top_p that float32 rounds to 0": ([1, 2], 3, {"temperature": 1.0, "top_p": 1e-46}, "top_p", ValueError,
+                                       r"top_p=1e-46 rounds to 0 in float32 .* use e\.g\. 1e-9"),
     # issue 28: the engine's controls, refused as module 11 refuses its penalty
     "zero repetition_penalty": ([1, 2], 3, {"repetition_penalty": 0.0}, "repetition_penalty", ValueError,
                                 r"repetition_penalty must be > 0 and finite"),
@@ -541,7 +545,7 @@ def nan_loops():
 def test_loop_with_a_nan_model_names_the_step(nan_loops, loop):
     extra = {"temperature": 1.0, "generator": __import__("torch").Generator().manual_seed(0)} \
         if "temperature" in LOOPS[loop] else {}
-    with pytest.raises(ValueError, match=r"(holds NaN|must hold probabilities: row \d+ has a NaN)") as info:
+    with pytest.raises(ValueError, match=r"(holds? NaN|must hold probabilities: row \d+ has a NaN)") as info:
         nan_loops[loop][0]([1, 2, 3], 4, **extra)
     assert "\n" not in str(info.value)
 
@@ -788,6 +792,89 @@ def test_engine_refuses_the_wrong_collaborator_by_name():
 
     with pytest.raises(ValueError, match=r"ZeroQ\.propose drafted a token its own q gives probability 0"):
         speculative_sample(target, ZeroQ(), [1, 2], 3, temperature=1.0, generator=torch.Generator().manual_seed(0))
+
+
+def test_a_helpers_trial_of_the_engine_is_mended():
+    """A helper's break test of the engine (each was a hang, a silent loss or a raw torch error): a callback that
+    drains or extends the tokens it is given changes nothing; a Target built without the states an EAGLE drafter
+    reads is refused (it drafted nothing, in silence); a proposal that is not a pair, a NaN drafter row and a NaN
+    or all -inf target row at T > 0 are named; the targets check their model and callbacks; flags are bools."""
+    import torch
+    from specdec_mocks import TableLM
+
+    from g2c.specdec import MTPHead
+    from g2c.specdec.sampling.drafters import LMDrafter, NGramDrafter
+    from g2c.specdec.sampling.eagle import EagleDrafter, FeatureDrafter, MTPDrafter
+    from g2c.specdec.sampling.loop import CachedTarget, RecomputeTarget, speculative_sample
+    from g2c.specdec.trees import tree_speculative_generate
+
+    target, draft = _lm(0), _lm(1)
+    plain, plain_stats = speculative_sample(target, LMDrafter(draft), [1, 2, 3], 6, k=3, temperature=0.0)
+
+    def drain(emitted, _):
+        emitted.clear()
+
+    def extend(emitted, _):
+        emitted.append(0)
+
+    for callback in (drain, extend):                        # the hang, and a budget overrun
+        out, stats = speculative_sample(target, LMDrafter(draft), [1, 2, 3], 6, k=3, temperature=0.0,
+                                        on_pass=callback)
+        assert out.tolist() == plain.tolist() and stats.generated == plain_stats.generated == 6
+
+    head = FeatureDrafter(target, generator=torch.Generator().manual_seed(0)).eval()
+    for tgt in (CachedTarget(target), RecomputeTarget(target)):
+        with pytest.raises(ValueError, match=rf"EagleDrafter drafts from the target's states, but this "
+                                             rf"{type(tgt).__name__} was built without them .*want_hidden=True"):
+            speculative_sample(tgt, EagleDrafter(head), [1, 2, 3], 4)
+    mtp = MTPDrafter(MTPHead(target, generator=torch.Generator().manual_seed(0)).eval())
+    with pytest.raises(ValueError, match=r"MTPDrafter drafts from the target's states"):
+        speculative_sample(CachedTarget(target), mtp, [1, 2, 3], 4)
+    _, ok = speculative_sample(CachedTarget(target, want_hidden=True), EagleDrafter(head), [1, 2, 3], 4)
+    assert ok.drafted > 0
+
+    class Shaped(NGramDrafter):
+        def __init__(self, result):
+            super().__init__()
+            self.result = result
+
+        def propose(self, context_ids, k):
+            return self.result
+
+    ids2 = torch.tensor([3, 4])
+    for result, match in (((ids2,), r"got 1 value\(s\)\Z"), (torch.tensor([3]), r"got 1 value\(s\); a bare ids"),
+                          ((ids2, None, 0), r"got 3 value\(s\)\Z"), (ids2, r"got \(\); a bare ids tensor of 2")):
+        with pytest.raises(ValueError, match=r"Shaped\.propose must .*" + match):
+            speculative_sample(target, Shaped(result), [1, 2, 3], 4, k=2)
+
+    sampled = {"temperature": 1.0, "generator": torch.Generator().manual_seed(0)}
+    broken = _lm(1)
+    with torch.no_grad():
+        broken.token_embed.weight.fill_(float("nan"))
+    with pytest.raises(ValueError, match=r"LMDrafter's logits holds NaN .*at temperature 1\.0"):
+        speculative_sample(target, LMDrafter(broken, sample=True), [1, 2, 3], 4, **sampled)
+    with pytest.raises(ValueError, match=r"the target's logits hold NaN \(a broken model"):
+        speculative_sample(broken, NGramDrafter(), [1, 2, 1, 2], 4, **sampled)
+    table = torch.zeros(4, 4)
+    table[2] = float("-inf")                                    # after token 2 every token is masked
+    with pytest.raises(ValueError, match=r"-inf for every token .*repetition penalty"):
+        speculative_sample(TableLM(table), NGramDrafter(), [0, 1, 2], 2, **sampled)
+
+    with pytest.raises(TypeError, match=r"got a RecomputeTarget: pass its \.model"):
+        tree_speculative_generate(RecomputeTarget(target), draft, [1, 2], 3)
+    with pytest.raises(TypeError, match=r"target \(str\) does not satisfy g2c\.sampling\.LanguageModel"):
+        tree_speculative_generate("StoryLM-30M", draft, [1, 2], 3)
+    with pytest.raises(TypeError, match=r"RecomputeTarget's target \(str\) does not satisfy"):
+        RecomputeTarget("StoryLM-30M")
+    with pytest.raises(TypeError, match=r"on_round must be a callable or None, got int 5"):
+        CachedTarget(target, on_round=5)
+    for build, match in ((lambda: LMDrafter(draft, use_cache="False"), r"LMDrafter use_cache must be True or False"),
+                         (lambda: LMDrafter(draft, sample="no"), r"LMDrafter sample must be True or False"),
+                         (lambda: EagleDrafter(head, sample="no"), r"EagleDrafter sample must be True or False"),
+                         (lambda: tree_speculative_generate(target, draft, [1, 2], 3, use_cache="False"),
+                          r"use_cache must be True or False, got str 'False'")):
+        with pytest.raises(TypeError, match=match):
+            build()
 
 
 def test_the_model_loops_tell_a_wrapped_drafter_to_pass_its_model():

@@ -161,7 +161,8 @@ class HeuristicK:
                                  f"{'full match' if name == 'grow' else 'rejection'}), got {value!r}; "
                                  "for a fixed draft length use StaticK(k)")
         if not k_min <= k_init <= k_max:
-            raise ValueError(f"need k_min <= k_init <= k_max, got {k_min}, {k_init}, {k_max}")
+            raise ValueError(f"need k_min <= k_init <= k_max (k_init is the first draft length), got k_min={k_min}, "
+                             f"k_init={k_init}, k_max={k_max}")
         self.k, self.k_min, self.k_max, self.grow, self.shrink = k_init, k_min, k_max, grow, shrink
 
     def __repr__(self) -> str:
@@ -211,7 +212,8 @@ class CostModelK:
         for name, value in (("k_init", k_init), ("k_min", k_min), ("k_max", k_max)):
             _check_k(name, value)
         if not k_min <= k_init <= k_max:
-            raise ValueError(f"need k_min <= k_init <= k_max, got {k_min}, {k_init}, {k_max}")
+            raise ValueError(f"need k_min <= k_init <= k_max (k_init is the first draft length), got k_min={k_min}, "
+                             f"k_init={k_init}, k_max={k_max}")
         if c is not None:
             c = _check_real("c", c, lo=0.0, fix=" (draft cost per token in target passes; None measures it)")
         prior_alpha = _check_real("prior_alpha", prior_alpha, lo=0.0, hi=1.0)

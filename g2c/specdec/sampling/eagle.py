@@ -48,6 +48,7 @@ from g2c.kvcache import KVCache
 from g2c.kvcache.fast import head_unembed
 from g2c.kvcache.forward import cached_block
 from g2c.nn import LayerNorm, Linear, Module
+from g2c.sampling.model import check_flag
 from g2c.transformer import Block
 
 from ..mtp import MTPHead
@@ -202,7 +203,7 @@ class _CachedHeadDrafter(Drafter):
             raise TypeError(f"{type(self).__name__} needs {self.head_kind} (e.g. from load_model), "
                             f"got {type(head).__name__}; {self.head_hint}")
         self.head = head
-        self.sample = bool(sample)
+        self.sample = check_flag(sample, f"{type(self).__name__} sample")
         base = head.base
         self.vocab_size = base.vocab_size
         self.window = base.max_seq_len
@@ -353,7 +354,8 @@ class MTPDrafter(_CachedHeadDrafter):
 
     Raises:
         TypeError: ``head`` is not an ``MTPHead`` ("MTPDrafter needs an MTPHead"), e.g. an EAGLE
-            ``FeatureDrafter`` (use ``EagleDrafter``) or a plain LM (use ``LMDrafter``).
+            ``FeatureDrafter`` (use ``EagleDrafter``) or a plain LM (use ``LMDrafter``); ``sample``
+            is not a bool ("MTPDrafter sample must be True or False").
     """
 
     max_draft = 1

@@ -107,8 +107,15 @@ def _check_parts(target, drafter, controller) -> None:
                             f"{', '.join(missing)}")
 
 
-def _check_draft(drafter, draft_ids, draft_probs, k: int, vocab_size: int) -> tuple[torch.Tensor, torch.Tensor | None]:
+def _check_draft(drafter, *proposal_k_vocab, k: int | None = None,
+                 vocab_size: int | None = None) -> tuple[torch.Tensor, torch.Tensor | None]:
     """Validate what ``drafter.propose`` returned; CPU int64 (k',) and float32 (k', V) or None. Provided.
+
+    Called as ``_check_draft(drafter, *drafter.propose(ids, k), k, vocab_size)``: the pair
+    ``propose`` returns is unpacked between the drafter and ``k``, so a proposal that is not a
+    pair (the ids alone, a bare tensor unpacked into its elements, three values) shows here as
+    the wrong number of values, and is named ("must return a pair"). ``k`` and ``vocab_size`` may
+    also be given by keyword, after the pair.
 
     A tree drafter returns a ``g2c.specdec.trees.TreeDraft`` (and None): its tree is checked here
     (``TreeDraft.check``: ids in the vocabulary, q rows that are distributions); its node budget is
@@ -117,6 +124,18 @@ def _check_draft(drafter, draft_ids, draft_probs, k: int, vocab_size: int) -> tu
     excludes it, so such a row is not the one the draft came from (the verifier's ratio p/q would
     divide by zero)."""
     name = type(drafter).__name__
+    proposal = list(proposal_k_vocab)
+    if vocab_size is None:
+        vocab_size = proposal.pop()
+    if k is None:
+        k = proposal.pop()
+    if len(proposal) != 2:
+        bare = all(isinstance(x, torch.Tensor) and x.dim() == 0 for x in proposal) and proposal
+        raise ValueError(f"{name}.propose must return a pair (draft_ids, draft_probs or None), got "
+                         f"{len(proposal)} value(s)"
+                         + ("; a bare ids tensor is unpacked into its elements: return (draft_ids, None)"
+                            if bare else ""))
+    draft_ids, draft_probs = proposal
     if hasattr(draft_ids, "accept") and hasattr(draft_ids, "committed_rows"):     # a TreeDraft
         if draft_probs is not None:
             raise ValueError(f"{name}.propose returned a TreeDraft with draft_probs: a tree carries its q rows "
@@ -125,8 +144,10 @@ def _check_draft(drafter, draft_ids, draft_probs, k: int, vocab_size: int) -> tu
     if not isinstance(draft_ids, torch.Tensor) or draft_ids.dim() != 1 or draft_ids.numel() > k \
             or draft_ids.dtype.is_floating_point or draft_ids.dtype == torch.bool:
         shape = tuple(draft_ids.shape) if isinstance(draft_ids, torch.Tensor) else type(draft_ids).__name__
+        hint = ("; a bare ids tensor of 2 tokens unpacks into two 0-d tensors: return (draft_ids, None)"
+                if isinstance(draft_ids, torch.Tensor) and draft_ids.dim() == 0 else "")
         raise ValueError(f"{name}.propose must return draft_ids as a 1-D integer tensor of at most k={k} "
-                         f"tokens, got {shape}")
+                         f"tokens, got {shape}{hint}")
     draft_ids = draft_ids.long().cpu()
     if draft_ids.numel() and not 0 <= int(draft_ids.min()) <= int(draft_ids.max()) < vocab_size:
         raise ValueError(f"{name}.propose drafted ids {draft_ids.tolist()} outside the target's vocabulary "
@@ -141,6 +162,30 @@ def _check_draft(drafter, draft_ids, draft_probs, k: int, vocab_size: int) -> tu
             raise ValueError(f"{name}.propose drafted a token its own q gives probability 0 (ids "
                              f"{draft_ids.tolist()}): draft_probs must be the rows the drafts were sampled from")
     return draft_ids, draft_probs
+
+
+def _with_a_copy(on_pass):
+    """``on_pass`` called with a copy of the round's tokens. Provided: a callback that drains or
+    extends the list it is given (a streaming queue) cannot change what the loop commits."""
+    def call(emitted, num_accepted):
+        return on_pass(list(emitted), num_accepted)
+    return call
+
+
+def _check_target_rows(target_logits: torch.Tensor) -> None:
+    """At T > 0 every target row must leave a distribution to sample from. Provided.
+
+    Raises:
+        ValueError: a row holds NaN ("the target's logits hold NaN": a broken model, a float16
+            overflow), or a row is -inf everywhere ("every token excluded": e.g. a repetition
+            penalty so large that every logit becomes -inf).
+    """
+    if bool(torch.isnan(target_logits).any()):
+        raise ValueError("the target's logits hold NaN (a broken model, or a float16 overflow): there is no "
+                         "distribution to verify the draft against; check the model")
+    if bool(torch.isneginf(target_logits).all(dim=-1).any()):
+        raise ValueError("a row of the target's logits is -inf for every token (every token excluded, e.g. by a "
+                         "repetition penalty so large that every logit became -inf): nothing can be sampled")
 
 
 def verify_round(draft_ids: torch.Tensor, draft_probs: torch.Tensor | None, target_logits: torch.Tensor, *,
@@ -164,7 +209,8 @@ def verify_round(draft_ids: torch.Tensor, draft_probs: torch.Tensor | None, targ
         the first rejection) or the bonus token (after a full match, from row k').
 
     Raises:
-        ValueError: as ``greedy_verify`` / ``speculative_verify`` for mismatched shapes.
+        ValueError: as ``greedy_verify`` / ``speculative_verify`` for mismatched shapes; at T > 0
+            a target row holding NaN or -inf for every token (``_check_target_rows``, provided).
 
     Steps:
         1. k' = 0: no draft to verify; the token is the target's own choice from row 0
@@ -180,6 +226,8 @@ def verify_round(draft_ids: torch.Tensor, draft_probs: torch.Tensor | None, targ
     Provided first line: a tree draft (``g2c.specdec.trees.TreeDraft``, from a tree drafter) carries
     its own acceptance walk, the tree verifiers of specdec-trees; the rest of the round is the same.
     """
+    if not sampler.greedy:                                 # a row with nothing to sample: named, not torch's error
+        _check_target_rows(target_logits)
     if not isinstance(draft_ids, torch.Tensor):            # a TreeDraft: it walks its own tree
         return draft_ids.accept(target_logits, sampler=sampler, generator=generator)
     # TODO: implement this (module specdec-sampling, see docs/beyond/specdec-sampling.md).
@@ -229,7 +277,8 @@ def speculative_sample(target, drafter, prompt_ids, max_new_tokens: int, *, k: i
             ``HeuristicK``, ``CostModelK``); None means ``StaticK(k)``. It never changes
             the distribution of the output, only the number of passes.
         on_pass: ``on_pass(emitted, num_accepted)`` after each target pass, as in
-            ``speculative_generate``.
+            ``speculative_generate``; ``emitted`` is a copy of the round's new tokens (a callback
+            that empties or extends it changes nothing).
         use_cache: False (default) scores the whole cropped context every round
             (``RecomputeTarget``). True keeps the target's keys/values in a module 16
             ``KVCache`` (``CachedTarget``): each round is ONE cached pass over the pending
@@ -288,7 +337,8 @@ def speculative_sample(target, drafter, prompt_ids, max_new_tokens: int, *, k: i
             ``use_cache`` with a drafter that reads the whole window's states
             (``wants_target_hidden`` without ``incremental_hidden``) or ``on_round`` without
             ``use_cache`` ("use_cache"); ``use_cache`` or ``on_round`` with a ``Target``
-            ("Target"); repetition_penalty <= 0 or not finite ("repetition_penalty"); a stop id
+            ("Target"); a drafter that reads the target's states with a ``Target`` built without
+            them ("want_hidden=True"); repetition_penalty <= 0 or not finite ("repetition_penalty"); a stop id
             outside [0, V) ("stop_ids"); an empty stop string, or stop strings without decode
             ("stop_strings"); a drafter's head (``drafter.head``: MTP, EAGLE) built on another
             model than the target ("built on another model", "(V, D)") or left in another dtype
@@ -367,6 +417,12 @@ def speculative_sample(target, drafter, prompt_ids, max_new_tokens: int, *, k: i
                          "only the rows it has not seen (as EagleDrafter and MTPDrafter do)")
     if on_round is not None and not use_cache:
         raise ValueError("on_round reports KV-cache rows: pass use_cache=True with it")
+    if want_hidden and target_state is not None and getattr(target_state, "want_hidden", None) is False:
+        raise ValueError(f"{type(drafter).__name__} drafts from the target's states, but this "
+                         f"{type(target_state).__name__} was built without them (it would never draft): build it "
+                         f"with want_hidden=True, e.g. {type(target_state).__name__}(model, want_hidden=True)")
+    if on_pass is not None:              # the callback gets its own copy: it cannot change what is committed
+        on_pass = _with_a_copy(on_pass)
     model = target.model if target_state is not None else target
     models = [m for m in (model, getattr(drafter, "model", None), getattr(drafter, "head", None))
               if m is not None and hasattr(m, "training")]

@@ -32,6 +32,7 @@ import torch
 
 from g2c.kvcache.cache import KVCache
 from g2c.kvcache.forward import cached_hidden_states, unembed
+from g2c.sampling.model import check_flag, check_language_model
 
 __all__ = ["CachedScorer", "CachedTarget", "FullContextTarget", "RecomputeTarget", "RoundRecord", "Target",
            "chain_only", "summarize_rounds"]
@@ -303,11 +304,16 @@ class RecomputeTarget(Target):
     Args:
         target: ids (1, T) -> logits (1, T, V) with ``max_seq_len``, ``device``, ``vocab_size``.
         want_hidden: also return the scored block's final states (``target.hidden_states``).
+
+    Raises:
+        TypeError: ``target`` is not a language model (``check_language_model``: a name, a drafter,
+            a head); ``want_hidden`` is not a bool.
     """
 
     def __init__(self, target, *, want_hidden: bool = False) -> None:
+        check_language_model(target, "RecomputeTarget's target")
         self.target = self.model = target
-        self.want_hidden = want_hidden
+        self.want_hidden = check_flag(want_hidden, "want_hidden")
 
     def score(self, context_ids: torch.Tensor, draft_ids: torch.Tensor):
         """(logits (k'+1, V), states (T, D) of the whole scored block or None)."""
@@ -341,17 +347,22 @@ class CachedTarget(Target):
             ``max_seq_len // 2``).
 
     Raises:
-        TypeError: a target that is not a ``TransformerLM`` (from ``CachedScorer``).
+        TypeError: a target that is not a language model (``check_language_model``) or not a
+            ``TransformerLM`` (from ``CachedScorer``); ``on_round`` not callable; ``want_hidden``
+            not a bool.
         ValueError: ``refill_tokens`` out of range ("refill_tokens").
     """
 
     def __init__(self, target, *, drafter=None, on_round: Callable[[RoundRecord], None] | None = None,
                  want_hidden: bool = False, refill_tokens: int | None = None) -> None:
+        check_language_model(target, "CachedTarget's target")
+        if on_round is not None and not callable(on_round):
+            raise TypeError(f"on_round must be a callable or None, got {type(on_round).__name__} {on_round!r}")
         self.scorer = CachedScorer(target, refill_tokens=refill_tokens)
         self.model = target
         self.drafter = drafter
         self.on_round = on_round
-        self.want_hidden = want_hidden
+        self.want_hidden = check_flag(want_hidden, "want_hidden")
         self._prefill_states = None
         self._draft: list[int] = []
         self._length = 0

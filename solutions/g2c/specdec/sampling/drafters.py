@@ -77,7 +77,7 @@ from dataclasses import dataclass
 import torch
 
 from g2c.sampling.generate import as_token_ids
-from g2c.sampling.model import check_count, check_temperature
+from g2c.sampling.model import check_count, check_flag, check_temperature, check_top_p
 from g2c.sampling.warpers import apply_temperature, top_k_filter, top_p_filter
 from g2c.specdec.sampling.target import CachedScorer
 
@@ -99,8 +99,8 @@ class Sampler:
     softmax.
 
     Raises:
-        ValueError: temperature < 0 or NaN, top_k < 1, top_p outside (0, 1] (the message
-            names the value and the valid range).
+        ValueError: temperature < 0 or NaN, top_k < 1, top_p outside (0, 1] or rounding to 0
+            in float32 (the message names the value and the valid range).
         TypeError: top_k not an int (2.5, "3", True), top_p not a real number (module 11's rule).
     """
 
@@ -114,12 +114,7 @@ class Sampler:
         # a ValueError, each message naming the value
         if self.top_k is not None and check_count(self.top_k, "top_k", minimum=None) < 1:
             raise ValueError(f"top_k must be an int >= 1 or None, got {self.top_k!r}")
-        if self.top_p is not None:
-            if isinstance(self.top_p, bool) or not isinstance(self.top_p, (int, float)):
-                raise TypeError(f"top_p must be a real number in (0, 1] or None, got {type(self.top_p).__name__} "
-                                f"{self.top_p!r}")
-            if not 0.0 < self.top_p <= 1.0:  # also refuses NaN
-                raise ValueError(f"top_p must be in (0, 1] or None, got {self.top_p}")
+        check_top_p(self.top_p)   # also: a top_p that float32 rounds to 0 (it would keep no token)
 
     @property
     def greedy(self) -> bool:
@@ -154,11 +149,23 @@ class Sampler:
             p = torch.where(over, argmax, p)
         return p
 
-    def choose(self, logits: torch.Tensor, generator: torch.Generator | None) -> tuple[int, torch.Tensor | None]:
-        """One token from logits (V,): (argmax, None) when greedy, else (sample, q (V,) on the CPU)."""
+    def choose(self, logits: torch.Tensor, generator: torch.Generator | None, *,
+               source: str = "the model's logits") -> tuple[int, torch.Tensor | None]:
+        """One token from logits (V,): (argmax, None) when greedy, else (sample, q (V,) on the CPU).
+
+        Raises:
+            ValueError: at T > 0, a row with no distribution to draw from: ``source`` (e.g.
+                "LMDrafter's logits") holds NaN (a broken model, a float16 overflow), or every
+                logit is -inf (nothing survives, e.g. a huge repetition penalty on negative
+                logits). Without this check torch.multinomial raises a bare RuntimeError.
+        """
         if self.greedy:
             return int(logits.argmax()), None
         q = self.probs(logits).cpu()                                             # (V,)
+        if not bool(torch.isfinite(q).all()) or not float(q.sum()) > 0.0:
+            what = ("holds NaN (a broken model, or a float16 overflow)" if bool(torch.isnan(logits).any())
+                    else "leaves no token to sample (every logit is -inf after the penalty and warpers)")
+            raise ValueError(f"{source} {what}: no distribution to sample from at temperature {self.temperature}")
         return int(torch.multinomial(q, 1, generator=generator)), q
 
 
@@ -185,7 +192,7 @@ class Drafter:
         samples (``self.sample``) at a temperature > 0."""
         if not getattr(self, "sample", False) or self.sampler.greedy:
             return int(logits.argmax()), None
-        return self.sampler.choose(logits, self.generator)
+        return self.sampler.choose(logits, self.generator, source=f"{type(self).__name__}'s logits")
 
     def commit(self, context_ids: torch.Tensor, num_accepted: int, *,
                target_hidden: torch.Tensor | None = None) -> None:
@@ -223,7 +230,8 @@ class LMDrafter(Drafter):
 
     Raises:
         TypeError: ``use_cache`` with a model that is not a ``TransformerLM`` (from
-            ``CachedScorer``).
+            ``CachedScorer``); ``sample`` or ``use_cache`` not a bool ("LMDrafter use_cache must be
+            True or False": the string "False" is truthy).
         ValueError: ``refill_tokens`` out of range (from ``CachedScorer``).
     """
 
@@ -234,8 +242,8 @@ class LMDrafter(Drafter):
                             f"got {type(model).__name__}; a head that lives on the target's states has its own "
                             "drafter (MTPDrafter, g2c.specdec.sampling.eagle.EagleDrafter)")
         self.model = model
-        self.sample = bool(sample)
-        self.use_cache = bool(use_cache)
+        self.sample = check_flag(sample, "LMDrafter sample")
+        self.use_cache = check_flag(use_cache, "LMDrafter use_cache")
         self.vocab_size = model.vocab_size
         self.sampler = Sampler(0.0)
         self.generator = None

@@ -39,7 +39,9 @@ from g2c.sampling.generate import as_token_ids
 from g2c.sampling.model import (
     check_count,
     check_eos_id,
+    check_flag,
     check_generator,
+    check_language_model,
     check_prob_rows,
     check_same_vocab,
     check_score_rows,
@@ -630,9 +632,15 @@ def tree_speculative_generate(target, drafter, prompt_ids, max_new_tokens: int, 
             outside the vocabulary, bad ``choices`` (``check_choices``), ``choices`` with a tree other than
             ``"static"`` ("choices shape a static tree only"), empty ``choices`` ("choices is empty"),
             or different vocab sizes.
-        TypeError: ``use_cache`` with a target that is not a ``TransformerLM``; choices that
-            are not rank paths of ints; a generator that is not a ``torch.Generator``.
+        TypeError: a target that is not a language model (a name, a ``Target``: "pass its
+            .model"); ``use_cache`` not a bool or with a target that is not a ``TransformerLM``;
+            choices that are not rank paths of ints; a generator that is not a ``torch.Generator``.
     """
+    if isinstance(target, Target):
+        raise TypeError(f"tree_speculative_generate takes the target model and builds its own tree target; got a "
+                        f"{type(target).__name__}: pass its .model")
+    check_language_model(target, "target")
+    use_cache = check_flag(use_cache, "use_cache")
     ids = as_token_ids(prompt_ids, "prompt_ids", vocab_size=target.vocab_size)
     eos_id = check_eos_id(eos_id, target.vocab_size)                # None, or an id the loop can emit
     max_new_tokens = check_count(max_new_tokens, "max_new_tokens")
