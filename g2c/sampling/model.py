@@ -16,6 +16,7 @@ Shape letters: T time, V vocabulary.
 from __future__ import annotations
 
 import math
+import numbers
 import operator
 from typing import Protocol, runtime_checkable
 
@@ -23,10 +24,10 @@ import torch
 
 from g2c.nn import eval_mode  # re-exported: the loops' mode switch lives with Module (module 03)
 
-__all__ = ["LanguageModel", "check_count", "check_eos_id", "check_flag", "check_generator", "check_head_on_base",
-           "check_same_vocab", "check_language_model", "check_prob_rows", "check_real", "check_score_rows",
-           "check_table_dtype", "check_repetition_penalty", "check_temperature", "check_token_ids", "check_top_p",
-           "eval_mode", "prob_tolerance"]
+__all__ = ["LanguageModel", "as_whole", "check_count", "check_eos_id", "check_flag", "check_generator",
+           "check_head_on_base", "check_language_model", "check_prob_rows", "check_real", "check_repetition_penalty",
+           "check_same_vocab", "check_score_rows", "check_table_dtype", "check_temperature", "check_token_ids",
+           "check_top_p", "eval_mode", "prob_tolerance"]
 
 REQUIRED = ("vocab_size", "max_seq_len", "device")
 
@@ -155,6 +156,18 @@ def check_count(value, name: str, *, minimum: int | None = 0) -> int:
     return number
 
 
+def as_whole(value) -> int | None:
+    """``value`` as a Python int when it is a whole number (an int, a NumPy integer, a 0-d integer
+    tensor), else None (a bool, a float, a string, None). For range checks that keep their own
+    message: ``n = as_whole(k); if n is None or n < 1: raise ValueError(...)``."""
+    if isinstance(value, bool):
+        return None
+    try:
+        return operator.index(value)
+    except TypeError:
+        return None
+
+
 def check_generator(generator, name: str = "generator") -> None:
     """``generator`` must be None or a ``torch.Generator`` (a seed is not one).
 
@@ -203,7 +216,7 @@ def check_temperature(temperature, name: str = "temperature") -> float:
     """
     if isinstance(temperature, torch.Tensor) and temperature.numel() == 1:
         temperature = temperature.item()
-    if isinstance(temperature, bool) or not isinstance(temperature, (int, float)):
+    if isinstance(temperature, bool) or not isinstance(temperature, numbers.Real):   # NumPy floats too
         raise TypeError(f"{name} must be a real number >= 0 (0 = greedy), got {type(temperature).__name__} "
                         f"{temperature!r}")
     if not (math.isfinite(temperature) and temperature >= 0):
@@ -226,7 +239,7 @@ def check_top_p(top_p) -> float | None:
     """
     if top_p is None:
         return None
-    if isinstance(top_p, bool) or not isinstance(top_p, (int, float)):
+    if isinstance(top_p, bool) or not isinstance(top_p, numbers.Real):           # NumPy floats too
         raise TypeError(f"top_p must be a real number in (0, 1] or None, got {type(top_p).__name__} {top_p!r}")
     if not 0.0 < top_p <= 1.0:  # also refuses NaN
         raise ValueError(f"top_p must be in (0, 1] or None, got {top_p}")
@@ -234,7 +247,7 @@ def check_top_p(top_p) -> float | None:
         raise ValueError(f"top_p={top_p} rounds to 0 in float32 (the dtype of the probability mass it is compared "
                          "with), which would keep no token; any top_p below the top token's probability keeps "
                          "only that token: use e.g. 1e-9")
-    return top_p
+    return float(top_p)
 
 
 def check_flag(flag, name: str) -> bool:
@@ -260,7 +273,7 @@ def check_repetition_penalty(penalty) -> float:
         ValueError: <= 0, NaN or infinite ("repetition_penalty must be > 0 and finite"); the
             message names the value.
     """
-    if isinstance(penalty, bool) or not isinstance(penalty, (int, float)):
+    if isinstance(penalty, bool) or not isinstance(penalty, numbers.Real):       # NumPy floats too
         raise TypeError(f"repetition_penalty must be a real number > 0, got {type(penalty).__name__} {penalty!r}")
     if not 0 < penalty < math.inf:                      # also refuses NaN
         raise ValueError(f"repetition_penalty must be > 0 and finite (1.0 = off), got {penalty}")

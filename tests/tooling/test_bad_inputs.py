@@ -877,6 +877,43 @@ def test_a_helpers_trial_of_the_engine_is_mended():
             build()
 
 
+def test_numpy_scalars_count_as_ints_and_reals():
+    """A helper's trial: ``k=np.int64(2)`` was refused as "k must be >= 1 ... got np.int64(2)" and
+    ``np.float32`` temperatures and penalties as not real numbers, while budgets and eos ids took
+    NumPy scalars. Every count and real knob of the engine and its presets now takes them, as Python's."""
+    import numpy as np
+    import torch
+
+    from g2c.specdec.lineage import lineage_generate
+    from g2c.specdec.sampling.controllers import CostModelK, HeuristicK
+    from g2c.specdec.sampling.drafters import LMDrafter
+    from g2c.specdec.sampling.loop import speculative_sample
+    from g2c.specdec.trees import tree_speculative_generate
+
+    target, draft = _lm(0), _lm(1)
+    want, _ = speculative_sample(target, LMDrafter(draft), [1, 2, 3], 5, k=2, temperature=0.0,
+                                 repetition_penalty=1.2)
+    got, _ = speculative_sample(target, LMDrafter(draft), [1, 2, 3], 5, k=np.int64(2), temperature=np.float32(0.0),
+                                repetition_penalty=np.float32(1.2))
+    assert got.tolist() == want.tolist()
+    sampled = [speculative_sample(target, LMDrafter(draft), [1, 2, 3], 5, k=2, temperature=t, top_p=p,
+                                  generator=torch.Generator().manual_seed(0))[0].tolist()
+               for t, p in ((0.8, 0.9), (np.float32(0.8), np.float32(0.9)))]
+    assert sampled[0] == sampled[1]
+    tree = [tree_speculative_generate(target, draft, [1, 2, 3], 5, num_nodes=n)[0].tolist() for n in (4, np.int64(4))]
+    assert tree[0] == tree[1]
+    medusa = _medusa(target)
+    lin = [lineage_generate(target, medusa, [1, 2, 3], 5, num_nodes=n)[0].tolist() for n in (3, np.int64(3))]
+    assert lin[0] == lin[1]
+    for controller in (HeuristicK(np.int64(3)), CostModelK(np.int64(3), k_max=np.int64(8))):
+        k = controller.next_k()
+        assert k == 3 and type(k) is int
+    with pytest.raises(ValueError, match=r"k must be >= 1 draft tokens per target pass \(an int\), got 2\.0"):
+        speculative_sample(target, LMDrafter(draft), [1, 2, 3], 5, k=2.0)   # floats stay refused
+    with pytest.raises(ValueError, match=r"num_nodes must be an int >= 1 .*got True"):
+        tree_speculative_generate(target, draft, [1, 2, 3], 5, num_nodes=True)
+
+
 def test_the_model_loops_tell_a_wrapped_drafter_to_pass_its_model():
     """A helper's trial: the cached, tree and batched loops take the bare draft model (only the engine takes a
     drafter); an ``LMDrafter`` there, or a drafter without ``vocab_size`` in the batched loop (a raw

@@ -69,7 +69,7 @@ import torch
 from g2c.kvcache import unwrap
 from g2c.nn import synchronize
 from g2c.sampling.generate import as_token_ids
-from g2c.sampling.model import check_count, check_eos_id, check_generator, check_same_vocab, check_temperature
+from g2c.sampling.model import as_whole, check_count, check_eos_id, check_generator, check_same_vocab, check_temperature
 
 from ..generate import SpecStats, draft_room
 from ..sampling.loop import speculative_sample
@@ -246,8 +246,9 @@ def lineage_generate(target, drafter: TreeDrafter, prompt_ids, max_new_tokens: i
     ids = as_token_ids(prompt_ids, "prompt_ids", vocab_size=target.vocab_size)
     eos_id = check_eos_id(eos_id, target.vocab_size)                # None, or an id the loop can emit
     max_new_tokens = check_count(max_new_tokens, "max_new_tokens")
-    if isinstance(num_nodes, bool) or not isinstance(num_nodes, int) or num_nodes < 1:
+    if as_whole(num_nodes) is None or as_whole(num_nodes) < 1:     # NumPy ints pass, as Python ints
         raise ValueError(f"num_nodes must be an int >= 1 (the draft nodes per target pass), got {num_nodes!r}")
+    num_nodes = as_whole(num_nodes)
     temperature = check_temperature(temperature)
     check_generator(generator)
     if acceptance not in ("exact", "typical"):

@@ -35,7 +35,7 @@ from __future__ import annotations
 import math
 import operator
 
-from g2c.sampling.model import check_count
+from g2c.sampling.model import as_whole, check_count
 
 from ..theory import expected_tokens_per_pass, speedup_per_token
 
@@ -43,9 +43,10 @@ __all__ = ["CostModelK", "HeuristicK", "StaticK", "check_update", "expected_toke
 
 
 def _check_k(name: str, k) -> int:
-    if isinstance(k, bool) or not isinstance(k, int) or k < 1:
+    """``k`` as a Python int >= 1 (NumPy ints pass). Raises ValueError otherwise."""
+    if as_whole(k) is None or as_whole(k) < 1:
         raise ValueError(f"{name} must be an int >= 1, got {k!r}")
-    return k
+    return as_whole(k)
 
 
 def _check_real(name: str, value, *, lo: float, hi: float = math.inf, lo_open: bool = False, fix: str = "") -> float:
@@ -153,8 +154,8 @@ class HeuristicK:
     """
 
     def __init__(self, k_init: int = 4, *, k_min: int = 1, k_max: int = 16, grow: int = 2, shrink: int = 1) -> None:
-        for name, value in (("k_init", k_init), ("k_min", k_min), ("k_max", k_max)):
-            _check_k(name, value)
+        k_init, k_min, k_max = (_check_k(name, value) for name, value in
+                                (("k_init", k_init), ("k_min", k_min), ("k_max", k_max)))
         for name, value in (("grow", grow), ("shrink", shrink)):
             if isinstance(value, bool) or not isinstance(value, int) or value < 1:
                 raise ValueError(f"HeuristicK: {name} must be an int >= 1 (the step after a "
@@ -209,8 +210,8 @@ class CostModelK:
 
     def __init__(self, k_init: int = 4, *, k_min: int = 1, k_max: int = 16, c: float | None = None,
                  prior_alpha: float = 0.5, prior_weight: float = 4.0, decay: float = 1.0) -> None:
-        for name, value in (("k_init", k_init), ("k_min", k_min), ("k_max", k_max)):
-            _check_k(name, value)
+        k_init, k_min, k_max = (_check_k(name, value) for name, value in
+                                (("k_init", k_init), ("k_min", k_min), ("k_max", k_max)))
         if not k_min <= k_init <= k_max:
             raise ValueError(f"need k_min <= k_init <= k_max (k_init is the first draft length), got k_min={k_min}, "
                              f"k_init={k_init}, k_max={k_max}")
