@@ -103,6 +103,12 @@ from g2c.specdec.sampling.target import CachedTarget
 
 ROOT = Path(__file__).resolve().parent.parent
 TARGET = "StoryLM-30M"
+
+
+def reads_states(artifact: str | None) -> bool:
+    """Whether a row's artifact is a drafter on the target's states (``StoryLM-30M-...``): the rows a
+    ``--drafters`` folder replaces. The small LMs (``StoryLM-1M-distilled``) always come from artifacts/."""
+    return bool(artifact) and artifact.startswith(TARGET + "-")
 # (row, generation, kind, artifact, default k, sweep candidates)
 ROWS = [
     ("StoryLM-1M", "1: small LM", "lm", "StoryLM-1M", 4, (2, 4, 6)),
@@ -229,8 +235,8 @@ def parse_args(argv):
         ap.error(f"--draws sets the sampled-drafts table's generations per prompt: "
                  f"{'--greedy-only' if args.greedy_only else chosen[0]} prints no such table")
     if args.drafters is not None:
-        used = [r[3] for r in ROWS if (args.rows is None or r[0] in args.rows.split(",")) and r[3]
-                and r[3].startswith(TARGET + "-")]
+        used = [r[3] for r in ROWS if (args.rows is None or r[0] in args.rows.split(","))
+                and reads_states(r[3])]
         if not used:
             ap.error(f"--drafters replaces the state-reading drafters ({TARGET}-...), and no row in --rows "
                      f"{args.rows} uses one: add such a row or drop --drafters")
@@ -302,7 +308,7 @@ def load_heads(target, names, root: Path | None = None) -> dict:
     for name in names:
         if name is None or name in models:
             continue
-        if root is not None and name.startswith(TARGET + "-") and not artifact_dir(name, root).is_dir():
+        if root is not None and reads_states(name) and not artifact_dir(name, root).is_dir():
             parts = root.name.split("-")            # budget-<T>[-<variant>]: say how to train it THERE
             how = (f"./checkpoints.sh --train {name} --budget {parts[1]}"
                    + (f" --variant {'-'.join(parts[2:])}" if len(parts) > 2 else "")
@@ -310,7 +316,7 @@ def load_heads(target, names, root: Path | None = None) -> dict:
                    f"{name} --budget T")
             raise FileNotFoundError(f"{root} holds no {name} (its rows need it): train it there with {how}, or "
                                     "choose the rows it holds with --rows")
-        if root is None or not name.startswith(TARGET + "-"):
+        if root is None or not reads_states(name):
             model, _ = load_model(name, device=target.device)
         else:                         # a budgeted run's folder: ./checkpoints.sh (artifacts/ only) cannot repair it
             folder = artifact_dir(name, root)
@@ -833,7 +839,7 @@ def main(argv=None) -> int:
         rows = [("plain cached (fast path)", "no drafter", "plain", None, 1, (1,))] + rows
     where = ""
     if args.drafters is not None:         # a mixed table says which rows the folder does not replace
-        shipped = sorted({r[3] for r in rows if r[3] and not r[3].startswith(TARGET + "-")})
+        shipped = sorted({r[3] for r in rows if r[3] and not reads_states(r[3])})
         where = (f"; the {TARGET}-... drafters from {args.drafters}"
                  + (f", {', '.join(shipped)} from artifacts/" if shipped else ""))
     if not (args.ttt_agreement_only or args.draft_vocab_only or args.medusa_joint_only):

@@ -26,7 +26,7 @@ from __future__ import annotations
 import torch
 
 from g2c.sampling.generate import as_token_ids, check_generation_args, sample_from_logits
-from g2c.sampling.model import check_eos_id, check_language_model, eval_mode
+from g2c.sampling.model import check_eos_id, check_language_model, check_whole, eval_mode
 from g2c.sampling.warpers import apply_repetition_penalty
 
 from .cache import KVCache
@@ -83,8 +83,8 @@ def cached_generate(model, prompt_ids, max_new_tokens: int, *, temperature: floa
                           repetition_penalty=repetition_penalty, generator=generator)
     window = model.max_seq_len
     refill = max(1, window // 2) if refill_tokens is None else refill_tokens
-    if isinstance(refill, bool) or not isinstance(refill, int) or not 1 <= refill <= window:
-        raise ValueError(f"refill_tokens must be an int in [1, max_seq_len={window}], got {refill_tokens!r}")
+    refill = check_whole(refill, f"refill_tokens must be an int in [1, max_seq_len={window}], got {refill_tokens!r}",
+                         high=window)
     if max_new_tokens == 0:
         return ids
     with eval_mode(model):

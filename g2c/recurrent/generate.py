@@ -21,7 +21,7 @@ from collections.abc import Callable
 import torch
 
 from g2c.sampling.generate import as_token_ids
-from g2c.sampling.model import check_count, check_eos_id, check_score_rows
+from g2c.sampling.model import check_count, check_eos_id, check_score_rows, check_whole
 from g2c.specdec import SpecStats, draft_greedy
 from g2c.specdec.sampling.drafters import Drafter
 from g2c.specdec.sampling.loop import speculative_sample
@@ -216,8 +216,7 @@ def speculative_generate_stateful(target: RecurrentLM, draft: DraftFn, prompt_id
     """
     ids = as_token_ids(prompt_ids, "prompt_ids", vocab_size=target.vocab_size)
     eos_id = check_eos_id(eos_id, target.vocab_size)                # None, or an id the loop can emit
-    if isinstance(k, bool) or not isinstance(k, int) or k < 1:
-        raise ValueError(f"k must be >= 1 draft tokens per round (an int), got {k!r}")
+    k = check_whole(k, f"k must be >= 1 draft tokens per round (an int), got {k!r}")
     _check_budget(target, ids.numel(), max_new_tokens)
     if isinstance(strategy, StateTransaction):
         if strategy.model is not target:

@@ -35,7 +35,8 @@ def as_token_ids(ids, name: str = "prompt_ids", *, vocab_size: int | None = None
 
     Raises:
         ValueError: text instead of ids ("encode it first"), not 1-D, empty, not integer token ids,
-            or (with ``vocab_size``) an id outside ``[0, V)``; the message names ``name`` (and the range).
+            a tensor on the meta device (no values to read), or (with ``vocab_size``) an id outside
+            ``[0, V)``; the message names ``name`` (and the range).
         TypeError: not a sequence torch can read as one tensor (None, a list holding None, ragged
             rows, an id too large for int64).
     """
@@ -50,6 +51,9 @@ def as_token_ids(ids, name: str = "prompt_ids", *, vocab_size: int | None = None
         raise ValueError(f"{name} must be a non-empty 1-D sequence of token ids, got shape {tuple(t.shape)}")
     if t.dtype.is_floating_point or t.dtype.is_complex or t.dtype == torch.bool:
         raise ValueError(f"{name} must hold integer token ids, got dtype {t.dtype}")
+    if t.is_meta:
+        raise ValueError(f"{name} is on the meta device (a shape without values): build it on a real device, "
+                         "e.g. torch.tensor(ids)")
     t = t.cpu().long()
     if vocab_size is not None:
         check_token_ids(t, vocab_size, name)

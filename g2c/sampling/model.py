@@ -24,7 +24,7 @@ import torch
 
 from g2c.nn import eval_mode  # re-exported: the loops' mode switch lives with Module (module 03)
 
-__all__ = ["LanguageModel", "as_whole", "check_count", "check_eos_id", "check_flag", "check_generator",
+__all__ = ["LanguageModel", "as_whole", "check_whole", "check_count", "check_eos_id", "check_flag", "check_generator",
            "check_head_on_base", "check_language_model", "check_prob_rows", "check_real", "check_repetition_penalty",
            "check_same_vocab", "check_score_rows", "check_table_dtype", "check_temperature", "check_token_ids",
            "check_top_p", "eval_mode", "prob_tolerance"]
@@ -66,6 +66,7 @@ def check_language_model(model, name: str = "model") -> None:
             for a drafter wrapping a model (``LMDrafter(model)``: it has ``propose`` and ``model``),
             says to pass ``<name>.model`` (the loops of modules 16 and specdec-trees/-lab take
             the bare model; only the engine, ``speculative_sample``, takes a drafter).
+        ValueError: the model is on the meta device (it has shapes but no weights to run).
     """
     missing = [attr for attr in REQUIRED if not hasattr(model, attr)]
     if not callable(model):
@@ -78,6 +79,14 @@ def check_language_model(model, name: str = "model") -> None:
         raise TypeError(f"{name} ({type(model).__name__}) does not satisfy g2c.sampling.LanguageModel: "
                         f"missing {', '.join(missing)} (a model needs vocab_size, max_seq_len, device "
                         f"and ids (1, T) -> logits (1, T, V)){hint}")
+    parameters = getattr(model, "parameters", None)     # the weights themselves: the fake accelerator of
+    try:                                                  # the course's tests reports "meta" as its device
+        on_meta = callable(parameters) and any(getattr(p, "is_meta", False) for p in parameters())
+    except (TypeError, RuntimeError, AttributeError):     # parameters() of an unusual model: not ours to judge
+        on_meta = False
+    if on_meta:
+        raise ValueError(f"{name} ({type(model).__name__}) is on the meta device (shapes without weights): "
+                         "build or load it on a real device (its constructor, or load_model(name, device=...))")
 
 
 def check_token_ids(ids: torch.Tensor, vocab_size: int, name: str) -> None:
@@ -158,14 +167,30 @@ def check_count(value, name: str, *, minimum: int | None = 0) -> int:
 
 def as_whole(value) -> int | None:
     """``value`` as a Python int when it is a whole number (an int, a NumPy integer, a 0-d integer
-    tensor), else None (a bool, a float, a string, None). For range checks that keep their own
-    message: ``n = as_whole(k); if n is None or n < 1: raise ValueError(...)``."""
-    if isinstance(value, bool):
+    tensor), else None (a bool or a bool tensor, a float, a string, None, a tensor of any other
+    shape). For range checks that keep their own message, ``check_whole`` below raises it."""
+    if isinstance(value, bool) or (isinstance(value, torch.Tensor)
+                                   and (value.dim() != 0 or value.dtype == torch.bool)):
         return None
     try:
         return operator.index(value)
     except TypeError:
         return None
+
+
+def check_whole(value, message: str, *, low: int = 1, high: int | None = None) -> int:
+    """``value`` as a Python int in ``[low, high]`` (``high=None``: no upper bound), for the range
+    checks that keep their own words: an int, a NumPy integer or a 0-d integer tensor passes; a
+    bool, a float (even ``2.0``), a string or None does not.
+
+    Raises:
+        ValueError: not a whole number, or outside the range; the message is ``message``, the
+            caller's (it names the argument, the rule and the value given).
+    """
+    number = as_whole(value)
+    if number is None or number < low or (high is not None and number > high):
+        raise ValueError(message)
+    return number
 
 
 def check_generator(generator, name: str = "generator") -> None:

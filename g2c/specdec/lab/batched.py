@@ -47,7 +47,7 @@ import torch
 
 from g2c.kvcache.ragged import RaggedKVCache, ragged_forward
 from g2c.sampling.generate import as_token_ids
-from g2c.sampling.model import check_count, check_eos_id, check_language_model, check_same_vocab
+from g2c.sampling.model import check_count, check_eos_id, check_language_model, check_same_vocab, check_whole
 from g2c.specdec.generate import draft_room
 
 __all__ = ["BatchedResult", "RaggedKV", "batched_greedy", "batched_speculative_generate", "ragged_forward"]
@@ -219,8 +219,7 @@ def batched_speculative_generate(target, drafter, prompts, max_new_tokens: int, 
             satisfy g2c.sampling.LanguageModel", the same for "drafter"; a wrapped
             ``LMDrafter`` is told to pass its ``.model``).
     """
-    if isinstance(k, bool) or not isinstance(k, int) or k < 1:
-        raise ValueError(f"k must be an int >= 1 (draft tokens per round), got {k!r}")
+    k = check_whole(k, f"k must be an int >= 1 (draft tokens per round), got {k!r}")
     check_language_model(target, "target")
     check_language_model(drafter, "drafter")
     prompts = _check([target, drafter], prompts, max_new_tokens)       # one vocabulary: check_same_vocab

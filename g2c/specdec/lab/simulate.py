@@ -21,6 +21,8 @@ from dataclasses import dataclass
 
 import torch
 
+from g2c.sampling.model import check_whole
+
 from ..theory import expected_tokens_per_pass
 
 __all__ = ["PassRecorder", "Rounds", "draw_rounds", "fit_alpha", "per_position_acceptance", "simulate_rounds"]
@@ -99,12 +101,10 @@ def simulate_rounds(alpha: float, k: int, c: float, num_rounds: int, *, generato
     """
     if isinstance(alpha, bool) or not isinstance(alpha, (int, float)) or not 0.0 <= alpha <= 1.0:
         raise ValueError(f"alpha must be a probability in [0, 1], got {alpha!r}")
-    if isinstance(k, bool) or not isinstance(k, int) or k < 1:
-        raise ValueError(f"k must be an int >= 1 (draft tokens per round), got {k!r}")
+    k = check_whole(k, f"k must be an int >= 1 (draft tokens per round), got {k!r}")
     if isinstance(c, bool) or not isinstance(c, (int, float)) or not c >= 0:
         raise ValueError(f"c (draft cost per draft token, in target steps) must be >= 0, got {c!r}")
-    if isinstance(num_rounds, bool) or not isinstance(num_rounds, int) or num_rounds < 1:
-        raise ValueError(f"num_rounds must be an int >= 1, got {num_rounds!r}")
+    num_rounds = check_whole(num_rounds, f"num_rounds must be an int >= 1, got {num_rounds!r}")
     if not isinstance(generator, torch.Generator):
         raise TypeError(f"generator must be a torch.Generator (seeded for reproducible rounds), "
                         f"got {type(generator).__name__}")
@@ -151,8 +151,7 @@ class PassRecorder:
             ValueError: k not an int >= 1; a recorded pass accepted more than k drafts
                 (the k does not match the run).
         """
-        if isinstance(k, bool) or not isinstance(k, int) or k < 1:
-            raise ValueError(f"k must be an int >= 1 (the run's draft length), got {k!r}")
+        k = check_whole(k, f"k must be an int >= 1 (the run's draft length), got {k!r}")
         ends = set(self._run_ends or [len(self.passes)])
         acc, emi = [], []
         for i, (emitted, num_acc) in enumerate(self.passes):

@@ -43,6 +43,7 @@ from g2c.attention.multihead import split_heads
 from g2c.kvcache.fast import head_unembed
 from g2c.kvcache.forward import unembed
 from g2c.nn import LayerNorm, Linear
+from g2c.sampling.model import check_whole
 from g2c.transformer import Block
 
 from ..trees import DraftTree, warp_probs
@@ -72,8 +73,7 @@ def block_loss_weights(block_size: int, gamma: float) -> torch.Tensor:
         2. The unnormalised weights for j = 1..B, then divide by their sum
            (``test_block_loss_weights_by_hand``, ``test_block_loss_weights_sum_to_one``).
     """
-    if isinstance(block_size, bool) or not isinstance(block_size, int) or block_size < 1:
-        raise ValueError(f"block_loss_weights: block_size must be an int >= 1, got {block_size!r}")
+    block_size = check_whole(block_size, f"block_loss_weights: block_size must be an int >= 1, got {block_size!r}")
     if isinstance(gamma, bool) or not isinstance(gamma, (int, float)) or not 0 < gamma < float("inf"):
         raise ValueError(f"block_loss_weights: gamma must be a finite number > 0, got {gamma!r}")
     # TODO: implement this (module specdec-lineage, see docs/beyond/specdec-lineage.md).
@@ -161,8 +161,8 @@ class BlockHead(HeadOnBase):
                 [1, self.block_size]; anchor ids not integers in [0, V).
         """
         B = self.block_size if block_size is None else block_size
-        if isinstance(B, bool) or not isinstance(B, int) or not 1 <= B <= self.block_size:
-            raise ValueError(f"BlockHead: block_size must be an int in [1, {self.block_size}], got {B!r}")
+        B = check_whole(B, f"BlockHead: block_size must be an int in [1, {self.block_size}], got {B!r}",
+                        high=self.block_size)
         dim = self.base.embedding_dim
         if context_states.dim() != 4 or context_states.shape[2] != 4 or context_states.shape[3] != dim \
                 or anchor_ids.shape != context_states.shape[:1]:
@@ -273,8 +273,8 @@ class BlockDrafter(TreeDrafter):
             raise TypeError(f"BlockDrafter needs a BlockHead (load_model('StoryLM-30M-Block')), got "
                             f"{type(head).__name__}")
         B = head.block_size if block_size is None else block_size
-        if isinstance(B, bool) or not isinstance(B, int) or not 1 <= B <= head.block_size:
-            raise ValueError(f"BlockDrafter: block_size must be an int in [1, {head.block_size}], got {block_size!r}")
+        B = check_whole(B, f"BlockDrafter: block_size must be an int in [1, {head.block_size}], got {block_size!r}",
+                        high=head.block_size)
         self.head, self.base, self.vocab_size = head, head.base, head.base.vocab_size
         self.block_size = B
         self.target_layers = head.layers

@@ -29,6 +29,7 @@ from __future__ import annotations
 import torch
 
 from g2c.kvcache import KVCache
+from g2c.sampling.model import check_whole
 
 from ..sampling.eagle import FeatureDrafter
 from ..trees import DraftTree, build_dynamic_tree, build_static_tree, static_choices
@@ -72,9 +73,8 @@ class FeatureTreeDrafter(TreeDrafter):
             raise ValueError(f"{type(self).__name__}: shape must be 'dynamic' (EAGLE-2) or 'static' (Medusa-style "
                              f"rank paths, static_choices), got {shape!r}")
         self.shape = shape
-        if isinstance(width, bool) or not isinstance(width, int) or not 1 <= width <= MAX_WIDTH:
-            raise ValueError(f"{type(self).__name__}: width must be an int in [1, {MAX_WIDTH}] (1 = a chain; EAGLE-2 "
-                             f"expands 10 per depth on 7B models), got {width!r}")
+        width = check_whole(width, f"{type(self).__name__}: width must be an int in [1, {MAX_WIDTH}] (1 = a chain; "
+                                   f"EAGLE-2 expands 10 per depth on 7B models), got {width!r}", high=MAX_WIDTH)
         self.head = head
         self.base = head.base
         self.vocab_size = head.base.vocab_size

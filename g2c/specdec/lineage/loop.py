@@ -69,7 +69,14 @@ import torch
 from g2c.kvcache import unwrap
 from g2c.nn import synchronize
 from g2c.sampling.generate import as_token_ids
-from g2c.sampling.model import as_whole, check_count, check_eos_id, check_generator, check_same_vocab, check_temperature
+from g2c.sampling.model import (
+    check_count,
+    check_eos_id,
+    check_generator,
+    check_same_vocab,
+    check_temperature,
+    check_whole,
+)
 
 from ..generate import SpecStats, draft_room
 from ..sampling.loop import speculative_sample
@@ -214,6 +221,9 @@ def lineage_generate(target, drafter: TreeDrafter, prompt_ids, max_new_tokens: i
         acceptance: ``"exact"`` (default, lossless) or ``"typical"``: at T > 0, Medusa's typical
             acceptance with ``epsilon``/``delta`` (``medusa.typical_tree_verify``). Typical
             acceptance is NOT lossless: the output no longer follows the target's distribution.
+            At T = 0 both rules are greedy verification (typical acceptance's limit as T -> 0,
+            Medusa section 2.3.1), so ``"typical"`` gives the exact greedy text there;
+            ``epsilon``/``delta`` are read only by ``"typical"`` at T > 0.
         on_pass: ``on_pass(emitted, num_accepted)`` after each pass.
         top_k, top_p: module 11's warpers after the temperature (the engine's ``Sampler``): at
             T > 0 the output follows plain sampling with the same warpers (the tree walk verifies
@@ -246,9 +256,8 @@ def lineage_generate(target, drafter: TreeDrafter, prompt_ids, max_new_tokens: i
     ids = as_token_ids(prompt_ids, "prompt_ids", vocab_size=target.vocab_size)
     eos_id = check_eos_id(eos_id, target.vocab_size)                # None, or an id the loop can emit
     max_new_tokens = check_count(max_new_tokens, "max_new_tokens")
-    if as_whole(num_nodes) is None or as_whole(num_nodes) < 1:     # NumPy ints pass, as Python ints
-        raise ValueError(f"num_nodes must be an int >= 1 (the draft nodes per target pass), got {num_nodes!r}")
-    num_nodes = as_whole(num_nodes)
+    num_nodes = check_whole(num_nodes,                              # NumPy ints pass, as Python ints
+                            f"num_nodes must be an int >= 1 (the draft nodes per target pass), got {num_nodes!r}")
     temperature = check_temperature(temperature)
     check_generator(generator)
     if acceptance not in ("exact", "typical"):

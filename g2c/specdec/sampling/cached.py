@@ -40,7 +40,14 @@ from collections.abc import Callable
 import torch
 
 from g2c.sampling.generate import as_token_ids
-from g2c.sampling.model import check_count, check_eos_id, check_head_on_base, check_language_model, check_same_vocab
+from g2c.sampling.model import (
+    check_count,
+    check_eos_id,
+    check_head_on_base,
+    check_language_model,
+    check_same_vocab,
+    check_whole,
+)
 from g2c.specdec.generate import SpecStats
 
 from .drafters import LMDrafter
@@ -55,9 +62,8 @@ def _check_refill(refill_tokens: int | None, window: int, name: str) -> int:
     # cached_generate's range and default: drafts never need room kept free, because draft_room
     # shrinks them to what fits after the re-prefill (none at all when refill_tokens = window).
     refill = max(1, window // 2) if refill_tokens is None else refill_tokens
-    if isinstance(refill, bool) or not isinstance(refill, int) or not 1 <= refill <= window:
-        raise ValueError(f"refill_tokens must be an int in [1, {name}.max_seq_len = {window}], got {refill_tokens!r}")
-    return refill
+    return check_whole(refill, f"refill_tokens must be an int in [1, {name}.max_seq_len = {window}], "
+                               f"got {refill_tokens!r}", high=window)
 
 
 @torch.no_grad()
@@ -111,8 +117,7 @@ def speculative_generate_cached(target, drafter, prompt_ids, max_new_tokens: int
     check_language_model(drafter, "drafter")
     ids_t = as_token_ids(prompt_ids, "prompt_ids", vocab_size=target.vocab_size)
     eos_id = check_eos_id(eos_id, target.vocab_size)                # None, or an id the loop can emit
-    if isinstance(k, bool) or not isinstance(k, int) or k < 1:
-        raise ValueError(f"k must be >= 1 draft tokens per target pass (an int), got {k!r}")
+    k = check_whole(k, f"k must be >= 1 draft tokens per target pass (an int), got {k!r}")
     max_new_tokens = check_count(max_new_tokens, "max_new_tokens")
     check_same_vocab(drafter.vocab_size, target.vocab_size)
     window = target.max_seq_len

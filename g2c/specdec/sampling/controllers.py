@@ -35,7 +35,7 @@ from __future__ import annotations
 import math
 import operator
 
-from g2c.sampling.model import as_whole, check_count
+from g2c.sampling.model import check_count, check_whole
 
 from ..theory import expected_tokens_per_pass, speedup_per_token
 
@@ -44,9 +44,7 @@ __all__ = ["CostModelK", "HeuristicK", "StaticK", "check_update", "expected_toke
 
 def _check_k(name: str, k) -> int:
     """``k`` as a Python int >= 1 (NumPy ints pass). Raises ValueError otherwise."""
-    if as_whole(k) is None or as_whole(k) < 1:
-        raise ValueError(f"{name} must be an int >= 1, got {k!r}")
-    return as_whole(k)
+    return check_whole(k, f"{name} must be an int >= 1, got {k!r}")
 
 
 def _check_real(name: str, value, *, lo: float, hi: float = math.inf, lo_open: bool = False, fix: str = "") -> float:
@@ -157,10 +155,10 @@ class HeuristicK:
         k_init, k_min, k_max = (_check_k(name, value) for name, value in
                                 (("k_init", k_init), ("k_min", k_min), ("k_max", k_max)))
         for name, value in (("grow", grow), ("shrink", shrink)):
-            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-                raise ValueError(f"HeuristicK: {name} must be an int >= 1 (the step after a "
-                                 f"{'full match' if name == 'grow' else 'rejection'}), got {value!r}; "
-                                 "for a fixed draft length use StaticK(k)")
+            check_whole(value, f"HeuristicK: {name} must be an int >= 1 (the step after a "
+                               f"{'full match' if name == 'grow' else 'rejection'}), got {value!r}; "
+                               "for a fixed draft length use StaticK(k)")
+        grow, shrink = int(grow), int(shrink)                            # NumPy ints pass, kept as Python ints
         if not k_min <= k_init <= k_max:
             raise ValueError(f"need k_min <= k_init <= k_max (k_init is the first draft length), got k_min={k_min}, "
                              f"k_init={k_init}, k_max={k_max}")

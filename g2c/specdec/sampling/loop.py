@@ -48,13 +48,13 @@ from g2c.kvcache.fast import unwrap
 from g2c.nn import synchronize
 from g2c.sampling.generate import as_token_ids
 from g2c.sampling.model import (
-    as_whole,
     check_count,
     check_eos_id,
     check_generator,
     check_head_on_base,
     check_language_model,
     check_same_vocab,
+    check_whole,
 )
 from g2c.transformer import TransformerLM
 
@@ -381,9 +381,7 @@ def speculative_sample(target, drafter, prompt_ids, max_new_tokens: int, *, k: i
     if target_state is not None and (use_cache or on_round is not None):
         raise ValueError("a Target keeps its own state and callbacks: build it with them (CachedTarget(model, "
                          "on_round=...)) and leave use_cache and on_round at their defaults")
-    if as_whole(k) is None or as_whole(k) < 1:          # NumPy ints pass, as Python ints
-        raise ValueError(f"k must be >= 1 draft tokens per target pass (an int), got {k!r}")
-    k = as_whole(k)
+    k = check_whole(k, f"k must be >= 1 draft tokens per target pass (an int), got {k!r}")   # NumPy ints pass
     max_new_tokens = check_count(max_new_tokens, "max_new_tokens")
     if not isinstance(use_cache, bool):
         raise TypeError(f"use_cache must be True or False, got {type(use_cache).__name__} {use_cache!r}")

@@ -32,7 +32,7 @@ import torch
 
 from g2c.kvcache.cache import KVCache
 from g2c.kvcache.forward import cached_hidden_states, unembed
-from g2c.sampling.model import check_flag, check_language_model
+from g2c.sampling.model import check_flag, check_language_model, check_whole
 
 __all__ = ["CachedScorer", "CachedTarget", "FullContextTarget", "RecomputeTarget", "RoundRecord", "Target",
            "chain_only", "summarize_rounds"]
@@ -137,8 +137,8 @@ class CachedScorer:
                             f"token_embed and pos_embed); got {type(model).__name__}")
         window = model.max_seq_len
         refill = max(1, window // 2) if refill_tokens is None else refill_tokens
-        if isinstance(refill, bool) or not isinstance(refill, int) or not 1 <= refill <= window:
-            raise ValueError(f"refill_tokens must be an int in [1, max_seq_len={window}], got {refill_tokens!r}")
+        refill = check_whole(refill, f"refill_tokens must be an int in [1, max_seq_len={window}], "
+                                     f"got {refill_tokens!r}", high=window)
         self.model = model
         self.cache = KVCache.for_model(model)
         self.start = 0

@@ -28,7 +28,7 @@ from collections.abc import Iterable
 
 import torch
 
-from g2c.sampling.model import check_count
+from g2c.sampling.model import check_count, check_whole
 
 from .attention import tree_logits
 from .tree import DraftTree
@@ -112,9 +112,10 @@ def sample_children(q: torch.Tensor, k: int, *, generator: torch.Generator | Non
         run on these rows is exact; verifying every sibling against the unmodified q is not
         (``tests/test_specdec_trees.py`` plants that mistake and catches it).
     """
-    if q.dim() != 1 or isinstance(k, bool) or not isinstance(k, int) or k < 0:
-        raise ValueError(f"sample_children: q must be one row (V,) and k an int >= 0, got q of shape "
-                         f"{tuple(q.shape)} and k={k!r}")
+    message = f"sample_children: q must be one row (V,) and k an int >= 0, got q of shape {tuple(q.shape)} and k={k!r}"
+    if q.dim() != 1:
+        raise ValueError(message)
+    k = check_whole(k, message, low=0)
     rest = q.detach().float().cpu().clamp(min=0.0).clone()                  # (V,)
     tokens: list[int] = []
     rows: list[torch.Tensor] = []
@@ -240,15 +241,15 @@ def build_dynamic_tree(drafter, ctx_ids, num_nodes: int, *, width: int = 4,
     runs a few passes and the budget goes deep; in an entropic one it spreads wide.
 
     Raises:
-        ValueError: num_nodes < 0, width < 1 or max_depth < 1; temperature not > 0 when sampling.
+        ValueError: num_nodes < 0, width < 1 or max_depth < 1, or one of them not a whole number (a
+            Python or NumPy int); temperature not > 0 when sampling.
     """
     if sample and not temperature > 0.0:
         raise ValueError(f"build_dynamic_tree: sampled drafting needs temperature > 0, got {temperature!r}")
-    if isinstance(num_nodes, bool) or not isinstance(num_nodes, int) or num_nodes < 0:
-        raise ValueError(f"build_dynamic_tree: num_nodes must be an int >= 0, got {num_nodes!r}")
-    if width < 1:
-        raise ValueError(f"build_dynamic_tree: width must be >= 1, got {width}")
-    max_depth = num_nodes if max_depth is None else max_depth
+    num_nodes = check_whole(num_nodes, f"build_dynamic_tree: num_nodes must be an int >= 0, got {num_nodes!r}", low=0)
+    width = check_whole(width, f"build_dynamic_tree: width must be >= 1, got {width!r}")
+    max_depth = num_nodes if max_depth is None else check_whole(
+        max_depth, f"build_dynamic_tree: max_depth must be an int >= 0, got {max_depth!r}", low=0)
     if max_depth < 1 and num_nodes:
         raise ValueError(f"build_dynamic_tree: max_depth must be >= 1, got {max_depth}")
     # candidates: (value, depth, parent candidate index, token); parents precede children

@@ -50,7 +50,7 @@ from dataclasses import dataclass, field
 
 import torch
 
-from g2c.sampling.model import check_prob_rows, check_real, check_token_ids
+from g2c.sampling.model import check_prob_rows, check_real, check_token_ids, check_whole
 
 from ..theory import tree_expected_tokens
 
@@ -203,8 +203,7 @@ def chain_tree(tokens) -> DraftTree:
 # -- shapes ---------------------------------------------------------------------------------
 def chain_choices(k: int) -> list[tuple[int, ...]]:
     """The chain of k drafts as a static shape: (0,), (0, 0), ..., k zeros."""
-    if isinstance(k, bool) or not isinstance(k, int) or k < 0:
-        raise ValueError(f"chain_choices: k must be an int >= 0, got {k!r}")
+    k = check_whole(k, f"chain_choices: k must be an int >= 0, got {k!r}", low=0)
     return [(0,) * d for d in range(1, k + 1)]
 
 
@@ -223,8 +222,7 @@ def static_choices(num_nodes: int, rank_accept: tuple[float, ...] = (0.6, 0.2, 0
         ValueError: num_nodes < 0, or rank_accept empty or not in (0, 1].
         TypeError: rank_accept not an iterable of real numbers (read once: a generator works).
     """
-    if isinstance(num_nodes, bool) or not isinstance(num_nodes, int) or num_nodes < 0:
-        raise ValueError(f"static_choices: num_nodes must be an int >= 0, got {num_nodes!r}")
+    num_nodes = check_whole(num_nodes, f"static_choices: num_nodes must be an int >= 0, got {num_nodes!r}", low=0)
     if isinstance(rank_accept, (str, bytes)) or not isinstance(rank_accept, Iterable):
         raise TypeError(f"static_choices: rank_accept must be a sequence of probabilities, got "
                         f"{type(rank_accept).__name__}")

@@ -34,7 +34,7 @@ import torch
 
 from g2c.kvcache.fast import head_unembed
 from g2c.kvcache.forward import unembed
-from g2c.sampling.model import check_prob_rows, check_real, check_token_ids
+from g2c.sampling.model import check_prob_rows, check_real, check_token_ids, check_whole
 
 from ..trees import DraftTree, build_static_tree, static_choices
 from ..trees.verify import _check_rows
@@ -61,8 +61,7 @@ class MedusaHeads(HeadOnBase):
 
     def __init__(self, base, num_heads: int = 4, *, generator: torch.Generator | None = None) -> None:
         super().__init__(base)
-        if isinstance(num_heads, bool) or not isinstance(num_heads, int) or num_heads < 1:
-            raise ValueError(f"MedusaHeads: num_heads must be an int >= 1, got {num_heads!r}")
+        num_heads = check_whole(num_heads, f"MedusaHeads: num_heads must be an int >= 1, got {num_heads!r}")
         dim = base.embedding_dim
         self.num_heads = num_heads
         self.weight = torch.zeros(num_heads, dim, dim, requires_grad=True)

@@ -77,7 +77,7 @@ from dataclasses import dataclass
 import torch
 
 from g2c.sampling.generate import as_token_ids
-from g2c.sampling.model import check_count, check_flag, check_temperature, check_top_p
+from g2c.sampling.model import check_count, check_flag, check_temperature, check_top_p, check_whole
 from g2c.sampling.warpers import apply_temperature, top_k_filter, top_p_filter
 from g2c.specdec.sampling.target import CachedScorer
 
@@ -328,8 +328,7 @@ def ngram_lookup(context_ids, k: int, *, min_n: int = 1, max_n: int = 3) -> torc
         5. No n matched: an empty LongTensor (``test_ngram_lookup_no_match``).
     """
     ids = as_token_ids(context_ids, "context_ids")
-    if isinstance(k, bool) or not isinstance(k, int) or k < 1:
-        raise ValueError(f"k must be an int >= 1 (the most tokens to propose), got {k!r}")
+    k = check_whole(k, f"k must be an int >= 1 (the most tokens to propose), got {k!r}")
     if not 1 <= min_n <= max_n:
         raise ValueError(f"need 1 <= min_n <= max_n (prompt_lookup_min/max), got min_n={min_n}, max_n={max_n}")
     # BEGIN SOLUTION

@@ -37,7 +37,6 @@ import torch
 
 from g2c.sampling.generate import as_token_ids
 from g2c.sampling.model import (
-    as_whole,
     check_count,
     check_eos_id,
     check_flag,
@@ -48,6 +47,7 @@ from g2c.sampling.model import (
     check_score_rows,
     check_temperature,
     check_token_ids,
+    check_whole,
 )
 
 from ..generate import SpecStats, draft_room
@@ -645,9 +645,8 @@ def tree_speculative_generate(target, drafter, prompt_ids, max_new_tokens: int, 
     ids = as_token_ids(prompt_ids, "prompt_ids", vocab_size=target.vocab_size)
     eos_id = check_eos_id(eos_id, target.vocab_size)                # None, or an id the loop can emit
     max_new_tokens = check_count(max_new_tokens, "max_new_tokens")
-    if as_whole(num_nodes) is None or as_whole(num_nodes) < 1:     # NumPy ints pass, as Python ints
-        raise ValueError(f"num_nodes must be an int >= 1 (the draft nodes per target pass), got {num_nodes!r}")
-    num_nodes = as_whole(num_nodes)
+    num_nodes = check_whole(num_nodes,                              # NumPy ints pass, as Python ints
+                            f"num_nodes must be an int >= 1 (the draft nodes per target pass), got {num_nodes!r}")
     temperature = check_temperature(temperature)
     check_generator(generator)
     if tree not in ("chain", "static", "dynamic"):
