@@ -10,7 +10,7 @@
 #   ./test.sh tests/test_nn.py     just `pytest tests/test_nn.py` on YOUR code (no solutions
 #                                  applied unless you export G2C_APPLY_SOLUTIONS yourself)
 # Authors and CI (the scaffolds are as generated, e.g. a clean clone):
-#   ./test.sh                      the whole check (10-12 minutes on 2 quiet cores; it uses every
+#   ./test.sh                      the whole check (about 40 minutes on 2 quiet cores; it uses every
 #                                  core): ruff, scaffold and notebook freshness, scaffold contract and
 #                                  module graph, the rest of the suite with every solution applied,
 #                                  every module's tests on a fake accelerator (--fake-device),

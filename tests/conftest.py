@@ -118,7 +118,23 @@ def pytest_configure(config) -> None:
     msg = replaced_own_work_message(list(g2c.APPLIED_SOLUTIONS), worked_modules(),
                                     graded_modules(list(config.args) or ["tests"], cwd=config.invocation_params.dir))
     if msg:
+        _drop_import_notice(config)
         pytest.exit(msg, returncode=4)
+
+
+def _drop_import_notice(config) -> None:
+    """Before a refusal: drop ``import g2c``'s notice ("g2c: using reference solutions ...", "this replaces
+    your own code ..."). pytest captured it while loading this file and would print it after the refusal,
+    where it reads as if the tests ran on the answer key; nothing runs. Any other captured output is kept."""
+    import sys
+
+    capman = config.pluginmanager.getplugin("capturemanager")
+    if capman is None:
+        return
+    out, err = capman.read_global_capture()
+    notice = ("g2c: using reference solutions", "g2c: this replaces your own code")
+    sys.stdout.write(out)
+    sys.stderr.write("".join(line for line in err.splitlines(keepends=True) if not line.startswith(notice)))
 
 
 def pytest_report_header(config) -> list[str]:

@@ -146,8 +146,11 @@ def _warn_invalid(invalid) -> None:
 
 def _progress() -> int:
     worked = worked_modules()
-    print("grading the modules you edited on your own code (the others show their untouched counts)...",
-          flush=True)
+    if worked:
+        print("grading the modules you edited on your own code (the others show their untouched counts)...",
+              flush=True)
+    else:
+        print("no exercise file edited yet: every module shows its untouched counts", flush=True)
     graded = {r.id: r for r in grade(worked, worked=worked)} if worked else {}
     results = [graded.get(m.id) or untouched_result(m.id) for m in MODULES if m.tests]
     print(format_table(results, worked))

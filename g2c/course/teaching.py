@@ -440,7 +440,13 @@ def _load_archive(sub: Submission) -> None:
             manifest = read(MANIFEST) if MANIFEST in infos else None
             _read_manifest_files(sub, manifest, list(infos), read)
     except (zipfile.BadZipFile, OSError, RuntimeError, EOFError, ValueError) as exc:
-        sub.error = f"not a readable zip archive ({type(exc).__name__}: {str(exc)[:120]})"
+        try:
+            empty = Path(sub.source).stat().st_size == 0
+        except OSError:
+            empty = False
+        sub.error = ("an empty file (0 bytes), not a zip archive: the hand-in did not finish; ask for it again "
+                     "(./test.sh --submit)" if empty else
+                     f"not a readable zip archive ({type(exc).__name__}: {str(exc)[:120]})")
 
 
 def _load_folder(sub: Submission) -> None:

@@ -194,14 +194,24 @@ def check_whole(value, message: str, *, low: int = 1, high: int | None = None) -
 
 
 def check_generator(generator, name: str = "generator") -> None:
-    """``generator`` must be None or a ``torch.Generator`` (a seed is not one).
+    """``generator`` must be None or a CPU ``torch.Generator`` (a seed is not one).
+
+    The course draws every random number of its sampling and verification on the CPU (the rows
+    are moved there first), so one seed gives the same draws on CPU, CUDA and MPS; a CUDA or MPS
+    generator would reach torch's own device error in the middle of a loop.
 
     Raises:
         TypeError: anything else; the message says how to make one from a seed.
+        ValueError: a generator on another device ("generator is on cuda:0; g2c draws its random
+            numbers on the CPU ..."); the message says to use a CPU one.
     """
     if generator is not None and not isinstance(generator, torch.Generator):
         raise TypeError(f"{name} must be a torch.Generator or None, got {type(generator).__name__} {generator!r}; "
                         "use torch.Generator().manual_seed(seed)")
+    if generator is not None and generator.device.type != "cpu":
+        raise ValueError(f"{name} is on {generator.device}; g2c draws its random numbers on the CPU whatever the "
+                         "model's device (one seed, the same draws everywhere): "
+                         "use torch.Generator().manual_seed(seed)")
 
 
 def check_real(value, name: str, *, low: float | None = None, high: float | None = None,

@@ -8,9 +8,10 @@ Covered, generated from the tables below (a new entry point is covered once it i
   ``speculative_generate_cached``, ``mtp_generate``, ``mtp_generate_cached``,
   ``tree_speculative_generate``, ``lineage_generate``, ``batched_greedy``,
   ``batched_speculative_generate``, and the
-  recurrent ``plain_greedy`` and ``speculative_generate_stateful``; x ``BAD_ARGS`` (22 classes: a
+  recurrent ``plain_greedy`` and ``speculative_generate_stateful``; x ``BAD_ARGS`` (23 classes: a
   float, ``None`` or negative budget; an empty, float, negative-id or out-of-vocabulary prompt; a
-  NaN or infinite temperature and a seed as generator, where the loop samples; an ``eos_id``
+  NaN or infinite temperature, a seed as generator and a generator on another device than the CPU,
+  where the loop samples; an ``eos_id``
   outside the vocabulary, negative or a float, where the loop takes one; top-k 0 or 2.5, top-p 1.5,
   a string or 1e-46 (0 in float32), where the loop warps; a zero or string repetition penalty, a
   stop id outside the vocabulary, stop strings without decode, where the loop takes them); plus a model that
@@ -280,6 +281,18 @@ LOOPS: dict[str, tuple[str, ...]] = {
     "speculative_generate_stateful": EOS,
 }
 
+def _generator_on(device: str):
+    """A CPU ``torch.Generator`` that reports another device: a CUDA or MPS generator, without the GPU."""
+    import torch
+
+    class Elsewhere(torch.Generator):
+        @property
+        def device(self):
+            return torch.device(device)
+
+    return Elsewhere().manual_seed(0)
+
+
 # class -> (prompt, max_new_tokens, extra kwargs, the keyword it needs or None, error, match)
 BAD_ARGS = {
     "float budget": ([1, 2], 2.5, {}, None, TypeError, r"max_new_tokens must be an int.*got float 2\.5"),
@@ -295,6 +308,10 @@ BAD_ARGS = {
                              r"temperature must be >= 0 and finite"),
     "seed as generator": ([1, 2], 3, {"temperature": 1.0, "generator": 0}, "generator", TypeError,
                           r"generator must be a torch\.Generator or None, got int 0; use torch\.Generator\(\)"),
+    # a CUDA or MPS generator reached torch's own device error in the middle of a loop (the draws are on the CPU)
+    "generator on another device": ([1, 2], 3, {"temperature": 1.0, "generator": _generator_on("cuda:0")}, "generator",
+                                    ValueError, r"generator is on cuda:0; g2c draws its random numbers on the CPU "
+                                                r".*use torch\.Generator\(\)\.manual_seed\(seed\)"),
     # issue 31: an eos_id the model can never emit made every loop run silently to its budget
     "eos outside the vocabulary": ([1, 2], 3, {"eos_id": V}, "eos_id", ValueError,
                                    r"eos_id 16 is outside the vocabulary \[0, 16\): the loop could never emit it"),

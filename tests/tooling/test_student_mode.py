@@ -133,6 +133,8 @@ def test_plain_pytest_refuses_a_selector_that_names_an_edited_module(student_rep
     assert res.returncode == 4, res.stdout + res.stderr
     out = res.stdout + res.stderr
     assert "selects module(s) 06 that you edited" in out and "./test.sh 06" in out and "G2C_REPLACE_EDITED=1" in out
+    assert "using reference solutions" not in out      # a helper's trial: printed after the refusal, it read as
+    assert "this replaces your own code" not in out    # if the tests had run on the answer key; none ran
     env["G2C_REPLACE_EDITED"] = "1"   # the explicit opt-in
     res = subprocess.run([".venv/bin/python", "-m", "pytest", "-q", "tests/test_lm.py"], cwd=student_repo, env=env,
                          capture_output=True, text=True, timeout=600)

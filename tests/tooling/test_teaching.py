@@ -400,6 +400,18 @@ def test_recorded_hashes_are_sha256sum_format_and_cover_the_helpers():
     assert all(len(line.split("  ", 1)[0]) == 64 for line in lines)
 
 
+def test_an_empty_or_broken_archive_is_named_for_what_it_is(tmp_path):
+    # a helper's trial: a 0-byte hand-in (an upload that never finished) read "not a readable zip archive
+    # (BadZipFile: File is not a zip file)"; it now says it is empty and what to ask for
+    from g2c.course.teaching import load_submission
+
+    (tmp_path / "bob.zip").write_bytes(b"")
+    (tmp_path / "eve.zip").write_bytes(b"this is not a zip archive\n")
+    empty, broken = (load_submission(tmp_path / n, REPO_ROOT) for n in ("bob.zip", "eve.zip"))
+    assert empty.error.startswith("an empty file (0 bytes), not a zip archive") and "./test.sh --submit" in empty.error
+    assert broken.error == "not a readable zip archive (BadZipFile: File is not a zip file)"
+
+
 def test_progress_table_keeps_whole_module_names():
     from g2c.course.progress import ModuleResult, format_table
 

@@ -154,11 +154,10 @@ class HeuristicK:
     def __init__(self, k_init: int = 4, *, k_min: int = 1, k_max: int = 16, grow: int = 2, shrink: int = 1) -> None:
         k_init, k_min, k_max = (_check_k(name, value) for name, value in
                                 (("k_init", k_init), ("k_min", k_min), ("k_max", k_max)))
-        for name, value in (("grow", grow), ("shrink", shrink)):
-            check_whole(value, f"HeuristicK: {name} must be an int >= 1 (the step after a "
-                               f"{'full match' if name == 'grow' else 'rejection'}), got {value!r}; "
-                               "for a fixed draft length use StaticK(k)")
-        grow, shrink = int(grow), int(shrink)                            # NumPy ints pass, kept as Python ints
+        grow, shrink = (check_whole(value, f"HeuristicK: {name} must be an int >= 1 (the step after a "
+                                           f"{'full match' if name == 'grow' else 'rejection'}), got {value!r}; "
+                                           "for a fixed draft length use StaticK(k)")
+                        for name, value in (("grow", grow), ("shrink", shrink)))   # NumPy ints -> Python ints
         if not k_min <= k_init <= k_max:
             raise ValueError(f"need k_min <= k_init <= k_max (k_init is the first draft length), got k_min={k_min}, "
                              f"k_init={k_init}, k_max={k_max}")

@@ -179,7 +179,8 @@ def generate(model, prompt_ids, max_new_tokens: int, *, temperature: float = 1.0
             names what is missing).
         ValueError: empty, non-1-D or non-integer prompt, a prompt id outside [0, V)
             ("prompt_ids ... outside the vocabulary [0, V)"), temperature < 0, NaN or infinite,
-            top_k < 1, top_p outside (0, 1], max_new_tokens < 0, repetition_penalty <= 0.
+            top_k < 1, top_p outside (0, 1], max_new_tokens < 0, repetition_penalty <= 0, a
+            ``generator`` on another device than the CPU (``check_generator``).
 
     Steps:
         1. Each step scores the last ``max_seq_len`` tokens (``next_token_logits``,

@@ -350,7 +350,7 @@ def speculative_sample(target, drafter, prompt_ids, max_new_tokens: int, *, k: i
             outside [0, V) ("stop_ids"); an empty stop string, or stop strings without decode
             ("stop_strings"); a drafter's head (``drafter.head``: MTP, EAGLE) built on another
             model than the target ("built on another model", "(V, D)") or left in another dtype
-            (``check_head_on_base``).
+            (``check_head_on_base``); a generator on another device than the CPU ("generator is on").
         TypeError: a drafter class passed instead of an instance ("an instance"); a target,
             drafter or controller that does not meet its protocol (``_check_parts``: e.g. a model
             passed as the drafter); ``use_cache`` with a target that is not a
