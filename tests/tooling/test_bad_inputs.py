@@ -811,6 +811,42 @@ def test_engine_refuses_the_wrong_collaborator_by_name():
         speculative_sample(target, ZeroQ(), [1, 2], 3, temperature=1.0, generator=torch.Generator().manual_seed(0))
 
 
+def test_an_authors_new_drafter_meets_named_errors():
+    """A helper wrote a new drafter from the docs: an integer q table (a one-hot of the draft as int64) was
+    converted and run at T > 0, against the shared rule (refused, never converted); float or empty float ids
+    were named by shape only, although the shape was legal and the dtype was wrong."""
+    import torch
+
+    from g2c.specdec.sampling.drafters import Drafter
+    from g2c.specdec.sampling.loop import speculative_sample
+
+    target = _lm(0)
+
+    class IntTable(Drafter):
+        def propose(self, context_ids, k):
+            d = torch.ones(k, dtype=torch.long)
+            return d, torch.nn.functional.one_hot(d, V)                       # int64 rows
+
+    class FloatIds(Drafter):
+        def propose(self, context_ids, k):
+            return torch.ones(k), None
+
+    class NoMatch(Drafter):
+        def propose(self, context_ids, k):
+            return torch.tensor([]), None                                     # float32, empty
+
+    gen = torch.Generator().manual_seed(0)
+    with pytest.raises(ValueError, match=r"IntTable\.propose must return draft_probs as floating-point "
+                                         r"probabilities, got dtype torch\.int64: .* refused, never converted"):
+        speculative_sample(target, IntTable(), [1, 2], 4, k=2, temperature=1.0, generator=gen)
+    with pytest.raises(ValueError, match=r"FloatIds\.propose must return draft_ids as a 1-D integer tensor of at "
+                                         r"most k=2 tokens, got shape \(2,\), dtype torch\.float32\Z"):
+        speculative_sample(target, FloatIds(), [1, 2], 4, k=2)
+    with pytest.raises(ValueError, match=r"got shape \(0,\), dtype torch\.float32; an empty draft is "
+                                         r"torch\.zeros\(0, dtype=torch\.long\)"):
+        speculative_sample(target, NoMatch(), [1, 2], 4, k=2)
+
+
 def test_a_helpers_trial_of_the_engine_is_mended():
     """A helper's break test of the engine (each was a hang, a silent loss or a raw torch error): a callback that
     drains or extends the tokens it is given changes nothing; a Target built without the states an EAGLE drafter
@@ -860,7 +896,8 @@ def test_a_helpers_trial_of_the_engine_is_mended():
 
     ids2 = torch.tensor([3, 4])
     for result, match in (((ids2,), r"got 1 value\(s\)\Z"), (torch.tensor([3]), r"got 1 value\(s\); a bare ids"),
-                          ((ids2, None, 0), r"got 3 value\(s\)\Z"), (ids2, r"got \(\); a bare ids tensor of 2")):
+                          ((ids2, None, 0), r"got 3 value\(s\)\Z"),
+                          (ids2, r"got shape \(\), dtype torch\.int64; a bare ids tensor of 2")):
         with pytest.raises(ValueError, match=r"Shaped\.propose must .*" + match):
             speculative_sample(target, Shaped(result), [1, 2, 3], 4, k=2)
 

@@ -21,7 +21,9 @@ hooks filled in.
     A drafter resets any per-sequence state here.
 
 ``propose(context_ids, k) -> (draft_ids, draft_probs)``
-    ``context_ids`` (T,) int64 on the CPU is everything committed so far (prompt + output);
+    ``context_ids`` (T,) int64 on the CPU is everything committed so far (prompt + output).
+    It is the loop's own tensor, not a copy (a copy per round would cost every drafter): read
+    it, never write into it (``context_ids.clone()`` first), or the committed text changes;
     ``k >= 1`` is the most it may draft. Returns ``draft_ids`` (k',) int64 on the CPU with
     0 <= k' <= k, and either ``draft_probs`` (k', V) float32 on the CPU, row i the warped
     distribution q_i that ``draft_ids[i]`` was sampled from, or ``None`` when the draft is a
@@ -30,7 +32,8 @@ hooks filled in.
     empty draft (k' = 0) is allowed: the target pass then emits one token of its own.
 
 ``commit(context_ids, num_accepted, *, target_hidden=None) -> None``
-    Called after every target pass. ``context_ids`` is the new committed context (it ends
+    Called after every target pass. ``context_ids`` is the new committed context (read-only,
+    as in ``propose``; it ends
     with the target's correction or bonus token, or a budget/EOS cut); the first
     ``num_accepted`` drafts of the last proposal became history and the rest are rolled
     back. An uncached drafter has nothing to do. A cached LM drafter

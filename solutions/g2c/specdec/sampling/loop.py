@@ -143,11 +143,14 @@ def _check_draft(drafter, *proposal_k_vocab, k: int | None = None,
         return draft_ids.check(vocab_size, source=f"{name}.propose"), None
     if not isinstance(draft_ids, torch.Tensor) or draft_ids.dim() != 1 or draft_ids.numel() > k \
             or draft_ids.dtype.is_floating_point or draft_ids.dtype == torch.bool:
-        shape = tuple(draft_ids.shape) if isinstance(draft_ids, torch.Tensor) else type(draft_ids).__name__
+        got = (f"shape {tuple(draft_ids.shape)}, dtype {draft_ids.dtype}" if isinstance(draft_ids, torch.Tensor)
+               else type(draft_ids).__name__)
         hint = ("; a bare ids tensor of 2 tokens unpacks into two 0-d tensors: return (draft_ids, None)"
-                if isinstance(draft_ids, torch.Tensor) and draft_ids.dim() == 0 else "")
+                if isinstance(draft_ids, torch.Tensor) and draft_ids.dim() == 0 else
+                "; an empty draft is torch.zeros(0, dtype=torch.long) (torch.tensor([]) is float32)"
+                if isinstance(draft_ids, torch.Tensor) and draft_ids.numel() == 0 else "")
         raise ValueError(f"{name}.propose must return draft_ids as a 1-D integer tensor of at most k={k} "
-                         f"tokens, got {shape}{hint}")
+                         f"tokens, got {got}{hint}")
     draft_ids = draft_ids.long().cpu()
     if draft_ids.numel() and not 0 <= int(draft_ids.min()) <= int(draft_ids.max()) < vocab_size:
         raise ValueError(f"{name}.propose drafted ids {draft_ids.tolist()} outside the target's vocabulary "
@@ -157,6 +160,11 @@ def _check_draft(drafter, *proposal_k_vocab, k: int | None = None,
             shape = tuple(draft_probs.shape) if isinstance(draft_probs, torch.Tensor) else type(draft_probs).__name__
             raise ValueError(f"{name}.propose must return draft_probs of shape (k', V) = "
                              f"({draft_ids.numel()}, {vocab_size}) or None, got {shape}")
+        if not draft_probs.dtype.is_floating_point:       # the shared rule: refused, never converted
+            raise ValueError(f"{name}.propose must return draft_probs as floating-point probabilities, got dtype "
+                             f"{draft_probs.dtype}: an integer or bool table is refused, never converted (counts "
+                             "or a one-hot of the draft are not the rows it was sampled from; return None for a "
+                             "deterministic draft)")
         draft_probs = draft_probs.float().cpu()
         if draft_ids.numel() and bool((draft_probs.gather(1, draft_ids.view(-1, 1)) <= 0).any()):
             raise ValueError(f"{name}.propose drafted a token its own q gives probability 0 (ids "
