@@ -133,7 +133,8 @@ def main(argv: list[str] | None = None) -> int:
                 def spec(kind=kind, n=n, temp=temp):
                     g = torch.Generator().manual_seed(args.seed)
                     return [tree_speculative_generate(target, drafter, p, args.new_tokens, tree=kind, num_nodes=n,
-                                                      width=args.width, temperature=temp, generator=g, eos_id=eos,
+                                                      width=args.width if kind == "dynamic" else None,
+                                                      temperature=temp, generator=g, eos_id=eos,
                                                       use_cache=args.use_cache)
                             for p in prompts]
 

@@ -181,6 +181,13 @@ def training_windows(manifest: dict) -> str:
     return found.group(1) if found else str(recipe.get("features_windows", "-"))
 
 
+def precision(manifest: dict) -> str:
+    """How a run trained: "bf16" (bfloat16 autocast) or "fp32" (float32: a CPU without bfloat16 kernels,
+    ``g2c.assets.recipes.ladder.bf16_autocast_is_fast``); manifests from before the choice existed
+    trained under bfloat16 autocast."""
+    return "fp32" if manifest.get("recipe", {}).get("bf16_autocast") is False else "bf16"
+
+
 def budget_section() -> str:
     """The "At one budget" tables: one per recorded budget, its drafters' validation agreement."""
     out = []
@@ -194,10 +201,11 @@ def budget_section() -> str:
             label = m["name"] if variant is None else f"{m['name']}, variant {variant}"
             rows.append(f"| {label} | {m['drafter']} | {m['tokens_seen']:,} | {m['epochs']} | {m['steps']} | "
                         f"{training_windows(m)} | {agreement(m['val'])} | "
-                        f"{m['wall_time_s'] / 60:.1f} min |")
+                        f"{m['wall_time_s'] / 60:.1f} min | {precision(m)} |")
         out.append(f"#### budget-{budget} ({budget:,} target tokens each)\n\n"
-                   "| drafter | kind | tokens seen | epochs | steps | training windows | agreement | wall time |\n"
-                   "|---|---|---|---|---|---|---|---|\n" + "\n".join(rows))
+                   "| drafter | kind | tokens seen | epochs | steps | training windows | agreement | wall time | "
+                   "precision |\n"
+                   "|---|---|---|---|---|---|---|---|---|\n" + "\n".join(rows))
     return "\n\n".join(out)
 
 
@@ -298,7 +306,10 @@ float32, so in memory each model takes the float32 size.
 
 Recipe (all three): AdamW (β = 0.9, 0.95; weight decay 0.1 on matrices only), linear warmup
 then cosine decay to a tenth of the peak, gradient clipping at 1.0, batches of 16 × 256 tokens
-drawn uniformly from the training stream, bfloat16 autocast, torch's fused attention kernel
+drawn uniformly from the training stream, bfloat16 autocast (the recipes use it only on a CPU
+with bfloat16 kernels, AVX-512 or ARM BF16, or a CUDA GPU: on an AVX2 CPU torch emulates it tens of
+times slower than float32, so a retrain there runs in float32 and says so; each manifest records
+`bf16_autocast`), torch's fused attention kernel
 (same maths as the course attention, tested equal), validation every 100 steps, weights with
 the best validation loss kept. Machine: {machine.replace(" ,", ",")} (the project's 2-core
 AMD EPYC VM, no GPU). Each manifest also records the seed, the full validation history and
@@ -370,7 +381,10 @@ draft step; EAGLE-3: per unrolled step; Medusa: per head; Block: per slot). A ro
 paper design or an ablation trained at the same budget (`--variant V`, issue 29; the lineage
 lesson's "The paper designs and the ablations"): Block kv injects the features into every draft
 layer's keys and values (DFlash); EAGLE3 ttt1 / ttt7 unroll 1 / 7 training-time-test steps (the
-recipe: 3); EAGLE tokens reads zeros instead of the target's features.
+recipe: 3); EAGLE tokens reads zeros instead of the target's features. "Precision" is how the run
+trained: bf16 (bfloat16 autocast, the AVX-512 VM of the earlier sessions) or fp32 (a 2-core AVX2 VM,
+where bfloat16 autocast would have been about 50 times slower); wall times are comparable only
+within one precision.
 
 {budgets or "(no budgeted retraining recorded yet)"}
 

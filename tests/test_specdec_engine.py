@@ -166,7 +166,8 @@ def run_case(case: dict) -> dict:
         target = _model(model)
         drafter = _model("lm-draft" if model == "lm" else "sum-draft")
         ids, stats = tree_speculative_generate(target, drafter, case["prompt"], case["budget"], tree=case["tree"],
-                                               num_nodes=case["k"], width=2, temperature=case["T"],
+                                               num_nodes=case["k"], width=2 if case["tree"] == "dynamic" else None,
+                                               temperature=case["T"],
                                                generator=_gen(5), eos_id=case.get("eos"), on_pass=on_pass,
                                                use_cache=case["cached"])
     elif entry == "lineage_generate":
@@ -402,7 +403,8 @@ def _controlled_run(name: str, prompt: list[int], n: int, **controls):
     from g2c.specdec.trees import tree_speculative_generate
     if name.startswith("tree-"):
         shape = name.split("-")[1]
-        return tree_speculative_generate(_model("lm"), _model("lm"), prompt, n, tree=shape, num_nodes=5, width=2,
+        return tree_speculative_generate(_model("lm"), _model("lm"), prompt, n, tree=shape, num_nodes=5,
+                                         width=2 if shape == "dynamic" else None,
                                          temperature=0.0, use_cache=name.endswith("cached"), **controls)
     target = _model("lm4") if name in ("eagle3", "block") else _model("lm")
     drafter = _lineage_drafter(name.removesuffix("-fast"), target)

@@ -715,7 +715,8 @@ def test_tree_loop_equals_plain_decoding_at_the_window_edge(num_nodes):
         for kind in ("chain", "static", "dynamic"):
             for use_cache in (False, True):
                 out, stats = tree_speculative_generate(target, drafter, [1, 2], n, tree=kind, num_nodes=num_nodes,
-                                                       width=2, use_cache=use_cache)
+                                                       width=2 if kind == "dynamic" else None,
+                                                       use_cache=use_cache)
                 want = (refill_greedy if use_cache else windowed_greedy)(target, [1, 2], n)
                 assert out.tolist() == want, f"{kind}, use_cache={use_cache}, {n} tokens"
                 assert stats.generated == n

@@ -758,6 +758,10 @@ def test_tree_drafts_and_tree_presets_refuse_bad_input_by_name():
         tree_speculative_generate(target, draft, [1, 2], 3, tree="dynamic", width="2")
     with pytest.raises(ValueError, match=r"width must be an int >= 1"):
         tree_speculative_generate(target, draft, [1, 2], 3, tree="dynamic", width=0)
+    for shape in ("chain", "static"):          # width is EAGLE-2's: never ignored in silence (as choices)
+        with pytest.raises(ValueError, match=rf"width shapes a dynamic tree only .* with tree='{shape}' it would be "
+                                             r"ignored"):
+            tree_speculative_generate(target, draft, [1, 2], 3, tree=shape, width=2)
     with pytest.raises(TypeError, match=r"target_cache must be a g2c\.kvcache\.KVCache"):
         tree_speculative_generate(target, draft, [1, 2], 3, target_cache="cache")
     with pytest.raises(TypeError, match=r"drafts trees with a language model .* got function"):

@@ -353,7 +353,8 @@ def test_model_card_records_a_budget_and_tables_it(tmp_path, monkeypatch):
     assert sorted(p.name for p in copied.iterdir()) == ["manifest.json"]          # the record, not the weights
     section = card.budget_section()
     assert "#### budget-2048 (2,048 target tokens each)" in section
-    assert "| StoryLM-30M-Medusa | medusa | 2,048 | 1.0 | 1 | 8 | 0.25/0.12 | 1.5 min |" in section
+    assert "| StoryLM-30M-Medusa | medusa | 2,048 | 1.0 | 1 | 8 | 0.25/0.12 | 1.5 min | bf16 |" in section
+    assert card.precision({"recipe": {"bf16_autocast": False}}) == "fp32"        # a float32 retrain (AVX2 CPU)
     # past one epoch the recipe asks for more windows than the split has; the card shows the ones read
     old = {"recipe": {"features_windows": 11720, "data": "StoryLM-30M's outputs of blocks 2, 4, 6 and final "
                       "states over the first 6179 train windows of 256 tokens"}}
@@ -637,3 +638,31 @@ def test_agreement_figure_reads_the_recorded_budgets_and_keeps_only_the_named_dr
     assert sorted(labels, key=fig.label_order) == [
         "StoryLM-30M-EAGLE (budget-512000)", "StoryLM-30M-EAGLE (budget-1000000)", "StoryLM-30M-EAGLE",
         "StoryLM-30M-EAGLE3 (budget-512000-ttt1)", "StoryLM-30M-EAGLE3 (budget-1500000)", "StoryLM-30M-EAGLE3"]
+
+
+def test_recipes_train_in_bfloat16_only_where_the_hardware_has_it(tiny_run, monkeypatch, tmp_path):
+    """bfloat16 autocast is emulated on a CPU without AVX-512 or ARM BF16 (an AVX2 CPU: tens of times slower
+    than float32), so the recipes use it only where oneDNN has the kernels, say which they use, and record it;
+    G2C_BF16_AUTOCAST=1/0 forces either (e.g. to rerun a manifest's precision), anything else is named."""
+    from g2c.assets.recipes.ladder import BF16_ENV, bf16_autocast_is_fast
+
+    D, written = tiny_run
+    monkeypatch.delenv(BF16_ENV, raising=False)
+    assert bf16_autocast_is_fast("cpu") is bool(torch.ops.mkldnn._is_mkldnn_bf16_supported())
+    assert bf16_autocast_is_fast(torch.device("meta")) is False            # neither CPU nor CUDA: float32
+    monkeypatch.setenv(BF16_ENV, "yes")
+    with pytest.raises(ValueError, match=r"G2C_BF16_AUTOCAST must be 1 .* or 0 .*, got 'yes'"):
+        bf16_autocast_is_fast("cpu")
+    runs = {}
+    for flag in ("0", "1"):
+        monkeypatch.setenv(BF16_ENV, flag)
+        monkeypatch.setattr(D, "RUNS_DIR", tmp_path / flag)
+        lines = []
+        D.train_drafter("StoryLM-30M-Medusa", budget=2 * 2 * 16, progress=False, log=lines.append)
+        files, manifest = written[-1]
+        assert manifest["recipe"]["bf16_autocast"] is (flag == "1")
+        said = "bfloat16 autocast on cpu" if flag == "1" else "float32 on cpu: it has no bfloat16 products"
+        assert any(said in line for line in lines), lines
+        runs[flag] = manifest["history"]
+    assert runs["0"][0]["val_loss"] != runs["1"][0]["val_loss"]    # the flag reached the loop: the same weights
+    assert runs["0"] != runs["1"]                                  # score apart in the two precisions, train apart

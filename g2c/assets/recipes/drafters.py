@@ -44,7 +44,7 @@ from g2c.assets.artifacts import (
     write_artifact,
 )
 from g2c.assets.recipes.features import Features, FinalStates, layer_features, target_features
-from g2c.assets.recipes.ladder import RUNS_DIR, git_commit, machine
+from g2c.assets.recipes.ladder import RUNS_DIR, bf16_autocast_is_fast, git_commit, machine, precision_note
 
 __all__ = ["DRAFTER_RECIPES", "EQUAL_BUDGET_TOKENS", "RECIPE_VARIANTS", "STATE_READERS", "TRAINING_BUDGETS",
            "budgeted_recipe", "parse_budget", "recipe_budget", "train_drafter"]
@@ -214,6 +214,7 @@ class _Job:
         from g2c.specdec.sampling.eagle import FeatureDrafter
 
         self.name, self.recipe, self.kind = name, recipe, DRAFTERS[name]["kind"]
+        self.bf16 = bf16_autocast_is_fast(device)          # float32 where bfloat16 is emulated (an AVX2 CPU)
         gen = torch.Generator().manual_seed(recipe["seed"])
         base_name = recipe.get("base") or recipe["teacher"]
         self.base, _ = load_model(base_name, device=device)
@@ -297,7 +298,7 @@ def _evaluate(job: _Job, val: Features, num_windows: int, batch_size: int) -> di
     for start in range(0, min(num_windows, val.num_windows), batch_size):
         windows = torch.arange(start, min(start + batch_size, num_windows, val.num_windows))
         ids, states = val.batch(windows, job.base.token_embed.weight.device)
-        with torch.autocast(ids.device.type, dtype=torch.bfloat16):
+        with torch.autocast(ids.device.type, dtype=torch.bfloat16, enabled=job.bf16):
             out = job.terms(ids, states, train=False)
         for k, v in out.items():
             sums[k] = sums.get(k, 0.0) + float(v) * len(windows)
@@ -319,7 +320,7 @@ def _train_steps(job, r: dict, train, val, opt, gen, params, ckpt: Path, bar, na
         opt.lr = _lr(step, r)
         windows = torch.randint(0, train.num_windows, (r["batch_size"],), generator=gen)
         ids, states = train.batch(windows, job.base.token_embed.weight.device)
-        with torch.autocast(ids.device.type, dtype=torch.bfloat16):
+        with torch.autocast(ids.device.type, dtype=torch.bfloat16, enabled=job.bf16):
             out = job.terms(ids, states, train=True, generator=gen)
         opt.zero_grad()
         out["loss"].backward()
@@ -457,7 +458,8 @@ def train_drafter(name: str, *, force: bool = False, progress: bool = True, log=
         history.append({"step": 0, "tokens_seen": 0, **{k: round(v, 5) for k, v in first.items()}})
         best, best_state = first["val_score"], {k: v.clone() for k, v in job.module.state_dict().items()}
     log(f"drafters: training {name} ({sum(p.numel() for p in params):,} parameters) on {job.base_name}'s "
-        f"states, up to {r['steps']} steps of {r['batch_size']}x{train.context} tokens")
+        f"states, up to {r['steps']} steps of {r['batch_size']}x{train.context} tokens in "
+        f"{precision_note(job.bf16, device)}")
     job.module.train()
     t0 = time.time()
     bar = tqdm(total=r["steps"], initial=step, desc=name, disable=not progress)
@@ -483,7 +485,7 @@ def train_drafter(name: str, *, force: bool = False, progress: bool = True, log=
         "name": name, "kind": "model", "drafter": DRAFTERS[name]["kind"], "base": job.base_name,
         "parameters": sum(p.numel() for p in params), "config": config,
         "recipe": {**r, "optimizer": "g2c.training.AdamW (betas 0.9, 0.95, no weight decay)",
-                   "schedule": "linear warmup + cosine", "grad_clip": 1.0, "bf16_autocast": True,
+                   "schedule": "linear warmup + cosine", "grad_clip": 1.0, "bf16_autocast": job.bf16,
                    "data": data,
                    "weights_kept": "best validation score (val_score), " + (
                        "early stop after `patience` checks" if r["patience"] is not None

@@ -63,6 +63,56 @@ def machine() -> str:
     return f"{platform.machine()} {platform.processor() or ''}, {torch.get_num_threads()} torch threads".strip()
 
 
+BF16_ENV = "G2C_BF16_AUTOCAST"
+
+
+def bf16_autocast_is_fast(device) -> bool:
+    """Whether bfloat16 autocast makes training faster on ``device`` (it is slower where the hardware
+    lacks bfloat16 products). The recipes train under bfloat16 autocast only where this is True.
+
+    - CUDA: ``torch.cuda.is_bf16_supported()``.
+    - CPU: oneDNN's bfloat16 kernels, which need AVX-512 (BW, VL, DQ) or ARM's BF16 extension
+      (``torch.ops.mkldnn._is_mkldnn_bf16_supported()``). Without them (an AVX2-only CPU) torch emulates
+      the products: one (2048 x 256) @ (256 x 1024) product on one AVX2 core took 1,690 ms under
+      bfloat16 autocast against 32 ms in float32 (torch 2.13, AMD EPYC), and a block-drafter step
+      55 s instead of about 1 s.
+    - any other device (MPS): False (the recipes train on CPU or CUDA).
+
+    The environment variable ``G2C_BF16_AUTOCAST`` (``1`` or ``0``) overrides the check, e.g. to rerun
+    a recipe in the precision its manifest records (``recipe.bf16_autocast``) on another machine.
+
+    Args:
+        device: a ``torch.device`` or its name.
+
+    Raises:
+        ValueError: ``G2C_BF16_AUTOCAST`` set to anything but ``1`` or ``0`` (the message names it).
+    """
+    import os
+
+    forced = os.environ.get(BF16_ENV)
+    if forced is not None:
+        if forced.strip() not in ("0", "1"):
+            raise ValueError(f"{BF16_ENV} must be 1 (train under bfloat16 autocast) or 0 (float32), got {forced!r}")
+        return forced.strip() == "1"
+    kind = torch.device(device).type
+    if kind == "cuda":
+        return torch.cuda.is_available() and torch.cuda.is_bf16_supported()
+    if kind != "cpu":
+        return False
+    try:
+        return bool(torch.ops.mkldnn._is_mkldnn_bf16_supported())
+    except (AttributeError, RuntimeError):         # a build without oneDNN: no bfloat16 kernels either
+        return False
+
+
+def precision_note(bf16: bool, device) -> str:
+    """The log line that says which precision a recipe trains in, and why."""
+    if bf16:
+        return f"bfloat16 autocast on {torch.device(device)}"
+    return (f"float32 on {torch.device(device)}: it has no bfloat16 products (bfloat16 autocast would be "
+            f"tens of times slower here; {BF16_ENV}=1 forces it)")
+
+
 def train_tokenizer(*, force: bool = False, log=print) -> Path:
     """Train the StoryTokenizer on the training split and install it as an artifact."""
     from g2c.tokenizer import BPETokenizer
@@ -142,7 +192,7 @@ def _manifest(name: str, cfg, model, trainer, config, counts: dict, *, val_loss:
         "config": config_json,
         "recipe": {**RECIPES[name], "optimizer": "g2c.training.AdamW (no decay on biases, gains, positions)",
                    "schedule": "linear warmup + cosine (g2c.training.cosine_with_warmup)",
-                   "grad_clip": config.grad_clip, "betas": list(config.betas), "bf16_autocast": True,
+                   "grad_clip": config.grad_clip, "betas": list(config.betas), "bf16_autocast": config.bf16,
                    "attention": "torch fused SDPA (same maths as the course attention)",
                    "weights_kept": "best validation loss (evaluated every eval_every steps)",
                    "stored_dtype": "float16"},
@@ -177,10 +227,14 @@ def train_model(name: str, *, force: bool = False, progress: bool = True, log=pr
     train_ids, val_ids = load_token_stream("train"), load_token_stream("val")
     recipe = dict(RECIPES[name])
     dropout = recipe.pop("dropout")
-    config = TrainConfig(**recipe, bf16=True, device="auto")
+    from g2c.nn.device import resolve_device
+
+    bf16 = bf16_autocast_is_fast(resolve_device("auto"))         # float32 where bfloat16 is emulated (AVX2)
+    config = TrainConfig(**recipe, bf16=bf16, device="auto")
     model = cfg.build(generator=torch.Generator().manual_seed(config.seed), dropout=dropout)
     model.set_fused_attention(True)
     trainer = Trainer(model, train_ids, val_ids, config)
+    log(f"checkpoints: {name} trains in {precision_note(bf16, trainer.device)}")
     wall = _run_training(name, trainer, config, force=force, progress=progress, log=log)
     # Final weights: the best validation checkpoint, stored in float16 and measured as stored.
     model.load_state_dict(trainer.best_state)

@@ -562,9 +562,9 @@ class LMTreeDrafter:
 
 @torch.no_grad()
 def tree_speculative_generate(target, drafter, prompt_ids, max_new_tokens: int, *, tree: str = "dynamic",
-                              num_nodes: int = 8, width: int = 4, choices: list[tuple[int, ...]] | None = None,
-                              temperature: float = 0.0, generator: torch.Generator | None = None,
-                              eos_id: int | None = None,
+                              num_nodes: int = 8, width: int | None = None,
+                              choices: list[tuple[int, ...]] | None = None, temperature: float = 0.0,
+                              generator: torch.Generator | None = None, eos_id: int | None = None,
                               on_pass: Callable[[list[int], int], None] | None = None,
                               use_cache: bool = False, target_cache=None, draft_mode: str = "top",
                               top_k: int | None = None, top_p: float | None = None,
@@ -586,6 +586,9 @@ def tree_speculative_generate(target, drafter, prompt_ids, max_new_tokens: int, 
         tree: ``"chain"`` (k = num_nodes drafts in a row), ``"static"`` (``choices``, default
             ``static_choices(num_nodes)``) or ``"dynamic"`` (``build_dynamic_tree`` with
             ``width``).
+        width: the dynamic tree's children per expanded node (EAGLE-2's top-k), an int >= 1; None
+            (default) means 4. Only ``tree="dynamic"`` reads it: with another tree it is refused,
+            as ``choices`` are outside a static tree, never ignored in silence.
         num_nodes: the node budget n >= 1 per target pass.
         temperature: 0 for greedy verification (output = the target's greedy text); > 0 for
             sampled verification of the target's softmax(logits / temperature) (output
@@ -631,7 +634,8 @@ def tree_speculative_generate(target, drafter, prompt_ids, max_new_tokens: int, 
     Raises:
         ValueError: bad prompt, budget, temperature, node budget, tree kind, draft_mode, ``eos_id``
             outside the vocabulary, bad ``choices`` (``check_choices``), ``choices`` with a tree other than
-            ``"static"`` ("choices shape a static tree only"), empty ``choices`` ("choices is empty"),
+            ``"static"`` ("choices shape a static tree only"), ``width`` with a tree other than
+            ``"dynamic"`` ("width shapes a dynamic tree only"), ``width`` < 1, empty ``choices`` ("choices is empty"),
             or different vocab sizes.
         TypeError: a target that is not a language model (a name, a ``Target``: "pass its
             .model"); ``use_cache`` not a bool or with a target that is not a ``TransformerLM``;
@@ -660,6 +664,10 @@ def tree_speculative_generate(target, drafter, prompt_ids, max_new_tokens: int, 
         raise TypeError(f"tree_speculative_generate drafts trees with a language model (ids (1, T) -> logits, with "
                         f"vocab_size and max_seq_len), got {type(drafter).__name__}{unwrap_hint}")
     check_same_vocab(drafter.vocab_size, target.vocab_size)
+    if width is not None and tree != "dynamic":            # never ignored in silence, as choices
+        raise ValueError(f"width shapes a dynamic tree only (tree='dynamic'); with tree={tree!r} it would be "
+                         "ignored: drop it or pass tree='dynamic'")
+    width = 4 if width is None else width
     if tree == "dynamic" and check_count(width, "width", minimum=None) < 1:
         raise ValueError(f"width must be an int >= 1 (children per expanded node), got {width}")
     if draft_mode not in ("top", "sample"):
