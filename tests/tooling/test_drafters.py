@@ -661,8 +661,13 @@ def test_recipes_train_in_bfloat16_only_where_the_hardware_has_it(tiny_run, monk
         D.train_drafter("StoryLM-30M-Medusa", budget=2 * 2 * 16, progress=False, log=lines.append)
         files, manifest = written[-1]
         assert manifest["recipe"]["bf16_autocast"] is (flag == "1")
-        said = "bfloat16 autocast on cpu" if flag == "1" else "float32 on cpu: it has no bfloat16 products"
+        said = f"{'bfloat16 autocast' if flag == '1' else 'float32'} on cpu: forced by G2C_BF16_AUTOCAST={flag}"
         assert any(said in line for line in lines), lines
+        assert not any("no bfloat16 products" in line for line in lines), lines   # the variable, not the CPU, chose
         runs[flag] = manifest["history"]
+    monkeypatch.delenv(BF16_ENV)
+    from g2c.assets.recipes.ladder import precision_note
+    assert precision_note(False, "cpu").startswith("float32 on cpu: it has no bfloat16 products")
+    assert precision_note(True, "cuda:0") == "bfloat16 autocast on cuda:0"
     assert runs["0"][0]["val_loss"] != runs["1"][0]["val_loss"]    # the flag reached the loop: the same weights
     assert runs["0"] != runs["1"]                                  # score apart in the two precisions, train apart

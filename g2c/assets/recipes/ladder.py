@@ -12,6 +12,7 @@ a restarted run continues from it bit-identically.
 from __future__ import annotations
 
 import json
+import os
 import platform
 import subprocess
 import time
@@ -87,7 +88,6 @@ def bf16_autocast_is_fast(device) -> bool:
     Raises:
         ValueError: ``G2C_BF16_AUTOCAST`` set to anything but ``1`` or ``0`` (the message names it).
     """
-    import os
 
     forced = os.environ.get(BF16_ENV)
     if forced is not None:
@@ -106,10 +106,18 @@ def bf16_autocast_is_fast(device) -> bool:
 
 
 def precision_note(bf16: bool, device) -> str:
-    """The log line that says which precision a recipe trains in, and why."""
+    """The log line that says which precision a recipe trains in, and why.
+
+    When ``G2C_BF16_AUTOCAST`` is set it names the variable as the reason (the hardware check did not
+    decide); otherwise it gives the hardware's answer from ``bf16_autocast_is_fast``.
+    """
+    where = torch.device(device)
+    forced = os.environ.get(BF16_ENV, "").strip()
+    if forced in ("0", "1"):
+        return f"{'bfloat16 autocast' if bf16 else 'float32'} on {where}: forced by {BF16_ENV}={forced}"
     if bf16:
-        return f"bfloat16 autocast on {torch.device(device)}"
-    return (f"float32 on {torch.device(device)}: it has no bfloat16 products (bfloat16 autocast would be "
+        return f"bfloat16 autocast on {where}"
+    return (f"float32 on {where}: it has no bfloat16 products (bfloat16 autocast would be "
             f"tens of times slower here; {BF16_ENV}=1 forces it)")
 
 

@@ -11,6 +11,7 @@ import hashlib
 import math
 import os
 import time
+import warnings
 from contextlib import nullcontext
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -89,6 +90,11 @@ class Trainer:
 
     Raises:
         ValueError: context larger than the model's window, or streams too short.
+
+    Warns:
+        RuntimeWarning: ``config.bf16`` on a CPU whose oneDNN has no bfloat16 kernels (an AVX2 CPU
+            without AVX-512 BF16, or an ARM CPU without BF16): autocast still works but is emulated,
+            about 50x slower than float32 for a matrix product (docs/performance.md, "Which CPU").
     """
 
     def __init__(self, model: Module, train_ids, val_ids=None, config: TrainConfig | None = None) -> None:
@@ -101,6 +107,10 @@ class Trainer:
             if ids is not None and len(ids) < c.context + 1:
                 raise ValueError(f"{name} has {len(ids)} tokens, fewer than context + 1 = {c.context + 1}")
         self.device = resolve_device(c.device)
+        if c.bf16 and self.device.type == "cpu" and not torch.ops.mkldnn._is_mkldnn_bf16_supported():
+            warnings.warn("TrainConfig.bf16=True on a CPU without bfloat16 products (no AVX-512 BF16 or ARM BF16): "
+                          "torch emulates them, tens of times slower than float32; set bf16=False on this machine",
+                          RuntimeWarning, stacklevel=2)
         self.model = model.to(self.device)
         self.train_ids = train_ids
         self.val_ids = val_ids
