@@ -31,7 +31,7 @@ fi
 
 author=""
 case "${1:-}" in
-    --progress) exec env G2C_QUIET=1 "$PY" -m g2c.course progress ;;
+    --progress) shift; exec env G2C_QUIET=1 "$PY" -m g2c.course progress "$@" ;;
     --submit) shift; exec env G2C_QUIET=1 "$PY" -m g2c.course submit "$@" ;;
     --author) author=1; shift ;;
 esac

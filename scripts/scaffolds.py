@@ -62,7 +62,11 @@ def main(argv: list[str] | None = None) -> int:
                 print(f"  {rel}  <- solutions/{rel}{note}", file=sys.stderr)
             if record_stale:
                 print(f"  {RECORD}  (the record of the last generation)", file=sys.stderr)
-            print(f"fix: run `{REGENERATE}` and commit the result", file=sys.stderr)
+            if any(states[rel].state == "edited" for rel in stale):   # a student's own work: not a stale scaffold
+                print("your edited exercise files differ from the scaffolds, as they should: --check is the course "
+                      "authors' freshness check; grade your work with ./test.sh ID", file=sys.stderr)
+            if any(states[rel].state != "edited" for rel in stale) or record_stale:
+                print(f"fix (course authors): run `{REGENERATE}` and commit the result", file=sys.stderr)
             return 1
         print(f"scaffolds: {len(fresh)} files up to date")
         return 0

@@ -84,6 +84,8 @@ def test_cli_fast_needs_the_kv_cache(fake_ladder, capsys):
     (["bcd", "--width", "1000"], "--width 1000: the EAGLE-2 expansion width is 1 (a chain) to 32"),
     (["bcd", "--max-new-tokens", "-1"], "--max-new-tokens -1: "),
     (["", "--max-new-tokens", "3"], "the prompt is empty"),
+    (["   ", "--max-new-tokens", "3"], "the prompt holds only whitespace"),      # a fresh trial: it ran
+    (["bcd", "-k", "5000"], "-k 5000: at most "),      # one rule for every route (it ran with some drafters)
     (["bcd", "--temperature", "-1"], "--temperature -1.0: use 0 for greedy"),
     (["bcd", "--temperature", "inf"], "--temperature inf: use 0 for greedy"),
     (["bcd", "--top-k", "0"], "--top-k 0: keep at least one token"),

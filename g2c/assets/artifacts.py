@@ -248,7 +248,8 @@ def verify_artifact(name: str, root: Path | None = None, *, pinned: bool | None 
         got = sha256_file(path)
         if got != expected:
             raise ChecksumError(f"checksum mismatch for {path}: manifest says {expected}, file has {got}; "
-                                "the file is corrupted or was edited. Run ./checkpoints.sh --force to restore it")
+                                "the file is corrupted or was edited. Run ./checkpoints.sh to restore it (it "
+                                "replaces a file that fails its checksum)")
     return manifest
 
 
@@ -472,7 +473,8 @@ def load_story_tokenizer(*, root: Path | None = None):
 
     Raises:
         ArtifactMissingError: the artifact is missing (run ``./checkpoints.sh``).
-        ChecksumError: its checksum does not match the manifest (run ``./checkpoints.sh --force``).
+        ChecksumError: its checksum does not match the manifest (run ``./checkpoints.sh``: it restores a
+            file that fails its checksum).
     """
     return load_tokenizer("StoryTokenizer", root=root)
 

@@ -101,6 +101,10 @@ def _grade(ids: list[str], solve: list[str], json_path: str | None = None) -> in
         print("grade: you have not edited any exercise file yet; name a module (e.g. ./test.sh 16) or run "
               "./test.sh --progress")
         return 0
+    idle = [get_module(i).id for i in solve if get_module(i).id not in worked]
+    if idle:                              # the answer key stands in for an unedited module anyway: say so
+        print(f"note: --solve {','.join(idle)}: you have not edited module(s) {', '.join(idle)}, so the answer "
+              "key stands in for them anyway; --solve matters only for a prerequisite you edited", flush=True)
     print(f"grading your own code for module(s) {', '.join(ids)}; the answer key stands in only for the modules "
           "they need that you have not edited", flush=True)
     done: list = []

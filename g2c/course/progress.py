@@ -103,11 +103,40 @@ def parse_junit(xml_text: str) -> dict[str, Counter]:
     return counts
 
 
+_FILE_LINE = re.compile(r'File "([^"]+)", line (\d+)')
+_FRAME = re.compile(r"^(\S+\.py):(\d+): in ", re.M)
+
+
+def import_failure(text: str) -> str:
+    """The cause of a collection error, on one line, from its junit traceback ``text``: the exception's
+    last line and the deepest course file and line it names, e.g. "SyntaxError: Function parameters
+    cannot be parenthesized (g2c/specdec/verify.py:77)"; "" when the traceback holds no ``E`` line."""
+    errors = [line[1:].strip() for line in text.splitlines() if line.startswith("E ")]
+    if not errors:
+        return ""
+    cause = errors[-1]
+    where = ""
+    m = _FILE_LINE.findall("\n".join(errors))
+    if m:
+        path, line = m[-1]
+        cut = path.replace("\\", "/").rfind("/g2c/")
+        where = f"{path[cut + 1:] if cut >= 0 else Path(path).name}:{line}"
+    else:
+        frames = [f"{f}:{n}" for f, n in _FRAME.findall(text) if not f.startswith(("/", "<", "."))]
+        where = frames[-1] if frames else ""
+    return " ".join(f"{cause} ({where})".split()) if where else " ".join(cause.split())
+
+
 def _case_id(case, file: str) -> str:
-    """A pytest-like id of a junit test case: ``tests/test_nn.py::TestX::test_y[p]``."""
+    """A pytest-like id of a junit test case: ``tests/test_nn.py::TestX::test_y[p]``; a file that could
+    not be collected reads ``tests/test_x.py (collection error: <import_failure>)``."""
     name, classname = case.get("name") or "?", case.get("classname") or ""
     if not classname:  # a collection error: the name is the dotted test module
-        return f"{file} (collection error)"
+        bad = case.find("error")
+        cause = import_failure(bad.text or "") if bad is not None else ""
+        if len(cause) > REASON_WIDTH:
+            cause = cause[:REASON_WIDTH - 3] + "..."
+        return f"{file} (collection error: {cause})" if cause else f"{file} (collection error)"
     dotted = file[:-3].replace("/", ".") if file.endswith(".py") else file
     cls = classname[len(dotted) + 1:] if classname.startswith(dotted + ".") else ""
     return f"{file}::{cls.replace('.', '::') + '::' if cls else ''}{name}"
@@ -133,6 +162,9 @@ def failure_lines(xml_text: str) -> list[str]:
     out = []
     for case, file, bad, kind, m in _cases(xml_text):
         if bad is None:
+            continue
+        if not (case.get("classname") or ""):    # a collection error: its id already names the cause
+            out.append(f"{kind} {_case_id(case, file)}")
             continue
         reason = m.group(0) if m else " ".join((bad.get("message") or "").split())   # every line: a regex mismatch
         # says what was expected only on its "Regex:" and "Input:" lines
@@ -270,14 +302,19 @@ def grade(ids: list[str], *, worked: list[str] | None = None, solve: list[str] =
         selection = [i for i in module_ids() if i in set(grading_selection(m.id, worked)) | set(solve)]
         files = [t for t in m.tests if (root / t).is_file()]
         counts, failures = _pytest(files, selection, root, python, echo) if files else ({}, [])
+        pristine = _pristine(root)
+        crashed = {t.split(" ", 1)[0] for t, _ in failures if " (collection error" in t}
+        for t in crashed & set(m.tests):   # none of the file's tests could run: each recorded test fails
+            want = pristine.get(t, {})
+            need = want.get("passed", 0) + want.get("failed", 0) if isinstance(want, dict) else 0
+            if need > 1:
+                counts[t] = Counter({**counts.get(t, Counter()), "failed": need})
         c = Counter()
         for t in m.tests:
             c.update(counts.get(t, Counter()))
         blocked = tuple((i, c[f"unwritten:{i}"]) for i in module_ids() if i != m.id and c[f"unwritten:{i}"])
         recorded = _recorded(m, root)
         warnings = test_file_problems(m, root)
-        pristine = _pristine(root)
-        crashed = {t.split(" ", 1)[0] for t, _ in failures if t.endswith("(collection error)")}
         for t in m.tests:  # a file that could not be collected (the code crashed at import) fails; it is no tampering
             want = pristine.get(t, {})
             ran = sum(counts.get(t, Counter())[k] for k in ("passed", "failed", "skipped"))

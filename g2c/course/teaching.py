@@ -23,8 +23,9 @@ contract; the one shared ``.venv``, ``artifacts/`` and ``data/`` linked in. The 
 the overlay, so one submission's code never meets another's), exactly what ``./test.sh IDS`` runs in
 a student's clone: the answer key stands in for the prerequisites the student did not edit, and a
 failure caused by an unwritten prerequisite the student edited is reported as blocking. A
-submission gets ``--timeout`` seconds in all (its process group is killed after that); a crash, a
-hang or garbage on stdout is reported on its row and never stops the class.
+module of a submission gets ``--timeout`` seconds (the grading process group is killed when that
+much time passes without a module's result, and a fresh one grades the modules after the hung one);
+a crash, a hang or garbage on stdout is reported on its row and never stops the class.
 
 Output (``--out``, default ``<DIR>-grades`` beside the submissions folder): ``grades.csv`` (one row
 per student and module), ``grades.json`` (everything, including each failing test), ``answers.html``
@@ -295,7 +296,9 @@ def submit(root: Path, *, name: str | None = None, out: Path | None = None, echo
     """Hand in the work of checkout ``root``: write the archive and return its path.
 
     Raises:
-        Refused: not a g2c checkout, or not the checkout whose ``g2c`` this Python imports.
+        Refused: not a g2c checkout, or not the checkout whose ``g2c`` this Python imports; an empty
+            ``name``; an ``out`` that is not a ``.zip`` name, is a folder, lies in a folder that does not
+            exist, or cannot be written.
     """
     found = find_root(root)
     if found is None:
@@ -304,13 +307,19 @@ def submit(root: Path, *, name: str | None = None, out: Path | None = None, echo
     if found != REPO_ROOT.resolve():
         raise Refused(f"this Python runs the course in {REPO_ROOT}, but you are in the checkout {found}: hand in "
                       f"from {found} with its own environment (cd {found} && ./test.sh --submit)")
+    if name is not None and not name.strip():
+        raise Refused("--name is empty: give your name (--name 'Ada Lovelace'), or leave --name out to use "
+                      "git's user.name")
     hand_in = collect_hand_in(found)
     student = name or _default_name(found)
+    given = out is not None
     out = Path(out) if out else found / HAND_IN_DIR / f"g2c-{_slug(student)}.zip"
     if out.suffix != ".zip":
         raise Refused(f"--out {out}: the archive is a zip file; give a name ending in .zip")
     if out.is_dir():
         raise Refused(f"--out {out} is a folder: give the archive's file name, ending in .zip")
+    if given and not out.parent.is_dir():   # a mistyped folder is named, never created in silence
+        raise Refused(f"--out {out}: the folder {out.parent} does not exist; create it first or give another path")
     existed = out.exists()
     try:
         manifest = write_archive(hand_in, out, student)
@@ -569,6 +578,41 @@ def _tail(path: Path, n: int = 1500) -> str:
     return "".join(c if c.isprintable() or c in "\n\t" else "?" for c in text)
 
 
+def _run_with_module_deadline(cmd: list[str], overlay: Path, out: Path, log: Path,
+                              timeout: float) -> tuple[int, bool, dict]:
+    """Run one grading process; kill its process group when ``timeout`` seconds pass without a new module's
+    result in ``out`` (the deadline restarts at each). Returns (exit code, killed, results by module id)."""
+    def results() -> dict:
+        try:
+            return {m["id"]: m for m in json.loads(out.read_text(encoding="utf-8"))["modules"]}
+        except (OSError, ValueError, KeyError, TypeError):
+            return {}
+
+    timed_out, seen = False, 0
+    with open(log, "wb") as logf:
+        proc = subprocess.Popen(cmd, cwd=overlay, env=grade_env(overlay), stdout=logf, stderr=subprocess.STDOUT,
+                                stdin=subprocess.DEVNULL, start_new_session=True)
+        deadline = time.monotonic() + timeout
+        while True:
+            try:
+                rc = proc.wait(timeout=max(0.0, min(0.5, deadline - time.monotonic())))
+                break
+            except subprocess.TimeoutExpired:
+                pass
+            done = len(results())
+            if done > seen:            # a module finished: the next one gets its own `timeout`
+                seen, deadline = done, time.monotonic() + timeout
+            elif time.monotonic() >= deadline:
+                timed_out = True
+                try:
+                    os.killpg(proc.pid, signal.SIGKILL)
+                except (ProcessLookupError, PermissionError):
+                    proc.kill()
+                rc = proc.wait()
+                break
+    return rc, timed_out, results()
+
+
 def grade_submission(sub: Submission, ids: list[str], teacher_root: Path, fresh: dict[Path, str], *,
                      timeout: float, python: str = sys.executable) -> dict:
     """Grade one submission on modules ``ids`` in its own overlay; return its JSON-ready record."""
@@ -585,28 +629,25 @@ def grade_submission(sub: Submission, ids: list[str], teacher_root: Path, fresh:
         record["status"] = "tampered" if sub.problems else "ok"
         return record
     start = time.monotonic()
+    graded: dict = {}
+    hung: list[str] = []     # modules killed after `timeout` s without a result
+    pending, rc, tail = list(ids), 0, ""
     with tempfile.TemporaryDirectory(prefix="g2c-class-") as tmp:
         overlay = make_overlay(teacher_root, Path(tmp) / "g2c", sub.files, fresh)
-        out, log = Path(tmp) / "grade.json", Path(tmp) / "grade.log"
-        cmd = [python, "-m", "g2c.course", "grade", *ids, "--json", str(out)]
-        timed_out = False
-        with open(log, "wb") as logf:
-            proc = subprocess.Popen(cmd, cwd=overlay, env=grade_env(overlay), stdout=logf, stderr=subprocess.STDOUT,
-                                    stdin=subprocess.DEVNULL, start_new_session=True)
-            try:
-                rc = proc.wait(timeout=timeout)
-            except subprocess.TimeoutExpired:
-                timed_out = True
-                try:
-                    os.killpg(proc.pid, signal.SIGKILL)
-                except (ProcessLookupError, PermissionError):
-                    proc.kill()
-                rc = proc.wait()
-        try:
-            graded = {m["id"]: m for m in json.loads(out.read_text(encoding="utf-8"))["modules"]}
-        except (OSError, ValueError, KeyError, TypeError):
-            graded = {}
-        tail = _tail(log)
+        while pending:        # one grading process; after a kill, a fresh one for the modules after the hung one
+            out, log = Path(tmp) / f"grade-{len(hung)}.json", Path(tmp) / f"grade-{len(hung)}.log"
+            rc, timed_out, now = _run_with_module_deadline(
+                [python, "-m", "g2c.course", "grade", *pending, "--json", str(out)], overlay, out, log, timeout)
+            graded.update(now)
+            tail = _tail(log)
+            if not timed_out:
+                break
+            stuck = next((i for i in pending if i not in now), None)
+            if stuck is None:     # killed after the last result was written: nothing left to grade
+                break
+            hung.append(stuck)
+            pending = pending[pending.index(stuck) + 1:]
+    timed_out = bool(hung)
     record["wall_s"] = round(time.monotonic() - start, 1)
     # pytest could not even start (the student's code breaks an import its conftest needs): a result, 0 passed
     crashed = not timed_out and rc == 2 and "pytest wrote no report" in tail
@@ -622,14 +663,16 @@ def grade_submission(sub: Submission, ids: list[str], teacher_root: Path, fresh:
                  "recorded": r.recorded, "untouched": r.untouched, "own_failures": 0, "blocked": {}, "applied": [],
                  "failures": [{"test": f"(no test could start: {cause})", "blocked_by": None}] if crashed else [],
                  "warnings": [], "valid": crashed,
-                 "state": "crashed" if crashed else "timeout" if timed_out else "error"}
+                 "state": "crashed" if crashed else "timeout" if i in hung else "error"}
         else:
             m = dict(m)
             m["state"] = _state(m, i in sub.worked)
         record["modules"][i] = m
     if timed_out:
-        record.update(status="timeout", error=f"killed after {timeout:g} s (an endless loop or a very slow "
-                                               f"submission); the modules graded before that are kept")
+        rest = [i for i in ids if i not in hung]
+        others = f"; its other modules are graded ({', '.join(rest)})" if rest else ""
+        record.update(status="timeout", error=f"killed after {timeout:g} s in module {', '.join(hung)} (an endless "
+                                               f"loop or a very slow submission){others}")
     elif not crashed and (rc not in (0, 1) or len(graded) < len(ids)):
         record.update(status="error", error=f"the grader exited with code {rc}: {tail[-600:].strip()}")
     elif record["problems"]:
@@ -686,11 +729,12 @@ def grade_class(folder: Path, *, teacher_root: Path = REPO_ROOT, modules: str | 
             [i for i in module_ids() if any(i in s.worked for s in subs)]
     except ValueError as exc:
         raise Refused(f"--modules: {str(exc).replace(ENV_PREFIX, '')}") from None
-    if not subs:
+    if not subs or all(s.error and s.error.startswith("neither a submission archive") for s in subs):
+        # only folders that are no hand-in (e.g. the g2c/ package folder inside one): a wrong folder, not a class
         raise Refused(f"{folder} holds no submission (a .zip from ./test.sh --submit, an unpacked one, or a clone "
                       "of the course): check the folder")
     ids = [i for i in ids if get_module(i).tests]
-    timeout = float(timeout) if timeout else max(60.0, 300.0 * len(ids))
+    timeout = float(timeout) if timeout else 300.0      # per module
     out = Path(out) if out else folder.resolve().parent / f"{folder.resolve().name}-grades"
     try:  # before any grading: a report folder that cannot be written must not cost a class's run
         if out.exists() and not out.is_dir():
@@ -702,7 +746,7 @@ def grade_class(folder: Path, *, teacher_root: Path = REPO_ROOT, modules: str | 
     teacher_commit = course_commit(teacher_root)
     echo(f"grading {len(subs)} submission(s) from {folder} on module(s) {', '.join(ids) or 'none'} with the tests "
          f"of {teacher_root}{' (commit ' + teacher_commit[:12] + ')' if teacher_commit else ''}; "
-         f"{jobs} at a time, at most {timeout:g} s each")
+         f"{jobs} at a time, at most {timeout:g} s per module")
     for m in ids:
         for p in test_file_problems(get_module(m), teacher_root):
             echo(f"WARNING: the teacher's checkout: {p} (module {m}); run `git checkout -- tests/` or re-record")
@@ -1009,6 +1053,7 @@ def add_grade_class_parser(sub) -> None:
                         "submission edited)")
     p.add_argument("--out", type=Path, default=None, metavar="DIR", help="report folder (default: DIR-grades)")
     p.add_argument("--timeout", type=float, default=None, metavar="S",
-                   help="seconds per submission before it is stopped (default: 300 per module, at least 60)")
+                   help="seconds one module of a submission may take before it is stopped; its other "
+                        "modules are still graded (default 300)")
     p.add_argument("--jobs", type=int, default=1, metavar="N", help="submissions graded at once (default 1)")
     p.set_defaults(func=_grade_class_cmd)

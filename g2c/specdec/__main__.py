@@ -316,10 +316,18 @@ def main(argv: list[str] | None = None) -> int:
             if canonical_name(args.target) != base:
                 return fail(f"--drafter {args.drafter} drafts from {base}'s hidden states; use --target {base}")
             target = drafter.base             # one copy of the target: the head's own base
-        prompt_ids = tokenizer.encode(args.prompt)
+        if args.prompt and not args.prompt.strip():
+            return fail("the prompt holds only whitespace; give some text to continue, e.g. \"Once upon a time\"")
+        try:
+            prompt_ids = tokenizer.encode(args.prompt)
+        except UnicodeError as err:           # e.g. bytes the shell could not decode (surrogates)
+            return fail(f"the prompt is not valid UTF-8 text ({err}); check the terminal's encoding or retype it")
         if not prompt_ids:
             return fail("the prompt is empty; give some text to continue, e.g. \"Once upon a time\"")
         window = min(target.max_seq_len, getattr(drafter, "max_seq_len", target.max_seq_len))
+        if args.k > window - 2:   # one rule for every route: the pending token and the bonus take 2 places
+            return fail(f"-k {args.k}: at most {window - 2} draft tokens (or tree nodes) fit the models' "
+                        f"{window}-token window next to the pending token and the bonus; lower -k")
         if len(prompt_ids) > window:
             print(f"python -m g2c.specdec: note: the prompt is {len(prompt_ids)} tokens but the models read only "
                   f"the last {window} (their context window); the text before those is ignored"
@@ -343,6 +351,10 @@ def main(argv: list[str] | None = None) -> int:
 
             target = fast_model(target)       # drafters built on the teaching model accept it (unwrap)
         if _is_lineage(args):
+            most = getattr(drafter, "block_size", None) if args.drafter.lower().endswith("-block") else None
+            if most is not None and args.k > most:
+                return fail(f"-k {args.k}: --drafter {args.drafter} fills at most {most} slots per pass (its "
+                            f"block size); give -k {most} or less")
             if args.controller != "static" or args.no_cache:
                 return fail(f"--drafter {args.drafter} drafts trees on the target's cached states (the node "
                             "budget is -k): drop --controller/--no-cache")

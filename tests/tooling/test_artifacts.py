@@ -105,7 +105,7 @@ def test_write_artifact_copies_paths(root, tmp_path):
 def test_verify_flipped_byte_raises_checksum_error(root):
     dest = write_artifact("StoryLM-1M", {"model.safetensors": b"weights" * 10}, {}, root=root)
     flip_byte(dest / "model.safetensors", 3)
-    with pytest.raises(ChecksumError, match=r"model\.safetensors.*\./checkpoints\.sh --force"):
+    with pytest.raises(ChecksumError, match=r"model\.safetensors.*Run \./checkpoints\.sh to restore it"):
         verify_artifact("StoryLM-1M", root)
 
 
@@ -195,7 +195,7 @@ def test_load_tokenizer_from_root(with_tokenizer):
 
 def test_load_tokenizer_corrupted_raises(with_tokenizer):
     flip_byte(artifact_dir("StoryTokenizer", with_tokenizer) / "tokenizer.json", 100)
-    with pytest.raises(ChecksumError, match="--force"):
+    with pytest.raises(ChecksumError, match=r"Run \./checkpoints\.sh to restore it"):   # a plain run repairs it
         load_tokenizer(root=with_tokenizer)
 
 
@@ -226,7 +226,7 @@ def test_load_model_missing_names_checkpoints_sh(with_tokenizer):
 def test_load_model_flipped_weight_byte_raises(with_tokenizer):
     install_tiny_model(with_tokenizer)
     flip_byte(artifact_dir("StoryLM-1M", with_tokenizer) / "model.safetensors")
-    with pytest.raises(ChecksumError, match=r"\./checkpoints\.sh --force"):
+    with pytest.raises(ChecksumError, match=r"Run \./checkpoints\.sh to restore it"):
         load_model("StoryLM-1M", root=with_tokenizer)
 
 
@@ -303,7 +303,7 @@ def test_ladder_corrupted_copy_is_rejected(root):
     shutil.copytree(artifact_dir("StoryLM-1M"), artifact_dir("StoryLM-1M", root))
     load_model("StoryLM-1M", device="cpu", root=root)  # the intact copy loads
     flip_byte(artifact_dir("StoryLM-1M", root) / "model.safetensors", -100)
-    with pytest.raises(ChecksumError, match=r"model\.safetensors.*\./checkpoints\.sh --force"):
+    with pytest.raises(ChecksumError, match=r"model\.safetensors.*Run \./checkpoints\.sh to restore it"):
         load_model("StoryLM-1M", device="cpu", root=root)
 
 

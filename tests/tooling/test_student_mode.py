@@ -124,6 +124,12 @@ def test_grade_names_the_unwritten_prerequisite_the_student_edited(student_repo)
     assert "tests fail in your code" not in out                   # the student's 09 is right
     assert solved.returncode == 0, solved.stdout + solved.stderr  # with 05's answer key: all pass
     assert "module 09: answer key applied to 03, 05, 07, 08" in solved.stdout
+    # a fresh trial: --solve of a module the student never edited changed nothing and said nothing;
+    # an argument after --progress was dropped in silence
+    idle = sh(student_repo, "./test.sh", "03", "--solve", "11")
+    assert idle.stdout.startswith("note: --solve 11: you have not edited module(s) 11"), idle.stdout
+    extra = sh(student_repo, "./test.sh", "--progress", "extra")
+    assert extra.returncode == 2 and "unrecognized arguments: extra" in extra.stderr, extra.stderr
 
 
 def test_plain_pytest_refuses_a_selector_that_names_an_edited_module(student_repo):

@@ -12,6 +12,7 @@ import hashlib
 import io
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -77,7 +78,7 @@ CASES: dict[str, dict[str, str]] = {
     "unfinished": {LAYERS: sol(LAYERS)},                                      # device.py and 04 not written
     "empty": {},
     "crashing": {LAYERS: sol(LAYERS), DEVICE: sol(DEVICE),
-                 BPE: 'raise RuntimeError("student code crashed at import")\n' + sol(BPE)},
+                 BPE: sol(BPE) + '\nraise RuntimeError("student code crashed at import")\n'},
     "garbage": {LAYERS: sol(LAYERS) + "\nimport sys\nsys.stdout.write('\\x00\\xff\\u2603 garbage ' * 20000)\n",
                 DEVICE: sol(DEVICE)},
     # a syntax error in module 03, which the tests' conftest imports: no test of any module can start
@@ -224,6 +225,14 @@ def test_submit_refuses_a_folder_that_is_no_checkout_and_a_foreign_one(world, tm
         res = run(world["student"], "-m", "g2c.course", "submit", "--out", str(out), cwd=world["student"])
         assert res.returncode == 2 and "Traceback" not in res.stderr and res.stderr.count("\n") == 1, res.stderr
     assert sorted(p.name for p in tmp_path.iterdir()) == ["a-file"]
+    # from a fresh teacher trial: a mistyped folder was created in silence; an empty --name took git's name
+    res = run(world["student"], "-m", "g2c.course", "submit", "--out", str(tmp_path / "no" / "dir" / "x.zip"),
+              cwd=world["student"])
+    assert res.returncode == 2 and f"the folder {tmp_path / 'no' / 'dir'} does not exist" in res.stderr, res.stderr
+    res = run(world["student"], "-m", "g2c.course", "submit", "--name", " ", "--out", str(tmp_path / "x.zip"),
+              cwd=world["student"])
+    assert res.returncode == 2 and "--name is empty" in res.stderr, res.stderr
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["a-file"]
 
 
 # -- grade a class ----------------------------------------------------------------------------------
@@ -259,7 +268,10 @@ def test_correct_wrong_unfinished_empty_and_crashing_are_graded_right(world):
     assert module(world, "unfinished", "04")["passed"] == untouched(tok)          # 04 untouched: pristine counts
     assert module(world, "unpacked", "03")["passed"] == unfinished["passed"]      # the same hand-in, unpacked
     crash = module(world, "crashing", "04")
-    assert crash["passed"] == 0 and crash["failures"][0]["test"] == f"{tok} (collection error)"
+    assert crash["passed"] == 0 and crash["failed"] == recorded(tok)      # every recorded test fails, not 1
+    # the cause and where it happened, in the failure's id
+    assert re.fullmatch(re.escape(f"{tok} (collection error: RuntimeError: student code crashed at import "
+                                  f"(g2c/tokenizer/bpe.py:") + r"\d+\)\)", crash["failures"][0]["test"]), crash
     assert crash["valid"], crash["warnings"]                    # a crash is a result, not a tampered test file
     assert module(world, "crashing", "03")["passed"] == recorded(nn)
     assert module(world, "garbage", "03")["passed"] == recorded(nn)              # printing garbage changes nothing
@@ -339,29 +351,44 @@ def test_reports_csv_summary_and_answers_page(world):
 
 
 def test_an_endless_loop_times_out_and_the_class_goes_on(world, tmp_path):
+    """A hang costs its own module only: the deadline is per module, and after a kill a fresh process grades
+    the modules after the hung one (a fresh trial: one endless loop lost every module of a hand-in)."""
     klass = tmp_path / "loop-class"
     klass.mkdir()
     shutil.copy(world["klass"] / "notzip.zip", klass / "a-notzip.zip")
     student = world["student"]
-    (student / BPE).write_text(sol(BPE) + "\nwhile True:  # a student's endless loop\n    pass\n")
-    try:
-        res = run(student, "-m", "g2c.course", "submit", "--out", str(klass / "b-loop.zip"))
-        assert res.returncode == 0, res.stderr
-    finally:
-        git(student, "checkout", "-q", "--", ".")
+    hangs = {"b-loop": {BPE: sol(BPE) + "\nwhile True:  # a student's endless loop\n    pass\n"},     # 04, at import
+             "d-hang03": {LAYERS: sol(LAYERS).replace(                                             # 03, in a test
+                 "var = (x - mean).pow(2).mean(dim=-1, keepdim=True)", "while True:\n            pass")}}
+    for name, files in hangs.items():
+        for rel, text in files.items():
+            (student / rel).write_text(text)
+        try:
+            res = run(student, "-m", "g2c.course", "submit", "--out", str(klass / f"{name}.zip"))
+            assert res.returncode == 0, res.stderr
+        finally:
+            git(student, "checkout", "-q", "--", ".")
     shutil.copy(world["klass"] / "empty.zip", klass / "c-empty.zip")
     t0 = time.monotonic()
-    res = run(world["teacher"], "-m", "g2c.course", "grade-class", str(klass), "--modules", "04", "--timeout",
-              str(LOOP_TIMEOUT), timeout=900)
+    res = run(world["teacher"], "-m", "g2c.course", "grade-class", str(klass), "--modules", "03,04", "--timeout",
+              str(LOOP_TIMEOUT), timeout=1200)
     wall = time.monotonic() - t0
     assert res.returncode == 1, res.stdout + res.stderr
     report = json.loads((tmp_path / "loop-class-grades" / "grades.json").read_text())   # the default --out
     by = {r["name"]: r for r in report["submissions"]}
-    assert by["b-loop"]["status"] == "timeout" and by["b-loop"]["modules"]["04"]["state"] == "timeout"
-    assert by["b-loop"]["wall_s"] < LOOP_TIMEOUT + 15
-    assert by["c-empty"]["status"] == "ok"                   # graded after the loop was killed
-    assert wall < 3 * LOOP_TIMEOUT + 120
-    assert f"b-loop: TIMEOUT: killed after {LOOP_TIMEOUT} s" in res.stdout
+    loop, hang = by["b-loop"], by["d-hang03"]
+    assert loop["status"] == "timeout" and loop["modules"]["04"]["state"] == "timeout"
+    assert loop["modules"]["03"]["passed"] == untouched("tests/test_nn.py")                # graded before the hang
+    assert hang["status"] == "timeout" and hang["modules"]["03"]["state"] == "timeout"
+    assert hang["modules"]["04"]["passed"] == untouched("tests/test_tokenizer.py")          # graded after the kill
+    assert hang["modules"]["04"]["state"] != "timeout", hang["modules"]["04"]
+    for r in (loop, hang):
+        assert LOOP_TIMEOUT <= r["wall_s"] < 2 * LOOP_TIMEOUT + 60, r["wall_s"]   # one deadline, not two
+    assert by["c-empty"]["status"] == "ok"                   # graded after the loops were killed
+    assert wall < 5 * LOOP_TIMEOUT + 180
+    assert f"b-loop: TIMEOUT: killed after {LOOP_TIMEOUT} s in module 04" in res.stdout
+    assert f"d-hang03: TIMEOUT: killed after {LOOP_TIMEOUT} s in module 03" in res.stdout
+    assert "its other modules are graded (04)" in res.stdout, res.stdout
 
 
 def test_grade_class_usage_errors_exit_2(world, tmp_path):
@@ -373,6 +400,15 @@ def test_grade_class_usage_errors_exit_2(world, tmp_path):
     assert res.returncode == 2 and "is a g2c checkout itself" in res.stderr
     res = run(world["teacher"], "-m", "g2c.course", "grade-class", str(tmp_path))    # a wrong, empty folder
     assert res.returncode == 2 and "holds no submission" in res.stderr, res.stderr
+    # a fresh trial: the g2c/ package folder inside an unpacked hand-in was graded as two failed students,
+    # its reports written into the student's folder
+    wrong = tmp_path / "unpacked" / "g2c"
+    for sub in ("specdec", "recurrent"):
+        (wrong / sub).mkdir(parents=True)
+        (wrong / sub / "x.py").write_text("pass\n")
+    res = run(world["teacher"], "-m", "g2c.course", "grade-class", str(wrong))
+    assert res.returncode == 2 and "holds no submission" in res.stderr, res.stderr
+    assert not (tmp_path / "unpacked" / "g2c-grades").exists()
 
 
 def test_grade_class_refuses_an_unwritable_report_folder_before_grading(world, tmp_path):

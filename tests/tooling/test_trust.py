@@ -405,7 +405,9 @@ def test_truncated_working_copy_is_backed_up_not_opened(tmp_path, capsys):
 
 def test_bad_solutions_variable_is_one_line_for_the_scripts():
     env = {**os.environ, "G2C_APPLY_SOLUTIONS": "bogus", "PYTHONPATH": str(REPO_ROOT)}
-    for cmd in (["-m", "g2c.assets.checkpoints", "StoryLM-1M"], ["-m", "g2c.assets.data", "--help"]):
+    for cmd in (["-m", "g2c.assets.checkpoints", "StoryLM-1M"], ["-m", "g2c.assets.data", "--help"],
+                # plain pytest too (a fresh trial: an 8-line "ImportError while loading conftest" traceback)
+                ["-m", "pytest", "-q", "-p", "no:cacheprovider", "tests/test_specdec.py"]):
         done = subprocess.run([sys.executable, *cmd], env=env, capture_output=True, text=True, cwd=REPO_ROOT)
         assert done.returncode == 1
         assert done.stderr.count("\n") == 1 and "Traceback" not in done.stderr
