@@ -578,6 +578,32 @@ def _tail(path: Path, n: int = 1500) -> str:
     return "".join(c if c.isprintable() or c in "\n\t" else "?" for c in text)
 
 
+_LIVE_GROUPS: set[int] = set()          # process groups of the grading runs in flight
+_LIVE_LOCK = threading.Lock()
+_STOPPING = threading.Event()           # set when grade-class is interrupted: no new grading run starts
+
+
+def _kill_group(proc: subprocess.Popen) -> None:
+    try:
+        os.killpg(proc.pid, signal.SIGKILL)
+    except (ProcessLookupError, PermissionError):
+        proc.kill()
+
+
+def stop_grading() -> None:
+    """Kill every grading process group in flight and start no new one. The grading runs live in sessions of
+    their own (so a hang can be killed as a group), which also keeps a terminal's Ctrl-C or a SIGTERM from
+    reaching them: grade-class calls this when it is interrupted, so no student's endless loop outlives it."""
+    _STOPPING.set()
+    with _LIVE_LOCK:
+        groups = list(_LIVE_GROUPS)
+    for pid in groups:
+        try:
+            os.killpg(pid, signal.SIGKILL)
+        except (ProcessLookupError, PermissionError):
+            pass
+
+
 def _run_with_module_deadline(cmd: list[str], overlay: Path, out: Path, log: Path,
                               timeout: float) -> tuple[int, bool, dict]:
     """Run one grading process; kill its process group when ``timeout`` seconds pass without a new module's
@@ -589,27 +615,37 @@ def _run_with_module_deadline(cmd: list[str], overlay: Path, out: Path, log: Pat
             return {}
 
     timed_out, seen = False, 0
+    if _STOPPING.is_set():
+        raise RuntimeError("grade-class was interrupted before this submission was graded")
     with open(log, "wb") as logf:
         proc = subprocess.Popen(cmd, cwd=overlay, env=grade_env(overlay), stdout=logf, stderr=subprocess.STDOUT,
                                 stdin=subprocess.DEVNULL, start_new_session=True)
-        deadline = time.monotonic() + timeout
-        while True:
-            try:
-                rc = proc.wait(timeout=max(0.0, min(0.5, deadline - time.monotonic())))
-                break
-            except subprocess.TimeoutExpired:
-                pass
-            done = len(results())
-            if done > seen:            # a module finished: the next one gets its own `timeout`
-                seen, deadline = done, time.monotonic() + timeout
-            elif time.monotonic() >= deadline:
-                timed_out = True
+        with _LIVE_LOCK:
+            _LIVE_GROUPS.add(proc.pid)
+        try:
+            deadline = time.monotonic() + timeout
+            while True:
                 try:
-                    os.killpg(proc.pid, signal.SIGKILL)
-                except (ProcessLookupError, PermissionError):
-                    proc.kill()
-                rc = proc.wait()
-                break
+                    rc = proc.wait(timeout=max(0.0, min(0.5, deadline - time.monotonic())))
+                    break
+                except subprocess.TimeoutExpired:
+                    pass
+                done = len(results())
+                if done > seen:            # a module finished: the next one gets its own `timeout`
+                    seen, deadline = done, time.monotonic() + timeout
+                elif time.monotonic() >= deadline:
+                    timed_out = True
+                    _kill_group(proc)
+                    rc = proc.wait()
+                    break
+        finally:                           # an exception or an interrupt here: the group never outlives us
+            if proc.poll() is None:
+                _kill_group(proc)
+                proc.wait()
+            with _LIVE_LOCK:
+                _LIVE_GROUPS.discard(proc.pid)
+    if _STOPPING.is_set():
+        raise RuntimeError("grade-class was interrupted while this submission was graded")
     return rc, timed_out, results()
 
 
@@ -765,12 +801,19 @@ def grade_class(folder: Path, *, teacher_root: Path = REPO_ROOT, modules: str | 
                    "wall_s": 0.0}
         with lock:
             done[0] += 1
-            echo(f"[{done[0]}/{len(subs)}] {sub.name}: {rec['status']} ({rec['wall_s']:.1f} s)")
+            if not _STOPPING.is_set():
+                echo(f"[{done[0]}/{len(subs)}] {sub.name}: {rec['status']} ({rec['wall_s']:.1f} s)")
         return rec
 
     if ids:
-        with ThreadPoolExecutor(max_workers=max(1, jobs)) as pool:
+        pool = ThreadPoolExecutor(max_workers=max(1, jobs))
+        try:
             records = list(pool.map(one, subs))
+        except BaseException:             # Ctrl-C / SIGTERM: kill the grading groups, start no other submission
+            stop_grading()
+            pool.shutdown(wait=True, cancel_futures=True)
+            raise
+        pool.shutdown()
     else:
         records = [one(s) for s in subs]
     wall = time.monotonic() - started
@@ -1018,12 +1061,23 @@ def _grade_class_cmd(args) -> int:
     if root is None or root != REPO_ROOT.resolve():
         print(f"grade-class: run it in the teacher's g2c checkout ({REPO_ROOT}), whose tests grade", file=sys.stderr)
         return EXIT_USAGE
+    def terminate(signum, frame):         # SIGTERM as Ctrl-C: the grading groups are killed on the way out
+        raise KeyboardInterrupt
+
+    previous = signal.signal(signal.SIGTERM, terminate)
     try:
         return grade_class(Path(args.folder), teacher_root=root, modules=args.modules, out=args.out,
                            timeout=args.timeout, jobs=args.jobs)
     except Refused as exc:
         print(f"grade-class: {exc}", file=sys.stderr)
         return EXIT_USAGE
+    except KeyboardInterrupt:
+        stop_grading()
+        print("grade-class: interrupted: the grading processes are stopped and no report is written; run it "
+              "again to grade the class", file=sys.stderr)
+        return 130
+    finally:
+        signal.signal(signal.SIGTERM, previous)
 
 
 def add_submit_parser(sub) -> None:

@@ -353,6 +353,37 @@ def test_reports_csv_summary_and_answers_page(world):
 def test_an_endless_loop_times_out_and_the_class_goes_on(world, tmp_path):
     """A hang costs its own module only: the deadline is per module, and after a kill a fresh process grades
     the modules after the hung one (a fresh trial: one endless loop lost every module of a hand-in)."""
+    # an interrupted grade-class (Ctrl-C, SIGTERM) kills the grading groups it started in sessions of their own:
+    # an endless loop never outlives it (found when a killed run left a student's loop spinning a core)
+    import threading
+
+    from g2c.course import teaching
+
+    spin = [sys.executable, "-c", "while True:\n    pass"]
+    caught = []
+
+    def grading():
+        try:
+            teaching._run_with_module_deadline(spin, tmp_path, tmp_path / "r.json", tmp_path / "r.log", 600.0)
+        except RuntimeError as exc:
+            caught.append(str(exc))
+
+    worker = threading.Thread(target=grading)
+    worker.start()
+    try:
+        for _ in range(100):
+            if teaching._LIVE_GROUPS:
+                break
+            time.sleep(0.05)
+        (pid,) = teaching._LIVE_GROUPS
+        teaching.stop_grading()
+        worker.join(10)
+        assert not worker.is_alive() and caught == ["grade-class was interrupted while this submission was graded"]
+        with pytest.raises(ProcessLookupError):
+            os.killpg(pid, 0)                                   # the group is gone
+        assert not teaching._LIVE_GROUPS
+    finally:
+        teaching._STOPPING.clear()
     klass = tmp_path / "loop-class"
     klass.mkdir()
     shutil.copy(world["klass"] / "notzip.zip", klass / "a-notzip.zip")
