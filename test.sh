@@ -46,7 +46,8 @@ if [ "$#" -gt 0 ]; then
     exec "$PY" -m pytest "$@"
 fi
 
-step() { printf '\n==> %s\n' "$*"; }
+# Each step prints the wall time since the full run started (SECONDS), so a slow step shows in CI logs.
+step() { printf '\n==> [%dm%02ds] %s\n' $((SECONDS / 60)) $((SECONDS % 60)) "$*"; }
 
 if [ -z "$author" ]; then
     worked="$(G2C_QUIET=1 "$PY" -m g2c.course worked)"
@@ -73,8 +74,13 @@ step "notebook freshness: python scripts/notebooks/build.py --check"
 # processes (one per module) that many at a time (--jobs). Every test is xdist-safe: temporary files
 # under tmp_path, repo copies under tmp_path_factory, hypothesis derandomized (no example database),
 # no shared output file.
-JOBS="$("$PY" -c 'import os; n = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
-print(max(1, min(n or 1, 8)))')"
+read -r JOBS THREADS < <("$PY" -c 'import os; n = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
+jobs = max(1, min(n or 1, 8)); print(jobs, max(1, (n or 1) // jobs))')
+# One core's worth of torch threads per parallel process: torch's default (every core, in each of JOBS
+# processes) oversubscribes the CPU, and OpenMP threads that wait on each other then spin (measured on a
+# 2-core machine: the fake-device step took 38 min at the default, 9 min at one thread per worker). A
+# value you set yourself is kept (g2c.course.progress.share_cores does the same for the scripts).
+export OMP_NUM_THREADS="${OMP_NUM_THREADS:-$THREADS}"
 XDIST=(-n "$JOBS" --dist loadfile)
 if ! "$PY" -c 'import xdist' 2>/dev/null; then
     echo "test.sh: pytest-xdist is missing from .venv (run ./setup.sh again); the suite runs on one core" >&2
@@ -130,3 +136,5 @@ step "data for the notebooks: ./datasets.sh (idempotent)"
 
 step "notebooks: python scripts/run_notebooks.py --jobs $JOBS (solved twins, solutions applied, G2C_QUICK=1)"
 "$PY" scripts/run_notebooks.py --jobs "$JOBS"
+
+step "done: every check passed"

@@ -274,6 +274,10 @@ def main(argv: list[str] | None = None) -> int:
                          "closure solved -> pristine counts, is the same run --check makes")
     ap.add_argument("files", nargs="*", help="only these test files (repo-relative); the others keep their record")
     args = ap.parse_args(argv)
+    sys.path.insert(0, str(ROOT))
+    from g2c.course.progress import share_cores
+
+    share_cores(args.jobs)   # pytest processes side by side: each gets its share of the cores as torch threads
     if args.record_hashes:  # no test run: the hashes of the files whose counts are recorded, and the helpers
         recorded = json.loads(PRISTINE.read_text(encoding="utf-8")) if PRISTINE.exists() else {}
         hashes = write_hashes([f for f in [Path(f).as_posix() for f in args.files] or test_files() if f in recorded])

@@ -18,7 +18,8 @@ Each notebook runs in a fresh ``python3`` kernel (this interpreter's environment
 repository root with ``G2C_APPLY_SOLUTIONS=all``, ``G2C_QUICK=1`` (notebooks shrink their
 loops) and ``G2C_QUIET=1``. The first failing cell stops that notebook and is reported with
 its error; the exit code is 1 if any notebook failed or is stale. With ``--jobs N`` up to N
-notebooks run at once, each in its own kernel (no notebook writes a shared file: checkpoints go
+notebooks run at once, each in its own kernel with its share of the cores as torch threads
+(``OMP_NUM_THREADS`` = cores // N unless you set it; no notebook writes a shared file: checkpoints go
 to temporary folders, data is prepared before by ``./datasets.sh``); each result line is printed
 when its notebook ends, in the order they finish.
 """
@@ -40,6 +41,7 @@ if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
 from g2c.course import MODULES, get_module  # noqa: E402
+from g2c.course.progress import share_cores  # noqa: E402
 
 TIMEOUT_S = 900
 ANSI = re.compile(r"\x1b\[[0-9;]*m")
@@ -113,6 +115,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.jobs < 1:
         print(f"run_notebooks.py: --jobs must be >= 1, got {args.jobs}", file=sys.stderr)
         return 2
+    share_cores(args.jobs)   # N kernels side by side: each gets its share of the cores as torch threads
     failed: list[str] = []
     with tempfile.TemporaryDirectory(prefix="g2c-solved-") as tmp:
         runs: list[tuple[str, Path]] = []

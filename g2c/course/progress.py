@@ -30,9 +30,30 @@ from pathlib import Path
 from .registry import MODULES, REPO_ROOT, SOLUTIONS_ENV, get_module, grading_selection, module_ids, selector_for
 
 __all__ = ["HASHES", "ModuleResult", "failing_tests", "format_table", "grade", "parse_junit", "read_hashes",
-           "result_dict", "test_file_problems", "untouched_result"]
+           "result_dict", "share_cores", "test_file_problems", "untouched_result"]
 
 HASHES = "tests/pristine.sha256"  # sha256sum format: the recorded test files (scripts/contract.py --record)
+
+
+def share_cores(jobs: int) -> int:
+    """Give each of ``jobs`` processes run side by side its share of the CPU as torch threads.
+
+    torch starts as many intra-op threads as there are cores in *every* process, so ``jobs``
+    processes oversubscribe the CPU, and OpenMP threads that wait for each other spin: on a 2-core
+    machine the fake-device suite took 38 min with two pytest workers at torch's default and 9 min
+    with one thread each. Sets ``OMP_NUM_THREADS`` (inherited by every child process, read by
+    torch at start-up) to ``max(1, cores // jobs)`` when ``jobs > 1`` and it is not set already (a
+    value you chose is kept). Returns the thread count the children will use (0: torch's default).
+    Callers: ``scripts/contract.py --jobs``, ``scripts/run_notebooks.py --jobs``,
+    ``grade-class --jobs`` (``./test.sh`` exports the same value itself)."""
+    if "OMP_NUM_THREADS" in os.environ:
+        return int(os.environ["OMP_NUM_THREADS"]) if os.environ["OMP_NUM_THREADS"].isdigit() else 0
+    if jobs <= 1:
+        return 0
+    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
+    threads = max(1, cores // jobs)
+    os.environ["OMP_NUM_THREADS"] = str(threads)
+    return threads
 
 
 @dataclass(frozen=True)

@@ -806,6 +806,9 @@ def grade_class(folder: Path, *, teacher_root: Path = REPO_ROOT, modules: str | 
         return rec
 
     if ids:
+        from .progress import share_cores
+
+        share_cores(jobs)                 # grading runs side by side: each gets its share of the cores
         pool = ThreadPoolExecutor(max_workers=max(1, jobs))
         try:
             records = list(pool.map(one, subs))

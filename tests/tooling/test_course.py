@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import re
 from pathlib import Path
 
@@ -145,3 +146,19 @@ def test_registry_graph_requires_earlier_modules_and_closure_is_computed(monkeyp
     monkeypatch.setattr(registry, "MODULES", bad)
     with pytest.raises(ValueError, match="module zz requires 'specdec', which is not an earlier module id"):
         registry.check_graph()
+
+
+def test_share_cores_gives_parallel_processes_one_share_each_and_keeps_a_chosen_value(monkeypatch):
+    """Side-by-side pytest/kernel processes must not each start a thread per core (the oversubscription
+    that made the fake-device step 4x slower): share_cores sets OMP_NUM_THREADS for the children."""
+    from g2c.course.progress import share_cores
+
+    monkeypatch.setattr(os, "sched_getaffinity", lambda pid: set(range(8)), raising=False)
+    monkeypatch.delenv("OMP_NUM_THREADS", raising=False)
+    assert share_cores(1) == 0 and "OMP_NUM_THREADS" not in os.environ    # one process: torch's default
+    assert share_cores(3) == 2 and os.environ["OMP_NUM_THREADS"] == "2"   # 8 cores // 3 jobs
+    assert share_cores(8) == 2                                             # already set: kept
+    monkeypatch.setenv("OMP_NUM_THREADS", "5")
+    assert share_cores(4) == 5 and os.environ["OMP_NUM_THREADS"] == "5"   # the user's choice wins
+    monkeypatch.delenv("OMP_NUM_THREADS")
+    assert share_cores(16) == 1 and os.environ["OMP_NUM_THREADS"] == "1"  # never below one thread
