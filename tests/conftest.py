@@ -21,6 +21,17 @@ except ValueError as exc:   # g2c.course.hook.SelectorError: a malformed G2C_APP
         raise
     raise SystemExit(f"g2c: error: {exc}") from None   # pytest.exit would print as a conftest ImportError
 
+# `pytest -n N` (xdist) run by hand: each worker takes its share of the cores as torch threads, as
+# ./test.sh arranges with OMP_NUM_THREADS (g2c.course.progress.share_cores): N workers at torch's default of
+# a thread per core oversubscribe the CPU (the fake-device suite ran 4x slower on 2 cores). A chosen
+# OMP_NUM_THREADS is kept; subprocesses the tests start inherit the value.
+if int(os.environ.get("PYTEST_XDIST_WORKER_COUNT") or 1) > 1 and "OMP_NUM_THREADS" not in os.environ:
+    import torch
+
+    from g2c.course.progress import share_cores
+
+    torch.set_num_threads(share_cores(int(os.environ["PYTEST_XDIST_WORKER_COUNT"])))
+
 # Property tests draw the same examples on every run (determinism: the pristine contract counts them).
 settings.register_profile("g2c", derandomize=True)
 settings.load_profile("g2c")
