@@ -78,7 +78,7 @@ read -r JOBS THREADS < <("$PY" -c 'import os; n = len(os.sched_getaffinity(0)) i
 jobs = max(1, min(n or 1, 8)); print(jobs, max(1, (n or 1) // jobs))')
 # One core's worth of torch threads per parallel process: torch's default (every core, in each of JOBS
 # processes) oversubscribes the CPU, and OpenMP threads that wait on each other then spin (measured on a
-# 2-core machine: the fake-device step took 38 min at the default, 9 min at one thread per worker). A
+# 2-core machine: the fake-device step took 38 min at the default, 9-14 min at one thread per worker). A
 # value you set yourself is kept (g2c.course.progress.share_cores does the same for the scripts).
 export OMP_NUM_THREADS="${OMP_NUM_THREADS:-$THREADS}"
 XDIST=(-n "$JOBS" --dist loadfile)

@@ -23,7 +23,7 @@ except ValueError as exc:   # g2c.course.hook.SelectorError: a malformed G2C_APP
 
 # `pytest -n N` (xdist) run by hand: each worker takes its share of the cores as torch threads, as
 # ./test.sh arranges with OMP_NUM_THREADS (g2c.course.progress.share_cores): N workers at torch's default of
-# a thread per core oversubscribe the CPU (the fake-device suite ran 4x slower on 2 cores). A chosen
+# a thread per core oversubscribe the CPU (the fake-device suite ran 3-4x slower on 2 cores). A chosen
 # OMP_NUM_THREADS is kept; subprocesses the tests start inherit the value.
 if int(os.environ.get("PYTEST_XDIST_WORKER_COUNT") or 1) > 1 and "OMP_NUM_THREADS" not in os.environ:
     import torch

@@ -40,7 +40,7 @@ def share_cores(jobs: int) -> int:
 
     torch starts as many intra-op threads as there are cores in *every* process, so ``jobs``
     processes oversubscribe the CPU, and OpenMP threads that wait for each other spin: on a 2-core
-    machine the fake-device suite took 38 min with two pytest workers at torch's default and 9 min
+    machine the fake-device suite took 38 min with two pytest workers at torch's default and 9-14 min
     with one thread each. Sets ``OMP_NUM_THREADS`` (inherited by every child process, read by
     torch at start-up) to ``max(1, cores // jobs)`` when ``jobs > 1`` and it is not set already (a
     value you chose is kept). Returns the thread count the children will use (0: torch's default).

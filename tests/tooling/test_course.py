@@ -150,7 +150,7 @@ def test_registry_graph_requires_earlier_modules_and_closure_is_computed(monkeyp
 
 def test_share_cores_gives_parallel_processes_one_share_each_and_keeps_a_chosen_value(monkeypatch):
     """Side-by-side pytest/kernel processes must not each start a thread per core (the oversubscription
-    that made the fake-device step 4x slower): share_cores sets OMP_NUM_THREADS for the children."""
+    that made the fake-device step 3-4x slower): share_cores sets OMP_NUM_THREADS for the children."""
     from g2c.course.progress import share_cores
 
     monkeypatch.setattr(os, "sched_getaffinity", lambda pid: set(range(8)), raising=False)
