@@ -74,8 +74,10 @@ step "notebook freshness: python scripts/notebooks/build.py --check"
 # processes (one per module) that many at a time (--jobs). Every test is xdist-safe: temporary files
 # under tmp_path, repo copies under tmp_path_factory, hypothesis derandomized (no example database),
 # no shared output file.
-read -r JOBS THREADS < <("$PY" -c 'import os; n = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
-jobs = max(1, min(n or 1, 8)); print(jobs, max(1, (n or 1) // jobs))')
+# Cores: the affinity mask capped by a container's CPU quota (g2c.course.progress.usable_cores).
+read -r JOBS THREADS < <(G2C_QUIET=1 "$PY" -c 'from g2c.course.progress import usable_cores
+n = usable_cores(); jobs = min(n, 8); print(jobs, max(1, n // jobs))') || true
+JOBS="${JOBS:-1}" THREADS="${THREADS:-1}"
 # One core's worth of torch threads per parallel process: torch's default (every core, in each of JOBS
 # processes) oversubscribes the CPU, and OpenMP threads that wait on each other then spin (measured on a
 # 2-core machine: the fake-device step took 38 min at the default, 9-14 min at one thread per worker). A

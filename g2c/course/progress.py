@@ -30,9 +30,33 @@ from pathlib import Path
 from .registry import MODULES, REPO_ROOT, SOLUTIONS_ENV, get_module, grading_selection, module_ids, selector_for
 
 __all__ = ["HASHES", "ModuleResult", "failing_tests", "format_table", "grade", "parse_junit", "read_hashes",
-           "result_dict", "share_cores", "test_file_problems", "untouched_result"]
+           "result_dict", "share_cores", "test_file_problems", "untouched_result", "usable_cores"]
 
 HASHES = "tests/pristine.sha256"  # sha256sum format: the recorded test files (scripts/contract.py --record)
+
+
+# A container's CPU limit (docker --cpus, a CI runner's quota): cgroup v2, then v1. The affinity mask of such a
+# container still lists every core of the host, so counting it alone would start a worker per host core.
+CGROUP_CPU_MAX = "/sys/fs/cgroup/cpu.max"                       # "200000 100000" (quota period) or "max 100000"
+CGROUP_V1_QUOTA = ("/sys/fs/cgroup/cpu/cpu.cfs_quota_us", "/sys/fs/cgroup/cpu/cpu.cfs_period_us")   # -1: none
+
+
+def usable_cores() -> int:
+    """How many CPUs this process can keep busy: its affinity mask (``os.sched_getaffinity``, else
+    ``os.cpu_count()``), capped by a cgroup CPU quota rounded up (a quota of 1.5 CPUs gives 2). A
+    missing or unreadable quota file means no cap. Always >= 1. ``./test.sh`` sizes its parallel
+    steps (pytest-xdist workers, contract and notebook jobs, at most 8) with it."""
+    n = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
+    try:
+        quota, period = Path(CGROUP_CPU_MAX).read_text(encoding="ascii").split()[:2]
+    except (OSError, ValueError):
+        try:
+            quota, period = (Path(f).read_text(encoding="ascii").strip() for f in CGROUP_V1_QUOTA)
+        except (OSError, ValueError):
+            quota, period = "max", "1"
+    if quota.lstrip("-").isdigit() and int(quota) > 0 and period.isdigit() and int(period) > 0:
+        n = min(n, -(-int(quota) // int(period)))
+    return max(1, n)
 
 
 def share_cores(jobs: int) -> int:
@@ -43,15 +67,15 @@ def share_cores(jobs: int) -> int:
     machine the fake-device suite took 38 min with two pytest workers at torch's default and 9-14 min
     with one thread each. Sets ``OMP_NUM_THREADS`` (inherited by every child process, read by
     torch at start-up) to ``max(1, cores // jobs)`` when ``jobs > 1`` and it is not set already (a
-    value you chose is kept). Returns the thread count the children will use (0: torch's default).
+    value you chose is kept); cores are ``usable_cores()``. Returns the thread count the children will
+    use (0: torch's default).
     Callers: ``scripts/contract.py --jobs``, ``scripts/run_notebooks.py --jobs``,
     ``grade-class --jobs`` (``./test.sh`` exports the same value itself)."""
     if "OMP_NUM_THREADS" in os.environ:
         return int(os.environ["OMP_NUM_THREADS"]) if os.environ["OMP_NUM_THREADS"].isdigit() else 0
     if jobs <= 1:
         return 0
-    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
-    threads = max(1, cores // jobs)
+    threads = max(1, usable_cores() // jobs)
     os.environ["OMP_NUM_THREADS"] = str(threads)
     return threads
 

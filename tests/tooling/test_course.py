@@ -151,9 +151,12 @@ def test_registry_graph_requires_earlier_modules_and_closure_is_computed(monkeyp
 def test_share_cores_gives_parallel_processes_one_share_each_and_keeps_a_chosen_value(monkeypatch):
     """Side-by-side pytest/kernel processes must not each start a thread per core (the oversubscription
     that made the fake-device step 3-4x slower): share_cores sets OMP_NUM_THREADS for the children."""
+    from g2c.course import progress
     from g2c.course.progress import share_cores
 
     monkeypatch.setattr(os, "sched_getaffinity", lambda pid: set(range(8)), raising=False)
+    monkeypatch.setattr(progress, "CGROUP_CPU_MAX", "/nonexistent/cpu.max")          # no container quota
+    monkeypatch.setattr(progress, "CGROUP_V1_QUOTA", ("/nonexistent/q", "/nonexistent/p"))
     monkeypatch.delenv("OMP_NUM_THREADS", raising=False)
     assert share_cores(1) == 0 and "OMP_NUM_THREADS" not in os.environ    # one process: torch's default
     assert share_cores(3) == 2 and os.environ["OMP_NUM_THREADS"] == "2"   # 8 cores // 3 jobs
@@ -162,3 +165,30 @@ def test_share_cores_gives_parallel_processes_one_share_each_and_keeps_a_chosen_
     assert share_cores(4) == 5 and os.environ["OMP_NUM_THREADS"] == "5"   # the user's choice wins
     monkeypatch.delenv("OMP_NUM_THREADS")
     assert share_cores(16) == 1 and os.environ["OMP_NUM_THREADS"] == "1"  # never below one thread
+
+
+@pytest.mark.parametrize("v2, v1, cores", [
+    (None, None, 8),                          # no cgroup files: the affinity mask
+    ("max 100000\n", None, 8),                # v2, no limit
+    ("150000 100000\n", None, 2),             # docker --cpus=1.5: rounded up
+    ("50000 100000\n", None, 1),              # half a CPU: still one
+    ("3200000 100000\n", None, 8),            # a quota above the mask: the mask
+    ("garbage\n", None, 8),                   # unreadable: no cap
+    (None, ("200000", "100000"), 2),          # cgroup v1 quota / period
+    (None, ("-1", "100000"), 8),              # v1, no limit
+])
+def test_usable_cores_caps_the_affinity_mask_by_a_container_quota(tmp_path, monkeypatch, v2, v1, cores):
+    """A container limited to 2 CPUs on a 64-core host still lists 64 cores in its affinity mask; ./test.sh
+    would start 8 workers and oversubscribe it. usable_cores reads the cgroup quota (v2 cpu.max, else v1)."""
+    from g2c.course import progress
+
+    monkeypatch.setattr(os, "sched_getaffinity", lambda pid: set(range(8)), raising=False)
+    v2_path, q, p = tmp_path / "cpu.max", tmp_path / "quota", tmp_path / "period"
+    if v2 is not None:
+        v2_path.write_text(v2, encoding="ascii")
+    if v1 is not None:
+        q.write_text(v1[0] + "\n", encoding="ascii")
+        p.write_text(v1[1] + "\n", encoding="ascii")
+    monkeypatch.setattr(progress, "CGROUP_CPU_MAX", str(v2_path))
+    monkeypatch.setattr(progress, "CGROUP_V1_QUOTA", (str(q), str(p)))
+    assert progress.usable_cores() == cores
