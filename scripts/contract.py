@@ -284,7 +284,6 @@ def main(argv: list[str] | None = None) -> int:
         print(f"contract: recorded the sha256 of {len(hashes)} files in {HASHES.relative_to(ROOT)}")
         return 0
     if args.graph is not None:
-        sys.path.insert(0, str(ROOT))
         from g2c.course import module_ids
 
         problems = []
