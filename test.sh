@@ -29,8 +29,16 @@ if [ -f artifacts/.require ]; then
     export G2C_REQUIRE_ARTIFACTS=1
 fi
 
+# torch reads OMP_NUM_THREADS at start-up; a value that is not a whole number >= 1 is ignored by it with at
+# most a libgomp warning (and a full check at torch's default runs 3-4x slower), so refuse it here.
+if [ -n "${OMP_NUM_THREADS:-}" ] && ! [[ "$OMP_NUM_THREADS" =~ ^[1-9][0-9]*$ ]]; then
+    echo "test.sh: OMP_NUM_THREADS must be a whole number >= 1 (torch threads per process), got '$OMP_NUM_THREADS'; unset it and ./test.sh chooses one share of the cores per process" >&2
+    exit 2
+fi
+
 author=""
 case "${1:-}" in
+    -h|--help) sed -n '2,19p' "$0" | cut -c3-; exit 0 ;;
     --progress) shift; exec env G2C_QUIET=1 "$PY" -m g2c.course progress "$@" ;;
     --submit) shift; exec env G2C_QUIET=1 "$PY" -m g2c.course submit "$@" ;;
     --author) author=1; shift ;;

@@ -274,6 +274,8 @@ def main(argv: list[str] | None = None) -> int:
                          "closure solved -> pristine counts, is the same run --check makes")
     ap.add_argument("files", nargs="*", help="only these test files (repo-relative); the others keep their record")
     args = ap.parse_args(argv)
+    if args.jobs < 1:
+        ap.error(f"--jobs must be >= 1, got {args.jobs}")
     sys.path.insert(0, str(ROOT))
     from g2c.course.progress import share_cores
 
