@@ -38,7 +38,7 @@ fi
 
 author=""
 case "${1:-}" in
-    -h|--help) sed -n '2,19p' "$0" | cut -c3-; exit 0 ;;
+    -h|--help) awk 'NR > 1 && !/^#/ { exit } NR > 1 { print substr($0, 3) }' "$0"; exit 0 ;;
     --progress) shift; exec env G2C_QUIET=1 "$PY" -m g2c.course progress "$@" ;;
     --submit) shift; exec env G2C_QUIET=1 "$PY" -m g2c.course submit "$@" ;;
     --author) author=1; shift ;;
