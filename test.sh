@@ -47,6 +47,13 @@ esac
 # `./test.sh ID [ID ...] [--solve ID]`: grade modules by id (the registry's ids: 03, 16, specdec, ...).
 # A first argument that is neither an option nor a path is taken as an id (a typo then lists the valid ids).
 if [ "$#" -gt 0 ] && [[ "$1" != -* && "$1" != */* && "$1" != *.py* && ! -e "$1" ]]; then
+    for arg in "$@"; do      # the id route takes ids and --solve only; pytest's options go with test files
+        case "$arg" in
+            --solve|--solve=*) ;;
+            -*) echo "test.sh: grading by module id takes ids and --solve ID, not '$arg'; pytest options go with test files (./test.sh tests/test_attention.py $arg ...); ./test.sh --help" >&2
+                exit 2 ;;
+        esac
+    done
     exec env G2C_QUIET=1 "$PY" -m g2c.course grade "$@"
 fi
 

@@ -736,10 +736,10 @@ def cost_curves(target, models, prompt, sizes, repeats) -> dict[str, list[float]
                                               torch.ones(n, n, dtype=torch.bool).tril(), tuple(drafter.target_layers))
 
                 def setup(d=drafter, states=states):
-                    d.start(prompt[:-1], states[:-1])
+                    d.read_prefill(prompt[:-1], states[:-1])
 
                 def fn(d=drafter, states=states, size=size):
-                    d.commit(prompt, states[-1:])
+                    d.read_commit(prompt, states[-1:])
                     d.draft(prompt, max_nodes=size, max_depth=size)
             else:
                 inner = drafter._drafter

@@ -64,6 +64,45 @@ def drafter_row(name: str, m: dict) -> str:
             f"{m['wall_time_s'] / 60:.1f} min |")
 
 
+def budget_texts(drafters: dict) -> tuple[str, str, str, str]:
+    """The model card's sentences on stopping, training windows, best checks and the one budget, read
+    from the drafter manifests (so they stay true when an artifact is replaced)."""
+    from g2c.assets.recipes.drafters import EQUAL_BUDGET_TOKENS, STATE_READERS
+
+    readers = [n for n in STATE_READERS if n in drafters]
+    at_equal = [n for n in readers if drafters[n]["tokens_seen"] == EQUAL_BUDGET_TOKENS]
+    others = [n for n in readers if n not in at_equal]
+    early = [n for n, m in drafters.items() if m["recipe"].get("patience") is not None]
+    stopping = (f"{', '.join(early)} stop after 3 checks without improvement; " if early else "") + (
+        "the others run every step of their budget." if len(early) < len(drafters) else "")
+    windows = []
+    for n in readers:
+        w = drafters[n].get("train_windows")
+        if w is not None:
+            windows.append(f"{n} {w:,}")
+    windows_text = ("  Training windows read (256 tokens each; the split holds 6,179): " + "; ".join(windows) + "."
+                    if windows else "")
+    last = [n for n, m in drafters.items() if m["best_step"] == m["steps"]]
+    if len(last) == len(drafters):
+        best_text = ("Every drafter's best check was its last: validation was still improving, if slowly, when "
+                     "each run reached its `steps` (the curves flatten after a few hundred steps for the heads). "
+                     "More steps would still help.")
+    else:
+        best_text = ("Best check at the last step: " + (", ".join(last) or "none") + "; earlier: "
+                     + ", ".join(f"{n} (step {drafters[n]['best_step']} of {drafters[n]['steps']})"
+                                 for n in drafters if n not in last) + ".")
+    if not others:
+        one_budget_text = (f"Every shipped drafter that reads StoryLM-30M's states ({', '.join(readers)}) was "
+                           f"trained at ONE budget, EAGLE's {EQUAL_BUDGET_TOKENS:,} target tokens (the \"tokens "
+                           "seen\" column above), so the table above compares methods, not budgets.")
+    else:
+        budgets = "a budget" if len(others) == 1 else "budgets"
+        one_budget_text = (f"{', '.join(others)} shipped at {budgets} other than EAGLE's {EQUAL_BUDGET_TOKENS:,} "
+                           "tokens (the \"tokens seen\" column above), so the table above compares budgets as "
+                           "much as methods there.")
+    return stopping, windows_text, best_text, one_budget_text
+
+
 def equal_budget(name: str) -> str:
     """The steps of a retrain at EAGLE's budget (``--budget equal``, issue 29), for the drafters that read
     the target's states; "-" for the others."""
@@ -262,6 +301,7 @@ def render(tok_manifest: dict, manifests: dict, rows: list[str], samples: list[s
     """The model card's markdown."""
     sizes = [size_row(name, m) for name, m in {**manifests, **drafters}.items()]
     drafter_rows = [drafter_row(name, m) for name, m in drafters.items()]
+    stopping_text, windows_text, best_text, one_budget_text = budget_texts(drafters)
     first = next(iter(manifests.values()))
     machine = list(manifests.values())[-1]["machine"]
     return f"""# StoryLM model card
@@ -328,7 +368,7 @@ Learned from the ladder by `g2c/assets/recipes/drafters.py` (recipes `DRAFTER_RE
 the frozen base's final states over the training split (`g2c/assets/recipes/features.py`: one
 forward pass of the base, 256-token windows). Validation: the first 64 validation windows
 during training, the whole validation split for the numbers below; the weights with the best
-validation objective are kept and a run stops after 3 checks without improvement.
+validation objective are kept; {stopping_text}
 "Agreement" is the fraction of validation positions where the drafter's argmax equals the
 target's (for MTP: the head's guess for t+2 against the target's own pick there), the
 teacher-forced proxy of greedy acceptance; for the lineage drafters one number per head
@@ -357,13 +397,9 @@ drafter that reads the target's states, on every training window, all steps run)
   layer, one causal block, trained on tokens only with a 3-step training-time test (EAGLE-3, 2025).
 - **StoryLM-30M-Block** (`block`): `BlockHead`: 8 fused context rows + the anchor + 8 mask slots,
   two blocks, one pass per block; random anchors, slot j weighted exp(-(j-1)/4) (after DFlash, 2026).
-  The three lineage drafters learn from the first 1,200 training windows' states of blocks 2, 4, 6
-  and the final state (`layer_features`), a quarter of the split, to fit the CPU budget.
+{windows_text}
 
-Every drafter's best check was its last: each run reached its step cap (the recipes' `steps`,
-what the 2-core CPU budget of the session that built them allowed) while validation was
-still improving, if slowly (the curves flatten after a few hundred steps for the heads). More
-steps would still help; the early stop (3 checks without improvement) never fired.
+{best_text}
 
 `load_model("StoryLM-30M-EAGLE")` returns the head with its base loaded (`head.base`).
 
@@ -371,8 +407,7 @@ steps would still help; the early stop (3 checks without improvement) never fire
 
 ### At one budget
 
-The shipped drafters were trained at different budgets (the "tokens seen" column above), so the
-table above compares budgets as much as methods. The tables below retrain every drafter that
+{one_budget_text} The tables below retrain every drafter that
 reads the target's states at ONE budget (`./checkpoints.sh --train NAME --budget T`: all steps
 run, the same first T / 256 training windows for every drafter, one feature pass; MTP and EAGLE
 read only the final states of that cache); `python scripts/model_card.py --record-budget

@@ -41,7 +41,7 @@ if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
 from g2c.course import MODULES, get_module  # noqa: E402
-from g2c.course.progress import share_cores  # noqa: E402
+from g2c.course.progress import share_cores, usable_cores  # noqa: E402
 
 TIMEOUT_S = 900
 ANSI = re.compile(r"\x1b\[[0-9;]*m")
@@ -115,7 +115,12 @@ def main(argv: list[str] | None = None) -> int:
     if args.jobs < 1:
         print(f"run_notebooks.py: --jobs must be >= 1, got {args.jobs}", file=sys.stderr)
         return 2
-    share_cores(args.jobs)   # N kernels side by side: each gets its share of the cores as torch threads
+    # more kernels than notebooks or cores only costs memory (each loads its models): cap, and say so
+    jobs = min(args.jobs, max(1, len(items)), usable_cores())
+    if jobs < args.jobs:
+        print(f"run_notebooks.py: --jobs {args.jobs} capped at {jobs} ({len(items)} notebook(s), "
+              f"{usable_cores()} usable core(s))", flush=True)
+    share_cores(jobs)   # N kernels side by side: each gets its share of the cores as torch threads
     failed: list[str] = []
     with tempfile.TemporaryDirectory(prefix="g2c-solved-") as tmp:
         runs: list[tuple[str, Path]] = []
@@ -146,7 +151,7 @@ def main(argv: list[str] | None = None) -> int:
                 print(f"FAIL  {name}  ({dt:.1f} s)\n{error}", flush=True)
             return error
 
-        with ThreadPoolExecutor(max_workers=args.jobs) as pool:
+        with ThreadPoolExecutor(max_workers=jobs) as pool:
             for (name, _), error in zip(runs, pool.map(one, runs)):
                 if error is not None:
                     failed.append(name)

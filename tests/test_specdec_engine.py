@@ -370,7 +370,8 @@ def test_bfloat16_fast_target_is_lossless_against_itself(case, monkeypatch):
 def test_every_drafter_declares_what_it_reads():
     """One drafter protocol: every shipped drafter says what it reads of the target (tokens, the final
     state, or chosen layers), and a drafter that reads states is handed them the way it says."""
-    from g2c.specdec.lineage import CachedTreeTarget, TreeDrafterAdapter
+    from g2c.specdec.lineage import CachedTreeTarget, TreeDrafter
+    from g2c.specdec.sampling.drafters import Drafter
     from g2c.specdec.trees import LMTreeDrafter, RecomputeTreeTarget
     lm, lm4 = _model("lm"), _model("lm4")
     for kind in ("lm", "lm-cached", "ngram", "mtp", "mtp-cached", "eagle"):
@@ -380,8 +381,9 @@ def test_every_drafter_declares_what_it_reads():
     for kind in ("medusa", "eagle-chain", "eagle2", "eagle-static", "eagle3", "block"):
         inner = _lineage_drafter(kind, lm4)
         target = CachedTreeTarget(lm4, layers=inner.target_layers)
-        adapter = TreeDrafterAdapter(inner, target, num_nodes=4, end=10)
-        assert adapter.reads == ("layers", tuple(inner.target_layers)) and not adapter.wants_target_hidden, kind
+        assert isinstance(inner, TreeDrafter) and isinstance(inner, Drafter), kind       # one protocol
+        assert inner.bind(target, num_nodes=4, end=10) is inner
+        assert inner.reads == ("layers", tuple(inner.target_layers)) and not inner.wants_target_hidden, kind
         assert (len(inner.target_layers) > 0) == (kind in ("eagle3", "block")), kind
     tree = LMTreeDrafter(_model("lm-draft"), RecomputeTreeTarget(lm), shape="chain", choices=[(0,)], num_nodes=2,
                          width=2, end=10, sampling={})

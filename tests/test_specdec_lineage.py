@@ -274,7 +274,7 @@ def test_eagle3_training_step_two_equals_the_drafters_tree_row():
         want = torch.softmax(head.logits(a2[0, t]).float(), -1)
     drafter = Eagle3Drafter(head)
     context = ids[0, :t + 2]                                             # committed ... x_{t+1}; states up to t
-    drafter.start(context, states[0, :t + 1])
+    drafter.read_prefill(context, states[0, :t + 1])
     got = drafter.tree_probs(context, chain_tree([int(ids[0, t + 2])]))[1]
     torch.testing.assert_close(got, want, atol=1e-5, rtol=1e-4)
 
@@ -471,7 +471,7 @@ def test_feature_drafter_state_matches_a_recomputation_after_every_commit():
     drafter = EagleTreeDrafter(head, width=3)
     prompt = _prompt(8)
 
-    commit = drafter.commit
+    commit = drafter.read_commit
     checked = []
 
     def check(context_ids, states_rows):        # the engine calls on_pass before the commits: check after
@@ -483,7 +483,7 @@ def test_feature_drafter_state_matches_a_recomputation_after_every_commit():
         torch.testing.assert_close(drafter._out, want, atol=1e-5, rtol=1e-4)
         checked.append(len(ids))
 
-    drafter.commit = check
+    drafter.read_commit = check
     out, stats = lineage_generate(target, drafter, prompt, 30, num_nodes=6)
     assert len(checked) >= stats.target_passes and checked[-1] == len(out)     # (start commits the prompt too)
 
@@ -492,7 +492,7 @@ def test_feature_drafter_state_matches_a_recomputation_after_every_commit():
 def test_eagle_chain_and_the_width_one_tree_draft_the_same_tokens(k):
     """The course has two EAGLE chain drafters: specdec-sampling's ``EagleDrafter`` (the engine's chain
     protocol, its own one-layer cache) and this module's ``EagleTreeDrafter(width=1)`` (a tree of
-    width 1 behind ``TreeDrafterAdapter``). Same head, same committed context: the same draft, token
+    width 1, a ``TreeDrafter``). Same head, same committed context: the same draft, token
     for token, in every round both reach, inside the window. The one drift, pinned here and named in
     the lesson ("One EAGLE drafter, two faces"): in round 1 the chain has no target states yet and
     drafts nothing, while the tree starts from the prefill's states and drafts k tokens. A chain that

@@ -28,6 +28,7 @@ import torch
 from tqdm.auto import tqdm  # progress bars: a widget under Jupyter, text elsewhere
 
 from g2c.assets import load_model
+from g2c.assets.artifacts import verify_artifact
 from g2c.kvcache import KVCache, cached_generate
 from g2c.nn import resolve_device, synchronize
 from g2c.specdec.lineage import (
@@ -95,6 +96,19 @@ def continuation(ctx, ids):
     say(f"prompt: {tok.decode(ctx.tolist())!r}")
     say(f"its continuation: {tok.decode(new).lstrip()!r}" + (" (the story ends there)" if len(new) < len(ids) - len(ctx)
                                                              else ""))
+
+
+# %% [markdown]
+# The four heads were trained at ONE budget: each saw the same number of target tokens, EAGLE's
+# 5,734,400, so the differences below are the methods', not the training budgets'. Each manifest
+# records its budget and its validation agreement with the target (per head, slot or draft step):
+
+# %%
+for name in ("StoryLM-30M-Medusa", "StoryLM-30M-EAGLE", "StoryLM-30M-EAGLE3", "StoryLM-30M-Block"):
+    m = verify_artifact(name)
+    agree = [f"{v:.2f}" for k, v in sorted(m["val"].items()) if k.startswith("val_agree")]
+    say(f"{name:<20} {m['tokens_seen']:>10,} target tokens seen, {m['epochs']} epochs; validation agreement "
+        + "/".join(agree))
 
 
 # %% [markdown]
@@ -326,7 +340,7 @@ repeats = 5 if QUICK else 20
 
 def draft_ms(drafter, head, size):
     """(median, first quartile, third quartile) of `repeats` timed drafts, in ms."""
-    drafter.start(ctx, states_of(head.base, ctx[:-1], drafter.target_layers))
+    drafter.read_prefill(ctx, states_of(head.base, ctx[:-1], drafter.target_layers))
     drafter.draft(ctx, max_nodes=size, max_depth=size)                     # warm-up
     times = []
     for _ in range(repeats):
@@ -352,7 +366,7 @@ lo, hi = timed[8][1][1] / timed[2][1][2], timed[8][1][2] / timed[2][1][1]   # qu
 say(f"from 2 to 8 drafts: the chain's time x{chain_growth:.2f}, the block's x{block_growth:.2f} "
     f"(between x{lo:.2f} and x{hi:.2f} from the quartiles; its rows grow x{17 / 11:.2f}, 11 -> 17)")
 drafter = BlockDrafter(block)
-drafter.start(ctx, states_of(block.base, ctx[:-1], drafter.target_layers))
+drafter.read_prefill(ctx, states_of(block.base, ctx[:-1], drafter.target_layers))
 guess = drafter.draft(ctx, max_nodes=8, max_depth=8)
 say(f"the block of 8 after {tok.decode(ctx[-6:].tolist())!r}: {tok.decode(guess.tokens.tolist())!r}")
 

@@ -1086,26 +1086,32 @@ def _medusa(target):
 
 
 def test_a_tree_drafter_needs_no_head_and_no_base():
-    """The TreeDrafter protocol's ``head`` and ``base`` are optional (a drafter of no model reads none)."""
+    """A ``TreeDrafter``'s ``head`` and ``base`` are optional (a drafter of no model reads none), and so are its
+    state hooks; an object with the hooks but not the base class is refused by name, and a drafter used
+    before ``bind`` says so."""
     import torch
 
     from g2c.kvcache import cached_generate
-    from g2c.specdec.lineage import lineage_generate
+    from g2c.specdec.lineage import TreeDrafter, lineage_generate
     from g2c.specdec.trees import DraftTree
 
-    class Plain:                                  # the documented protocol, no TreeDrafter base class
+    class Plain(TreeDrafter):                     # only the one hook a drafter must write: draft
         vocab_size, target_layers = V, ()
-
-        def start(self, context_ids, states):
-            pass
 
         def draft(self, context_ids, *, max_nodes, max_depth):
             return DraftTree(torch.tensor([3]), torch.tensor([-1]))
 
-        def commit(self, context_ids, states):
-            pass
+    class Duck:                                   # the hooks without the base class: not a drafter of the engine
+        vocab_size, target_layers = V, ()
+
+        def draft(self, context_ids, *, max_nodes, max_depth):
+            return DraftTree(torch.tensor([3]), torch.tensor([-1]))
 
     target = _lm(0)
+    with pytest.raises(TypeError, match=r"needs a TreeDrafter .*got Duck"):
+        lineage_generate(target, Duck(), [1, 2], 6)
+    with pytest.raises(RuntimeError, match="bind the drafter to its tree target first"):
+        Plain().start(torch.tensor([1, 2]), sampler=None, generator=None)
     ids, stats = lineage_generate(target, Plain(), [1, 2], 6)
     assert ids.tolist() == cached_generate(target, [1, 2], 6, temperature=0.0).tolist()
     assert stats.drafted == stats.target_passes - (stats.target_passes - stats.rounds_with_draft)

@@ -191,6 +191,7 @@ def test_budget_gives_the_steps_and_is_recorded():
     stop), the lineage drafters read as many windows as the budget sees (capped at the split); EAGLE's
     shipped budget is the default 'equal'."""
     from g2c.assets.recipes.drafters import (
+        DRAFTER_RECIPES,
         EQUAL_BUDGET_TOKENS,
         STATE_READERS,
         TRAINING_BUDGETS,
@@ -200,7 +201,10 @@ def test_budget_gives_the_steps_and_is_recorded():
 
     assert EQUAL_BUDGET_TOKENS == 1400 * 16 * 256 == 5_734_400
     assert set(TRAINING_BUDGETS) == set(STATE_READERS)
-    assert TRAINING_BUDGETS["StoryLM-30M-Medusa"] == 500 * 8 * 256              # the shipped recipes' budgets
+    shipped_at_equal = ("StoryLM-30M-MTP", "StoryLM-30M-EAGLE", "StoryLM-30M-Medusa", "StoryLM-30M-Block")
+    assert {TRAINING_BUDGETS[n] for n in shipped_at_equal} == {EQUAL_BUDGET_TOKENS}   # one budget, shipped
+    for name in ("StoryLM-30M-MTP", "StoryLM-30M-Medusa", "StoryLM-30M-Block"):  # the shipped recipe IS the budgeted
+        assert budgeted_recipe(name, EQUAL_BUDGET_TOKENS) == DRAFTER_RECIPES[name], name
     r = budgeted_recipe("StoryLM-30M-Medusa", EQUAL_BUDGET_TOKENS)
     assert r["steps"] == 2800 and r["budget_tokens"] == EQUAL_BUDGET_TOKENS and r["patience"] is None
     assert r["features_windows"] == 22_400 and r["eval_every"] == 100            # more than the split: all of it

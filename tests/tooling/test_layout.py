@@ -302,6 +302,42 @@ def test_round_detector_sees_a_private_round():
     assert _called_names(ast.parse(src)) >= {"score", "greedy_verify"}
 
 
+# One drafter protocol (issue 28, item 4): every class in g2c/ that proposes drafts (a ``propose``) or drafts
+# trees from the target's states (a ``draft``) is a subclass of the engine's ``Drafter``; no adapter
+# stands between a drafter and the engine.
+NOT_DRAFTERS = {"g2c.specdec.sampling.target.CachedScorer"}     # LMDrafter's KV-cached model: its draft() is a helper
+
+
+def _drafting_classes() -> dict[str, set[str]]:
+    found = {}
+    for path in (REPO_ROOT / "g2c").rglob("*.py"):
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.ClassDef):
+                methods = {f.name for f in node.body if isinstance(f, ast.FunctionDef)}
+                if methods & {"propose", "draft"}:
+                    mod = ".".join(path.relative_to(REPO_ROOT).with_suffix("").parts)
+                    found[f"{mod}.{node.name}"] = methods
+    return found
+
+
+def test_one_drafter_protocol():
+    import importlib
+
+    from g2c.specdec.sampling.drafters import Drafter
+
+    classes = _drafting_classes()
+    assert "g2c.specdec.lineage.block.BlockDrafter" in classes                 # the scan sees a tree drafter
+    outside = []
+    for qual in sorted(set(classes) - NOT_DRAFTERS):
+        mod, _, name = qual.rpartition(".")
+        cls = getattr(importlib.import_module(mod), name)
+        if not issubclass(cls, Drafter):
+            outside.append(qual)
+    assert not outside, ("these classes draft but are not drafters of the engine's one protocol "
+                         "(g2c.specdec.sampling.drafters.Drafter): " + ", ".join(sorted(outside)))
+    assert not any("Adapter" in qual for qual in classes), "no adapter between a drafter and the engine"
+
+
 def test_the_vocabulary_check_is_written_once():
     """Every speculative loop refuses a drafter of another vocabulary with ONE helper
     (``g2c.sampling.model.check_same_vocab``); only the seed's loop keeps its own copy (its file is

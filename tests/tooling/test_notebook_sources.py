@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import importlib.util
 import json
+import os
 import textwrap
 from pathlib import Path
 
@@ -174,3 +175,21 @@ def test_check_names_the_stale_notebook_and_the_command(tmp_path: Path):
     src.unlink()
     assert build.stale_notebooks([module], root=tmp_path) == [
         f"module 03: no notebook source {build.SOURCE_DIR}/{src.name}"]
+
+
+def test_run_notebooks_caps_jobs_at_the_notebooks_and_cores(tmp_path, monkeypatch, capsys):
+    """A helper's trial: ``--jobs 999`` started as many kernels as asked for (each loads its models); the
+    runner caps the jobs at the notebooks it has and the usable cores, and says so."""
+    spec = importlib.util.spec_from_file_location("g2c_run_notebooks", REPO_ROOT / "scripts" / "run_notebooks.py")
+    runner = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(runner)
+    for key, value in {**runner.NOTEBOOK_ENV, "PATH": os.environ.get("PATH", "")}.items():
+        monkeypatch.setenv(key, value)          # main() exports these for its kernels: restored afterwards
+    monkeypatch.delenv("OMP_NUM_THREADS", raising=False)
+    nb = nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell("x = 1 + 1")])
+    path = tmp_path / "tiny.ipynb"
+    nbformat.write(nb, path)
+    assert runner.main([str(path), "--jobs", "999", "--timeout", "120"]) == 0
+    out = capsys.readouterr().out
+    assert "--jobs 999 capped at 1 (1 notebook(s)" in out and "ok    " in out, out
+    assert runner.main([str(path), "--jobs", "0"]) == 2                          # below 1: refused

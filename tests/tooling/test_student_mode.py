@@ -130,6 +130,11 @@ def test_grade_names_the_unwritten_prerequisite_the_student_edited(student_repo)
     assert idle.stdout.startswith("note: --solve 11: you have not edited module(s) 11"), idle.stdout
     extra = sh(student_repo, "./test.sh", "--progress", "extra")
     assert extra.returncode == 2 and "unrecognized arguments: extra" in extra.stderr, extra.stderr
+    # a pytest option on the id route was refused as an error of "python -m g2c.course", a command the
+    # student never typed: the refusal is test.sh's own and names where pytest's options go
+    xdist = sh(student_repo, "./test.sh", "03", "-n", "2")
+    assert xdist.returncode == 2 and "grading by module id takes ids and --solve ID, not '-n'" in xdist.stderr
+    assert "g2c.course" not in xdist.stderr, xdist.stderr
 
 
 def test_plain_pytest_refuses_a_selector_that_names_an_edited_module(student_repo):

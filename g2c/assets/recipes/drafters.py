@@ -1,7 +1,8 @@
 """Training recipes for the shipped drafters (``./checkpoints.sh --train StoryLM-30M-EAGLE``).
 
-Four artifacts, all learned from a frozen ladder model's view of the TinyStories training
-split (``g2c.assets.recipes.features``: one forward pass of the base, its final states kept on disk):
+Seven artifacts, all learned from a frozen ladder model's view of the TinyStories training
+split (``g2c.assets.recipes.features``: one forward pass of the base, its final states kept on disk;
+the lineage drafters Medusa, EAGLE-3 and the block drafter are described in docs/models.md):
 
 ``StoryLM-1M-distilled``
     StoryLM-1M's architecture and tokenizer, started from StoryLM-1M's weights and trained
@@ -14,7 +15,8 @@ split (``g2c.assets.recipes.features``: one forward pass of the base, its final 
     of their settings and the one used here (see docs/models.md for what was not tried).
 ``StoryLM-30M-MTP``, ``StoryLM-5M-MTP``
     The course's ``MTPHead`` (Gloeckle et al. 2024, §3.2) on the frozen StoryLM-30M / -5M,
-    trained on the base's stored states until validation stops improving (early stopping).
+    trained on the base's stored states (StoryLM-5M-MTP until validation stops improving;
+    StoryLM-30M-MTP for EAGLE's budget, as every drafter that reads StoryLM-30M's states).
 ``StoryLM-30M-EAGLE``
     ``g2c.specdec.sampling.eagle.FeatureDrafter`` on the frozen StoryLM-30M, trained with
     ``eagle_loss`` (Li et al., ICML 2024, §4.2: SmoothL1 on the next feature + 0.1 x
@@ -22,8 +24,9 @@ split (``g2c.assets.recipes.features``: one forward pass of the base, its final 
 
 Every run keeps the weights with the best validation score (checked every ``eval_every``
 steps on the first ``val_windows`` validation windows), stops early after ``patience``
-checks without improvement, and is resumable: ``runs/<Name>/drafter.pt`` is rewritten at every
-check. Runs use the reference solutions (``./checkpoints.sh --train`` applies them).
+checks without improvement (``patience`` None: every step of the budget runs), and is
+resumable: ``runs/<Name>/drafter.pt`` is rewritten at every check. Runs use the reference
+solutions (``./checkpoints.sh --train`` applies them).
 """
 
 from __future__ import annotations
@@ -49,14 +52,17 @@ from g2c.assets.recipes.ladder import RUNS_DIR, bf16_autocast_is_fast, git_commi
 __all__ = ["DRAFTER_RECIPES", "EQUAL_BUDGET_TOKENS", "RECIPE_VARIANTS", "STATE_READERS", "TRAINING_BUDGETS",
            "budgeted_recipe", "parse_budget", "recipe_budget", "train_drafter"]
 
-# The budget: each run ran on the project's 2-core CPU beside the others, so step counts
-# are what fitted into an afternoon; early stopping decides when a head is done.
+# The budget: StoryLM-1M-distilled and StoryLM-5M-MTP ran on the project's 2-core CPU beside the others,
+# so their step counts are what fitted into an afternoon and early stopping decides when they are done.
+# Every drafter that reads StoryLM-30M's states (STATE_READERS) ships at ONE budget, EAGLE's 5,734,400
+# target tokens (issue 29): its recipe is budgeted_recipe(name, EQUAL_BUDGET_TOKENS), every step run.
 DRAFTER_RECIPES: dict[str, dict] = {
     "StoryLM-1M-distilled": dict(teacher="StoryLM-30M", init="StoryLM-1M", steps=800, batch_size=16, max_lr=1e-3,
                                  min_lr=1e-4, warmup_steps=30, kd_weight=0.9, eval_every=100, patience=3,
                                  val_windows=64, seed=101),
-    "StoryLM-30M-MTP": dict(base="StoryLM-30M", steps=900, batch_size=16, max_lr=1e-3, min_lr=1e-4,
-                            warmup_steps=30, eval_every=100, patience=3, val_windows=64, seed=130),
+    "StoryLM-30M-MTP": dict(base="StoryLM-30M", steps=1400, batch_size=16, max_lr=1e-3, min_lr=1e-4,
+                            warmup_steps=30, eval_every=100, patience=None, val_windows=64, seed=130,
+                            budget_tokens=5_734_400, features_windows=22400),
     "StoryLM-5M-MTP": dict(base="StoryLM-5M", steps=800, batch_size=16, max_lr=1e-3, min_lr=1e-4,
                            warmup_steps=30, eval_every=100, patience=3, val_windows=64, seed=105),
     "StoryLM-30M-EAGLE": dict(base="StoryLM-30M", steps=1400, batch_size=16, max_lr=1e-3, min_lr=1e-4,
@@ -64,16 +70,16 @@ DRAFTER_RECIPES: dict[str, dict] = {
                               val_windows=64, seed=230),
     # The lineage (specdec-lineage): trained on the states of StoryLM-30M's blocks 2, 4, 6 and its final
     # state over the first `features_windows` training windows (g2c.assets.recipes.features.layer_features).
-    "StoryLM-30M-Medusa": dict(base="StoryLM-30M", num_medusa_heads=4, decay=0.8, steps=500, batch_size=8,
-                               max_lr=2e-3, min_lr=2e-4, warmup_steps=20, eval_every=100, patience=3,
-                               val_windows=32, features_windows=1200, seed=240),
+    "StoryLM-30M-Medusa": dict(base="StoryLM-30M", num_medusa_heads=4, decay=0.8, steps=2800, batch_size=8,
+                               max_lr=2e-3, min_lr=2e-4, warmup_steps=20, eval_every=100, patience=None,
+                               val_windows=32, features_windows=22400, seed=240, budget_tokens=5_734_400),
     "StoryLM-30M-EAGLE3": dict(base="StoryLM-30M", ttt_steps=3, decay=0.8, steps=300, batch_size=4,
                                max_lr=1e-3, min_lr=1e-4, warmup_steps=30, eval_every=100, patience=3,
                                val_windows=32, features_windows=1200, seed=250),
     "StoryLM-30M-Block": dict(base="StoryLM-30M", block_size=8, context_rows=8, num_blocks=2,
-                              anchors_per_window=12, gamma=4.0, steps=400, batch_size=8, max_lr=1e-3,
-                              min_lr=1e-4, warmup_steps=30, eval_every=100, patience=3, val_windows=32,
-                              features_windows=1200, seed=260),
+                              anchors_per_window=12, gamma=4.0, steps=2800, batch_size=8, max_lr=1e-3,
+                              min_lr=1e-4, warmup_steps=30, eval_every=100, patience=None, val_windows=32,
+                              features_windows=22400, seed=260, budget_tokens=5_734_400),
 }
 LINEAGE_KINDS = ("medusa", "eagle3", "block")
 FUSION_LAYERS = {"StoryLM-30M": (2, 4, 6)}   # = g2c.specdec.lineage.fusion_layers(9)
@@ -81,7 +87,7 @@ FUSION_LAYERS = {"StoryLM-30M": (2, 4, 6)}   # = g2c.specdec.lineage.fusion_laye
 # -- one budget (issue 29) ------------------------------------------------------------------------
 # A drafter's training budget is counted in TARGET TOKENS SEEN: steps x batch_size x context (every
 # window is `context` tokens of the base's states). The recipes above are the ones that reproduce the
-# shipped artifacts (tests/tooling/test_artifacts.py pins them), so their budgets differ; a budgeted
+# shipped artifacts (tests/tooling/test_artifacts.py pins them), every state reader at EAGLE's; a budgeted
 # run (`./checkpoints.sh --train NAME --budget TOKENS`, or `--budget equal` for EAGLE's) derives the
 # steps from the budget, runs all of them (no early stop: equal budgets), keeps the best-validation
 # weights, and learns from every window of the training split.

@@ -283,10 +283,10 @@ class BlockDrafter(TreeDrafter):
     def __repr__(self) -> str:
         return f"BlockDrafter(block_size={self.block_size})"
 
-    def start(self, context_ids: torch.Tensor, states: torch.Tensor) -> None:
+    def read_prefill(self, context_ids: torch.Tensor, states: torch.Tensor) -> None:
         self._rows = states[-self.head.context_rows:] if states.shape[0] else None
 
-    def commit(self, context_ids: torch.Tensor, states: torch.Tensor) -> None:
+    def read_commit(self, context_ids: torch.Tensor, states: torch.Tensor) -> None:
         if states.shape[0]:
             rows = states if self._rows is None else torch.cat([self._rows, states])
             self._rows = rows[-self.head.context_rows:]

@@ -59,7 +59,7 @@ class FeatureTreeDrafter(TreeDrafter):
 
     Attributes:
         cache: the head's one-layer ``KVCache``: the committed rows (inputs from the target's true
-            states), then during ``draft`` one row per tree node, cropped at the next ``commit``.
+            states), then during ``draft`` one row per tree node, cropped at the next ``read_commit``.
 
     Raises:
         ValueError: width not an int in [1, ``MAX_WIDTH``] (32); shape not "dynamic" or "static";
@@ -95,13 +95,13 @@ class FeatureTreeDrafter(TreeDrafter):
     def true_features(self, states: torch.Tensor) -> torch.Tensor:
         return self.head.true_features(states)
 
-    def start(self, context_ids: torch.Tensor, states: torch.Tensor) -> None:
+    def read_prefill(self, context_ids: torch.Tensor, states: torch.Tensor) -> None:
         self.cache.reset()
         self._true, self._out, self._memo = 0, None, {}
-        self.commit(context_ids, states)
+        self.read_commit(context_ids, states)
 
     @torch.no_grad()
-    def commit(self, context_ids: torch.Tensor, states: torch.Tensor) -> None:
+    def read_commit(self, context_ids: torch.Tensor, states: torch.Tensor) -> None:
         self.cache.crop(self._true)                            # roll back the last search's rows
         self._memo, self._root_probs = {}, None           # a new context: new rows, new root
         m = states.shape[0]

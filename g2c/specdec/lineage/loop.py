@@ -5,24 +5,25 @@ what the target computed for the committed positions (its final state, or the st
 of its layers), not from tokens alone. Their round is the engine's round, ``speculative_sample``
 (specdec-sampling, your loop), with three pieces plugged in:
 
-1. a drafter: ``TreeDrafterAdapter`` wraps a ``TreeDrafter`` behind the engine's drafter protocol;
-   its ``propose`` returns a ``g2c.specdec.trees.TreeDraft`` (a chain is a tree whose node i has
-   parent i - 1), which carries its tree attention and its acceptance walk (greedy walk, or
-   recursive rejection sampling at T > 0, or Medusa's typical acceptance);
+1. a drafter: a ``TreeDrafter`` is a drafter of the engine's one protocol (``start`` / ``propose`` /
+   ``commit``, written once in its base class, ``protocol.py``), bound to its target; its ``propose``
+   returns a ``g2c.specdec.trees.TreeDraft`` (a chain is a tree whose node i has parent i - 1),
+   which carries its tree attention and its acceptance walk (greedy walk, or recursive rejection
+   sampling at T > 0, or Medusa's typical acceptance);
 2. a target: ``CachedTreeTarget`` runs the target ONCE over the root and the tree on module 16's
    ``KVCache`` (module 16's trunk ``forward_rows`` with the tree's positions and mask, keeping the
    states of the layers the drafter reads), and commits the accepted path's keys/values
    (``commit_tree_kv``: a pointer move for a chain, a gather for a tree);
-3. the hand-off: the adapter reads the committed rows' states (root, then each accepted node)
-   from the target and passes them to the drafter's ``commit``.
+3. the hand-off: the drafter's ``commit`` reads the committed rows' states (root, then each accepted
+   node) from the target it is bound to and passes them to its ``read_commit``.
 
 ``lineage_generate`` is that configuration with the checks of this module in front: a preset, no
 round of its own (tests/tooling/test_layout.py). Its output, counters and ``on_pass`` stream are
 the ones its former loop produced (tests/test_specdec_engine.py, pinned), on the teaching and the
 fast path (``g2c.kvcache.fast_model`` target: the trunk runs fused).
 
-The drafter protocol of this module (``TreeDrafter``)
------------------------------------------------------
+What a state-reading drafter writes (``TreeDrafter``, the engine's protocol with its verbs filled in)
+--------------------------------------------------------------------------------------------------
 ``vocab_size: int``
     Must equal the target's.
 ``base`` (optional, None or absent for a drafter built on no model)
@@ -32,8 +33,9 @@ The drafter protocol of this module (``TreeDrafter``)
     Its trainable module: put in eval mode for the run, its mode restored afterwards.
 ``target_layers: tuple[int, ...]``
     Block indices (0-based) whose OUTPUTS (the residual stream after block i, before the final
-    LayerNorm) the drafter reads, besides the final state. ``()`` for Medusa and EAGLE-1.
-``start(context_ids, states)``
+    LayerNorm) the drafter reads, besides the final state. ``()`` for Medusa and EAGLE-1. The
+    declared capability ``reads`` is ``("layers", target_layers)``.
+``read_prefill(context_ids, states)``
     A (re)start: ``context_ids`` (T,) int64 CPU is the target's visible context; ``states``
     (T - 1, len(target_layers) + 1, D) float32 CPU holds, for every position but the newest,
     the chosen layers' outputs then (last) the final state. Called before the first round and
@@ -44,9 +46,7 @@ The drafter protocol of this module (``TreeDrafter``)
     the target's p(x) and resamples from the residual (lossless for any deterministic proposal).
     With ``draft_mode="sample"`` and T > 0 they are drawn from the drafter's q without
     replacement among siblings, and the tree carries those rows (lossless too).
-``set_sampling(temperature, generator)`` (optional)
-    Called once before the first round with the loop's temperature and generator.
-``commit(context_ids, states)``
+``read_commit(context_ids, states)``
     After each pass: ``context_ids`` is the whole new context (ending with the correction or
     bonus token), ``states`` (m, len(target_layers) + 1, D) the rows of the m positions committed
     by this pass except the newest token (the root, then each accepted node).
@@ -60,14 +60,12 @@ Shape letters: T time, n tree nodes, L chosen layers (+1 for the final state), D
 
 from __future__ import annotations
 
-import time
 from collections.abc import Callable
 from dataclasses import dataclass, field, fields
 
 import torch
 
 from g2c.kvcache import unwrap
-from g2c.nn import synchronize
 from g2c.sampling.generate import as_token_ids
 from g2c.sampling.model import (
     check_count,
@@ -78,14 +76,14 @@ from g2c.sampling.model import (
     check_whole,
 )
 
-from ..generate import SpecStats, draft_room
+from ..generate import SpecStats
 from ..sampling.loop import speculative_sample
-from ..trees import CachedTreeTarget, DraftTree, TreeDraft, target_layer_pass
+from ..trees import CachedTreeTarget, target_layer_pass
 from .medusa import typical_tree_verify
 from .protocol import TreeDrafter, chain_tree, masked_block
 
-__all__ = ["CachedTreeTarget", "LineageStats", "TreeDrafter", "TreeDrafterAdapter", "chain_tree", "lineage_generate",
-           "masked_block", "target_layer_pass"]
+__all__ = ["CachedTreeTarget", "LineageStats", "TreeDrafter", "chain_tree", "lineage_generate", "masked_block",
+           "target_layer_pass"]
 
 
 @dataclass
@@ -93,7 +91,7 @@ class LineageStats(SpecStats):
     """``SpecStats`` plus the clock. Provided.
 
     Attributes (besides target_passes, drafted, accepted, generated):
-        draft_seconds: time inside the drafter (``start``, ``draft``, ``commit``), synchronised.
+        draft_seconds: time inside the drafter (``read_prefill``, ``draft``, ``read_commit``), synchronised.
         target_seconds: time inside the target's prefills, passes and commits (``CachedTreeTarget``;
             the tree walk runs in the engine's round and is in neither clock).
         rounds_with_draft: passes that verified a non-empty tree.
@@ -112,80 +110,6 @@ class LineageStats(SpecStats):
         return self.draft_seconds / self.target_seconds if self.target_seconds > 0 else 0.0
 
 
-class TreeDrafterAdapter:
-    """A ``TreeDrafter`` (Medusa, EAGLE/EAGLE-2, EAGLE-3, the block drafter) behind the engine's drafter
-    protocol (``g2c.specdec.sampling.drafters``). Provided.
-
-    It reads the target's chosen layers straight from the ``CachedTreeTarget`` it drafts for (its
-    declared capability: ``reads = ("layers", target_layers)``): the prefill's states at ``start`` and
-    after every re-prefill (a new ``generation``), the root and accepted path's rows at ``commit``.
-    ``propose(ids, k)`` returns a ``TreeDraft`` of at most ``draft_room(num_nodes, visible, window)``
-    nodes, none deeper than ``min(tokens left - 1, room)`` (a deeper node could never be emitted
-    with its bonus), and ``None`` for q (a tree carries its own rows).
-
-    Args:
-        drafter: the ``TreeDrafter``.
-        target: the ``CachedTreeTarget`` it drafts for.
-        num_nodes: the node budget per pass.
-        end: the length of ``ids`` at which the budget is spent (prompt + max_new_tokens).
-        rule: the ``TreeDraft`` acceptance rule at T > 0 (None: exact).
-
-    Attributes: ``seconds`` (time inside the drafter, synchronised), ``rounds_with_draft``.
-    """
-
-    wants_target_hidden = False
-
-    def __init__(self, drafter, target: CachedTreeTarget, *, num_nodes: int, end: int, rule=None) -> None:
-        self.drafter, self.target = drafter, target
-        self.vocab_size = drafter.vocab_size
-        self.reads = ("layers", tuple(target.layers))
-        self.num_nodes, self.end, self.rule = num_nodes, end, rule
-        self.seconds, self.rounds_with_draft = 0.0, 0
-        self._generation = None
-
-    def _timed(self, fn, *args, **kw):
-        t0 = time.perf_counter()
-        out = fn(*args, **kw)
-        synchronize(self.target.device)
-        self.seconds += time.perf_counter() - t0
-        return out
-
-    def _sync(self, ids: torch.Tensor) -> None:
-        """(Re)start the drafter on the target's prefill when the target prefilled since."""
-        t = self.target
-        if self._generation != t.generation:
-            self._timed(self.drafter.start, ids[t.start_pos:], t.prefill_states)
-            self._generation = t.generation
-
-    def start(self, prompt_ids: torch.Tensor, *, sampler, generator: torch.Generator | None) -> None:
-        if hasattr(self.drafter, "set_sampling"):          # sampled drafting: q at the loop's T
-            self.drafter.set_sampling(sampler.temperature, generator)
-        self._generation = None
-        self._sync(prompt_ids)
-
-    def propose(self, context_ids: torch.Tensor, k: int):
-        self._sync(context_ids)                           # the target re-prefilled past the window
-        t = self.target
-        room = draft_room(self.num_nodes, context_ids.numel() - t.start_pos, t.window)
-        max_depth = min(self.end - context_ids.numel() - 1, room)
-        t0 = time.perf_counter()
-        if max_depth >= 1:
-            tree = self.drafter.draft(context_ids[t.start_pos:], max_nodes=room, max_depth=max_depth)
-        else:
-            tree = DraftTree.empty()
-        tree = DraftTree.check(tree, self.vocab_size, source=f"{type(self.drafter).__name__}.draft()")
-        tree = tree.fit(room, max_depth)
-        synchronize(t.device)
-        self.seconds += time.perf_counter() - t0
-        self.rounds_with_draft += int(tree.num_nodes > 0)
-        return TreeDraft(tree, rule=self.rule), None
-
-    def commit(self, context_ids: torch.Tensor, num_accepted: int, *, target_hidden=None) -> None:
-        t = self.target
-        rows = t.committed_rows(context_ids)
-        self._timed(self.drafter.commit, context_ids[t.start_pos:], t.last_states[rows])
-
-
 def _is_transformer_lm(model) -> bool:
     return all(hasattr(model, name) for name in ("blocks", "token_embed", "pos_embed", "ln_final", "max_seq_len"))
 
@@ -201,7 +125,7 @@ def lineage_generate(target, drafter: TreeDrafter, prompt_ids, max_new_tokens: i
     """Speculative decoding with a drafter that reads the target's states, on module 16's KV cache. Provided.
 
     A preset of the engine: ``speculative_sample(CachedTreeTarget(target, layers=...),
-    TreeDrafterAdapter(drafter, ...), ...)`` (see the module docstring). ``on_pass`` is called,
+    drafter.bind(...), ...)`` (see the module docstring). ``on_pass`` is called,
     as everywhere in the engine, right after a round's tokens are cut, before the commits.
 
     Args:
@@ -268,10 +192,10 @@ def lineage_generate(target, drafter: TreeDrafter, prompt_ids, max_new_tokens: i
     if acceptance == "typical" and not (0.0 < epsilon <= 1.0 and delta > 0.0):
         raise ValueError(f"typical acceptance needs epsilon in (0, 1] and delta > 0, got epsilon={epsilon}, "
                          f"delta={delta}")
-    if not all(hasattr(drafter, name) for name in ("start", "draft", "commit", "vocab_size", "target_layers")):
-        raise TypeError(f"lineage_generate needs a TreeDrafter (start/draft/commit, target_layers), got "
-                        f"{type(drafter).__name__}; wrap a head in its drafter: MedusaDrafter(heads), "
-                        "EagleTreeDrafter(head), Eagle3Drafter(head), BlockDrafter(head)")
+    if not isinstance(drafter, TreeDrafter):
+        raise TypeError(f"lineage_generate needs a TreeDrafter (g2c.specdec.lineage.TreeDrafter: read_prefill/draft/"
+                        f"read_commit, target_layers), got {type(drafter).__name__}; wrap a head in its drafter: "
+                        "MedusaDrafter(heads), EagleTreeDrafter(head), Eagle3Drafter(head), BlockDrafter(head)")
     check_same_vocab(drafter.vocab_size, target.vocab_size)
     base = getattr(drafter, "base", None)                   # optional: a drafter built on no model reads none
     if base is not None and unwrap(base) is not unwrap(target):
@@ -291,10 +215,9 @@ def lineage_generate(target, drafter: TreeDrafter, prompt_ids, max_new_tokens: i
         def rule(tree, probs, gen):
             return typical_tree_verify(tree, probs, epsilon=epsilon, delta=delta, generator=gen)
     target_state = CachedTreeTarget(target, layers=layers)
-    adapter = TreeDrafterAdapter(drafter, target_state, num_nodes=num_nodes, end=ids.numel() + max_new_tokens,
-                                 rule=rule)
+    drafter.bind(target_state, num_nodes=num_nodes, end=ids.numel() + max_new_tokens, rule=rule)
     try:
-        out, spec = speculative_sample(target_state, adapter, ids, max_new_tokens, k=num_nodes,
+        out, spec = speculative_sample(target_state, drafter, ids, max_new_tokens, k=num_nodes,
                                        temperature=temperature, top_k=top_k, top_p=top_p, generator=generator,
                                        eos_id=eos_id, on_pass=on_pass, repetition_penalty=repetition_penalty,
                                        stop_ids=stop_ids, stop_strings=stop_strings, decode=decode,
@@ -304,7 +227,7 @@ def lineage_generate(target, drafter: TreeDrafter, prompt_ids, max_new_tokens: i
         if head is not None:
             head.train(modes[1])
     stats = LineageStats(**{f.name: getattr(spec, f.name) for f in fields(SpecStats)})
-    stats.draft_seconds, stats.target_seconds = adapter.seconds, target_state.seconds
-    stats.rounds_with_draft = adapter.rounds_with_draft
+    stats.draft_seconds, stats.target_seconds = drafter.draft_seconds, target_state.seconds
+    stats.rounds_with_draft = drafter.rounds_with_draft
     stats.logprobs = getattr(spec, "logprobs", None)
     return out, stats

@@ -1,23 +1,28 @@
-"""Beyond (specdec-lineage): the drafter protocol of ``lineage_generate`` and two helpers. Provided.
+"""Beyond (specdec-lineage): the base class of the state-reading drafters, and two helpers. Provided.
 
-``TreeDrafter`` is documented in ``loop.py`` (the loop that calls it); ``chain_tree`` (specdec-trees,
-re-exported) turns a chain into a ``DraftTree``; ``masked_block`` runs a module 09 block under any
-attention mask (tree rows, the training-time-test mask of EAGLE-3, the block drafter's
-context-plus-slots mask).
+``TreeDrafter`` is the engine's drafter protocol (``g2c.specdec.sampling.drafters``) for every drafter
+that reads the target's states: its three verbs are written once, here, and a drafter writes
+``read_prefill`` / ``draft`` / ``read_commit``. ``chain_tree`` (specdec-trees, re-exported) turns a
+chain into a ``DraftTree``; ``masked_block`` runs a module 09 block under any attention mask (tree
+rows, the training-time-test mask of EAGLE-3, the block drafter's context-plus-slots mask).
 
 Shape letters: B batch, T time, S keys, D width.
 """
 
 from __future__ import annotations
 
+import time
+
 import torch
 
 from g2c.attention.multihead import merge_heads, split_heads
 from g2c.kvcache import KVCache
 from g2c.kvcache.ragged import masked_cached_attention
-from g2c.nn import Module
+from g2c.nn import Module, synchronize
 
-from ..trees import DraftTree, chain_tree
+from ..generate import draft_room
+from ..sampling.drafters import Drafter
+from ..trees import DraftTree, TreeDraft, chain_tree
 
 __all__ = ["DRAFT_MODES", "HeadOnBase", "TreeDrafter", "chain_tree", "check_draft_mode", "masked_block",
            "masked_block_past"]
@@ -82,13 +87,43 @@ def check_draft_mode(draft_mode, who: str) -> str:
     return draft_mode
 
 
-class TreeDrafter:
-    """Base class of this module's drafter protocol (see the module docstring). Provided.
+class TreeDrafter(Drafter):
+    """The base class of every drafter that reads the target's states (Medusa, EAGLE/EAGLE-2, EAGLE-3, the
+    block drafter): the engine's ONE drafter protocol (``g2c.specdec.sampling.drafters.Drafter``), with
+    its three verbs written here once for all of them. Provided.
 
-    Sampled drafting: a drafter built with ``draft_mode="sample"`` draws its nodes from
-    its own q at the loop's temperature and puts the rows on the tree (``DraftTree.proposal_probs``);
-    ``lineage_generate`` tells it the temperature and generator through ``set_sampling`` before the
-    first round. At T = 0 (or ``draft_mode="top"``) it drafts its top ranks.
+    A subclass writes what differs between drafters, three hooks:
+
+    ``read_prefill(context_ids, states)``
+        A (re)start on the target's prefill: ``context_ids`` (T,) int64 CPU is the target's visible
+        context; ``states`` (T - 1, len(target_layers) + 1, D) float32 holds, for every position but
+        the newest, the chosen layers' outputs then (last) the final state.
+    ``draft(context_ids, *, max_nodes, max_depth) -> DraftTree``
+        At most ``max_nodes`` nodes, none deeper than ``max_depth`` (>= 1).
+    ``read_commit(context_ids, states)``
+        After each pass: ``context_ids`` the whole new context (ending with the correction or bonus
+        token), ``states`` (m, len(target_layers) + 1, D) the rows of the m positions the pass committed
+        except the newest token (the root, then each accepted node).
+
+    The engine's verbs (``start`` / ``propose`` / ``commit``) are provided: ``bind(target, ...)`` ties the
+    drafter to the ``g2c.specdec.trees.CachedTreeTarget`` it drafts for (``lineage_generate`` does it),
+    then ``start`` hands ``read_prefill`` the target's prefill states (again after every re-prefill past
+    the window: a new ``generation``), ``propose(ids, k)`` returns ``(TreeDraft, None)`` (a tree carries
+    its own q rows) of at most ``draft_room(num_nodes, visible, window)`` nodes, none deeper than
+    ``min(tokens left - 1, room)`` (a deeper node could never be emitted with its bonus), and ``commit``
+    hands ``read_commit`` the root and accepted path's rows. ``reads`` declares the capability:
+    ``("layers", target_layers)``.
+
+    Sampled drafting: a drafter built with ``draft_mode="sample"`` draws its nodes from its own q at the
+    loop's temperature and puts the rows on the tree (``DraftTree.proposal_probs``); ``start`` passes the
+    temperature and generator to ``set_sampling``. At T = 0 (or ``draft_mode="top"``) it drafts its top
+    ranks.
+
+    Attributes (after a run): ``draft_seconds`` (time inside the three hooks, synchronised),
+    ``rounds_with_draft`` (passes that verified a non-empty tree).
+
+    Raises:
+        RuntimeError: ``start`` before ``bind`` ("bind the drafter to its tree target first").
     """
 
     vocab_size: int | None = None
@@ -98,7 +133,24 @@ class TreeDrafter:
     draft_mode: str = "top"
     sample_temperature: float = 0.0
     sample_generator: torch.Generator | None = None
+    _bound: dict | None = None
 
+    @property
+    def reads(self) -> tuple:
+        """The declared capability: ("layers", the chosen blocks); the final state always comes too."""
+        return ("layers", tuple(int(i) for i in self.target_layers))
+
+    # -- what a subclass writes ------------------------------------------------------------------------
+    def read_prefill(self, context_ids: torch.Tensor, states: torch.Tensor) -> None:
+        return None
+
+    def draft(self, context_ids: torch.Tensor, *, max_nodes: int, max_depth: int) -> DraftTree:
+        raise NotImplementedError(f"{type(self).__name__} must implement draft(context_ids, max_nodes=, max_depth=)")
+
+    def read_commit(self, context_ids: torch.Tensor, states: torch.Tensor) -> None:
+        return None
+
+    # -- sampling ------------------------------------------------------------------------------------------
     def set_sampling(self, temperature: float, generator: torch.Generator | None) -> None:
         """The loop's verification temperature and generator, for sampled drafting."""
         self.sample_temperature, self.sample_generator = float(temperature), generator
@@ -111,14 +163,69 @@ class TreeDrafter:
             return {"sample": True, "temperature": self.sample_temperature, "generator": self.sample_generator}
         return {}
 
-    def start(self, context_ids: torch.Tensor, states: torch.Tensor) -> None:
-        return None
+    # -- the engine's verbs, provided once ---------------------------------------------------------------
+    def bind(self, target, *, num_nodes: int, end: int, rule=None) -> "TreeDrafter":
+        """Tie the drafter to its tree target for one run; returns the drafter.
 
-    def draft(self, context_ids: torch.Tensor, *, max_nodes: int, max_depth: int) -> DraftTree:
-        raise NotImplementedError(f"{type(self).__name__} must implement draft(context_ids, max_nodes=, max_depth=)")
+        Args:
+            target: the ``CachedTreeTarget`` it drafts for (its ``layers`` are the drafter's).
+            num_nodes: the node budget per pass, >= 1.
+            end: the length of the context at which the budget is spent (prompt + max_new_tokens).
+            rule: the ``TreeDraft`` acceptance rule at T > 0 (None: exact).
+        """
+        self._bound = {"target": target, "num_nodes": num_nodes, "end": end, "rule": rule, "generation": None}
+        self.draft_seconds, self.rounds_with_draft = 0.0, 0
+        return self
 
-    def commit(self, context_ids: torch.Tensor, states: torch.Tensor) -> None:
-        return None
+    def _target(self):
+        if self._bound is None:
+            raise RuntimeError(f"{type(self).__name__} is not bound: bind the drafter to its tree target first "
+                               "(drafter.bind(CachedTreeTarget(model, layers=drafter.target_layers), num_nodes=..., "
+                               "end=...)); lineage_generate does it for you")
+        return self._bound["target"]
+
+    def _timed(self, fn, *args, **kw):
+        t0 = time.perf_counter()
+        out = fn(*args, **kw)
+        synchronize(self._target().device)
+        self.draft_seconds += time.perf_counter() - t0
+        return out
+
+    def _sync(self, ids: torch.Tensor) -> None:
+        """(Re)start on the target's prefill when the target prefilled since."""
+        t = self._target()
+        if self._bound["generation"] != t.generation:
+            self._timed(self.read_prefill, ids[t.start_pos:], t.prefill_states)
+            self._bound["generation"] = t.generation
+
+    def start(self, prompt_ids: torch.Tensor, *, sampler, generator: torch.Generator | None) -> None:
+        self._target()
+        super().start(prompt_ids, sampler=sampler, generator=generator)
+        self.set_sampling(sampler.temperature, generator)      # sampled drafting: q at the loop's T
+        self._bound["generation"] = None
+        self._sync(prompt_ids)
+
+    def propose(self, context_ids: torch.Tensor, k: int):
+        self._sync(context_ids)                           # the target re-prefilled past the window
+        t, b = self._target(), self._bound
+        room = draft_room(b["num_nodes"], context_ids.numel() - t.start_pos, t.window)
+        max_depth = min(b["end"] - context_ids.numel() - 1, room)
+        t0 = time.perf_counter()
+        if max_depth >= 1:
+            tree = self.draft(context_ids[t.start_pos:], max_nodes=room, max_depth=max_depth)
+        else:
+            tree = DraftTree.empty()
+        tree = DraftTree.check(tree, self.vocab_size, source=f"{type(self).__name__}.draft()")
+        tree = tree.fit(room, max_depth)
+        synchronize(t.device)
+        self.draft_seconds += time.perf_counter() - t0
+        self.rounds_with_draft += int(tree.num_nodes > 0)
+        return TreeDraft(tree, rule=b["rule"]), None
+
+    def commit(self, context_ids: torch.Tensor, num_accepted: int, *, target_hidden=None) -> None:
+        t = self._target()
+        rows = t.committed_rows(context_ids)
+        self._timed(self.read_commit, context_ids[t.start_pos:], t.last_states[rows])
 
 
 class HeadOnBase(Module):

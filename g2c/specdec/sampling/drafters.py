@@ -57,8 +57,8 @@ hooks filled in.
     What the drafter reads of the target, so a reader can tell the drafters apart without
     knowing them: ``("tokens",)`` (small LMs, n-gram lookup, an LM building trees),
     ``("final_state",)`` (MTP, EAGLE: ``wants_target_hidden``), or ``("layers", (i, j, ...))``
-    (Medusa, EAGLE-2/3 and the block drafter through ``g2c.specdec.lineage.TreeDrafterAdapter``:
-    chosen blocks' outputs and the final state, read from their tree target).
+    (Medusa, EAGLE-2/3 and the block drafter, subclasses of ``g2c.specdec.lineage.TreeDrafter``: chosen
+    blocks' outputs and the final state, read from the tree target they are bound to).
 
 A tree drafter's ``propose`` returns ``(TreeDraft, None)`` (``g2c.specdec.trees.TreeDraft``); the
 round is the same (see ``speculative_sample``).

@@ -348,10 +348,10 @@ class MedusaDrafter(TreeDrafter):
     def __repr__(self) -> str:
         return f"MedusaDrafter(K={self.head.num_heads}, {len(self.choices)} paths)"
 
-    def start(self, context_ids: torch.Tensor, states: torch.Tensor) -> None:
+    def read_prefill(self, context_ids: torch.Tensor, states: torch.Tensor) -> None:
         self._h = states[-1, -1] if states.shape[0] else None
 
-    def commit(self, context_ids: torch.Tensor, states: torch.Tensor) -> None:
+    def read_commit(self, context_ids: torch.Tensor, states: torch.Tensor) -> None:
         if states.shape[0]:
             self._h = states[-1, -1]
 

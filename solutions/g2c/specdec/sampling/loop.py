@@ -277,7 +277,7 @@ def speculative_sample(target, drafter, prompt_ids, max_new_tokens: int, *, k: i
         drafter: any object following the drafter protocol (``g2c.specdec.sampling.drafters``):
             ``LMDrafter``, ``MTPDrafter``, ``NGramDrafter``, or your own. A tree drafter's
             ``propose`` returns a ``g2c.specdec.trees.TreeDraft`` and its target is a tree target
-            (``g2c.specdec.lineage.TreeDrafterAdapter`` with ``CachedTreeTarget``: the Medusa,
+            (a ``g2c.specdec.lineage.TreeDrafter`` bound to a ``CachedTreeTarget``: the Medusa,
             EAGLE, EAGLE-2, EAGLE-3 and block drafters of ``lineage_generate``); your round runs
             unchanged: ``draft.numel()`` nodes, ``draft[:m]`` the accepted path's tokens.
         prompt_ids: 1-D int tensor or list, length >= 1.

@@ -51,6 +51,7 @@ from g2c.sampling.model import (
 )
 
 from ..generate import SpecStats, draft_room
+from ..sampling.drafters import Drafter
 from ..sampling.loop import speculative_sample
 from ..sampling.target import Target
 from .attention import commit_tree_kv, target_layer_pass, tree_logits, tree_rows
@@ -499,7 +500,7 @@ class CachedTreeTarget(Target):
         self._clock(t0)
 
 
-class LMTreeDrafter:
+class LMTreeDrafter(Drafter):
     """A language model that drafts trees (chain, static or EAGLE-2 dynamic shape), behind the
     engine's drafter protocol (``g2c.specdec.sampling.drafters``). Provided.
 
