@@ -37,26 +37,60 @@ HASHES = "tests/pristine.sha256"  # sha256sum format: the recorded test files (s
 
 # A container's CPU limit (docker --cpus, a CI runner's quota): cgroup v2, then v1. The affinity mask of such a
 # container still lists every core of the host, so counting it alone would start a worker per host core.
+PROC_CGROUP = "/proc/self/cgroup"                               # "0::/user.slice/job.scope" (v2)
 CGROUP_CPU_MAX = "/sys/fs/cgroup/cpu.max"                       # "200000 100000" (quota period) or "max 100000"
 CGROUP_V1_QUOTA = ("/sys/fs/cgroup/cpu/cpu.cfs_quota_us", "/sys/fs/cgroup/cpu/cpu.cfs_period_us")   # -1: none
 
 
+def _cgroup_v2_files() -> list[Path]:
+    """The cgroup v2 ``cpu.max`` files that limit this process: the root one (a container's own, in
+    its cgroup namespace) and, from ``/proc/self/cgroup``'s ``0::/path`` line, the file of its cgroup
+    and of every ancestor under the same root (a systemd slice or a batch scheduler's job limits a
+    process without a namespace: only the nested file holds its quota)."""
+    root = Path(CGROUP_CPU_MAX).parent
+    files = [Path(CGROUP_CPU_MAX)]
+    try:
+        lines = Path(PROC_CGROUP).read_text(encoding="utf-8", errors="replace").splitlines()
+    except OSError:
+        return files
+    for line in lines:
+        if line.startswith("0::"):
+            parts = [p for p in line[3:].strip().split("/") if p and p not in (".", "..")]
+            files += [root.joinpath(*parts[:i], "cpu.max") for i in range(len(parts), 0, -1)]
+    return files
+
+
+def _quota_cap(quota: str, period: str) -> int | None:
+    """CPUs a quota/period pair allows, rounded up; None for no limit ("max", -1) or garbage."""
+    if quota.lstrip("-").isdigit() and int(quota) > 0 and period.isdigit() and int(period) > 0:
+        return -(-int(quota) // int(period))
+    return None
+
+
 def usable_cores() -> int:
     """How many CPUs this process can keep busy: its affinity mask (``os.sched_getaffinity``, else
-    ``os.cpu_count()``), capped by a cgroup CPU quota rounded up (a quota of 1.5 CPUs gives 2). A
-    missing or unreadable quota file means no cap. Always >= 1. ``./test.sh`` sizes its parallel
-    steps (pytest-xdist workers, contract and notebook jobs, at most 8) with it."""
+    ``os.cpu_count()``), capped by the tightest cgroup CPU quota rounded up (a quota of 1.5 CPUs gives
+    2): cgroup v2 ``cpu.max`` at the root and along this process's own cgroup path
+    (``_cgroup_v2_files``), else the v1 ``cpu.cfs_quota_us`` / ``cpu.cfs_period_us``. A missing or
+    unreadable quota file means no cap. Always >= 1. ``./test.sh`` sizes its parallel steps
+    (pytest-xdist workers, contract and notebook jobs, at most 8) with it."""
     n = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
-    try:
-        quota, period = Path(CGROUP_CPU_MAX).read_text(encoding="ascii").split()[:2]
-    except (OSError, ValueError):
+    caps, v2_found = [], False
+    for path in _cgroup_v2_files():
+        try:
+            quota, period = path.read_text(encoding="ascii").split()[:2]
+        except (OSError, ValueError, UnicodeDecodeError):
+            continue
+        v2_found = True
+        caps.append(_quota_cap(quota, period))
+    if not v2_found:
         try:
             quota, period = (Path(f).read_text(encoding="ascii").strip() for f in CGROUP_V1_QUOTA)
-        except (OSError, ValueError):
-            quota, period = "max", "1"
-    if quota.lstrip("-").isdigit() and int(quota) > 0 and period.isdigit() and int(period) > 0:
-        n = min(n, -(-int(quota) // int(period)))
-    return max(1, n)
+            caps.append(_quota_cap(quota, period))
+        except (OSError, ValueError, UnicodeDecodeError):
+            pass
+    caps = [c for c in caps if c is not None]
+    return max(1, min([n, *caps]))
 
 
 def share_cores(jobs: int) -> int:

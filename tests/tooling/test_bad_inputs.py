@@ -1117,6 +1117,33 @@ def test_a_tree_drafter_needs_no_head_and_no_base():
     assert stats.drafted == stats.target_passes - (stats.target_passes - stats.rounds_with_draft)
 
 
+def test_a_tree_drafter_that_writes_into_the_context_cannot_change_the_text():
+    """The hooks read a copy of the visible context: a drafter that scribbles on it (an in-place edit
+    meant for its own scratch copy) leaves the committed text, and so the output, as plain greedy's."""
+    import torch
+
+    from g2c.kvcache import cached_generate
+    from g2c.specdec.lineage import TreeDrafter, lineage_generate
+    from g2c.specdec.trees import DraftTree
+
+    class Scribbler(TreeDrafter):
+        vocab_size, target_layers = V, ()
+
+        def read_prefill(self, context_ids, states):
+            context_ids.fill_(1)
+
+        def draft(self, context_ids, *, max_nodes, max_depth):
+            context_ids.zero_()
+            return DraftTree(torch.tensor([3]), torch.tensor([-1]))
+
+        def read_commit(self, context_ids, states):
+            context_ids[-1] = 2
+
+    target = _lm(0)
+    ids, _ = lineage_generate(target, Scribbler(), [1, 2, 5], 8)
+    assert ids.tolist() == cached_generate(target, [1, 2, 5], 8, temperature=0.0).tolist()
+
+
 @pytest.mark.parametrize("fused", [True, False])
 def test_fast_path_keeps_the_vocabulary_check(fused):
     import torch
@@ -1223,3 +1250,40 @@ def test_ranges_are_checked_before_use():
     with pytest.raises(TypeError, match=r"optimal_k: k_max must be an int"):
         optimal_k(0.5, 0.1, k_max=4.0)
     assert optimal_k(0.7, 0.1, k_min=4, k_max=4) == 4
+
+
+def test_a_tree_drafter_author_trial_bad_members_are_named():
+    """A course author's trial (a new TreeDrafter): vocab_size left at None gave a raw TypeError from the
+    id check; a string "16" was reported as "16 differs from 16"; target_layers "12" ran as layers
+    (1, 2) and (True,) as 1; chain_tree cast floats and flattened rows; a sampled row that gives its own
+    node probability 0 was accepted every time (p / 0), a silent wrong distribution."""
+    import torch
+
+    from g2c.specdec.lineage import TreeDrafter, lineage_generate
+    from g2c.specdec.trees import DraftTree, chain_tree
+
+    def drafter(vocab=V, layers=(), q=None):
+        class D(TreeDrafter):
+            vocab_size, target_layers = vocab, layers
+
+            def draft(self, context_ids, *, max_nodes, max_depth):
+                return DraftTree(torch.tensor([1]), torch.tensor([-1]), q)
+        return D()
+
+    target = _lm(0)
+    for vocab in (None, "16", 16.0, True):
+        with pytest.raises(TypeError, match="vocab_size must be an int"):
+            lineage_generate(target, drafter(vocab=vocab), [1, 2], 4)
+    for layers in ("12", (True,), (1.5,), 3):
+        with pytest.raises(TypeError, match="target_layers must be a tuple"):
+            lineage_generate(target, drafter(layers=layers), [1, 2], 4)
+    for bad in ([1.9], torch.tensor([True]), [[1, 2], [3, 4]]):
+        with pytest.raises(ValueError, match="chain_tree: tokens must be a 1-D integer tensor"):
+            chain_tree(bad)
+    with pytest.raises(TypeError, match="chain_tree: tokens must be a 1-D integer tensor or list of ints"):
+        chain_tree("abc")
+    assert chain_tree([]).num_nodes == 0 and chain_tree([3, 4]).parents.tolist() == [-1, 0]
+    wrong_row = torch.nn.functional.one_hot(torch.tensor([5]), V).float()       # the row of another token
+    with pytest.raises(ValueError, match=r"node 0 \(token 1\) gives probability 0 to its own token"):
+        lineage_generate(target, drafter(q=wrong_row), [1, 2], 4, temperature=0.8,
+                         generator=torch.Generator().manual_seed(0))

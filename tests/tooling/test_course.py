@@ -191,4 +191,30 @@ def test_usable_cores_caps_the_affinity_mask_by_a_container_quota(tmp_path, monk
         p.write_text(v1[1] + "\n", encoding="ascii")
     monkeypatch.setattr(progress, "CGROUP_CPU_MAX", str(v2_path))
     monkeypatch.setattr(progress, "CGROUP_V1_QUOTA", (str(q), str(p)))
+    monkeypatch.setattr(progress, "PROC_CGROUP", str(tmp_path / "no-proc-cgroup"))
+    assert progress.usable_cores() == cores
+
+
+@pytest.mark.parametrize("root, nested, cores", [
+    ("max 100000\n", {"user.slice": "200000 100000\n"}, 2),                    # a slice's quota, no namespace
+    ("max 100000\n", {"user.slice": "400000 100000\n",
+                      "user.slice/job.scope": "100000 100000\n"}, 1),         # the tightest along the path
+    ("300000 100000\n", {"user.slice": "max 100000\n"}, 3),                    # the root's quota still counts
+    ("max 100000\n", {}, 8),                                                   # no nested files: no cap
+])
+def test_usable_cores_reads_the_quota_of_its_own_cgroup_path(tmp_path, monkeypatch, root, nested, cores):
+    """A process limited by a systemd slice or a batch job (no cgroup namespace) sees the host's root
+    cpu.max with no limit; its quota is in the cpu.max of its own cgroup (/proc/self/cgroup) or an
+    ancestor, and the tightest one counts."""
+    from g2c.course import progress
+
+    monkeypatch.setattr(os, "sched_getaffinity", lambda pid: set(range(8)), raising=False)
+    (tmp_path / "cpu.max").write_text(root, encoding="ascii")
+    for rel, text in nested.items():
+        (tmp_path / rel).mkdir(parents=True, exist_ok=True)
+        (tmp_path / rel / "cpu.max").write_text(text, encoding="ascii")
+    (tmp_path / "proc-cgroup").write_text("1:cpu:/\n0::/user.slice/job.scope\n", encoding="ascii")
+    monkeypatch.setattr(progress, "CGROUP_CPU_MAX", str(tmp_path / "cpu.max"))
+    monkeypatch.setattr(progress, "PROC_CGROUP", str(tmp_path / "proc-cgroup"))
+    monkeypatch.setattr(progress, "CGROUP_V1_QUOTA", ("/nonexistent/q", "/nonexistent/p"))
     assert progress.usable_cores() == cores

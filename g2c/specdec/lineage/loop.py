@@ -60,6 +60,7 @@ Shape letters: T time, n tree nodes, L chosen layers (+1 for the final state), D
 
 from __future__ import annotations
 
+import numbers
 from collections.abc import Callable
 from dataclasses import dataclass, field, fields
 
@@ -172,7 +173,9 @@ def lineage_generate(target, drafter: TreeDrafter, prompt_ids, max_new_tokens: i
             model ("built on another model: verify with drafter.base as the target"); a chosen
             layer outside the target.
         TypeError: a target that is not a ``TransformerLM``; a drafter that is not a ``TreeDrafter``
-            (a bare head, an ``LMDrafter``: "wrap a head in its drafter").
+            (a bare head, an ``LMDrafter``: "wrap a head in its drafter"); a ``vocab_size`` that is not an
+            int ("vocab_size must be an int"); ``target_layers`` that are not a tuple of ints
+            ("target_layers must be a tuple").
     """
     if not _is_transformer_lm(target):
         raise TypeError(f"lineage_generate needs a TransformerLM target (it reads the states of its layers), "
@@ -196,7 +199,18 @@ def lineage_generate(target, drafter: TreeDrafter, prompt_ids, max_new_tokens: i
         raise TypeError(f"lineage_generate needs a TreeDrafter (g2c.specdec.lineage.TreeDrafter: read_prefill/draft/"
                         f"read_commit, target_layers), got {type(drafter).__name__}; wrap a head in its drafter: "
                         "MedusaDrafter(heads), EagleTreeDrafter(head), Eagle3Drafter(head), BlockDrafter(head)")
-    check_same_vocab(drafter.vocab_size, target.vocab_size)
+    name = type(drafter).__name__
+    vocab = drafter.vocab_size
+    if isinstance(vocab, bool) or not isinstance(vocab, numbers.Integral):
+        raise TypeError(f"{name}.vocab_size must be an int, the target's vocabulary ({target.vocab_size}), got "
+                        f"{type(vocab).__name__} {vocab!r}: a TreeDrafter sets it (self.vocab_size = "
+                        "head.base.vocab_size)")
+    check_same_vocab(int(vocab), target.vocab_size)
+    chosen = drafter.target_layers
+    if not isinstance(chosen, (tuple, list)) or any(isinstance(i, bool) or not isinstance(i, numbers.Integral)
+                                                    for i in chosen):
+        raise TypeError(f"{name}.target_layers must be a tuple of block indices (ints), e.g. (2, 4, 6) or () for "
+                        f"the final state only, got {type(chosen).__name__} {chosen!r}")
     base = getattr(drafter, "base", None)                   # optional: a drafter built on no model reads none
     if base is not None and unwrap(base) is not unwrap(target):
         raise ValueError(f"{type(drafter).__name__} was built on another model: its heads read the states of "

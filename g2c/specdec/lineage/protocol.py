@@ -92,18 +92,31 @@ class TreeDrafter(Drafter):
     block drafter): the engine's ONE drafter protocol (``g2c.specdec.sampling.drafters.Drafter``), with
     its three verbs written here once for all of them. Provided.
 
-    A subclass writes what differs between drafters, three hooks:
+    A subclass has no ``__init__`` to call; it sets ``vocab_size`` (an int, the target's: required),
+    ``target_layers`` (a tuple of block indices, ``()`` for the final state only), and, if it has
+    weights, ``base`` (the model they were trained on: any other target is refused) and ``head`` (put
+    in eval mode for a run). It writes what differs between drafters, three hooks (only ``draft`` is
+    required; the other two do nothing by default):
 
     ``read_prefill(context_ids, states)``
         A (re)start on the target's prefill: ``context_ids`` (T,) int64 CPU is the target's visible
-        context; ``states`` (T - 1, len(target_layers) + 1, D) float32 holds, for every position but
-        the newest, the chosen layers' outputs then (last) the final state.
+        context (the committed text from ``start_pos``, the first position in the target's window);
+        ``states`` (T - 1, len(target_layers) + 1, D) float32 holds, for every position but the
+        newest, the chosen blocks' outputs (the residual stream after block i, before the final
+        LayerNorm) then, last, the final state (after the final LayerNorm: what the target's
+        unembedding reads, ``hidden_states``). Row t belongs to token t and predicts token t + 1, so
+        the last row predicts the newest token, which is already committed: the state that predicts
+        the NEXT token does not exist until the next pass scores the newest token (Medusa's heads
+        therefore guess from one position back, EAGLE feeds the newest token with the last state).
     ``draft(context_ids, *, max_nodes, max_depth) -> DraftTree``
-        At most ``max_nodes`` nodes, none deeper than ``max_depth`` (>= 1).
+        ``context_ids`` as above. At most ``max_nodes`` nodes, none deeper than ``max_depth`` (>= 1);
+        a larger tree is trimmed to them (``DraftTree.fit``: every node deeper than ``max_depth``, then
+        every node past the first ``max_nodes`` in flattened order), so drafting more is wasted work,
+        not an error.
     ``read_commit(context_ids, states)``
-        After each pass: ``context_ids`` the whole new context (ending with the correction or bonus
-        token), ``states`` (m, len(target_layers) + 1, D) the rows of the m positions the pass committed
-        except the newest token (the root, then each accepted node).
+        After each pass: ``context_ids`` the whole new visible context (ending with the correction or
+        bonus token), ``states`` (m, len(target_layers) + 1, D) the rows of the m positions the pass
+        committed except the newest token (the root, then each accepted node).
 
     The engine's verbs (``start`` / ``propose`` / ``commit``) are provided: ``bind(target, ...)`` ties the
     drafter to the ``g2c.specdec.trees.CachedTreeTarget`` it drafts for (``lineage_generate`` does it),
@@ -118,6 +131,9 @@ class TreeDrafter(Drafter):
     loop's temperature and puts the rows on the tree (``DraftTree.proposal_probs``); ``start`` passes the
     temperature and generator to ``set_sampling``. At T = 0 (or ``draft_mode="top"``) it drafts its top
     ranks.
+
+    The hooks get a copy of the visible context (a few hundred ids, under a microsecond): a drafter that
+    writes into it cannot change the committed text.
 
     Attributes (after a run): ``draft_seconds`` (time inside the three hooks, synchronised),
     ``rounds_with_draft`` (passes that verified a non-empty tree).
@@ -195,7 +211,7 @@ class TreeDrafter(Drafter):
         """(Re)start on the target's prefill when the target prefilled since."""
         t = self._target()
         if self._bound["generation"] != t.generation:
-            self._timed(self.read_prefill, ids[t.start_pos:], t.prefill_states)
+            self._timed(self.read_prefill, ids[t.start_pos:].clone(), t.prefill_states)
             self._bound["generation"] = t.generation
 
     def start(self, prompt_ids: torch.Tensor, *, sampler, generator: torch.Generator | None) -> None:
@@ -212,7 +228,7 @@ class TreeDrafter(Drafter):
         max_depth = min(b["end"] - context_ids.numel() - 1, room)
         t0 = time.perf_counter()
         if max_depth >= 1:
-            tree = self.draft(context_ids[t.start_pos:], max_nodes=room, max_depth=max_depth)
+            tree = self.draft(context_ids[t.start_pos:].clone(), max_nodes=room, max_depth=max_depth)
         else:
             tree = DraftTree.empty()
         tree = DraftTree.check(tree, self.vocab_size, source=f"{type(self).__name__}.draft()")
@@ -225,7 +241,7 @@ class TreeDrafter(Drafter):
     def commit(self, context_ids: torch.Tensor, num_accepted: int, *, target_hidden=None) -> None:
         t = self._target()
         rows = t.committed_rows(context_ids)
-        self._timed(self.read_commit, context_ids[t.start_pos:], t.last_states[rows])
+        self._timed(self.read_commit, context_ids[t.start_pos:].clone(), t.last_states[rows])
 
 
 class HeadOnBase(Module):

@@ -58,11 +58,19 @@ __all__ = ["DraftTree", "chain_choices", "chain_tree", "expected_tokens_per_pass
            "static_choices"]
 
 
-def _as_long_1d(x, name: str) -> torch.Tensor:
-    t = torch.as_tensor(x)
-    if t.dim() != 1 or t.dtype.is_floating_point or t.dtype == torch.bool:
-        raise ValueError(f"DraftTree: {name} must be a 1-D integer tensor, got shape {tuple(t.shape)} "
+def _as_long_1d(x, name: str, who: str = "DraftTree") -> torch.Tensor:
+    if isinstance(x, (list, tuple)) and len(x) == 0:
+        return torch.zeros(0, dtype=torch.long)            # torch.as_tensor([]) would be float32
+    try:
+        t = torch.as_tensor(x)
+    except (TypeError, ValueError, RuntimeError, OverflowError):           # "abc", None, ragged rows
+        raise TypeError(f"{who}: {name} must be a 1-D integer tensor or list of ints, got {type(x).__name__} "
+                        f"{x!r:.40}") from None
+    if t.dim() != 1 or t.dtype.is_floating_point or t.dtype.is_complex or t.dtype == torch.bool:
+        raise ValueError(f"{who}: {name} must be a 1-D integer tensor, got shape {tuple(t.shape)} "
                          f"dtype {t.dtype}")
+    if t.is_meta:
+        raise ValueError(f"{who}: {name} is on the meta device (a shape without values): build it on the CPU")
     return t.long().cpu()
 
 
@@ -126,8 +134,10 @@ class DraftTree:
         Raises:
             TypeError: ``tree`` is not a ``DraftTree`` (names ``source`` and the type).
             ValueError: a node token outside [0, V) ("<source>: tree.tokens holds token id V,
-                outside the vocabulary [0, V)"); proposal rows over another vocabulary or not
-                distributions (``check_prob_rows``).
+                outside the vocabulary [0, V)"); proposal rows over another vocabulary, on the meta
+                device, or not distributions (``check_prob_rows``); a node whose own row gives its
+                token probability 0 ("gives probability 0": a sampled node is drawn from its row, so
+                such a row is not the one it came from, and the verifier's p/q would accept it always).
         """
         if not isinstance(tree, cls):
             raise TypeError(f"{source} must return a DraftTree (g2c.specdec.trees.DraftTree), got "
@@ -138,7 +148,16 @@ class DraftTree:
             if q.shape[1] != vocab_size:
                 raise ValueError(f"{source}: tree.proposal_probs has V={q.shape[1]} but the target has "
                                  f"V={vocab_size}; drafter and target must share one vocabulary")
+            if q.is_meta:
+                raise ValueError(f"{source}: tree.proposal_probs is on the meta device (a shape without values)")
             check_prob_rows(q, f"{source}: tree.proposal_probs")
+            own = q.detach().float().cpu().gather(1, tree.tokens.view(-1, 1)).view(-1)
+            zero = [i for i, v in enumerate(own.tolist()) if not v > 0.0]
+            if zero:
+                i = zero[0]
+                raise ValueError(f"{source}: node {i} (token {int(tree.tokens[i])}) gives probability 0 to its own "
+                                 "token in tree.proposal_probs: each row must be the distribution its node was "
+                                 "sampled from (None for top-rank picks)")
         return tree
 
     @property
@@ -195,8 +214,13 @@ class DraftTree:
 
 
 def chain_tree(tokens) -> DraftTree:
-    """A chain as a ``DraftTree``: node i is ``tokens[i]`` with parent i - 1. Provided."""
-    tokens = torch.as_tensor(tokens, dtype=torch.long).view(-1).cpu()
+    """A chain as a ``DraftTree``: node i is ``tokens[i]`` with parent i - 1. Provided.
+
+    Raises:
+        ValueError: ``tokens`` not 1-D integer ids (floats, bools and 2-D rows are refused, never cast
+            or flattened) or on the meta device. TypeError: not readable as one tensor (text, None).
+    """
+    tokens = _as_long_1d(tokens, "tokens", "chain_tree")
     return DraftTree(tokens, torch.arange(tokens.numel(), dtype=torch.long) - 1)
 
 
