@@ -1287,3 +1287,26 @@ def test_a_tree_drafter_author_trial_bad_members_are_named():
     with pytest.raises(ValueError, match=r"node 0 \(token 1\) gives probability 0 to its own token"):
         lineage_generate(target, drafter(q=wrong_row), [1, 2], 4, temperature=0.8,
                          generator=torch.Generator().manual_seed(0))
+
+
+def test_a_drafter_that_writes_into_its_context_never_changes_the_callers_prompt():
+    """A course author's trial: a drafter that zeroed the context it was handed in round 1 turned the
+    caller's own prompt tensor into zeros (the loop's ids WERE the caller's tensor). as_token_ids copies,
+    so whatever a misbehaving drafter does to the loop's text, the caller's prompt survives."""
+    import torch
+
+    from g2c.sampling.generate import as_token_ids
+    from g2c.specdec.sampling.drafters import Drafter
+    from g2c.specdec.sampling.loop import speculative_sample
+
+    class Vandal(Drafter):
+        vocab_size = V
+
+        def propose(self, context_ids, k):
+            context_ids.zero_()
+            return torch.zeros(0, dtype=torch.long), None
+
+    prompt = torch.tensor([1, 2, 5])
+    assert as_token_ids(prompt) is not prompt and as_token_ids(prompt).data_ptr() != prompt.data_ptr()
+    speculative_sample(_lm(0), Vandal(), prompt, 4, k=2, temperature=0.0)
+    assert prompt.tolist() == [1, 2, 5]
