@@ -70,18 +70,12 @@ def budget_texts(drafters: dict) -> tuple[str, str, str, str]:
     from g2c.assets.recipes.drafters import EQUAL_BUDGET_TOKENS, STATE_READERS
 
     readers = [n for n in STATE_READERS if n in drafters]
-    at_equal = [n for n in readers if drafters[n]["tokens_seen"] == EQUAL_BUDGET_TOKENS]
-    others = [n for n in readers if n not in at_equal]
+    others = [n for n in readers if drafters[n]["tokens_seen"] != EQUAL_BUDGET_TOKENS]
     early = [n for n, m in drafters.items() if m["recipe"].get("patience") is not None]
     stopping = (f"{', '.join(early)} stop after 3 checks without improvement; " if early else "") + (
         "the others run every step of their budget." if len(early) < len(drafters) else "")
-    windows = []
-    for n in readers:
-        w = drafters[n].get("train_windows")
-        if w is not None:
-            windows.append(f"{n} {w:,}")
-    windows_text = ("  Training windows read (256 tokens each; the split holds 6,179): " + "; ".join(windows) + "."
-                    if windows else "")
+    windows = [f"{n} {drafters[n]['train_windows']:,}" for n in readers if "train_windows" in drafters[n]]
+    windows_text = ("  Training windows read (256 tokens each): " + "; ".join(windows) + "." if windows else "")
     last = [n for n, m in drafters.items() if m["best_step"] == m["steps"]]
     if len(last) == len(drafters):
         best_text = ("Every drafter's best check was its last: validation was still improving, if slowly, when "

@@ -116,10 +116,11 @@ def main(argv: list[str] | None = None) -> int:
         print(f"run_notebooks.py: --jobs must be >= 1, got {args.jobs}", file=sys.stderr)
         return 2
     # more kernels than notebooks or cores only costs memory (each loads its models): cap, and say so
-    jobs = min(args.jobs, max(1, len(items)), usable_cores())
+    cores = usable_cores()
+    jobs = min(args.jobs, max(1, len(items)), cores)
     if jobs < args.jobs:
         print(f"run_notebooks.py: --jobs {args.jobs} capped at {jobs} ({len(items)} notebook(s), "
-              f"{usable_cores()} usable core(s))", flush=True)
+              f"{cores} usable core(s))", flush=True)
     share_cores(jobs)   # N kernels side by side: each gets its share of the cores as torch threads
     failed: list[str] = []
     with tempfile.TemporaryDirectory(prefix="g2c-solved-") as tmp:

@@ -27,7 +27,7 @@ from g2c.nn import eval_mode  # re-exported: the loops' mode switch lives with M
 __all__ = ["LanguageModel", "as_whole", "check_whole", "check_count", "check_eos_id", "check_flag", "check_generator",
            "check_head_on_base", "check_language_model", "check_prob_rows", "check_real", "check_repetition_penalty",
            "check_same_vocab", "check_score_rows", "check_table_dtype", "check_temperature", "check_token_ids",
-           "check_top_p", "eval_mode", "prob_tolerance"]
+           "check_top_p", "eval_mode", "prob_tolerance", "zero_prob_draws"]
 
 REQUIRED = ("vocab_size", "max_seq_len", "device")
 
@@ -474,3 +474,13 @@ def check_prob_rows(rows, name: str, *, where: str | None = None) -> None:
         i = int(off.nonzero()[0, 0])
         raise ValueError(f"{name} must hold probabilities: row {i} sums to {float(sums[i]):.6g}, not 1 "
                          f"(tolerance {tol:g}){_where(where)}; {fix}")
+
+
+def zero_prob_draws(rows: torch.Tensor, tokens: torch.Tensor) -> list[int]:
+    """Indices i where ``rows[i, tokens[i]] <= 0``: a row that cannot be the distribution its token was
+    drawn from (a speculative verifier's p/q would then divide by zero). ``rows`` (n, V) float,
+    ``tokens`` (n,) int64 on the CPU; the drafts' checks (``speculative_sample``'s ``_check_draft``,
+    ``DraftTree.check``) raise with their own message."""
+    own = rows.detach().float().cpu().gather(1, tokens.view(-1, 1)).view(-1)           # (n,)
+    return (own <= 0).nonzero().view(-1).tolist()
+

@@ -213,9 +213,9 @@ def lineage_generate(target, drafter: TreeDrafter, prompt_ids, max_new_tokens: i
                         f"the final state only, got {type(chosen).__name__} {chosen!r}")
     base = getattr(drafter, "base", None)                   # optional: a drafter built on no model reads none
     if base is not None and unwrap(base) is not unwrap(target):
-        raise ValueError(f"{type(drafter).__name__} was built on another model: its heads read the states of "
+        raise ValueError(f"{name} was built on another model: its heads read the states of "
                          "drafter.base; verify with drafter.base as the target")
-    layers = tuple(int(i) for i in drafter.target_layers)
+    layers = tuple(int(i) for i in chosen)
     bad = [i for i in layers if not 0 <= i < len(target.blocks)]
     if bad:
         raise ValueError(f"the drafter reads layers {layers}, but the target has blocks 0..{len(target.blocks) - 1}")

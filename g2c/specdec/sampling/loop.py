@@ -55,6 +55,7 @@ from g2c.sampling.model import (
     check_language_model,
     check_same_vocab,
     check_whole,
+    zero_prob_draws,
 )
 from g2c.transformer import TransformerLM
 
@@ -167,7 +168,7 @@ def _check_draft(drafter, *proposal_k_vocab, k: int | None = None,
                              "or a one-hot of the draft are not the rows it was sampled from; return None for a "
                              "deterministic draft)")
         draft_probs = draft_probs.float().cpu()
-        if draft_ids.numel() and bool((draft_probs.gather(1, draft_ids.view(-1, 1)) <= 0).any()):
+        if draft_ids.numel() and zero_prob_draws(draft_probs, draft_ids):
             raise ValueError(f"{name}.propose drafted a token its own q gives probability 0 (ids "
                              f"{draft_ids.tolist()}): draft_probs must be the rows the drafts were sampled from")
     return draft_ids, draft_probs

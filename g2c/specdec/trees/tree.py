@@ -50,7 +50,7 @@ from dataclasses import dataclass, field
 
 import torch
 
-from g2c.sampling.model import check_prob_rows, check_real, check_token_ids, check_whole
+from g2c.sampling.model import check_prob_rows, check_real, check_token_ids, check_whole, zero_prob_draws
 
 from ..theory import tree_expected_tokens
 
@@ -151,8 +151,7 @@ class DraftTree:
             if q.is_meta:
                 raise ValueError(f"{source}: tree.proposal_probs is on the meta device (a shape without values)")
             check_prob_rows(q, f"{source}: tree.proposal_probs")
-            own = q.detach().float().cpu().gather(1, tree.tokens.view(-1, 1)).view(-1)
-            zero = [i for i, v in enumerate(own.tolist()) if not v > 0.0]
+            zero = zero_prob_draws(q, tree.tokens)             # check_prob_rows has refused NaN rows
             if zero:
                 i = zero[0]
                 raise ValueError(f"{source}: node {i} (token {int(tree.tokens[i])}) gives probability 0 to its own "
