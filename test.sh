@@ -4,7 +4,8 @@
 #                                  the modules 16 needs that you have not edited (never your code)
 #   ./test.sh 16 --solve 11        the same, with 11's answer key too although you edited 11
 #   ./test.sh                      (once you edited exercise files) grade the modules you worked on
-#   ./test.sh --progress           table of every module in graph order
+#   ./test.sh --progress           table of every module in graph order (the last results when nothing
+#                                  changed since; --progress --regrade runs the tests anyway)
 #   ./test.sh --submit [--name N]  hand in: one zip of your edited exercise files and notebooks
 #                                  (hand-in/g2c-NAME.zip; docs/teaching.md)
 #   ./test.sh tests/test_nn.py     just `pytest tests/test_nn.py` on YOUR code (no solutions

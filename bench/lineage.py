@@ -14,6 +14,9 @@
                                         # a reduced draft vocabulary: coverage, agreement, unembedding time
     python bench/lineage.py --fast --greedy-only --no-sweep --threads 1
                                         # every row on the fast path (g2c.kvcache.fast), greedy, story endings
+    python bench/lineage.py --fast --greedy-only --threads 1 --draft-dtype bfloat16
+                                        # the drafters' products in bfloat16 (the target float32: still
+                                        # lossless against it); fast on CPUs with AVX512-BF16 or AMX
     python bench/lineage.py --drafters runs/budget-512000 --greedy-only --threads 1
                                         # the drafters retrained at one budget (./checkpoints.sh --budget)
                                         # Medusa's k-gram agreement against the product of its heads' marginals
@@ -39,8 +42,11 @@ k (chain length / tree budget / block size): the full run picks it by a sweep on
 ``--fast`` runs every row's target (and its drafter's own model or head) on the fast path
 (``g2c.kvcache.fast.fast_model``, float32, the same logits within 1e-5) and adds a row of plain cached
 decoding on the fast path; the baseline of every speed-up stays plain cached decoding on the
-teaching path. ``--drafters DIR`` loads the drafters from an ``artifacts/``-like folder (a budgeted
-retraining installs into ``runs/budget-<T>/``); the target stays the shipped StoryLM-30M.
+teaching path. ``--draft-dtype bfloat16`` (with ``--fast``) builds each drafter's fast copy with
+bfloat16 weight products (``fast_model(model, dtype=torch.bfloat16)``): a drafter only proposes, so
+its precision moves tau, never the output, which stays the float32 target's token for token.
+``--drafters DIR`` loads the drafters from an ``artifacts/``-like folder (a budgeted retraining
+installs into ``runs/budget-<T>/``); the target stays the shipped StoryLM-30M.
 
 Columns: tau (tokens per target pass); c (the drafter's seconds per round, its ``start``/``draft``
 /``commit`` or ``propose``/``commit``, over the target's seconds per token when it decodes alone);
@@ -116,7 +122,7 @@ ROWS = [
     ("StoryLM-5M", "1: small LM", "lm", "StoryLM-5M", 4, (2, 4, 6)),
     ("n-gram", "prompt lookup", "ngram", None, 4, (2, 4, 8)),
     ("Medusa", "2: Medusa heads (tree)", "medusa", "StoryLM-30M-Medusa", 16, (2, 4, 8, 16)),
-    ("EAGLE", "3: EAGLE (chain)", "eagle-chain", "StoryLM-30M-EAGLE", 4, (2, 4, 6)),
+    ("EAGLE", "3: EAGLE (chain)", "eagle-chain", "StoryLM-30M-EAGLE", 4, (2, 4, 5, 6)),
     ("EAGLE-2", "3: EAGLE-2 dynamic tree", "eagle2", "StoryLM-30M-EAGLE", 16, (8, 16, 32)),
     ("EAGLE-2 width 2", "3: EAGLE-2 dynamic tree, width 2", "eagle2-w2", "StoryLM-30M-EAGLE", 8, (6, 8, 12)),
     ("EAGLE static tree", "3: EAGLE, static tree", "eagle-static", "StoryLM-30M-EAGLE", 16, (5, 8, 16, 32)),
@@ -188,6 +194,9 @@ def parse_args(argv):
     ap.add_argument("--fast", action="store_true",
                     help="run every row on the fast path (g2c.kvcache.fast, float32) and add plain cached decoding "
                          "on it; speed-ups stay over plain cached decoding on the teaching path")
+    ap.add_argument("--draft-dtype", choices=("float32", "bfloat16"), default=None,
+                    help="with --fast: the drafters' weight products in this dtype (their own fast models; the target "
+                         "stays float32, so every row is still judged lossless against the float32 target)")
     ap.add_argument("--greedy-only", action="store_true",
                     help="only the greedy table on story endings (no T > 0 tables, c curves, typical, sampled drafts)")
     ap.add_argument("--drafters", type=drafters_dir, default=None, metavar="DIR",
@@ -196,6 +205,8 @@ def parse_args(argv):
     ap.add_argument("--figure", type=cli.output_file(as_path=True), default=None, help="write the figure (png) here")
     ap.add_argument("--json", type=cli.output_file(as_path=True), default=None, help="write every number (json) here")
     args = ap.parse_args(argv)
+    if args.draft_dtype is not None and not args.fast:
+        ap.error("--draft-dtype sets the fast path's drafters: add --fast")
     if args.packed_min_rows is not None and not args.fast:
         ap.error("--packed-min-rows chooses the fast path's kernel: add --fast")
     # the measurement-only modes: one at a time, each with its own row (the default when --rows is not given)
@@ -337,11 +348,12 @@ def load_heads(target, names, root: Path | None = None) -> dict:
     return models
 
 
-def fast_models(models: dict) -> dict:
-    """The fast path of every row's own model: a small LM's ``FastLM``, a head's fused-leaf copy (same base)."""
+def fast_models(models: dict, dtype: str | None = None) -> dict:
+    """The fast path of every row's own model: a small LM's ``FastLM``, a head's fused-leaf copy (same base);
+    ``dtype`` (``--draft-dtype``) the drafters' weight products, the target's staying float32."""
     from g2c.kvcache.fast import fast_model
 
-    return {name: fast_model(model) for name, model in models.items()}
+    return {name: fast_model(model, dtype=dtype) for name, model in models.items()}
 
 
 class ClockedTarget(CachedTarget):
@@ -833,7 +845,7 @@ def main(argv=None) -> int:
         try:
             if args.packed_min_rows is not None:
                 fast_module.PACKED_MIN_ROWS[torch.float32] = args.packed_min_rows
-            spec_target, models = fast_model(target), fast_models(models)
+            spec_target, models = fast_model(target), fast_models(models, args.draft_dtype)
         finally:
             fast_module.PACKED_MIN_ROWS.update(saved)
         rows = [("plain cached (fast path)", "no drafter", "plain", None, 1, (1,))] + rows
@@ -845,6 +857,7 @@ def main(argv=None) -> int:
     if not (args.ttt_agreement_only or args.draft_vocab_only or args.medusa_joint_only):
         print(f"# The draft lineage on {TARGET} (float32, {torch.get_num_threads()} threads, {device}"
               f"{', every row on the fast path' if args.fast else ''}"
+              f"{f', drafters in {args.draft_dtype} (the target float32)' if args.draft_dtype else ''}"
               f"{f', packed from {args.packed_min_rows} rows' if args.packed_min_rows else ''}{where}); "
               f"{args.prompts} prompts x {args.new_tokens} tokens per set; "
               + ("tau only, no timing" if args.sampled_drafts_only

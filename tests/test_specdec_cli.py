@@ -129,3 +129,27 @@ def test_cli_seed_outside_the_generator_range_is_named(fake_ladder, capsys):
         assert ended.value.code == 2 and "argument --seed: " in err and why in err
     rc, out, _ = run(capsys, "bcd", "--seed", str(2**63 - 1), "--temperature", "1", "--max-new-tokens", "2")
     assert rc == 0 and out.startswith("bcd")
+
+
+def test_cli_mistyped_model_is_refused_first_with_the_closest_name(monkeypatch, capsys):
+    """A student trial: with module 03 unwritten, ``--drafter StoryLM-1M-distiled`` reported the unwritten
+    module (the target loads first) and the typo only once 03 was done, with exit 1 where every other
+    usage error exits 2. The name is now checked as the flag is read, before anything loads."""
+    def unwritten(name, device="auto"):
+        raise NotImplementedError("module 03: resolve_device in g2c/nn/device.py is not implemented yet")
+
+    monkeypatch.setattr(g2c.assets.artifacts, "load_model", unwritten)
+    for flag, typed, closest in (("--drafter", "StoryLM-1M-distiled", "'StoryLM-1M-distilled'"),
+                                 ("--drafter", "ngarm", "'ngram'"), ("--target", "storylm-30", "'StoryLM-30M'")):
+        with pytest.raises(SystemExit) as ended:
+            run(capsys, "bcd", flag, typed)
+        err = capsys.readouterr().err
+        assert ended.value.code == 2 and f"argument {flag}: unknown model {typed!r} (did you mean {closest}" in err
+        assert "module 03" not in err
+    with pytest.raises(SystemExit):
+        run(capsys, "bcd", "--target", "ngram")                 # the keywords are drafters only
+    err = capsys.readouterr().err
+    line = err.splitlines()[-1]
+    assert "argument --target: unknown model 'ngram'" in line and "mtp" not in line and ", ngram" not in line
+    rc, _, err = run(capsys, "bcd", "--drafter", "NGRAM", "--max-new-tokens", "2")   # any case, then it loads
+    assert rc == 2 and "module 03" in err

@@ -275,6 +275,33 @@ def test_cli_runs_the_shipped_eagle_drafter(capsys):
 
 
 @pytest.mark.ladder
+@pytest.mark.parametrize("drafter, k", [("StoryLM-30M-EAGLE", 5), ("StoryLM-1M-distilled", 4)])
+def test_cli_drafter_dtype_changes_the_drafts_never_the_text(drafter, k, capsys):
+    """``--draft-dtype bfloat16`` runs the drafter's products in bfloat16 (a different drafter); the target
+    stays float32, so the continuation is the same text, token for token, as with the float32 drafter."""
+    from g2c.specdec.__main__ import main
+
+    texts = []
+    for extra in ([], ["--draft-dtype", "bfloat16"]):
+        rc = main(["Once upon a time", "--drafter", drafter, "-k", str(k), "--max-new-tokens", "24", "--fast",
+                   "--color", "never", "--device", "cpu", *extra])
+        out, err = capsys.readouterr()
+        assert rc == 0, err
+        texts.append(out.split("\n\n")[0].replace("[", "").replace("]", ""))
+        assert ("drafter in bfloat16" in err) == bool(extra)
+    assert texts[0] == texts[1] and len(texts[0]) > len("Once upon a time") + 40
+
+
+def test_cli_drafter_dtype_needs_a_drafter_model(capsys):
+    from g2c.specdec.__main__ import main
+
+    rc = main(["Once", "--drafter", "ngram", "--draft-dtype", "bfloat16", "--device", "cpu"])
+    _, err = capsys.readouterr()
+    assert rc == 1 and err.count("\n") == 1
+    assert "--draft-dtype bfloat16 sets the drafter model's products; --drafter ngram has no model here" in err
+
+
+@pytest.mark.ladder
 def test_cli_head_drafter_needs_its_base(capsys):
     from g2c.specdec.__main__ import main
 

@@ -116,7 +116,10 @@ def _model(text: str, ladder_only: bool) -> str:
     try:
         name = canonical_name(text.strip())
     except ValueError:
-        raise argparse.ArgumentTypeError(f"unknown model {text!r}; use one of {', '.join(models)}") from None
+        from g2c.course.registry import did_you_mean
+
+        raise argparse.ArgumentTypeError(f"unknown model {text!r}{did_you_mean(text, models)}; use one of "
+                                         f"{', '.join(models)}") from None
     if ladder_only and name not in model_names():
         raise argparse.ArgumentTypeError(f"{name} is not a ladder model; use {', '.join(model_names())}")
     if artifact_kind(name) != "model":
@@ -124,10 +127,26 @@ def _model(text: str, ladder_only: bool) -> str:
     return name
 
 
-def model_name(*, ladder_only: bool = False) -> Callable[[str], str]:
+def model_name(*, ladder_only: bool = False, extra: tuple[str, ...] = ()) -> Callable[[str], str]:
     """A shipped model or drafter name, any case, returned canonical (``ladder_only``: a StoryLM
-    of the ladder)."""
-    return _named(lambda text: _model(text, ladder_only), "model name")
+    of the ladder), or one of ``extra`` (lower-case keywords such as ``"ngram"``, returned lower-case).
+    A mistyped name is refused with the closest names (``did you mean``) and the full list."""
+    def parse(text: str) -> str:
+        if str(text).strip().lower() in extra:
+            return str(text).strip().lower()
+        try:
+            return _model(text, ladder_only)
+        except argparse.ArgumentTypeError as err:
+            if not extra or not str(err).startswith("unknown model"):
+                raise
+            from g2c.assets.artifacts import drafter_names, model_names
+            from g2c.course.registry import did_you_mean
+
+            names = (model_names() if ladder_only else model_names() + drafter_names()) + extra
+            raise argparse.ArgumentTypeError(f"unknown model {text!r}{did_you_mean(text, names)}; use one of "
+                                             f"{', '.join(names)}") from None
+
+    return _named(parse, "model name")
 
 
 def model_list(*, ladder_only: bool = False) -> Callable[[str], str]:

@@ -6,6 +6,7 @@
                                              Same as ./test.sh ID
     python -m g2c.course grade 16 --solve 11 the same, with the answer key for 11 too although you edited it
     python -m g2c.course progress            every module in graph order: your modules graded, the rest untouched
+                                             (reuses the last results when nothing changed; --regrade runs anyway)
     python -m g2c.course graph               the module graph: each module and what it needs
     python -m g2c.course worked              the modules whose exercise files you edited (space-separated)
     python -m g2c.course prereqs ID          the G2C_APPLY_SOLUTIONS selector of ID's prerequisites
@@ -30,7 +31,7 @@ import os
 import sys
 from pathlib import Path
 
-from .progress import format_table, grade, legend, result_dict, untouched_result
+from .progress import format_table, grade, grade_unless_unchanged, legend, result_dict, untouched_result
 from .registry import MODULES, get_module, prerequisites, prerequisites_selector, selector_for
 from .scaffolds import grade_command, worked_modules
 
@@ -148,14 +149,20 @@ def _warn_invalid(invalid) -> None:
     print(WARNING_RULE)
 
 
-def _progress() -> int:
+def _progress(regrade: bool = False) -> int:
     worked = worked_modules()
     if worked:
         print("grading the modules you edited on your own code (the others show their untouched counts)...",
               flush=True)
     else:
         print("no exercise file edited yet: every module shows its untouched counts", flush=True)
-    graded = {r.id: r for r in grade(worked, worked=worked)} if worked else {}
+    graded, when = {}, None
+    if worked:
+        results, when = grade_unless_unchanged(worked, worked=worked, regrade=regrade)
+        graded = {r.id: r for r in results}
+    if when:
+        print(f"nothing changed since the grading of {when} (your code, the tests, the answer key): its results "
+              "below, not run again; ./test.sh --progress --regrade runs them anyway", flush=True)
     results = [graded.get(m.id) or untouched_result(m.id) for m in MODULES if m.tests]
     print(format_table(results, worked))
     print(legend(worked))
@@ -171,7 +178,10 @@ def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog="python -m g2c.course", description=__doc__,
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
     sub = ap.add_subparsers(dest="cmd", required=True)
-    sub.add_parser("progress", help="every module in graph order: your modules graded, the rest untouched")
+    pr = sub.add_parser("progress", help="every module in graph order: your modules graded, the rest untouched")
+    pr.add_argument("--regrade", action="store_true",
+                    help="run the tests even when nothing changed since the last --progress (its results are "
+                         "reused otherwise)")
     g = sub.add_parser("grade", help="grade modules on your own code (default: those you edited)")
     g.add_argument("ids", nargs="*", metavar="ID")
     g.add_argument("--solve", default="", metavar="ID[,ID]",
@@ -204,7 +214,7 @@ def _run(args) -> int:
         if args.cmd in ("submit", "grade-class"):
             return args.func(args)
         if args.cmd == "progress":
-            return _progress()
+            return _progress(args.regrade)
         if args.cmd == "grade":
             return _grade(args.ids, [s for s in args.solve.split(",") if s.strip()], args.json)
         if args.cmd == "graph":

@@ -227,6 +227,19 @@ def failing_tests(xml_text: str) -> list[tuple[str, str]]:
             for case, file, bad, _, m in _cases(xml_text) if bad is not None]
 
 
+def passing_lines(xml_text: str, width: int = 100) -> list[str]:
+    """What passes, compactly: per test file, ``passed in <file> (n): test_a, test_b, ...`` (test names
+    without the file, classes kept: ``TestX::test_y``), wrapped at ``width`` characters; a grade lists
+    the tests that pass as well as those that fail."""
+    by_file: dict[str, list[str]] = defaultdict(list)
+    for case, file, bad, _, _ in _cases(xml_text):
+        if bad is None and case.find("skipped") is None and case.get("classname"):
+            by_file[file].append(_case_id(case, file).split("::", 1)[-1])
+    return [textwrap.fill(", ".join(names), width=width, initial_indent=f"passed in {file} ({len(names)}): ",
+                          subsequent_indent="    ", break_on_hyphens=False)
+            for file, names in by_file.items()]
+
+
 REASON_WIDTH = 160  # characters of a failure's first message line shown after its test id
 
 
@@ -346,6 +359,8 @@ def _pytest(files: list[str], selection: list[str], root: Path, python: str,
                                f"{proc.stdout[-3000:]}{proc.stderr[-3000:]}")
         text = xml.read_text(encoding="utf-8")
         if echo:
+            for line in passing_lines(text):
+                print(textwrap.indent(line, "  "))
             tail = failure_lines(text)
             for line in tail[:40]:
                 print(f"  {line}")
@@ -433,6 +448,67 @@ def untouched_result(module_id: str, root: Path = REPO_ROOT) -> ModuleResult:
 
 
 TITLE_WIDTH = 40  # the module column wraps long titles onto continuation lines (never cuts them)
+
+
+PROGRESS_CACHE = Path(".g2c-cache") / "progress.json"   # under the repository root; ignored by git
+
+
+def code_fingerprint(root: Path = REPO_ROOT) -> str:
+    """A sha256 over everything a grade can depend on: every file under ``g2c/``, ``solutions/`` and
+    ``tests/`` (path and bytes), the artifacts' names and sizes, the Python interpreter and the
+    ``G2C_*`` environment (``G2C_QUIET`` aside). Equal fingerprints mean a regrade would run the same
+    code on the same tests; any edit anywhere changes it."""
+    h = hashlib.sha256()
+    for top in ("g2c", "solutions", "tests"):
+        for path in sorted((root / top).rglob("*")):
+            if path.is_file() and "__pycache__" not in path.parts and path.suffix != ".pyc":
+                h.update(path.relative_to(root).as_posix().encode() + b"\0" + path.read_bytes() + b"\0")
+    artifacts = root / "artifacts"
+    for path in sorted(artifacts.rglob("*")) if artifacts.is_dir() else ():
+        if path.is_file():
+            h.update(f"{path.relative_to(root).as_posix()}:{path.stat().st_size}\0".encode())
+    env = sorted((k, v) for k, v in os.environ.items() if k.startswith("G2C_") and k != "G2C_QUIET")
+    h.update(json.dumps([sys.executable, env]).encode())
+    return h.hexdigest()
+
+
+def _result_from_dict(d: dict) -> ModuleResult:
+    """``dataclasses.asdict(result)`` read back (its tuples come back from JSON as lists)."""
+    return ModuleResult(d["id"], d["title"], d["passed"], d["failed"], d["skipped"], d["untouched"],
+                        tuple(tuple(b) for b in d["blocked"]), tuple(d["applied"]),
+                        tuple(tuple(f) for f in d["failures"]), d["recorded"], tuple(d["warnings"]), d["graded"])
+
+
+def grade_unless_unchanged(ids: list[str], *, worked: list[str], root: Path = REPO_ROOT, regrade: bool = False,
+                           echo: bool = False) -> tuple[list[ModuleResult], str | None]:
+    """``grade(ids)``, or the results of the last graded run when nothing it depends on changed since
+    (``code_fingerprint``, the same edited modules): (results, when) with ``when`` the last run's time
+    (``"2026-12-04 22:31"``) if its results were reused, else None. ``regrade=True`` always runs the tests.
+    The results are kept in ``.g2c-cache/progress.json`` (written atomically); a missing, unreadable or
+    stale file means a regrade, never an error."""
+    import dataclasses
+    import time
+
+    from .files import write_text_atomic
+
+    path = root / PROGRESS_CACHE
+    fingerprint = code_fingerprint(root)
+    if not regrade:
+        try:
+            saved = json.loads(path.read_text(encoding="utf-8"))
+            if saved["fingerprint"] == fingerprint and saved["worked"] == list(worked) and saved["ids"] == list(ids):
+                return [_result_from_dict(d) for d in saved["results"]], saved["when"]
+        except (OSError, ValueError, KeyError, TypeError, IndexError):
+            pass
+    results = grade(ids, worked=worked, root=root, echo=echo)
+    payload = {"fingerprint": fingerprint, "worked": list(worked), "ids": list(ids),
+               "when": time.strftime("%Y-%m-%d %H:%M"), "results": [dataclasses.asdict(r) for r in results]}
+    if code_fingerprint(root) == fingerprint:      # nothing was edited while the tests ran
+        try:
+            write_text_atomic(path, json.dumps(payload, indent=1) + "\n")
+        except OSError:                            # a read-only checkout or a full disk: just no reuse next time
+            pass
+    return results, None
 
 
 def format_table(results: list[ModuleResult], worked: list[str] = ()) -> str:

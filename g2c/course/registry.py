@@ -168,10 +168,28 @@ def get_module(module_id: str) -> CourseModule:
     Raises:
         ValueError: the id is not in the registry; the message lists the valid ids.
     """
+    wanted = str(module_id).strip().lower()
+    padded = wanted.zfill(2) if wanted.isdigit() else wanted    # ./test.sh 6 is module 06
     for m in MODULES:
-        if m.id == module_id.strip().lower():
+        if m.id in (wanted, padded):
             return m
-    raise ValueError(f"unknown course module id {module_id!r}; valid ids: {', '.join(module_ids())}")
+    raise ValueError(f"unknown course module id {module_id!r}{did_you_mean(wanted, module_ids())}; "
+                     f"valid ids: {', '.join(module_ids())}")
+
+
+def did_you_mean(text: str, known) -> str:
+    """``" (did you mean 'specdec-lineage'?)"`` naming the known name closest to a mistyped one
+    (case-insensitive; difflib's similarity ratio at least 0.6, and every name within 0.05 of the best
+    when several tie), or ``""`` when none is close."""
+    import difflib
+
+    lowered = {str(k).lower(): str(k) for k in known}
+    text = str(text).strip().lower()
+    scored = sorted(((difflib.SequenceMatcher(None, text, k).ratio(), k) for k in lowered), reverse=True)
+    if not scored or scored[0][0] < 0.6:
+        return ""
+    close = [k for r, k in scored[:3] if r >= scored[0][0] - 0.05]
+    return f" (did you mean {' or '.join(repr(lowered[k]) for k in close)}?)"
 
 
 def module_for_file(path: str) -> CourseModule | None:

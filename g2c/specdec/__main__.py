@@ -11,10 +11,13 @@ terminal, ``[in brackets]`` otherwise. Then the ``SpecStats``.
     python -m g2c.specdec "Once upon a time" --drafter StoryLM-30M-Medusa -k 8    # specdec-lineage: Medusa tree
     python -m g2c.specdec "Once upon a time" --drafter StoryLM-30M-EAGLE -k 8 --width 4   # EAGLE-2 tree
     python -m g2c.specdec "Once upon a time" --repetition-penalty 1.3 --stop "The end" --logprobs
+    python -m g2c.specdec "Once upon a time" --drafter StoryLM-30M-EAGLE -k 5 --fast --draft-dtype bfloat16
 
 Errors are one line on stderr naming what you typed, with exit status 1 (2 when part of
 the course code is not written yet, and argparse's usage and exit status 2 for a flag whose
-value is not even the right type, ``--repetition-penalty abc``): ``-k`` below 1, a negative ``--max-new-tokens``, an
+value is not even the right type, ``--repetition-penalty abc``, or names no model,
+``--drafter StoryLM-1M-distiled``: that one is refused before anything loads, with the closest
+names): ``-k`` below 1, a negative ``--max-new-tokens``, an
 empty prompt, a ``--device`` this machine does not have. A prompt longer than the target's
 window (256 tokens on the ladder) is not an error: a note says that the models read only
 its last 256 tokens.
@@ -186,15 +189,18 @@ def _train_mtp_head(base, *, steps: int, seed: int):
 
 
 def main(argv: list[str] | None = None) -> int:
+    # names are checked as the flags are read, before any model loads
+    from g2c.assets.cli import model_name
+
     ap = argparse.ArgumentParser(prog="python -m g2c.specdec", description=__doc__,
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("prompt", nargs="?", default="Once upon a time")
-    ap.add_argument("--drafter", default="StoryLM-1M-distilled",
+    ap.add_argument("--drafter", default="StoryLM-1M-distilled", type=model_name(extra=("mtp", "ngram")),
                     help="default StoryLM-1M-distilled (the best shipped drafter); a StoryLM, StoryLM-30M-EAGLE or "
                          "StoryLM-30M-MTP (they draft for StoryLM-30M), StoryLM-5M-MTP (for StoryLM-5M), mtp (a head "
                          "trained now) or ngram; specdec-lineage: StoryLM-30M-Medusa, StoryLM-30M-EAGLE3, "
                          "StoryLM-30M-Block (and StoryLM-30M-EAGLE with --width > 1), with -k nodes per pass")
-    ap.add_argument("--target", default=None,
+    ap.add_argument("--target", default=None, type=model_name(),
                     help="the model whose output is reproduced (default StoryLM-30M; for an MTP/EAGLE head "
                          "drafter, the base it was trained on)")
     ap.add_argument("-k", type=int, default=4, help="draft tokens per target pass (default 4)")
@@ -221,6 +227,11 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--fast", action="store_true",
                     help="run the target on module 16's fast path (g2c.kvcache.fast_model, float32: the same "
                          "tokens, fused passes); needs the KV cache (TransformerLM models, not --no-cache)")
+    ap.add_argument("--draft-dtype", choices=("float32", "bfloat16", "float16"), default=None,
+                    help="run the drafter's model or head on the fast path with its weight products in this dtype "
+                         "(g2c.kvcache.fast_model(drafter, dtype=...)); the target keeps its own, so the output "
+                         "does not change, only how many drafts are accepted and how fast they come (bfloat16 is "
+                         "fast on CPUs with AVX512-BF16 or AMX, slow elsewhere)")
     ap.add_argument("--repetition-penalty", type=float, default=1.0,
                     help="module 11's CTRL penalty on tokens already said (1.0 = off, > 1 discourages repeats); "
                          "lossless: the speculative output follows plain decoding with the same penalty")
@@ -316,6 +327,9 @@ def main(argv: list[str] | None = None) -> int:
             if canonical_name(args.target) != base:
                 return fail(f"--drafter {args.drafter} drafts from {base}'s hidden states; use --target {base}")
             target = drafter.base             # one copy of the target: the head's own base
+        if args.draft_dtype is not None and drafter is None:
+            return fail(f"--draft-dtype {args.draft_dtype} sets the drafter model's products; --drafter "
+                        f"{args.drafter} has no model here: drop --draft-dtype")
         if args.prompt and not args.prompt.strip():
             return fail("the prompt holds only whitespace; give some text to continue, e.g. \"Once upon a time\"")
         try:
@@ -350,6 +364,10 @@ def main(argv: list[str] | None = None) -> int:
             from g2c.kvcache import fast_model
 
             target = fast_model(target)       # drafters built on the teaching model accept it (unwrap)
+        if args.draft_dtype is not None:
+            from g2c.kvcache import fast_model
+
+            drafter = fast_model(drafter, dtype=args.draft_dtype)   # a head keeps its teaching base: same target
         if _is_lineage(args):
             most = getattr(drafter, "block_size", None) if args.drafter.lower().endswith("-block") else None
             if most is not None and args.k > most:
@@ -408,7 +426,8 @@ def main(argv: list[str] | None = None) -> int:
     if stats.generated:
         threads = torch.get_num_threads()
         print(f"{stats.generated / seconds:.1f} tok/s ({stats.generated} tokens in {seconds:.2f} s, "
-              f"{'KV cache' if cached else 'no cache'}{', fast path' if args.fast else ''}, "
+              f"{'KV cache' if cached else 'no cache'}{', fast path' if args.fast else ''}"
+              f"{f', drafter in {args.draft_dtype}' if args.draft_dtype else ''}, "
               f"{threads} thread{'s' if threads != 1 else ''})",
               file=sys.stderr)  # timing varies run to run: stderr, so stdout stays reproducible
     return 0

@@ -13,7 +13,7 @@ import sys
 from pathlib import Path
 
 REPO_ROOT = Path(__file__).resolve().parent.parent.parent
-IGNORED = (".git", ".venv", "data", "runs", "__pycache__", ".pytest_cache", ".ruff_cache", ".hypothesis",
+IGNORED = (".git", ".venv", "data", "runs", ".g2c-cache", "__pycache__", ".pytest_cache", ".ruff_cache", ".hypothesis",
            "*.egg-info", ".ipynb_checkpoints", ".g2c-backup", "work")
 
 

@@ -89,6 +89,8 @@ SCRIPTS: dict[str, dict[str, tuple[list[str], str]]] = {
                                                                         r"drafters .*--budget"),
         "two modes at once": (["--ttt-agreement-only", "--draft-vocab-only"], r"are separate measurements"),
         "a row the mode lacks": (["--draft-vocab-only", "--rows", "Medusa"], r"measures the EAGLE-3 row"),
+        "option without its mode": (["--draft-dtype", "bfloat16"], r"--draft-dtype sets the fast path's drafters: "
+                                                                    r"add --fast"),
     },
     "bench/specdec_trees.py": {
         "negative count": (["--new-tokens", "-5"], r"argument --new-tokens: -5 is below 1"),

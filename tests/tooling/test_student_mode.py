@@ -16,7 +16,7 @@ import pytest
 from repo_copy import REPO_ROOT, copy_repo, env_for
 
 from g2c.course import MODULES, get_module, grading_selection, prerequisites, prerequisites_selector
-from g2c.course.progress import ModuleResult, failure_lines, format_table, parse_junit
+from g2c.course.progress import ModuleResult, failure_lines, format_table, parse_junit, passing_lines
 from g2c.course.scaffolds import expected, stack_hints, status
 
 LOSS = "g2c/lm/loss.py"  # module 06: two exercises, 9 tests in tests/test_lm.py, 1 passes untouched
@@ -196,14 +196,58 @@ def test_progress_cli_grades_worked_modules_and_shows_the_rest_untouched(monkeyp
     from g2c.course import __main__ as cli
 
     monkeypatch.setattr(cli, "worked_modules", lambda: ["06"])
-    monkeypatch.setattr(cli, "grade", lambda ids, worked: [ModuleResult("06", "Next-token prediction", 9, 0, 0, 1)])
+    monkeypatch.setattr(cli, "grade_unless_unchanged", lambda ids, worked, regrade: (
+        [ModuleResult("06", "Next-token prediction", 9, 0, 0, 1)], None))
     assert cli.main(["progress"]) == 0
     out = capsys.readouterr().out
-    assert "06*" in out and "9/9" in out and "done" in out
+    assert "06*" in out and "9/9" in out and "done" in out and "nothing changed" not in out
     rows = [line.split()[0] for line in out.splitlines() if line[:1].isalnum()]
     order = [r.rstrip("*") for r in rows if r.rstrip("*") in {m.id for m in MODULES}]
     assert order == [m.id for m in MODULES]                # graph (= course) order, every module
     assert "not started" in out
+
+
+def test_progress_reuses_the_last_grading_only_while_nothing_changed(tmp_path, monkeypatch, capsys):
+    from g2c.course import __main__ as cli
+    from g2c.course import progress
+
+    for rel in ("g2c/nn/linear.py", "solutions/g2c/nn/linear.py", "tests/test_nn.py"):
+        (tmp_path / rel).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / rel).write_text("x = 1\n")
+    runs = []
+
+    def fake_grade(ids, *, worked, root, echo):
+        runs.append(list(ids))
+        return [ModuleResult(i, "T", 3, 1, 0, 1, (("03", 1),), ("03",), (("tests/test_nn.py::t", "03"),), 4)
+                for i in ids]
+
+    monkeypatch.setattr(progress, "grade", fake_grade)
+
+    def again(**kw):
+        return progress.grade_unless_unchanged(["04"], worked=kw.pop("worked", ["04"]), root=tmp_path, **kw)
+
+    first, when = again()
+    assert when is None and len(runs) == 1
+    cached, when = again()                                   # nothing changed: the same results, not run again
+    assert when is not None and len(runs) == 1 and cached == first
+    (tmp_path / "g2c/nn/linear.py").write_text("x = 2\n")      # an edit anywhere under g2c/ runs the tests
+    assert again()[1] is None and len(runs) == 2
+    assert again()[1] is not None and len(runs) == 2
+    assert again(regrade=True)[1] is None and len(runs) == 3   # --regrade always runs them
+    assert again(worked=["04", "05"])[1] is None and len(runs) == 4   # another set of edited modules
+    (tmp_path / "tests/test_nn.py").write_text("y = 1\n")      # a test file changed: run again
+    assert again(worked=["04", "05"])[1] is None and len(runs) == 5
+    (tmp_path / progress.PROGRESS_CACHE).write_text("{not json")   # a damaged cache is a regrade, not an error
+    assert again()[1] is None and len(runs) == 6
+
+    # the command says when it reuses, and how to run anyway
+    monkeypatch.setattr(cli, "worked_modules", lambda: ["06"])
+    monkeypatch.setattr(cli, "grade_unless_unchanged", lambda ids, worked, regrade: (
+        [ModuleResult("06", "T", 9, 0, 0, 1)], None if regrade else "2026-12-04 22:31"))
+    assert cli.main(["progress"]) == 0
+    assert "nothing changed since the grading of 2026-12-04 22:31" in capsys.readouterr().out
+    assert cli.main(["progress", "--regrade"]) == 0
+    assert "nothing changed" not in capsys.readouterr().out
 
 
 def test_format_table_states():
@@ -234,6 +278,25 @@ def test_failure_lines_name_the_unwritten_exercise_even_behind_a_regex_mismatch(
     assert lines[1].startswith("FAILED tests/test_nn.py::test_long - AssertionError: xxx") and lines[1].endswith("...")
     assert len(lines[1]) == len("FAILED tests/test_nn.py::test_long - ") + 160 and "second" not in lines[1]
     assert lines[2] == "ERROR tests/test_nn.py::test_fixture" and len(lines) == 3
+
+
+def test_passing_lines_list_what_passes_per_file_and_nothing_else():
+    xml = """<testsuites><testsuite>
+      <testcase classname="tests.test_nn" file="tests/test_nn.py" name="test_ok"/>
+      <testcase classname="tests.test_nn.TestLinear" file="tests/test_nn.py" name="test_shape[2]"/>
+      <testcase classname="tests.test_nn" file="tests/test_nn.py" name="test_bad"><failure message="x">tb</failure>
+      </testcase>
+      <testcase classname="tests.test_nn" file="tests/test_nn.py" name="test_gpu"><skipped message="no gpu"/>
+      </testcase>
+      <testcase classname="tests.test_loss" file="tests/test_loss.py" name="test_grad"/>
+    </testsuite></testsuites>"""
+    assert passing_lines(xml) == ["passed in tests/test_nn.py (2): test_ok, TestLinear::test_shape[2]",
+                                  "passed in tests/test_loss.py (1): test_grad"]
+    many = "".join(f'<testcase classname="tests.test_nn" file="tests/test_nn.py" name="test_{i:02d}"/>'
+                   for i in range(30))
+    lines = passing_lines(f"<testsuites><testsuite>{many}</testsuite></testsuites>", width=60)
+    assert len(lines) == 1 and lines[0].startswith("passed in tests/test_nn.py (30): test_00, ")
+    assert all(len(row) <= 60 for row in lines[0].splitlines()) and len(re.findall(r"\btest_\d\d\b", lines[0])) == 30
 
 
 def test_failure_lines_keep_what_a_regex_mismatch_expected():
