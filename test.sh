@@ -40,7 +40,10 @@ fi
 author=""
 case "${1:-}" in
     -h|--help) awk 'NR > 1 && !/^#/ { exit } NR > 1 { print substr($0, 3) }' "$0"; exit 0 ;;
-    --progress) shift; exec env G2C_QUIET=1 "$PY" -m g2c.course progress "$@" ;;
+    --progress|--regrade)     # --regrade goes with --progress, either order
+        rest=()
+        for arg in "$@"; do [ "$arg" = --progress ] || rest+=("$arg"); done
+        exec env G2C_QUIET=1 "$PY" -m g2c.course progress "${rest[@]}" ;;
     --submit) shift; exec env G2C_QUIET=1 "$PY" -m g2c.course submit "$@" ;;
     --author) author=1; shift ;;
 esac

@@ -855,7 +855,8 @@ def main(argv=None) -> int:
         where = (f"; the {TARGET}-... drafters from {args.drafters}"
                  + (f", {', '.join(shipped)} from artifacts/" if shipped else ""))
     if not (args.ttt_agreement_only or args.draft_vocab_only or args.medusa_joint_only):
-        print(f"# The draft lineage on {TARGET} (float32, {torch.get_num_threads()} threads, {device}"
+        threads = torch.get_num_threads()
+        print(f"# The draft lineage on {TARGET} (float32, {threads} thread{'s' if threads != 1 else ''}, {device}"
               f"{', every row on the fast path' if args.fast else ''}"
               f"{f', drafters in {args.draft_dtype} (the target float32)' if args.draft_dtype else ''}"
               f"{f', packed from {args.packed_min_rows} rows' if args.packed_min_rows else ''}{where}); "

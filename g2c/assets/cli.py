@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import argparse
 import math
+import re
 from collections.abc import Callable
 
 __all__ = ["choice_list", "count", "device_name", "int_list", "model_list", "model_name", "output_dir", "output_file",
@@ -95,16 +96,25 @@ def int_list(minimum: int = 1) -> Callable[[str], str]:
 
 def choice_list(*choices: str) -> Callable[[str], str]:
     """A comma-separated, case-insensitive list drawn from ``choices``, at least one; returned as
-    the comma-separated string in the choices' own spelling."""
+    the comma-separated string in the choices' own spelling. Dashes, spaces and underscores do not
+    count (``ngram`` is the choice ``n-gram``, ``EAGLE3`` is ``EAGLE-3``) unless two choices differ only by them."""
+    def squash(text: str) -> str:
+        return re.sub(r"[-_ ]", "", text.lower())
+
+    squashed = [squash(c) for c in choices]
     known = {c.lower(): c for c in choices}
+    loose = {s: c for s, c in zip(squashed, choices) if squashed.count(s) == 1}
 
     def parse(text: str) -> str:
         parts = [p.strip() for p in str(text).split(",") if p.strip()]
-        bad = [p for p in parts if p.lower() not in known]
+        bad = [p for p in parts if p.lower() not in known and squash(p) not in loose]
         if bad or not parts:
-            raise argparse.ArgumentTypeError(f"{', '.join(map(repr, bad)) if bad else repr(text)}: choose from "
+            from g2c.course.registry import did_you_mean
+
+            hint = did_you_mean(bad[0], choices) if bad else ""
+            raise argparse.ArgumentTypeError(f"{', '.join(map(repr, bad)) if bad else repr(text)}{hint}: choose from "
                                              f"{', '.join(choices)} (comma-separated)")
-        return ",".join(known[p.lower()] for p in parts)
+        return ",".join(known.get(p.lower()) or loose[squash(p)] for p in parts)
 
     return _named(parse, "choice list")
 
@@ -137,14 +147,16 @@ def model_name(*, ladder_only: bool = False, extra: tuple[str, ...] = ()) -> Cal
         try:
             return _model(text, ladder_only)
         except argparse.ArgumentTypeError as err:
-            if not extra or not str(err).startswith("unknown model"):
+            if not extra:
                 raise
             from g2c.assets.artifacts import drafter_names, model_names
             from g2c.course.registry import did_you_mean
 
             names = (model_names() if ladder_only else model_names() + drafter_names()) + extra
-            raise argparse.ArgumentTypeError(f"unknown model {text!r}{did_you_mean(text, names)}; use one of "
-                                             f"{', '.join(names)}") from None
+            first = str(err).split(";")[0]             # "unknown model 'x' (did you mean ...)" or "X is not a model"
+            if first.startswith("unknown model"):
+                first = f"unknown model {text!r}{did_you_mean(text, names)}"
+            raise argparse.ArgumentTypeError(f"{first}; use one of {', '.join(names)}") from None
 
     return _named(parse, "model name")
 

@@ -151,14 +151,13 @@ def _warn_invalid(invalid) -> None:
 
 def _progress(regrade: bool = False) -> int:
     worked = worked_modules()
-    if worked:
-        print("grading the modules you edited on your own code (the others show their untouched counts)...",
-              flush=True)
-    else:
+    if not worked:
         print("no exercise file edited yet: every module shows its untouched counts", flush=True)
     graded, when = {}, None
     if worked:
-        results, when = grade_unless_unchanged(worked, worked=worked, regrade=regrade)
+        results, when = grade_unless_unchanged(worked, worked=worked, regrade=regrade, on_grading=lambda: print(
+            "grading the modules you edited on your own code (the others show their untouched counts)...",
+            flush=True))
         graded = {r.id: r for r in results}
     if when:
         print(f"nothing changed since the grading of {when} (your code, the tests, the answer key): its results "
@@ -196,7 +195,10 @@ def main(argv: list[str] | None = None) -> int:
 
     add_submit_parser(sub)
     add_grade_class_parser(sub)
-    args = ap.parse_args(argv)
+    args, extra = ap.parse_known_args(argv)
+    if extra:                         # the subcommand's own usage, not the top level's (./test.sh --progress x)
+        chosen = sub.choices.get(getattr(args, "cmd", None), ap)
+        chosen.error(f"unrecognized arguments: {' '.join(extra)}")
     try:
         return _run(args)
     except BrokenPipeError:

@@ -473,17 +473,24 @@ def code_fingerprint(root: Path = REPO_ROOT) -> str:
 
 
 def _result_from_dict(d: dict) -> ModuleResult:
-    """``dataclasses.asdict(result)`` read back (its tuples come back from JSON as lists)."""
+    """``dataclasses.asdict(result)`` read back (its tuples come back from JSON as lists).
+
+    Raises:
+        TypeError: a count that is not an int (a hand-edited cache): the caller regrades."""
+    for key in ("passed", "failed", "skipped"):
+        if type(d[key]) is not int:
+            raise TypeError(f"{key} is not a count")
     return ModuleResult(d["id"], d["title"], d["passed"], d["failed"], d["skipped"], d["untouched"],
                         tuple(tuple(b) for b in d["blocked"]), tuple(d["applied"]),
                         tuple(tuple(f) for f in d["failures"]), d["recorded"], tuple(d["warnings"]), d["graded"])
 
 
 def grade_unless_unchanged(ids: list[str], *, worked: list[str], root: Path = REPO_ROOT, regrade: bool = False,
-                           echo: bool = False) -> tuple[list[ModuleResult], str | None]:
+                           echo: bool = False, on_grading=None) -> tuple[list[ModuleResult], str | None]:
     """``grade(ids)``, or the results of the last graded run when nothing it depends on changed since
     (``code_fingerprint``, the same edited modules): (results, when) with ``when`` the last run's time
-    (``"2026-12-04 22:31"``) if its results were reused, else None. ``regrade=True`` always runs the tests.
+    (``"2026-12-04 22:31"``) if its results were reused, else None. ``regrade=True`` always runs the tests;
+    ``on_grading`` (if given) is called just before they run (to announce it).
     The results are kept in ``.g2c-cache/progress.json`` (written atomically); a missing, unreadable or
     stale file means a regrade, never an error."""
     import dataclasses
@@ -500,6 +507,8 @@ def grade_unless_unchanged(ids: list[str], *, worked: list[str], root: Path = RE
                 return [_result_from_dict(d) for d in saved["results"]], saved["when"]
         except (OSError, ValueError, KeyError, TypeError, IndexError):
             pass
+    if on_grading is not None:
+        on_grading()
     results = grade(ids, worked=worked, root=root, echo=echo)
     payload = {"fingerprint": fingerprint, "worked": list(worked), "ids": list(ids),
                "when": time.strftime("%Y-%m-%d %H:%M"), "results": [dataclasses.asdict(r) for r in results]}

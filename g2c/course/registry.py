@@ -163,13 +163,14 @@ def module_ids() -> list[str]:
 
 
 def get_module(module_id: str) -> CourseModule:
-    """Look up a module by id (case-insensitive).
+    """Look up a module by id (case-insensitive; a one-digit number is zero-padded: ``"6"`` is ``"06"``,
+    ``"9b"`` is ``"09b"``).
 
     Raises:
         ValueError: the id is not in the registry; the message lists the valid ids.
     """
     wanted = str(module_id).strip().lower()
-    padded = wanted.zfill(2) if wanted.isdigit() else wanted    # ./test.sh 6 is module 06
+    padded = "0" + wanted if re.fullmatch(r"[0-9][a-z]?", wanted) else wanted   # ./test.sh 6 is 06, 9b is 09b
     for m in MODULES:
         if m.id in (wanted, padded):
             return m
@@ -180,11 +181,20 @@ def get_module(module_id: str) -> CourseModule:
 def did_you_mean(text: str, known) -> str:
     """``" (did you mean 'specdec-lineage'?)"`` naming the known name closest to a mistyped one
     (case-insensitive; difflib's similarity ratio at least 0.6, and every name within 0.05 of the best
-    when several tie), or ``""`` when none is close."""
+    when several tie), or ``""`` when none is close. A name whose last (or first) dash-separated part is
+    the text comes first (``"EAGLE"`` -> ``'StoryLM-30M-EAGLE'``); an empty or one-character text is never
+    matched by similarity alone."""
     import difflib
 
     lowered = {str(k).lower(): str(k) for k in known}
     text = str(text).strip().lower()
+    if not text:
+        return ""
+    parts = [k for k in lowered if k.endswith("-" + text) or k.startswith(text + "-")]   # EAGLE: StoryLM-30M-EAGLE
+    if parts and len(parts) <= 3:
+        return f" (did you mean {' or '.join(repr(lowered[k]) for k in parts)}?)"
+    if len(text) < 2:                              # one character is close to too many names
+        return ""
     scored = sorted(((difflib.SequenceMatcher(None, text, k).ratio(), k) for k in lowered), reverse=True)
     if not scored or scored[0][0] < 0.6:
         return ""

@@ -228,10 +228,11 @@ def main(argv: list[str] | None = None) -> int:
                     help="run the target on module 16's fast path (g2c.kvcache.fast_model, float32: the same "
                          "tokens, fused passes); needs the KV cache (TransformerLM models, not --no-cache)")
     ap.add_argument("--draft-dtype", choices=("float32", "bfloat16", "float16"), default=None,
-                    help="run the drafter's model or head on the fast path with its weight products in this dtype "
-                         "(g2c.kvcache.fast_model(drafter, dtype=...)); the target keeps its own, so the output "
-                         "does not change, only how many drafts are accepted and how fast they come (bfloat16 is "
-                         "fast on CPUs with AVX512-BF16 or AMX, slow elsewhere)")
+                    help="the drafter's model or head as a fast copy with its weight products in this dtype "
+                         "(g2c.kvcache.fast_model(drafter, dtype=...)), whatever --fast says of the target; the "
+                         "target keeps its own dtype, so the output does not change, only how many drafts are "
+                         "accepted and how fast they come (bfloat16 is fast on CPUs with AVX512-BF16 or AMX, slow "
+                         "elsewhere; float16 suits Apple GPUs)")
     ap.add_argument("--repetition-penalty", type=float, default=1.0,
                     help="module 11's CTRL penalty on tokens already said (1.0 = off, > 1 discourages repeats); "
                          "lossless: the speculative output follows plain decoding with the same penalty")
@@ -290,6 +291,9 @@ def main(argv: list[str] | None = None) -> int:
         return fail(f"--mtp-steps {args.mtp_steps}: train the head for at least 1 step (default 60)")
     if args.fast and args.no_cache:
         return fail("--fast runs the target's KV-cached passes fused: drop --no-cache")
+    if args.draft_dtype is not None and args.drafter == "ngram":
+        return fail(f"--draft-dtype {args.draft_dtype} sets the drafter model's products; --drafter ngram looks "
+                    "tokens up in the prompt and has no model: drop --draft-dtype")
 
     import torch
 
@@ -327,9 +331,6 @@ def main(argv: list[str] | None = None) -> int:
             if canonical_name(args.target) != base:
                 return fail(f"--drafter {args.drafter} drafts from {base}'s hidden states; use --target {base}")
             target = drafter.base             # one copy of the target: the head's own base
-        if args.draft_dtype is not None and drafter is None:
-            return fail(f"--draft-dtype {args.draft_dtype} sets the drafter model's products; --drafter "
-                        f"{args.drafter} has no model here: drop --draft-dtype")
         if args.prompt and not args.prompt.strip():
             return fail("the prompt holds only whitespace; give some text to continue, e.g. \"Once upon a time\"")
         try:
@@ -364,7 +365,7 @@ def main(argv: list[str] | None = None) -> int:
             from g2c.kvcache import fast_model
 
             target = fast_model(target)       # drafters built on the teaching model accept it (unwrap)
-        if args.draft_dtype is not None:
+        if args.draft_dtype is not None and drafter is not None:   # --drafter mtp: the head trained above
             from g2c.kvcache import fast_model
 
             drafter = fast_model(drafter, dtype=args.draft_dtype)   # a head keeps its teaching base: same target

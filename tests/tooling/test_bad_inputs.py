@@ -116,7 +116,8 @@ SCRIPTS: dict[str, dict[str, tuple[list[str], str]]] = {
     "bench/peer_hf.py": {
         "negative count": (["--prompts", "-8"], r"argument --prompts: -8 is below 1"),
         "not a number": (["--ks", "1,2,x"], r"argument --ks: 'x' is not an integer"),
-        "unknown choice": (["--dtypes", "float64"], r"argument --dtypes: 'float64': choose from float32"),
+        "unknown choice": (["--dtypes", "float64"], r"argument --dtypes: 'float64' \(did you mean 'float16'\?\): "
+                                                    r"choose from float32"),
         "unknown name": (["--drafters", "StoryLM-1M,nope"], r"argument --drafters: unknown model 'nope'"),
     },
     "bench/train_throughput.py": {
@@ -393,6 +394,22 @@ def test_cache_advance_refuses_a_non_count(value, error, match):
     with pytest.raises(error, match=match):
         cache.advance(value)
     assert cache.length == 0
+
+
+def test_a_choice_list_reads_names_without_their_dashes_and_suggests_the_closest():
+    import argparse
+
+    from g2c.assets.cli import choice_list
+
+    rows = choice_list("n-gram", "EAGLE", "EAGLE-2", "EAGLE-3", "EAGLE static tree")
+    assert rows("ngram, eagle3,EAGLE static tree") == "n-gram,EAGLE-3,EAGLE static tree"
+    assert rows("eagle_2") == "EAGLE-2" and rows("EAGLE") == "EAGLE"
+    with pytest.raises(argparse.ArgumentTypeError, match=r"'EAGEL-3' \(did you mean 'EAGLE-3'\?\): choose from"):
+        rows("EAGEL-3")
+    twins = choice_list("a-b", "ab")                   # choices that differ only by a dash keep their spellings
+    assert twins("a-b") == "a-b" and twins("AB") == "ab"
+    with pytest.raises(argparse.ArgumentTypeError, match=r"'a_b'"):
+        twins("a_b")
 
 
 def test_shared_validators_name_the_argument_and_the_fix():

@@ -100,6 +100,18 @@ def test_registry_lesson_and_notebook_paths_shaped_right():
 def test_get_module_is_case_insensitive():
     assert get_module("03B").id == "03b"
     assert get_module(" specdec ").id == "specdec"
+    assert get_module("6").id == "06" and get_module("3b").id == "03b" and get_module("9B").id == "09b"
+
+
+def test_did_you_mean_names_the_close_ids_and_stays_quiet_otherwise():
+    from g2c.course.registry import did_you_mean
+
+    names = ["StoryLM-30M", "StoryLM-30M-EAGLE", "StoryLM-30M-EAGLE3", "StoryLM-30M-Medusa"]
+    assert did_you_mean("eagle", names) == " (did you mean 'StoryLM-30M-EAGLE'?)"      # a name's last part
+    assert did_you_mean("StoryLM-30M-Medusaa", names) == " (did you mean 'StoryLM-30M-Medusa'?)"
+    assert did_you_mean("", names) == "" and did_you_mean("x", names) == "" and did_you_mean("zzzz", names) == ""
+    with pytest.raises(ValueError, match=r"unknown course module id 'specdek' \(did you mean 'specdec'\?\)"):
+        get_module("specdek")
 
 
 def test_get_module_unknown_id_lists_valid_ids():

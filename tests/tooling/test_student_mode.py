@@ -7,6 +7,7 @@ The end-to-end checks run in a copy of the repository (``repo_copy``), never in 
 from __future__ import annotations
 
 import hashlib
+import json
 import re
 import subprocess
 import sys
@@ -196,11 +197,12 @@ def test_progress_cli_grades_worked_modules_and_shows_the_rest_untouched(monkeyp
     from g2c.course import __main__ as cli
 
     monkeypatch.setattr(cli, "worked_modules", lambda: ["06"])
-    monkeypatch.setattr(cli, "grade_unless_unchanged", lambda ids, worked, regrade: (
-        [ModuleResult("06", "Next-token prediction", 9, 0, 0, 1)], None))
+    monkeypatch.setattr(cli, "grade_unless_unchanged", lambda ids, worked, regrade, on_grading: (
+        on_grading(), [ModuleResult("06", "Next-token prediction", 9, 0, 0, 1)])[1:] + (None,))
     assert cli.main(["progress"]) == 0
     out = capsys.readouterr().out
     assert "06*" in out and "9/9" in out and "done" in out and "nothing changed" not in out
+    assert out.startswith("grading the modules you edited")
     rows = [line.split()[0] for line in out.splitlines() if line[:1].isalnum()]
     order = [r.rstrip("*") for r in rows if r.rstrip("*") in {m.id for m in MODULES}]
     assert order == [m.id for m in MODULES]                # graph (= course) order, every module
@@ -239,15 +241,30 @@ def test_progress_reuses_the_last_grading_only_while_nothing_changed(tmp_path, m
     assert again(worked=["04", "05"])[1] is None and len(runs) == 5
     (tmp_path / progress.PROGRESS_CACHE).write_text("{not json")   # a damaged cache is a regrade, not an error
     assert again()[1] is None and len(runs) == 6
+    saved = json.loads((tmp_path / progress.PROGRESS_CACHE).read_text())
+    saved["results"][0]["passed"] = "x"                              # a hand-edited one too
+    (tmp_path / progress.PROGRESS_CACHE).write_text(json.dumps(saved))
+    assert again()[1] is None and len(runs) == 7
 
     # the command says when it reuses, and how to run anyway
     monkeypatch.setattr(cli, "worked_modules", lambda: ["06"])
-    monkeypatch.setattr(cli, "grade_unless_unchanged", lambda ids, worked, regrade: (
-        [ModuleResult("06", "T", 9, 0, 0, 1)], None if regrade else "2026-12-04 22:31"))
+    def fake(ids, worked, regrade, on_grading):
+        if regrade:
+            on_grading()
+        return [ModuleResult("06", "T", 9, 0, 0, 1)], None if regrade else "2026-12-04 22:31"
+
+    monkeypatch.setattr(cli, "grade_unless_unchanged", fake)
     assert cli.main(["progress"]) == 0
-    assert "nothing changed since the grading of 2026-12-04 22:31" in capsys.readouterr().out
+    out = capsys.readouterr().out                  # one story: reused, never "grading ..." first
+    assert out.startswith("nothing changed since the grading of 2026-12-04 22:31") and "grading the" not in out
     assert cli.main(["progress", "--regrade"]) == 0
-    assert "nothing changed" not in capsys.readouterr().out
+    out = capsys.readouterr().out
+    assert "nothing changed" not in out and out.startswith("grading the modules you edited")
+    with pytest.raises(SystemExit) as ended:       # a stray argument: the subcommand's usage, exit 2
+        cli.main(["progress", "bogus"])
+    err = capsys.readouterr().err
+    assert ended.value.code == 2 and "usage: python -m g2c.course progress [-h] [--regrade]" in err
+    assert "unrecognized arguments: bogus" in err
 
 
 def test_format_table_states():
