@@ -170,7 +170,7 @@ def get_module(module_id: str) -> CourseModule:
         ValueError: the id is not in the registry; the message lists the valid ids.
     """
     wanted = str(module_id).strip().lower()
-    padded = "0" + wanted if re.fullmatch(r"[0-9][a-z]?", wanted) else wanted   # ./test.sh 6 is 06, 9b is 09b
+    padded = "0" + wanted if re.fullmatch(r"[0-9][a-z]?", wanted) else wanted   # "6" is 06, "9b" is 09b
     for m in MODULES:
         if m.id in (wanted, padded):
             return m
