@@ -43,7 +43,7 @@ case "${1:-}" in
     --progress|--regrade)     # --regrade goes with --progress, either order
         rest=()
         for arg in "$@"; do [ "$arg" = --progress ] || rest+=("$arg"); done
-        exec env G2C_QUIET=1 "$PY" -m g2c.course progress "${rest[@]}" ;;
+        exec env G2C_QUIET=1 "$PY" -m g2c.course progress ${rest[@]+"${rest[@]}"} ;;   # bash 3.2 (macOS): set -u
     --submit) shift; exec env G2C_QUIET=1 "$PY" -m g2c.course submit "$@" ;;
     --author) author=1; shift ;;
 esac

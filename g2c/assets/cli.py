@@ -119,10 +119,10 @@ def choice_list(*choices: str) -> Callable[[str], str]:
     return _named(parse, "choice list")
 
 
-def _model(text: str, ladder_only: bool) -> str:
+def _model(text: str, ladder_only: bool, extra: tuple[str, ...] = ()) -> str:
     from g2c.assets.artifacts import artifact_kind, canonical_name, drafter_names, model_names
 
-    models = model_names() if ladder_only else model_names() + drafter_names()
+    models = (model_names() if ladder_only else model_names() + drafter_names()) + extra
     try:
         name = canonical_name(text.strip())
     except ValueError:
@@ -133,30 +133,18 @@ def _model(text: str, ladder_only: bool) -> str:
     if ladder_only and name not in model_names():
         raise argparse.ArgumentTypeError(f"{name} is not a ladder model; use {', '.join(model_names())}")
     if artifact_kind(name) != "model":
-        raise argparse.ArgumentTypeError(f"{name} is not a model; use {', '.join(model_names() + drafter_names())}")
+        raise argparse.ArgumentTypeError(f"{name} is not a model; use "
+                                         f"{', '.join(model_names() + drafter_names() + extra)}")
     return name
 
 
 def model_name(*, ladder_only: bool = False, extra: tuple[str, ...] = ()) -> Callable[[str], str]:
     """A shipped model or drafter name, any case, returned canonical (``ladder_only``: a StoryLM
     of the ladder), or one of ``extra`` (lower-case keywords such as ``"ngram"``, returned lower-case).
-    A mistyped name is refused with the closest names (``did you mean``) and the full list."""
+    A mistyped name is refused with the closest names (``did you mean``) and the full list, ``extra`` in it."""
     def parse(text: str) -> str:
-        if str(text).strip().lower() in extra:
-            return str(text).strip().lower()
-        try:
-            return _model(text, ladder_only)
-        except argparse.ArgumentTypeError as err:
-            if not extra:
-                raise
-            from g2c.assets.artifacts import drafter_names, model_names
-            from g2c.course.registry import did_you_mean
-
-            names = (model_names() if ladder_only else model_names() + drafter_names()) + extra
-            first = str(err).split(";")[0]             # "unknown model 'x' (did you mean ...)" or "X is not a model"
-            if first.startswith("unknown model"):
-                first = f"unknown model {text!r}{did_you_mean(text, names)}"
-            raise argparse.ArgumentTypeError(f"{first}; use one of {', '.join(names)}") from None
+        keyword = str(text).strip().lower()
+        return keyword if keyword in extra else _model(text, ladder_only, tuple(extra))
 
     return _named(parse, "model name")
 

@@ -476,13 +476,13 @@ def _result_from_dict(d: dict) -> ModuleResult:
     """``dataclasses.asdict(result)`` read back (its tuples come back from JSON as lists).
 
     Raises:
-        TypeError: a count that is not an int (a hand-edited cache): the caller regrades."""
+        TypeError: a count that is not an int, or a field ModuleResult lacks (a hand-edited or older
+            cache): the caller regrades."""
     for key in ("passed", "failed", "skipped"):
         if type(d[key]) is not int:
             raise TypeError(f"{key} is not a count")
-    return ModuleResult(d["id"], d["title"], d["passed"], d["failed"], d["skipped"], d["untouched"],
-                        tuple(tuple(b) for b in d["blocked"]), tuple(d["applied"]),
-                        tuple(tuple(f) for f in d["failures"]), d["recorded"], tuple(d["warnings"]), d["graded"])
+    return ModuleResult(**{**d, "blocked": tuple(tuple(b) for b in d["blocked"]), "applied": tuple(d["applied"]),
+                           "failures": tuple(tuple(f) for f in d["failures"]), "warnings": tuple(d["warnings"])})
 
 
 def grade_unless_unchanged(ids: list[str], *, worked: list[str], root: Path = REPO_ROOT, regrade: bool = False,
