@@ -3,6 +3,7 @@
 #   ./test.sh 16                   grade module 16 on YOUR code; the answer key stands in only for
 #                                  the modules 16 needs that you have not edited (never your code)
 #   ./test.sh 16 --solve 11        the same, with 11's answer key too although you edited 11
+#   ./test.sh 05 06                several modules (or 05,06); a mistyped id or option gets "did you mean"
 #   ./test.sh                      (once you edited exercise files) grade the modules you worked on
 #   ./test.sh --progress           table of every module in graph order (the last results when nothing
 #                                  changed since; --progress --regrade runs the tests anyway)
@@ -43,25 +44,44 @@ case "${1:-}" in
     --progress|--regrade)     # --regrade goes with --progress, either order
         rest=()
         for arg in "$@"; do [ "$arg" = --progress ] || rest+=("$arg"); done
-        exec env G2C_QUIET=1 "$PY" -m g2c.course progress ${rest[@]+"${rest[@]}"} ;;   # bash 3.2 (macOS): set -u
-    --submit) shift; exec env G2C_QUIET=1 "$PY" -m g2c.course submit "$@" ;;
+        exec env G2C_QUIET=1 G2C_FRONT=test.sh "$PY" -m g2c.course progress ${rest[@]+"${rest[@]}"} ;;   # bash 3.2 (macOS): set -u
+    --submit) shift; exec env G2C_QUIET=1 G2C_FRONT=test.sh "$PY" -m g2c.course submit "$@" ;;
+    --solve|--solve=*)       # ./test.sh --solve 11: the modules you edited, with 11's answer key too
+        exec env G2C_QUIET=1 G2C_FRONT=test.sh "$PY" -m g2c.course grade "$@" ;;
     --author) author=1; shift ;;
 esac
 
 # `./test.sh ID [ID ...] [--solve ID]`: grade modules by id (the registry's ids: 03, 16, specdec, ...).
-# A first argument that is neither an option nor a path is taken as an id (a typo then lists the valid ids).
+# A first argument that is neither an option nor a path is taken as an id (a typo then lists the valid ids;
+# `progress` suggests --progress). The id route takes ids and --solve only: another option is refused there
+# with the graded module's own test file to pass it with (G2C_FRONT: messages name ./test.sh, not python -m).
 if [ "$#" -gt 0 ] && [[ "$1" != -* && "$1" != */* && "$1" != *.py* && ! -e "$1" ]]; then
-    for arg in "$@"; do      # the id route takes ids and --solve only; pytest's options go with test files
-        case "$arg" in
-            --solve|--solve=*) ;;
-            -*) echo "test.sh: grading by module id takes ids and --solve ID, not '$arg'; pytest options go with test files (./test.sh tests/test_attention.py $arg ...); ./test.sh --help" >&2
-                exit 2 ;;
-        esac
-    done
-    exec env G2C_QUIET=1 "$PY" -m g2c.course grade "$@"
+    exec env G2C_QUIET=1 G2C_FRONT=test.sh "$PY" -m g2c.course grade "$@"
 fi
 
 if [ "$#" -gt 0 ]; then
+    # A mistyped test.sh option (--progres, -progress, --sumbit) or one of its options after a test file would
+    # reach pytest, whose answer is its own usage (or, for -progress, "plugin 'rogress' not found"): catch
+    # those first. Standard library only (-I -S: milliseconds); pytest's own options are never this close.
+    "$PY" -I -S - "$@" <<'PYEOF' || exit 2
+import difflib
+import sys
+
+OWN = {"progress": "--progress", "regrade": "--progress --regrade", "submit": "--submit", "solve": "ID --solve ID",
+       "author": "--author"}
+for arg in sys.argv[1:]:
+    if arg == "--":
+        break
+    if not arg.startswith("-"):
+        continue
+    name = arg.lstrip("-").split("=")[0].lower()
+    # one dash and several letters is pytest's short options run together (-vx): only the exact name counts
+    hit = difflib.get_close_matches(name, OWN, n=1, cutoff=0.75) if arg.startswith("--") else [name] * (name in OWN)
+    if hit:
+        what = "is not an option" if arg != "--" + hit[0] else "is an option of test.sh, not of pytest"
+        sys.exit(f"test.sh: '{arg}' {what}: did you mean ./test.sh {OWN[hit[0]]}? (./test.sh --help lists them; "
+                 "anything else after a test file goes to pytest)")
+PYEOF
     exec "$PY" -m pytest "$@"
 fi
 

@@ -84,7 +84,11 @@ def test_cli_fast_needs_the_kv_cache(fake_ladder, capsys):
     (["bcd", "--width", "1000"], "--width 1000: the EAGLE-2 expansion width is 1 (a chain) to 32"),
     (["bcd", "--max-new-tokens", "-1"], "--max-new-tokens -1: "),
     (["", "--max-new-tokens", "3"], "the prompt is empty"),
-    (["   ", "--max-new-tokens", "3"], "the prompt holds only whitespace"),      # a fresh trial: it ran
+    (["   ", "--max-new-tokens", "3"], "the prompt is empty (only whitespace)"),  # a fresh trial: it ran
+    (["bcd", "--device", "gpu"], "--device gpu: not a device name; use 'auto', 'cpu', 'cuda', 'cuda:N' or 'mps'"),
+    (["bcd", "--device", "cuda"], "--device cuda: CUDA is not available on this machine"),
+    (["bcd", "--device", "mps"], "--device mps: MPS (Apple's GPU) is not available on this machine"),
+    (["bcd", "--device", "xla"], "--device xla: the course runs on 'cpu', 'cuda' and 'mps', not 'xla'"),
     (["bcd", "-k", "5000"], "-k 5000: at most "),      # one rule for every route (it ran with some drafters)
     (["bcd", "--temperature", "-1"], "--temperature -1.0: use 0 for greedy"),
     (["bcd", "--temperature", "inf"], "--temperature inf: use 0 for greedy"),
@@ -104,6 +108,27 @@ def test_cli_bad_arguments_name_what_the_user_typed(fake_ladder, capsys, argv, e
     assert rc == 1 and out == ""
     assert err.count("\n") == 1 and expected in err
     assert "prompt_ids" not in err and "max_new_tokens" not in err
+
+
+@pytest.mark.parametrize("argv, expected", [
+    (["", "--max-new-tokens", "3"], "the prompt is empty"),
+    (["bcd", "--device", "gpu"], "--device gpu: not a device name"),
+    (["bcd", "-k", "0"], "-k 0: draft at least one token"),
+])
+def test_cli_checks_the_arguments_before_any_course_code_runs(fake_ladder, capsys, monkeypatch, argv, expected):
+    """A fresh clone (module 03's resolve_device unwritten) answered an empty prompt or --device gpu with
+    "part of it is not written yet", exit 2: a mistake in what the user typed is named first, whatever is written."""
+    import g2c.nn
+
+    def unwritten(*args, **kwargs):
+        raise NotImplementedError("module 03: resolve_device in g2c/nn/device.py is not implemented yet")
+
+    monkeypatch.setattr(g2c.nn, "resolve_device", unwritten)
+    rc, out, err = run(capsys, *argv)
+    assert rc == 1 and out == "" and err.count("\n") == 1 and expected in err, err
+    assert "not written yet" not in err
+    rc, _, err = run(capsys, "bcd", "--max-new-tokens", "2")         # the same stub does stop a run
+    assert rc == 2 and "not written yet" in err
 
 
 def test_cli_controls_stop_and_report_logprobs(fake_ladder, capsys):

@@ -311,14 +311,19 @@ def test_cli_head_drafter_needs_its_base(capsys):
     assert "drafts from StoryLM-30M's hidden states; use --target StoryLM-30M" in err
 
 
-@pytest.mark.ladder
 def test_cli_refuses_a_head_as_the_target(capsys):
+    # refused as the flag is read, before any model loads (a fresh clone said "not written yet" first)
     from g2c.specdec.__main__ import main
 
-    rc = main(["Once", "--drafter", "mtp", "--target", "StoryLM-5M-MTP", "--device", "cpu"])
+    with pytest.raises(SystemExit) as exit_:
+        main(["Once", "--drafter", "mtp", "--target", "StoryLM-5M-MTP", "--device", "cpu"])
     _, err = capsys.readouterr()
-    assert rc == 1 and err.count("\n") == 1
-    assert "--target StoryLM-5M-MTP is a draft head, not a language model; use --target StoryLM-5M" in err
+    assert exit_.value.code == 2
+    assert ("argument --target: StoryLM-5M-MTP is a draft head on StoryLM-5M's states, not a language model; "
+            "use --target StoryLM-5M --drafter StoryLM-5M-MTP") in err
+    with pytest.raises(SystemExit):                      # a standalone drafter LM is a language model
+        main(["--target", "StoryLM-1M-distilled", "--help"])
+    assert "usage:" in capsys.readouterr().out
 
 
 # -- bad input: clear errors, before the first round -------------------------------------------

@@ -81,14 +81,22 @@ def real(lo: float = -math.inf, hi: float = math.inf, *, lo_open: bool = False) 
     return _named(parse, f"number {rule}")
 
 
+def _items(text: str, menu: str) -> list[str]:
+    """The comma-separated items of ``text``, stripped; an empty list or an empty item (``a,,b``: something
+    left out?) raises ``argparse.ArgumentTypeError`` ending with ``menu`` (what to give instead)."""
+    parts = [p.strip() for p in str(text).split(",")]
+    if not any(parts):
+        raise argparse.ArgumentTypeError(f"an empty list: {menu}")
+    if not all(parts):
+        raise argparse.ArgumentTypeError(f"{text!r} has an empty item between commas (something left out?): {menu}")
+    return parts
+
+
 def int_list(minimum: int = 1) -> Callable[[str], str]:
-    """A comma-separated list of ints >= ``minimum`` (``1,2,4``), at least one; returned as the
+    """A comma-separated list of ints >= ``minimum`` (``1,2,4``), at least one, no empty item; returned as the
     normalised comma-separated string, so code that splits the option keeps working."""
     def parse(text: str) -> str:
-        parts = [p.strip() for p in str(text).split(",") if p.strip()]
-        if not parts:
-            raise argparse.ArgumentTypeError(f"{text!r} lists nothing; give comma-separated ints >= {minimum}, "
-                                             "e.g. 1,2,4")
+        parts = _items(text, f"give comma-separated ints >= {minimum}, e.g. 1,2,4")
         return ",".join(str(_int(p, minimum)) for p in parts)
 
     return _named(parse, "int list")
@@ -97,32 +105,39 @@ def int_list(minimum: int = 1) -> Callable[[str], str]:
 def choice_list(*choices: str) -> Callable[[str], str]:
     """A comma-separated, case-insensitive list drawn from ``choices``, at least one; returned as
     the comma-separated string in the choices' own spelling. Dashes, spaces and underscores do not
-    count (``ngram`` is the choice ``n-gram``, ``EAGLE3`` is ``EAGLE-3``) unless two choices differ only by them."""
+    count (``ngram`` is the choice ``n-gram``, ``EAGLE3`` is ``EAGLE-3``) unless two choices differ only by them.
+    An empty list, an empty item (``a,,b``: a name left out?) and a choice named twice are refused, naming
+    the choices."""
     def squash(text: str) -> str:
         return re.sub(r"[-_ ]", "", text.lower())
 
     squashed = [squash(c) for c in choices]
     known = {c.lower(): c for c in choices}
     loose = {s: c for s, c in zip(squashed, choices) if squashed.count(s) == 1}
+    menu = f"choose from {', '.join(choices)} (comma-separated)"
 
     def parse(text: str) -> str:
-        parts = [p.strip() for p in str(text).split(",") if p.strip()]
+        parts = _items(text, menu)
         bad = [p for p in parts if p.lower() not in known and squash(p) not in loose]
-        if bad or not parts:
+        if bad:
             from g2c.course.registry import did_you_mean
 
-            hint = did_you_mean(bad[0], choices) if bad else ""
-            raise argparse.ArgumentTypeError(f"{', '.join(map(repr, bad)) if bad else repr(text)}{hint}: choose from "
-                                             f"{', '.join(choices)} (comma-separated)")
-        return ",".join(known.get(p.lower()) or loose[squash(p)] for p in parts)
+            raise argparse.ArgumentTypeError(f"{', '.join(map(repr, bad))}{did_you_mean(bad[0], choices)}: {menu}")
+        chosen = [known.get(p.lower()) or loose[squash(p)] for p in parts]
+        twice = sorted({c for c in chosen if chosen.count(c) > 1})
+        if twice:
+            raise argparse.ArgumentTypeError(f"{', '.join(twice)} named twice in {text!r}: name each once")
+        return ",".join(chosen)
 
     return _named(parse, "choice list")
 
 
-def _model(text: str, ladder_only: bool, extra: tuple[str, ...] = ()) -> str:
-    from g2c.assets.artifacts import artifact_kind, canonical_name, drafter_names, model_names
+def _model(text: str, ladder_only: bool, extra: tuple[str, ...] = (), language_models: bool = False) -> str:
+    from g2c.assets.artifacts import DRAFTERS, artifact_kind, canonical_name, drafter_names, model_names
 
-    models = (model_names() if ladder_only else model_names() + drafter_names()) + extra
+    lms = [n for n in drafter_names() if DRAFTERS[n]["kind"] == "lm"]
+    models = (model_names() if ladder_only else model_names() + tuple(lms) if language_models
+              else model_names() + drafter_names()) + extra
     try:
         name = canonical_name(text.strip())
     except ValueError:
@@ -135,26 +150,32 @@ def _model(text: str, ladder_only: bool, extra: tuple[str, ...] = ()) -> str:
     if artifact_kind(name) != "model":
         raise argparse.ArgumentTypeError(f"{name} is not a model; use "
                                          f"{', '.join(model_names() + drafter_names() + extra)}")
+    if language_models and name in DRAFTERS and DRAFTERS[name]["kind"] != "lm":
+        base = DRAFTERS[name]["base"]
+        raise argparse.ArgumentTypeError(f"{name} is a draft head on {base}'s states, not a language model; use "
+                                         f"--target {base} --drafter {name}")
     return name
 
 
-def model_name(*, ladder_only: bool = False, extra: tuple[str, ...] = ()) -> Callable[[str], str]:
+def model_name(*, ladder_only: bool = False, extra: tuple[str, ...] = (),
+               language_models: bool = False) -> Callable[[str], str]:
     """A shipped model or drafter name, any case, returned canonical (``ladder_only``: a StoryLM
-    of the ladder), or one of ``extra`` (lower-case keywords such as ``"ngram"``, returned lower-case).
-    A mistyped name is refused with the closest names (``did you mean``) and the full list, ``extra`` in it."""
+    of the ladder; ``language_models``: a ladder model or a standalone drafter LM, never a draft head, which
+    is refused naming the base it reads and the flags that use it), or one of ``extra`` (lower-case keywords
+    such as ``"ngram"``, returned lower-case). A mistyped name is refused with the closest names
+    (``did you mean``) and the full list, ``extra`` in it."""
     def parse(text: str) -> str:
         keyword = str(text).strip().lower()
-        return keyword if keyword in extra else _model(text, ladder_only, tuple(extra))
+        return keyword if keyword in extra else _model(text, ladder_only, tuple(extra), language_models)
 
     return _named(parse, "model name")
 
 
 def model_list(*, ladder_only: bool = False) -> Callable[[str], str]:
-    """A comma-separated list of model names (see ``model_name``), at least one, returned canonical."""
+    """A comma-separated list of model names (see ``model_name``), at least one, no empty item, returned
+    canonical."""
     def parse(text: str) -> str:
-        parts = [p for p in str(text).split(",") if p.strip()]
-        if not parts:
-            raise argparse.ArgumentTypeError(f"{text!r} names no model; give comma-separated model names")
+        parts = _items(text, "give comma-separated model names, e.g. StoryLM-1M,StoryLM-5M")
         return ",".join(_model(p, ladder_only) for p in parts)
 
     return _named(parse, "model list")

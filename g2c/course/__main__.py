@@ -91,18 +91,57 @@ def _write_json(path: Path, payload: dict) -> None:
 WARNING_RULE = "!" * 100
 
 
+# What the front ends call the subcommands: test.sh sets G2C_FRONT=test.sh, so usage lines and errors name the
+# command the student typed (./test.sh --progress), not this module.
+FRONTS = {"test.sh": {"": "./test.sh", "grade": "./test.sh", "progress": "./test.sh --progress",
+                      "submit": "./test.sh --submit"}}
+# A front-end option typed as a module id (./test.sh progress): the command meant.
+OPTION_WORDS = {"progress": "--progress", "regrade": "--progress --regrade", "submit": "--submit",
+                "author": "--author", "solve": "ID --solve ID", "help": "--help"}
+
+
+def _front(cmd: str = "") -> str:
+    """How the student called ``cmd``: ``./test.sh --progress`` under test.sh (``G2C_FRONT=test.sh``), else
+    ``python -m g2c.course progress``."""
+    names = FRONTS.get(os.environ.get("G2C_FRONT", ""), {})
+    return names.get(cmd) or " ".join(["python -m g2c.course", cmd]).strip()
+
+
+def _split_ids(ids: list[str]) -> list[str]:
+    """Module ids as typed: ``03 04``, ``03,04`` and ``03, 04`` are the same two ids; a front-end option typed as an
+    id (``./test.sh progress``) is refused with the option meant.
+
+    Raises:
+        ValueError: an option word as an id (the message names ``./test.sh --progress``), or an unknown id.
+    """
+    out = []
+    for part in (p.strip() for text in ids for p in str(text).split(",")):
+        if not part:
+            continue
+        if part.lower() in OPTION_WORDS and os.environ.get("G2C_FRONT") == "test.sh":
+            raise ValueError(f"'{part}' is not a module id; did you mean ./test.sh {OPTION_WORDS[part.lower()]}? "
+                             "(./test.sh --help)")
+        out.append(get_module(part).id)
+    return out
+
+
 def _grade(ids: list[str], solve: list[str], json_path: str | None = None) -> int:
     worked = worked_modules()
-    ids = [get_module(i).id for i in ids] or worked
+    ids = _split_ids(ids) or worked
+    solve = _split_ids(solve)
     for i in solve:                       # refused before the banner, as grade() would refuse them
-        if get_module(i).id in ids:
-            raise ValueError(f"--solve {get_module(i).id} would grade the answer key instead of your module "
-                             f"{get_module(i).id}")
+        if i in ids:
+            raise ValueError(f"--solve {i} would grade the answer key instead of your module {i}")
     if not ids:
-        print("grade: you have not edited any exercise file yet; name a module (e.g. ./test.sh 16) or run "
-              "./test.sh --progress")
+        print(f"grade: you have not edited any exercise file yet; name a module (e.g. {_front('grade')} 16) or run "
+              f"{_front('progress')}")
         return 0
-    idle = [get_module(i).id for i in solve if get_module(i).id not in worked]
+    needed = {n for i in ids for n in prerequisites(i)}
+    unneeded = [i for i in solve if i not in needed]
+    if unneeded:                          # --solve 07 for module 05: nothing 05 runs comes from 07
+        print(f"note: --solve {','.join(unneeded)} changes nothing: {', '.join(ids)} do(es) not build on "
+              f"{', '.join(unneeded)} (python -m g2c.course graph shows what each module needs)", flush=True)
+    idle = [i for i in solve if i not in worked and i in needed]
     if idle:                              # the answer key stands in for an unedited module anyway: say so
         print(f"note: --solve {','.join(idle)}: you have not edited module(s) {', '.join(idle)}, so the answer "
               "key stands in for them anyway; --solve matters only for a prerequisite you edited", flush=True)
@@ -177,7 +216,12 @@ def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog="python -m g2c.course", description=__doc__,
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
     sub = ap.add_subparsers(dest="cmd", required=True)
-    pr = sub.add_parser("progress", help="every module in graph order: your modules graded, the rest untouched")
+    pr = sub.add_parser("progress", help="every module in graph order: your modules graded, the rest untouched",
+                        description="A table of every module in graph order: the modules whose exercise files you "
+                                    "edited are graded on your code, the others show their untouched counts. The "
+                                    "grading is kept in .g2c-cache/progress.json and reused while nothing it depends "
+                                    "on changed (your code, the tests, the answer key); --regrade runs the tests "
+                                    "anyway.")
     pr.add_argument("--regrade", action="store_true",
                     help="run the tests even when nothing changed since the last --progress (its results are "
                          "reused otherwise)")
@@ -195,7 +239,13 @@ def main(argv: list[str] | None = None) -> int:
 
     add_submit_parser(sub)
     add_grade_class_parser(sub)
+    ap.prog = _front()
+    for name, parser in sub.choices.items():        # usage lines name the command the student typed
+        parser.prog = _front(name)
     args, extra = ap.parse_known_args(argv)
+    if extra and args.cmd == "grade":
+        print(f"{ap.prog}: {_grade_extra_message(args.ids, extra)}", file=sys.stderr)
+        return 2
     if extra:                         # the subcommand's own usage, not the top level's (./test.sh --progress x)
         chosen = sub.choices.get(getattr(args, "cmd", None), ap)
         chosen.error(f"unrecognized arguments: {' '.join(extra)}")
@@ -209,6 +259,22 @@ def main(argv: list[str] | None = None) -> int:
         except OSError:
             pass
         return 141  # 128 + SIGPIPE, what a shell reports for a tool its reader left
+
+
+def _grade_extra_message(ids: list[str], extra: list[str]) -> str:
+    """Why ``./test.sh 03 -x`` is refused, and the command that does it: grading by id takes ids and ``--solve``;
+    pytest's options go with a test file (the graded module's own), a front-end option goes first on its own."""
+    arg = next((e for e in extra if e.startswith("-")), extra[0])
+    word = arg.lstrip("-").split("=")[0].lower()
+    if arg.startswith("--") and word in OPTION_WORDS and os.environ.get("G2C_FRONT") == "test.sh":
+        return f"{arg} is an option on its own, not one for grading by module id: ./test.sh {OPTION_WORDS[word]}"
+    try:
+        files = [t for i in _split_ids(ids) for t in get_module(i).tests]
+    except ValueError as exc:          # a mistyped id first: the test file named below would be a guess
+        return str(exc)
+    target = " ".join(files) or "tests/test_FILE.py"
+    return (f"grading by module id takes ids and --solve ID, not '{arg}'; pytest's options go with the module's test "
+            f"file(s): {_front()} {target} {' '.join(extra)}".rstrip() + f" ({_front()} --help)")
 
 
 def _run(args) -> int:
@@ -231,7 +297,7 @@ def _run(args) -> int:
               f"{grade_command(module.id)} (it never applies the answer key to a module you edited)", file=sys.stderr)
         return 0
     except (ValueError, RuntimeError) as exc:
-        print(f"python -m g2c.course: {exc}", file=sys.stderr)
+        print(f"{_front()}: {exc}", file=sys.stderr)
         return 2
 
 

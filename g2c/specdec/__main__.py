@@ -164,6 +164,29 @@ def _sampled_run(args, target, drafter_model, prompt_ids, eos_id, *, on_pass, us
                               decode=decode, **_controls(args))
 
 
+def _device_problem(device: str) -> str | None:
+    """Why ``--device`` cannot be used here, or None: checked with torch alone (module 03's ``resolve_device``,
+    which the run calls next, is a student exercise and may be unwritten)."""
+    import torch
+
+    text = device.strip().lower()
+    if text == "auto":
+        return None
+    try:
+        dev = torch.device(text)
+    except (RuntimeError, TypeError):
+        return "not a device name; use 'auto', 'cpu', 'cuda', 'cuda:N' or 'mps'"
+    if dev.type == "cuda" and not torch.cuda.is_available():
+        return "CUDA is not available on this machine; use --device auto or cpu"
+    if dev.type == "cuda" and dev.index is not None and dev.index >= torch.cuda.device_count():
+        return f"this machine has {torch.cuda.device_count()} CUDA device(s); use --device cuda:0 or auto"
+    if dev.type == "mps" and not torch.backends.mps.is_available():
+        return "MPS (Apple's GPU) is not available on this machine; use --device auto or cpu"
+    if dev.type not in ("cpu", "cuda", "mps"):
+        return f"the course runs on 'cpu', 'cuda' and 'mps', not {dev.type!r}; use --device auto"
+    return None
+
+
 def _seed():
     from g2c.assets.cli import seed
 
@@ -200,7 +223,7 @@ def main(argv: list[str] | None = None) -> int:
                          "StoryLM-30M-MTP (they draft for StoryLM-30M), StoryLM-5M-MTP (for StoryLM-5M), mtp (a head "
                          "trained now) or ngram; specdec-lineage: StoryLM-30M-Medusa, StoryLM-30M-EAGLE3, "
                          "StoryLM-30M-Block (and StoryLM-30M-EAGLE with --width > 1), with -k nodes per pass")
-    ap.add_argument("--target", default=None, type=model_name(),
+    ap.add_argument("--target", default=None, type=model_name(language_models=True),
                     help="the model whose output is reproduced (default StoryLM-30M; for an MTP/EAGLE head "
                          "drafter, the base it was trained on)")
     ap.add_argument("-k", type=int, default=4, help="draft tokens per target pass (default 4)")
@@ -247,6 +270,14 @@ def main(argv: list[str] | None = None) -> int:
             from g2c.assets.artifacts import DRAFTERS
 
             args.target = {n.lower(): d["base"] for n, d in DRAFTERS.items()}.get(args.drafter.lower(), args.target)
+    # Everything that needs no model is checked before the first import of the course's code, so a fresh
+    # clone (exercises unwritten) answers a mistyped flag with the flag, not with "not written yet".
+    if not args.prompt.strip():
+        return fail("the prompt is empty" + (" (only whitespace)" if args.prompt else "")
+                    + "; give some text to continue, e.g. \"Once upon a time\"")
+    device_problem = _device_problem(args.device)
+    if device_problem:
+        return fail(f"--device {args.device}: {device_problem}")
     if args.k < 1:
         return fail(f"-k {args.k}: draft at least one token per target pass (-k 1 or more)")
     if args.controller != "static" and args.k > 16:
@@ -318,12 +349,6 @@ def main(argv: list[str] | None = None) -> int:
             except ValueError as err:                   # an unknown model name
                 return fail(f"{flag} {name}: {err}")
         (target, tokenizer), (drafter, _) = models["--target"], models["--drafter"]
-        if _is_head(args.target):             # a drafter head reads a base's states: it cannot be the target
-            from g2c.assets.artifacts import DRAFTERS, canonical_name
-
-            base = DRAFTERS[canonical_name(args.target)]["base"]
-            return fail(f"--target {args.target} is a draft head, not a language model; use --target {base} "
-                        f"--drafter {args.target}")
         if _is_head(args.drafter):            # EAGLE / MTP heads draft for the base they were trained on
             from g2c.assets.artifacts import DRAFTERS, canonical_name
 
@@ -331,8 +356,6 @@ def main(argv: list[str] | None = None) -> int:
             if canonical_name(args.target) != base:
                 return fail(f"--drafter {args.drafter} drafts from {base}'s hidden states; use --target {base}")
             target = drafter.base             # one copy of the target: the head's own base
-        if args.prompt and not args.prompt.strip():
-            return fail("the prompt holds only whitespace; give some text to continue, e.g. \"Once upon a time\"")
         try:
             prompt_ids = tokenizer.encode(args.prompt)
         except UnicodeError as err:           # e.g. bytes the shell could not decode (surrogates)

@@ -412,6 +412,29 @@ def test_a_choice_list_reads_names_without_their_dashes_and_suggests_the_closest
         twins("a_b")
 
 
+@pytest.mark.parametrize("text, expected", [
+    ("", r"an empty list: choose from n-gram, EAGLE"),            # a student trial: "'': choose from ..."
+    (" , ", r"an empty list"),
+    ("ngram,,EAGLE", r"'ngram,,EAGLE' has an empty item between commas \(something left out\?\)"),   # was accepted
+    ("EAGLE,", r"has an empty item between commas"),
+    ("ngram,n-gram", r"n-gram named twice in 'ngram,n-gram': name each once"),
+])
+def test_every_list_option_refuses_an_empty_list_an_empty_item_and_a_repeat(text, expected):
+    import argparse
+
+    from g2c.assets.cli import choice_list, int_list, model_list
+
+    with pytest.raises(argparse.ArgumentTypeError, match=expected):
+        choice_list("n-gram", "EAGLE")(text)
+    if "named twice" not in expected:                   # the same rule for ints and model names
+        rule = "an empty list" if "empty list" in expected else "has an empty item between commas"
+        with pytest.raises(argparse.ArgumentTypeError, match=rule):
+            int_list()(text.replace("ngram", "1").replace("EAGLE", "4"))
+        with pytest.raises(argparse.ArgumentTypeError, match=rule):
+            model_list()(text.replace("ngram", "StoryLM-1M").replace("EAGLE", "StoryLM-5M"))
+    assert int_list()("1, 2,4") == "1,2,4" and model_list()("storylm-1m") == "StoryLM-1M"
+
+
 def test_shared_validators_name_the_argument_and_the_fix():
     import numpy as np
     import torch

@@ -127,8 +127,10 @@ def test_grade_names_the_unwritten_prerequisite_the_student_edited(student_repo)
     assert "module 09: answer key applied to 03, 05, 07, 08" in solved.stdout
     # a fresh trial: --solve of a module the student never edited changed nothing and said nothing;
     # an argument after --progress was dropped in silence
-    idle = sh(student_repo, "./test.sh", "03", "--solve", "11")
-    assert idle.stdout.startswith("note: --solve 11: you have not edited module(s) 11"), idle.stdout
+    idle = sh(student_repo, "./test.sh", "05", "--solve", "03,11")
+    # a later trial: 11 is not a module 05 builds on, yet the note said its answer key "stands in"
+    assert idle.stdout.startswith("note: --solve 11 changes nothing: 05 do(es) not build on 11"), idle.stdout
+    assert "note: --solve 03: you have not edited module(s) 03" in idle.stdout, idle.stdout
     extra = sh(student_repo, "./test.sh", "--progress", "extra")
     assert extra.returncode == 2 and "unrecognized arguments: extra" in extra.stderr, extra.stderr
     # a pytest option on the id route was refused as an error of "python -m g2c.course", a command the
@@ -136,6 +138,34 @@ def test_grade_names_the_unwritten_prerequisite_the_student_edited(student_repo)
     xdist = sh(student_repo, "./test.sh", "03", "-n", "2")
     assert xdist.returncode == 2 and "grading by module id takes ids and --solve ID, not '-n'" in xdist.stderr
     assert "g2c.course" not in xdist.stderr, xdist.stderr
+    # ... and it named tests/test_attention.py whatever the module: it names the module's own test file
+    assert "./test.sh tests/test_nn.py -n 2" in xdist.stderr, xdist.stderr
+
+
+@pytest.mark.parametrize("args, expected", [
+    (["--progres"], "'--progres' is not an option: did you mean ./test.sh --progress?"),
+    (["-progress"], "'-progress' is not an option: did you mean ./test.sh --progress?"),   # pytest: -p rogress
+    (["--sumbit"], "did you mean ./test.sh --submit?"),
+    (["tests/test_nn.py", "--regrade"], "'--regrade' is an option of test.sh, not of pytest"),
+    (["progress"], "'progress' is not a module id; did you mean ./test.sh --progress?"),
+    (["03", "--progress"], "--progress is an option on its own, not one for grading by module id"),
+    (["--progress", "-x"], "usage: ./test.sh --progress [-h] [--regrade]"),
+])
+def test_test_sh_names_the_option_a_student_mistyped(fresh_repo, args, expected):
+    # A student trial: each of these reached pytest (its usage, or "plugin 'rogress' not found") or named
+    # `python -m g2c.course`, a command the student never typed. All are refused before anything is graded.
+    res = sh(fresh_repo, "./test.sh", *args)
+    assert res.returncode == 2 and expected in res.stderr, (res.returncode, res.stderr)
+    assert "python -m pytest" not in res.stderr and "g2c.course progress" not in res.stderr
+
+
+def test_grade_takes_comma_separated_ids_and_the_solve_route(fresh_repo):
+    # ./test.sh 03,04 was "unknown course module id '03,04'"; --solve already took ID,ID. And ./test.sh --solve 03
+    # (the modules you edited, with 03's key) went to pytest.
+    res = sh(fresh_repo, "./test.sh", "03,04b", "-x")
+    assert res.returncode == 2 and "unknown course module id '04b'" in res.stderr, res.stderr
+    solve = sh(fresh_repo, "./test.sh", "--solve", "03")
+    assert solve.returncode == 0 and "you have not edited any exercise file yet" in solve.stdout, solve
 
 
 def test_plain_pytest_refuses_a_selector_that_names_an_edited_module(student_repo):
