@@ -48,7 +48,12 @@ case "${1:-}" in
     --submit) shift; exec env G2C_QUIET=1 G2C_FRONT=test.sh "$PY" -m g2c.course submit "$@" ;;
     --solve|--solve=*)       # ./test.sh --solve 11: the modules you edited, with 11's answer key too
         exec env G2C_QUIET=1 G2C_FRONT=test.sh "$PY" -m g2c.course grade "$@" ;;
-    --author) author=1; shift ;;
+    --author)
+        author=1; shift
+        if [ "$#" -gt 0 ]; then
+            echo "test.sh: --author runs the whole check and takes nothing after it (not '$*'); pytest's options go after a test file: ./test.sh tests/test_nn.py -x" >&2
+            exit 2
+        fi ;;
 esac
 
 # `./test.sh ID [ID ...] [--solve ID]`: grade modules by id (the registry's ids: 03, 16, specdec, ...).
@@ -62,9 +67,12 @@ fi
 if [ "$#" -gt 0 ]; then
     # A mistyped test.sh option (--progres, -progress, --sumbit) or one of its options after a test file would
     # reach pytest, whose answer is its own usage (or, for -progress, "plugin 'rogress' not found"): catch
-    # those first. Standard library only (-I -S: milliseconds); pytest's own options are never this close.
+    # those first, and pytest's options with no test file (./test.sh -v: the whole suite on your code, no
+    # answer key) and a test file named without its folder. Standard library only (-I -S: milliseconds);
+    # pytest's own options are never this close to test.sh's.
     "$PY" -I -S - "$@" <<'PYEOF' || exit 2
 import difflib
+import os
 import sys
 
 OWN = {"progress": "--progress", "regrade": "--progress --regrade", "submit": "--submit", "solve": "ID --solve ID",
@@ -74,6 +82,8 @@ for arg in sys.argv[1:]:
         break
     if not arg.startswith("-"):
         continue
+    if arg[1:].isdigit():             # ./test.sh -3: pytest would read an option
+        sys.exit(f"test.sh: '{arg}' is not an option; module ids take no dash: ./test.sh {arg[1:].zfill(2)}")
     name = arg.lstrip("-").split("=")[0].lower()
     # one dash and several letters is pytest's short options run together (-vx): only the exact name counts
     hit = difflib.get_close_matches(name, OWN, n=1, cutoff=0.75) if arg.startswith("--") else [name] * (name in OWN)
@@ -81,6 +91,17 @@ for arg in sys.argv[1:]:
         what = "is not an option" if arg != "--" + hit[0] else "is an option of test.sh, not of pytest"
         sys.exit(f"test.sh: '{arg}' {what}: did you mean ./test.sh {OWN[hit[0]]}? (./test.sh --help lists them; "
                  "anything else after a test file goes to pytest)")
+words = [a for a in sys.argv[1:] if not a.startswith("-")]
+if not any(os.path.exists(w.split("::")[0]) for w in words):
+    for w in words:                   # ./test.sh test_nn.py: the file is in tests/
+        found = [f"{d}/{w}" for d in ("tests", "tests/tooling") if os.path.exists(f"{d}/{w.split('::')[0]}")]
+        if found:
+            sys.exit(f"test.sh: no file '{w}' here; did you mean ./test.sh {found[0]}?")
+    if not any(w.endswith(".py") or "/" in w or "::" in w for w in words):
+        opts = " ".join(sys.argv[1:])
+        sys.exit(f"test.sh: '{opts}' names no test file: pytest's options go after one (./test.sh tests/test_nn.py "
+                 f"{opts}), and ./test.sh ID grades a module (./test.sh --help); ./test.sh tests {opts} runs every "
+                 "test file on your code, with no answer key")
 PYEOF
     exec "$PY" -m pytest "$@"
 fi

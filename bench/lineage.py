@@ -209,6 +209,9 @@ def parse_args(argv):
     args = ap.parse_args(argv)
     if args.draft_dtype is not None and not args.fast:
         ap.error("--draft-dtype sets the fast path's drafters: add --fast")
+    if args.draft_dtype is not None and args.rows and not any(r[3] for r in ROWS if r[0] in args.rows.split(",")):
+        ap.error(f"--draft-dtype {args.draft_dtype} converts the drafters' models, and --rows {args.rows} has none "
+                 "(the n-gram row looks tokens up in the prompt): drop --draft-dtype or add a model row")
     if args.packed_min_rows is not None and not args.fast:
         ap.error("--packed-min-rows chooses the fast path's kernel: add --fast")
     # the measurement-only modes: one at a time, each with its own row (the default when --rows is not given)

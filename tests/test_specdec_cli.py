@@ -101,7 +101,7 @@ def test_cli_fast_needs_the_kv_cache(fake_ladder, capsys):
     (["bcd", "--stop", ""], "--stop '': an empty stop text"),
     (["bcd", "--top-k", "5", "--top-p", "0.5"], "--top-k and --top-p shape sampled draws; greedy decoding "
                                                  "(--temperature 0, the default) always takes the top token"),
-    (["bcd", "--top-p", "0.5", "--temperature", "0"], "--top-p shape sampled draws; greedy"),
+    (["bcd", "--top-p", "0.5", "--temperature", "0"], "--top-p shapes sampled draws; greedy"),
 ])
 def test_cli_bad_arguments_name_what_the_user_typed(fake_ladder, capsys, argv, expected):
     rc, out, err = run(capsys, *argv)
@@ -113,7 +113,13 @@ def test_cli_bad_arguments_name_what_the_user_typed(fake_ladder, capsys, argv, e
 @pytest.mark.parametrize("argv, expected", [
     (["", "--max-new-tokens", "3"], "the prompt is empty"),
     (["bcd", "--device", "gpu"], "--device gpu: not a device name"),
+    (["bcd", "--device", ""], "--device '': not a device name"),
     (["bcd", "-k", "0"], "-k 0: draft at least one token"),
+    # a second trial: these were named only after "not written yet"; the names and the ladder's window show them
+    (["bcd", "--target", "StoryLM-30M", "--drafter", "StoryLM-5M-MTP"],
+     "--drafter StoryLM-5M-MTP drafts from StoryLM-5M's hidden states; use --target StoryLM-5M"),
+    (["bcd", "--target", "StoryLM-5M", "--drafter", "StoryLM-30M-EAGLE"], "use --target StoryLM-30M"),
+    (["bcd", "-k", "1000"], "-k 1000: at most 254 draft tokens (or tree nodes) fit the models' 256-token window"),
 ])
 def test_cli_checks_the_arguments_before_any_course_code_runs(fake_ladder, capsys, monkeypatch, argv, expected):
     """A fresh clone (module 03's resolve_device unwritten) answered an empty prompt or --device gpu with
@@ -129,6 +135,14 @@ def test_cli_checks_the_arguments_before_any_course_code_runs(fake_ladder, capsy
     assert "not written yet" not in err
     rc, _, err = run(capsys, "bcd", "--max-new-tokens", "2")         # the same stub does stop a run
     assert rc == 2 and "not written yet" in err
+
+
+def test_cli_notes_a_drafter_that_is_the_target(fake_ladder, capsys):
+    # a trial: --target StoryLM-1M-distilled (the default drafter) ran with 100% acceptance and no remark
+    rc, out, err = run(capsys, "bcd", "--target", "StoryLM-1M", "--drafter", "storylm-1m", "--max-new-tokens", "3")
+    assert rc == 0 and "note: --drafter and --target are both StoryLM-1M: every draft is accepted" in err, err
+    rc, out, err = run(capsys, "bcd", "--target", "StoryLM-5M", "--drafter", "StoryLM-1M", "--max-new-tokens", "3")
+    assert rc == 0 and "note:" not in err, err
 
 
 def test_cli_controls_stop_and_report_logprobs(fake_ladder, capsys):

@@ -32,7 +32,7 @@ import sys
 from pathlib import Path
 
 from .progress import format_table, grade, grade_unless_unchanged, legend, result_dict, untouched_result
-from .registry import MODULES, get_module, prerequisites, prerequisites_selector, selector_for
+from .registry import MODULES, get_module, grading_selection, prerequisites, prerequisites_selector, selector_for
 from .scaffolds import grade_command, worked_modules
 
 
@@ -107,28 +107,40 @@ def _front(cmd: str = "") -> str:
     return names.get(cmd) or " ".join(["python -m g2c.course", cmd]).strip()
 
 
-def _split_ids(ids: list[str]) -> list[str]:
-    """Module ids as typed: ``03 04``, ``03,04`` and ``03, 04`` are the same two ids; a front-end option typed as an
-    id (``./test.sh progress``) is refused with the option meant.
+def _split_ids(ids: list[str], flag: str = "") -> list[str]:
+    """Module ids as typed, each once in the order given: ``03 04``, ``03,04`` and ``03, 04`` are the same two ids;
+    a front-end option typed as an id (``./test.sh progress``) is refused with the option meant, a package or
+    test-file name (``nn``) with the module it belongs to. ``flag`` (``"--solve"``) prefixes the errors.
 
     Raises:
-        ValueError: an option word as an id (the message names ``./test.sh --progress``), or an unknown id.
+        ValueError: an option word as an id (the message names ``./test.sh --progress``), an empty id list
+            (``./test.sh ""``, ``--solve ,``), or an unknown id.
     """
-    out = []
-    for part in (p.strip() for text in ids for p in str(text).split(",")):
-        if not part:
-            continue
-        if part.lower() in OPTION_WORDS and os.environ.get("G2C_FRONT") == "test.sh":
-            raise ValueError(f"'{part}' is not a module id; did you mean ./test.sh {OPTION_WORDS[part.lower()]}? "
-                             "(./test.sh --help)")
-        out.append(get_module(part).id)
+    out: list[str] = []
+    where = f"{flag} " if flag else ""      # ./test.sh 05 --solve zz: say which list held it
+    parts = [p.strip() for text in ids for p in str(text).split(",")]
+    if ids and not any(parts):
+        raise ValueError(f"{where}{' '.join(map(repr, ids))} names no module; give ids such as 03 or 16 "
+                         f"({_front()} --help)")
+    for part in filter(None, parts):
+        if part.lower() in OPTION_WORDS and os.environ.get("G2C_FRONT") == "test.sh" and not flag:
+            raise ValueError(f"'{part}' is not a module id; did you mean ./test.sh {OPTION_WORDS[part.lower()]}?")
+        try:
+            module = get_module(part).id
+        except ValueError as exc:
+            name = part.lower().removesuffix(".py").removeprefix("test_")
+            owner = [m.id for m in MODULES if f"tests/test_{name}.py" in m.tests]
+            hint = f"; module {owner[0]} is the one tested by tests/test_{name}.py" if owner else ""
+            raise ValueError(f"{flag} {part}: {exc}{hint}" if flag else f"{exc}{hint}") from None
+        if module not in out:
+            out.append(module)
     return out
 
 
 def _grade(ids: list[str], solve: list[str], json_path: str | None = None) -> int:
     worked = worked_modules()
     ids = _split_ids(ids) or worked
-    solve = _split_ids(solve)
+    solve = _split_ids(solve, "--solve")
     for i in solve:                       # refused before the banner, as grade() would refuse them
         if i in ids:
             raise ValueError(f"--solve {i} would grade the answer key instead of your module {i}")
@@ -139,8 +151,9 @@ def _grade(ids: list[str], solve: list[str], json_path: str | None = None) -> in
     needed = {n for i in ids for n in prerequisites(i)}
     unneeded = [i for i in solve if i not in needed]
     if unneeded:                          # --solve 07 for module 05: nothing 05 runs comes from 07
-        print(f"note: --solve {','.join(unneeded)} changes nothing: {', '.join(ids)} do(es) not build on "
-              f"{', '.join(unneeded)} (python -m g2c.course graph shows what each module needs)", flush=True)
+        graded = f"module {ids[0]} does" if len(ids) == 1 else f"modules {', '.join(ids)} do"
+        print(f"note: --solve {','.join(unneeded)} changes nothing: {graded} not build on {', '.join(unneeded)} "
+              f"({_front('progress')} lists what each module needs)", flush=True)
     idle = [i for i in solve if i not in worked and i in needed]
     if idle:                              # the answer key stands in for an unedited module anyway: say so
         print(f"note: --solve {','.join(idle)}: you have not edited module(s) {', '.join(idle)}, so the answer "
@@ -227,8 +240,8 @@ def main(argv: list[str] | None = None) -> int:
                          "reused otherwise)")
     g = sub.add_parser("grade", help="grade modules on your own code (default: those you edited)")
     g.add_argument("ids", nargs="*", metavar="ID")
-    g.add_argument("--solve", default="", metavar="ID[,ID]",
-                   help="also apply the answer key to these prerequisites although you edited them")
+    g.add_argument("--solve", action="append", default=[], metavar="ID[,ID]",
+                   help="also apply the answer key to these prerequisites although you edited them (repeatable)")
     sub.add_parser("graph", help="the module graph: what each module needs")
     sub.add_parser("worked", help="the modules whose exercise files you edited")
     g.add_argument("--json", default=None, metavar="FILE",
@@ -243,6 +256,9 @@ def main(argv: list[str] | None = None) -> int:
     for name, parser in sub.choices.items():        # usage lines name the command the student typed
         parser.prog = _front(name)
     args, extra = ap.parse_known_args(argv)
+    if args.cmd == "grade":           # ./test.sh 03 -- -x: an option after "--" is still no module id
+        extra += [i for i in args.ids if i.startswith("-")]
+        args.ids = [i for i in args.ids if not i.startswith("-")]
     if extra and args.cmd == "grade":
         print(f"{ap.prog}: {_grade_extra_message(args.ids, extra)}", file=sys.stderr)
         return 2
@@ -269,12 +285,19 @@ def _grade_extra_message(ids: list[str], extra: list[str]) -> str:
     if arg.startswith("--") and word in OPTION_WORDS and os.environ.get("G2C_FRONT") == "test.sh":
         return f"{arg} is an option on its own, not one for grading by module id: ./test.sh {OPTION_WORDS[word]}"
     try:
-        files = [t for i in _split_ids(ids) for t in get_module(i).tests]
+        wanted = _split_ids(ids)
     except ValueError as exc:          # a mistyped id first: the test file named below would be a guess
         return str(exc)
+    files = [t for i in wanted for t in get_module(i).tests]
     target = " ".join(files) or "tests/test_FILE.py"
+    worked = worked_modules()
+    key = selector_for(sorted({n for i in wanted for n in grading_selection(i, worked)}))
+    command = f"{_front()} {target} {' '.join(extra)}".rstrip()
+    # that route is plain pytest: the answer key stands in for nothing unless the selector says so
+    with_key = (f" (plain pytest on your code, no answer key; G2C_APPLY_SOLUTIONS={key} {command} applies it to the "
+                "modules these need that you have not edited, as grading does)") if key else ""
     return (f"grading by module id takes ids and --solve ID, not '{arg}'; pytest's options go with the module's test "
-            f"file(s): {_front()} {target} {' '.join(extra)}".rstrip() + f" ({_front()} --help)")
+            f"file(s): {command}{with_key}")
 
 
 def _run(args) -> int:
@@ -284,7 +307,7 @@ def _run(args) -> int:
         if args.cmd == "progress":
             return _progress(args.regrade)
         if args.cmd == "grade":
-            return _grade(args.ids, [s for s in args.solve.split(",") if s.strip()], args.json)
+            return _grade(args.ids, args.solve, args.json)
         if args.cmd == "graph":
             print("\n".join(graph_lines()))
             return 0

@@ -187,6 +187,26 @@ def _device_problem(device: str) -> str | None:
     return None
 
 
+def _pairing_problem(args) -> str | None:
+    """What the model names alone show to be wrong, before anything loads: a head drafter with a target other
+    than the base it reads, or ``-k`` beyond the shipped models' window (``g2c.transformer.LADDER``; the run checks
+    the loaded models' own windows again)."""
+    from g2c.assets.artifacts import DRAFTERS
+    from g2c.transformer.config import LADDER
+
+    if _is_head(args.drafter):                # EAGLE / MTP / lineage heads draft for the base they were trained on
+        base = DRAFTERS[args.drafter]["base"]
+        if args.target != base:
+            return f"--drafter {args.drafter} drafts from {base}'s hidden states; use --target {base}"
+    names = [args.target] + [DRAFTERS.get(args.drafter, {}).get("base", args.drafter)]
+    windows = [LADDER[n].max_seq_len for n in names if n in LADDER]
+    if windows and args.k > min(windows) - 2:
+        window = min(windows)
+        return (f"-k {args.k}: at most {window - 2} draft tokens (or tree nodes) fit the models' {window}-token "
+                "window next to the pending token and the bonus; lower -k")
+    return None
+
+
 def _seed():
     from g2c.assets.cli import seed
 
@@ -277,9 +297,16 @@ def main(argv: list[str] | None = None) -> int:
                     + "; give some text to continue, e.g. \"Once upon a time\"")
     device_problem = _device_problem(args.device)
     if device_problem:
-        return fail(f"--device {args.device}: {device_problem}")
+        return fail(f"--device {args.device or repr(args.device)}: {device_problem}")
     if args.k < 1:
         return fail(f"-k {args.k}: draft at least one token per target pass (-k 1 or more)")
+    pairing = _pairing_problem(args)
+    if pairing:
+        return fail(pairing)
+    if args.drafter == args.target:
+        print(f"python -m g2c.specdec: note: --drafter and --target are both {args.target}: every draft is accepted, "
+              "so this checks the loop, not a speed-up (each round pays the drafter's k steps of the target's cost)",
+              file=sys.stderr)
     if args.controller != "static" and args.k > 16:
         return fail(f"-k {args.k} with --controller {args.controller}: -k is the adaptive controller's first "
                     "draft length, and it adapts within 1..16: give -k 16 or less")
@@ -306,8 +333,10 @@ def main(argv: list[str] | None = None) -> int:
                         "top token's probability keeps only that token: e.g. --top-p 1e-9")
     if args.temperature == 0.0 and (args.top_k is not None or args.top_p is not None):
         flags = " and ".join(f for f, v in (("--top-k", args.top_k), ("--top-p", args.top_p)) if v is not None)
-        return fail(f"{flags} shape sampled draws; greedy decoding (--temperature 0, the default) always takes "
-                    "the top token, so they would change nothing: add --temperature 0.8 (say) or drop them")
+        one = " and " not in flags
+        return fail(f"{flags} shape{'s' if one else ''} sampled draws; greedy decoding (--temperature 0, the default) "
+                    f"always takes the top token, so {'it' if one else 'they'} would change nothing: add --temperature "
+                    f"0.8 (say) or drop {'it' if one else 'them'}")
     if not 0.0 < args.repetition_penalty < float("inf"):   # also refuses nan
         return fail(f"--repetition-penalty {args.repetition_penalty}: use a finite value > 0 (1.0 = off, 1.2 is "
                     "common)")
@@ -349,12 +378,7 @@ def main(argv: list[str] | None = None) -> int:
             except ValueError as err:                   # an unknown model name
                 return fail(f"{flag} {name}: {err}")
         (target, tokenizer), (drafter, _) = models["--target"], models["--drafter"]
-        if _is_head(args.drafter):            # EAGLE / MTP heads draft for the base they were trained on
-            from g2c.assets.artifacts import DRAFTERS, canonical_name
-
-            base = DRAFTERS[canonical_name(args.drafter)]["base"]
-            if canonical_name(args.target) != base:
-                return fail(f"--drafter {args.drafter} drafts from {base}'s hidden states; use --target {base}")
+        if _is_head(args.drafter):            # the pairing was checked by name (_pairing_problem)
             target = drafter.base             # one copy of the target: the head's own base
         try:
             prompt_ids = tokenizer.encode(args.prompt)
@@ -438,7 +462,8 @@ def main(argv: list[str] | None = None) -> int:
     print(legend)
     k_note = (" (an MTP head drafts 1 token per pass)"
               if args.k > 1 and args.drafter.lower().endswith("mtp") else "")
-    print(f"k={args.k}: {stats}" if not _uses_sampling_loop(args) else
+    sampled = f", temperature={args.temperature}, seed={args.seed}" if args.temperature > 0 else ""
+    print(f"k={args.k}{sampled}: {stats}" if not _uses_sampling_loop(args) else
           f"k={args.k} ({args.controller}){k_note}, temperature={args.temperature}, seed={args.seed}: {stats}")
     logprobs = getattr(stats, "logprobs", None)
     if logprobs:

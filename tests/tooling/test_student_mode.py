@@ -129,7 +129,8 @@ def test_grade_names_the_unwritten_prerequisite_the_student_edited(student_repo)
     # an argument after --progress was dropped in silence
     idle = sh(student_repo, "./test.sh", "05", "--solve", "03,11")
     # a later trial: 11 is not a module 05 builds on, yet the note said its answer key "stands in"
-    assert idle.stdout.startswith("note: --solve 11 changes nothing: 05 do(es) not build on 11"), idle.stdout
+    assert idle.stdout.startswith("note: --solve 11 changes nothing: module 05 does not build on 11 (./test.sh "
+                                  "--progress lists what each module needs)"), idle.stdout
     assert "note: --solve 03: you have not edited module(s) 03" in idle.stdout, idle.stdout
     extra = sh(student_repo, "./test.sh", "--progress", "extra")
     assert extra.returncode == 2 and "unrecognized arguments: extra" in extra.stderr, extra.stderr
@@ -150,6 +151,18 @@ def test_grade_names_the_unwritten_prerequisite_the_student_edited(student_repo)
     (["progress"], "'progress' is not a module id; did you mean ./test.sh --progress?"),
     (["03", "--progress"], "--progress is an option on its own, not one for grading by module id"),
     (["--progress", "-x"], "usage: ./test.sh --progress [-h] [--regrade]"),
+    # a second trial: each of these ran pytest on every test file, graded, or named no way out
+    (["-3"], "'-3' is not an option; module ids take no dash: ./test.sh 03"),
+    (["-v"], "'-v' names no test file: pytest's options go after one (./test.sh tests/test_nn.py -v)"),
+    (["--author", "-x"], "--author runs the whole check and takes nothing after it (not '-x')"),
+    (["test_nn.py"], "no file 'test_nn.py' here; did you mean ./test.sh tests/test_nn.py?"),
+    ([""], "'' names no module; give ids such as 03 or 16"),
+    (["03", "--solve", ","], "--solve ',' names no module"),
+    (["05", "--solve", "zz"], "--solve zz: unknown course module id 'zz'"),
+    (["nn"], "module 03 is the one tested by tests/test_nn.py"),
+    (["03", "--", "-x"], "grading by module id takes ids and --solve ID, not '-x'"),
+    (["05", "-x"], "./test.sh tests/test_embeddings.py -x (plain pytest on your code, no answer key; "
+                   "G2C_APPLY_SOLUTIONS=03 ./test.sh tests/test_embeddings.py -x applies it"),
 ])
 def test_test_sh_names_the_option_a_student_mistyped(fresh_repo, args, expected):
     # A student trial: each of these reached pytest (its usage, or "plugin 'rogress' not found") or named
@@ -157,6 +170,18 @@ def test_test_sh_names_the_option_a_student_mistyped(fresh_repo, args, expected)
     res = sh(fresh_repo, "./test.sh", *args)
     assert res.returncode == 2 and expected in res.stderr, (res.returncode, res.stderr)
     assert "python -m pytest" not in res.stderr and "g2c.course progress" not in res.stderr
+
+
+def test_module_ids_are_read_once_each_in_the_order_given(monkeypatch):
+    # a trial: ./test.sh 03 03 graded module 03 twice, and --solve 11,11 noted "module(s) 11, 11"
+    from g2c.course.__main__ import _split_ids
+
+    monkeypatch.setenv("G2C_FRONT", "test.sh")
+    assert _split_ids(["03", "3", "04,03", " 16 "]) == ["03", "04", "16"]
+    assert _split_ids(["11,11", "10"], "--solve") == ["11", "10"]
+    assert _split_ids([]) == []
+    with pytest.raises(ValueError, match=r"'progress' is not a module id; did you mean ./test.sh --progress\?"):
+        _split_ids(["progress"])
 
 
 def test_grade_takes_comma_separated_ids_and_the_solve_route(fresh_repo):
