@@ -101,13 +101,16 @@ def canonical_name(name: str) -> str:
     """Case-insensitive artifact name -> its canonical spelling.
 
     Raises:
-        ValueError: unknown name; the message lists every artifact name.
+        ValueError: unknown name; the message names the closest ones (``did you mean``) and lists every
+            artifact name.
     """
+    from g2c.course.registry import did_you_mean
+
     names = model_names() + drafter_names() + TOKENIZER_NAMES + CORPUS_NAMES
     for known in names:
         if known.lower() == str(name).strip().lower():
             return known
-    raise ValueError(f"unknown artifact {name!r}; known: {', '.join(names)}")
+    raise ValueError(f"unknown artifact {name!r}{did_you_mean(str(name), names)}; known: {', '.join(names)}")
 
 
 def artifact_kind(name: str) -> str:

@@ -407,6 +407,12 @@ Already prepared data is kept ("nothing to do"); --force redoes it.""")
     ap.add_argument("--hub", action="store_true", help=f"download {HF_DATASET} from Hugging Face")
     ap.add_argument("--force", action="store_true", help="redo the split and the token cache")
     args = ap.parse_args(argv)
+    if args.tiny and not args.hub and args.source is None and not os.environ.get("G2C_TINYSTORIES"):
+        # the seed's command (./datasets.sh --tiny) stays valid: the shipped sample is the small corpus offline
+        print(f"datasets: note: --tiny cuts the Hugging Face download (--hub) to {TINY_STORIES:,} stories; without "
+              "--hub the shipped sample (8,051 stories) is used, small already", file=sys.stderr)
+    if args.source is not None and not args.source.strip():   # --from "": it fell back to the default source
+        ap.error("--from '': give the path of a .txt or .txt.xz file, or leave --from out for the shipped sample")
     try:
         return _run(args)
     except KeyboardInterrupt:

@@ -255,6 +255,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.prog = _front()
     for name, parser in sub.choices.items():        # usage lines name the command the student typed
         parser.prog = _front(name)
+    if not (sys.argv[1:] if argv is None else argv):  # argparse would say "required: cmd", an internal name
+        ap.error(f"choose a command: {', '.join(sub.choices)} ({_front()} --help)")
     args, extra = ap.parse_known_args(argv)
     if args.cmd == "grade":           # ./test.sh 03 -- -x: an option after "--" is still no module id
         extra += [i for i in args.ids if i.startswith("-")]
@@ -312,7 +314,10 @@ def _run(args) -> int:
             print("\n".join(graph_lines()))
             return 0
         if args.cmd == "worked":
-            print(" ".join(worked_modules()))
+            worked = worked_modules()
+            print(" ".join(worked))           # test.sh reads this line: an empty one means none
+            if not worked and sys.stdout.isatty():
+                print("(you have not edited any exercise file yet)", file=sys.stderr)
             return 0
         module = get_module(args.id)
         print(prerequisites_selector(module.id))

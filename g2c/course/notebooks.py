@@ -37,7 +37,7 @@ import time
 from pathlib import Path
 
 from .files import clean_leftovers, write_bytes_atomic, write_problem, write_text_atomic
-from .registry import REPO_ROOT, SOLUTIONS_ENV, get_module, parse_selection, selector_for
+from .registry import MODULES, REPO_ROOT, SOLUTIONS_ENV, get_module, parse_selection, selector_for
 from .scaffolds import default_selection, stack_hints
 
 ENV_VAR = SOLUTIONS_ENV
@@ -269,7 +269,7 @@ def execute_notebook(path: Path, env: dict[str, str], *, root: Path = REPO_ROOT,
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog="./notebook.sh", description=__doc__,
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("module_id", help="a course module id, e.g. 03, 03b, specdec")
+    ap.add_argument("module_id", nargs="?", help="a course module id, e.g. 03, 03b, specdec")
     ap.add_argument("--fresh", action="store_true",
                     help="archive the working copy and start from the clean one")
     ap.add_argument("--apply", default=None, metavar="SEL",
@@ -283,15 +283,32 @@ def main(argv: list[str] | None = None) -> int:
                     help="run the copy headless instead of opening Jupyter (cell i/N progress, printed output "
                          "and bars shown), write it back with its outputs; exit 1 if a cell fails")
     args = ap.parse_args(argv)
+    if args.module_id is None and args.solutions not in (None, "all"):
+        # ./notebook.sh --solutions 03: the optional SEL took the id; the solved notebook of 03, every solution
+        args.module_id, args.solutions = args.solutions, "all"
+    if args.module_id is None:
+        ap.error("give a module id, e.g. ./notebook.sh 03 (./notebook.sh --help)")
+    if args.execute and args.no_launch:
+        ap.error("--execute runs the notebook and --no-launch only prints what would run: give one of them")
+    if args.module_id.strip().lower() in ("help", "list", "ids"):
+        print(f"notebook.sh: '{args.module_id}' is not a module id; ./notebook.sh --help lists the options and the "
+              f"ids are {', '.join(m.id for m in MODULES if m.notebook)}", file=sys.stderr)
+        return 2
     try:
-        get_module(args.module_id)
+        args.module_id = get_module(args.module_id).id      # 3b -> 03b: messages below name the real id
         if args.solutions is not None and args.apply is not None:
             raise ValueError("--solutions opens the solved notebook and --apply your own copy; give one of them")
         chosen = args.solutions if args.solutions is not None else args.apply
+        flag = "--solutions" if args.solutions is not None else "--apply" if args.apply is not None else None
         default = chosen is None and ENV_VAR not in os.environ
         if default:
             chosen = selector_for(default_selection(args.module_id))
-        env = launch_env(chosen)
+        try:
+            env = launch_env(chosen)
+        except ValueError as e:             # a selector the student typed: name the flag, not the variable
+            if flag is None:
+                raise
+            raise ValueError(f"{flag} {chosen}: {str(e).removeprefix(ENV_VAR + ': ')}") from None
         if args.solutions is not None:
             path = prepare_solved_copy(args.module_id, fresh=args.fresh)
         else:
@@ -322,6 +339,9 @@ def main(argv: list[str] | None = None) -> int:
     if args.no_launch:
         print("would run: " + (f"{ENV_VAR}={env[ENV_VAR]} " if selected else "") + " ".join(cmd))
         return 0
+    if hasattr(os, "geteuid") and os.geteuid() == 0:     # a container's root: Jupyter refuses it without the flag
+        print("notebook.sh: note: running as root (a container?), so Jupyter gets --allow-root", file=sys.stderr)
+        cmd.append("--allow-root")
     os.chdir(REPO_ROOT)
     os.execvpe(cmd[0], cmd, env)
     return 0  # pragma: no cover

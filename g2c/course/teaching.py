@@ -260,7 +260,11 @@ def _default_name(root: Path) -> str:
 
 
 def _slug(name: str) -> str:
-    return re.sub(r"[^A-Za-z0-9._-]+", "-", name.strip()).strip("-.") or "student"
+    """The archive's file-name part for ``name``: letters of any script, digits, ``.``, ``_`` and ``-`` kept
+    (``Zoë Ñúñez`` -> ``Zoë-Ñúñez``, NFC), every other run of characters one ``-``; ``""`` when nothing is left."""
+    import unicodedata
+
+    return re.sub(r"[^\w.-]+", "-", unicodedata.normalize("NFC", name.strip())).strip("-._")
 
 
 def write_archive(hand_in: HandIn, out: Path, student: str) -> dict:
@@ -310,14 +314,17 @@ def submit(root: Path, *, name: str | None = None, out: Path | None = None, echo
     if name is not None and not name.strip():
         raise Refused("--name is empty: give your name (--name 'Ada Lovelace'), or leave --name out to use "
                       "git's user.name")
+    if name is not None and out is None and not _slug(name):
+        raise Refused(f"--name {name!r} has no letter or digit to name the archive with: give your name "
+                      "(--name 'Ada Lovelace'), or --out FILE.zip")
     hand_in = collect_hand_in(found)
     student = name or _default_name(found)
     given = out is not None
-    out = Path(out) if out else found / HAND_IN_DIR / f"g2c-{_slug(student)}.zip"
-    if out.suffix != ".zip":
-        raise Refused(f"--out {out}: the archive is a zip file; give a name ending in .zip")
-    if out.is_dir():
+    out = Path(out) if out else found / HAND_IN_DIR / f"g2c-{_slug(student) or 'student'}.zip"
+    if out.is_dir():                        # before the suffix: --out hand-in, --out '' (the current folder)
         raise Refused(f"--out {out} is a folder: give the archive's file name, ending in .zip")
+    if out.suffix.lower() != ".zip":
+        raise Refused(f"--out {out}: the archive is a zip file; give a name ending in .zip")
     if given and not out.parent.is_dir():   # a mistyped folder is named, never created in silence
         raise Refused(f"--out {out}: the folder {out.parent} does not exist; create it first or give another path")
     existed = out.exists()
@@ -455,7 +462,8 @@ def _load_archive(sub: Submission) -> None:
             empty = False
         sub.error = ("an empty file (0 bytes), not a zip archive: the hand-in did not finish; ask for it again "
                      "(./test.sh --submit)" if empty else
-                     f"not a readable zip archive ({type(exc).__name__}: {str(exc)[:120]})")
+                     f"not a readable zip archive, damaged or cut short in the copy ({type(exc).__name__}: "
+                     f"{str(exc)[:120]}): ask for it again (./test.sh --submit)")
 
 
 def _load_folder(sub: Submission) -> None:
@@ -767,8 +775,11 @@ def grade_class(folder: Path, *, teacher_root: Path = REPO_ROOT, modules: str | 
         raise Refused(f"--modules: {str(exc).replace(ENV_PREFIX, '')}") from None
     if not subs or all(s.error and s.error.startswith("neither a submission archive") for s in subs):
         # only folders that are no hand-in (e.g. the g2c/ package folder inside one): a wrong folder, not a class
+        entries = sorted(e.name for e in folder.iterdir())
+        more = f" and {len(entries) - 3} more" if len(entries) > 3 else ""
+        seen = f"; it holds only {', '.join(entries[:3])}{more}" if entries else "; it is empty"
         raise Refused(f"{folder} holds no submission (a .zip from ./test.sh --submit, an unpacked one, or a clone "
-                      "of the course): check the folder")
+                      f"of the course){seen}: check the folder")
     ids = [i for i in ids if get_module(i).tests]
     timeout = float(timeout) if timeout else 300.0      # per module
     out = Path(out) if out else folder.resolve().parent / f"{folder.resolve().name}-grades"

@@ -162,6 +162,8 @@ SCRIPTS: dict[str, dict[str, tuple[list[str], str]]] = {
     },
     "g2c/assets/checkpoints.py": {
         "unknown name": (["StoryLM-2M"], r"checkpoints: error: unknown artifact 'StoryLM-2M'"),
+        "a near miss": (["StoryLM-30"], r"unknown artifact 'StoryLM-30' \(did you mean 'StoryLM-30M'\?\)"),
+        "a name's last part": (["--train", "EAGLE"], r"\(did you mean 'StoryLM-30M-EAGLE'\?\)"),
     },
     "g2c/assets/export.py": {
         "unknown choice": (["StoryLM-1M", "--hf", "x", "--dtype", "float64"], r"argument --dtype: invalid choice"),

@@ -222,6 +222,18 @@ def test_main_reports_unreachable_hub(tmp_path, monkeypatch, capsys):
     assert "--from" in capsys.readouterr().err
 
 
+def test_main_refuses_an_empty_from_and_notes_a_tiny_without_hub(tmp_path, monkeypatch, capsys):
+    # a trial: --from '' fell back to the default source in silence, and --tiny alone was ignored in silence
+    monkeypatch.delenv("G2C_TINYSTORIES", raising=False)
+    with pytest.raises(SystemExit) as exit_:
+        data.main(["--from", ""])
+    assert exit_.value.code == 2 and "--from '': give the path of a .txt or .txt.xz file" in capsys.readouterr().err
+    seen = {}
+    monkeypatch.setattr(data, "_run", lambda args: seen.setdefault("tiny", args.tiny) and 0)
+    assert data.main(["--tiny"]) == 0 and seen == {"tiny": True}    # the seed's command still runs
+    assert "note: --tiny cuts the Hugging Face download (--hub)" in capsys.readouterr().err
+
+
 # -- the embedded default: the shipped TinyStories sample -------------------------------------
 
 SAMPLE_SPLIT = (7639, 412)  # train / validation stories of the 8,051-story sample under the hash rule

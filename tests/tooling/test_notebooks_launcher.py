@@ -104,6 +104,37 @@ def test_main_bogus_solutions_exits_2(capsys):
     assert "Valid ids" in capsys.readouterr().err
 
 
+@pytest.mark.parametrize("argv, expected", [
+    # a trial: --execute ran the notebook although --no-launch promised only to print; no id said
+    # "required: module_id"; an id typed as 'help'; a bad selector named G2C_APPLY_SOLUTIONS, not the flag
+    (["03", "--execute", "--no-launch"], "--execute runs the notebook and --no-launch only prints what would run"),
+    (["--no-launch"], "give a module id, e.g. ./notebook.sh 03"),
+    (["03", "--apply", "zz", "--no-launch"], "notebook.sh: --apply zz: unknown module id 'zz'"),
+    (["03", "--solutions", "zz", "--no-launch"], "notebook.sh: --solutions zz: unknown module id 'zz'"),
+])
+def test_main_names_what_was_typed(capsys, argv, expected):
+    try:
+        rc = main(argv)
+    except SystemExit as exit_:                      # argparse's own refusals
+        rc = exit_.code
+    err = capsys.readouterr().err
+    assert rc == 2 and expected in err and "G2C_APPLY_SOLUTIONS:" not in err, err
+
+
+def test_main_reads_an_id_after_solutions_and_echoes_its_canonical_spelling(tmp_path, monkeypatch, capsys):
+    # ./notebook.sh --solutions 03: the optional SEL took the id ("required: module_id"); 3b was echoed as "3b"
+    import g2c.course.notebooks as nbmod
+
+    seen = {}
+    monkeypatch.setattr(nbmod, "prepare_solved_copy", lambda mid, fresh: seen.setdefault("solved", mid) and tmp_path)
+    monkeypatch.setattr(nbmod, "prepare_working_copy", lambda mid, fresh: seen.setdefault("work", mid) and tmp_path)
+    assert main(["--solutions", "03", "--no-launch"]) == 0 and seen["solved"] == "03"
+    assert "G2C_APPLY_SOLUTIONS=all" in capsys.readouterr().out
+    monkeypatch.delenv("G2C_APPLY_SOLUTIONS", raising=False)
+    assert main(["3b", "--no-launch"]) == 0 and seen["work"] == "03b"
+    assert "the modules 03b needs" in capsys.readouterr().out
+
+
 @pytest.fixture
 def tmp_repo(tmp_path: Path) -> Path:
     """A minimal repo copy with notebook.sh, the registry, the launcher and one clean notebook."""

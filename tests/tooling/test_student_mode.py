@@ -172,6 +172,17 @@ def test_test_sh_names_the_option_a_student_mistyped(fresh_repo, args, expected)
     assert "python -m pytest" not in res.stderr and "g2c.course progress" not in res.stderr
 
 
+def test_course_cli_without_a_command_lists_the_commands(capsys):
+    # a trial: "the following arguments are required: cmd", an internal name
+    from g2c.course.__main__ import main
+
+    with pytest.raises(SystemExit) as exit_:
+        main([])
+    err = capsys.readouterr().err
+    assert exit_.value.code == 2 and "choose a command: progress, grade, graph, worked, prereqs, submit" in err, err
+    assert "required: cmd" not in err
+
+
 def test_module_ids_are_read_once_each_in_the_order_given(monkeypatch):
     # a trial: ./test.sh 03 03 graded module 03 twice, and --solve 11,11 noted "module(s) 11, 11"
     from g2c.course.__main__ import _split_ids

@@ -235,6 +235,25 @@ def test_submit_refuses_a_folder_that_is_no_checkout_and_a_foreign_one(world, tm
     assert sorted(p.name for p in tmp_path.iterdir()) == ["a-file"]
 
 
+def test_hand_in_names_keep_every_script_and_refuse_a_name_with_no_letter(tmp_path):
+    # a teacher trial: "Zoë Ñúñez" handed in as g2c-Zo-ez.zip, and "..", "/" both became g2c-student.zip
+    # (the second replacing the first); "--out ''" and "--out hand-in" were told to end the name in .zip
+    from g2c.course.teaching import Refused, _slug, submit
+
+    assert _slug("Zoë Ñúñez") == "Zoë-Ñúñez" and _slug("Ada Lovelace") == "Ada-Lovelace"
+    assert _slug("Zoe\u0308") == "Zoë"                      # one spelling (NFC) whatever the keyboard sent
+    assert _slug("李 小龍") == "李-小龍" and _slug("a/b") == "a-b" and _slug("../x") == "x"
+    assert _slug("..") == "" and _slug("/") == ""
+    for name in ("..", "/", "--"):
+        with pytest.raises(Refused, match=r"has no letter or digit to name the archive with"):
+            submit(REPO_ROOT, name=name)
+    for out in (Path(""), tmp_path):
+        with pytest.raises(Refused, match=r"is a folder: give the archive's file name, ending in \.zip"):
+            submit(REPO_ROOT, name="Ada", out=out)
+    archive = submit(REPO_ROOT, name="Ada", out=tmp_path / "ada.ZIP", echo=lambda line: None)   # any case
+    assert archive.is_file() and zipfile.is_zipfile(archive)
+
+
 # -- grade a class ----------------------------------------------------------------------------------
 
 def test_class_run_reports_every_submission_and_exits_1(world):
@@ -476,7 +495,21 @@ def test_an_empty_or_broken_archive_is_named_for_what_it_is(tmp_path):
     (tmp_path / "eve.zip").write_bytes(b"this is not a zip archive\n")
     empty, broken = (load_submission(tmp_path / n, REPO_ROOT) for n in ("bob.zip", "eve.zip"))
     assert empty.error.startswith("an empty file (0 bytes), not a zip archive") and "./test.sh --submit" in empty.error
-    assert broken.error == "not a readable zip archive (BadZipFile: File is not a zip file)"
+    assert broken.error == ("not a readable zip archive, damaged or cut short in the copy (BadZipFile: File is not "
+                            "a zip file): ask for it again (./test.sh --submit)")
+
+
+def test_a_folder_with_no_submission_names_what_it_holds(tmp_path):
+    # a teacher trial: a folder with only notes.txt said "holds no submission", not what it did hold
+    from g2c.course.teaching import Refused, grade_class
+
+    (tmp_path / "notes.txt").write_text("marks to enter\n")
+    with pytest.raises(Refused, match=r"holds no submission .*; it holds only notes\.txt: check the folder"):
+        grade_class(tmp_path, teacher_root=REPO_ROOT)
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    with pytest.raises(Refused, match=r"holds no submission .*; it is empty: check the folder"):
+        grade_class(empty, teacher_root=REPO_ROOT)
 
 
 def test_progress_table_keeps_whole_module_names():
