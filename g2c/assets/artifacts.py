@@ -52,8 +52,8 @@ DRAFTERS: dict[str, dict] = {
 }
 
 __all__ = ["ARTIFACTS_DIR", "ArtifactError", "ArtifactMissingError", "CORPUS_FILE", "CORPUS_NAMES", "ChecksumError",
-           "DRAFTERS", "LOAD_DTYPES", "TOKENIZER_NAMES", "artifact_dir", "artifact_kind", "canonical_name",
-           "check_member_name", "clean_artifact_leftovers", "corpus_path",
+           "DRAFTERS", "LOAD_DTYPES", "NOT_A_DEVICE", "TOKENIZER_NAMES", "artifact_dir", "artifact_kind",
+           "canonical_name", "check_member_name", "device_problem", "clean_artifact_leftovers", "corpus_path",
            "drafter_names", "is_verified", "load_model", "load_story_tokenizer",
            "load_tokenizer", "manifest_files", "model_names", "pinned_files", "pins_from_tree", "verify_artifact",
            "write_artifact", "write_pins"]
@@ -489,18 +489,45 @@ def model_state_to_bytes(model, dtype: torch.dtype = torch.float16) -> bytes:
     return save({k: v.detach().to("cpu", dtype).contiguous() for k, v in model.state_dict().items()})
 
 
+NOT_A_DEVICE = "not a device name; use 'auto', 'cpu', 'cuda', 'cuda:N' or 'mps'"
+
+
+def device_problem(device: str | torch.device) -> str | None:
+    """Why ``device`` cannot be used on this machine, or None (``"auto"`` always can): ``NOT_A_DEVICE`` for a
+    name torch does not parse, else what is missing (CUDA, a CUDA index, MPS, a device type the course does not
+    run on). Provided code's one device check: it must not depend on an exercise (``g2c.nn.resolve_device`` is
+    module 03's), so ``python -m g2c.specdec`` and the loaders call this."""
+    text = str(device).strip().lower()
+    if text == "auto":
+        return None
+    try:
+        dev = torch.device(text)
+    except (RuntimeError, TypeError):
+        return NOT_A_DEVICE
+    if dev.type not in ("cpu", "cuda", "mps"):
+        return f"the course runs on 'cpu', 'cuda' and 'mps', not {dev.type!r}; use 'auto'"
+    if dev.type == "cuda" and not torch.cuda.is_available():
+        return "CUDA is not available on this machine; use 'auto' or 'cpu'"
+    if dev.type == "cuda" and dev.index is not None and dev.index >= torch.cuda.device_count():
+        return f"this machine has {torch.cuda.device_count()} CUDA device(s); use 'cuda:0' or 'auto'"
+    mps = getattr(torch.backends, "mps", None)
+    if dev.type == "mps" and not (mps is not None and mps.is_available()):
+        return "MPS (Apple's GPU) is not available on this machine; use 'auto' or 'cpu'"
+    return None
+
+
 def _device(device: str | torch.device) -> torch.device:
-    # Provided code must not depend on an exercise (g2c.nn.resolve_device is module 03's).
+    """``device`` as a ``torch.device`` (``"auto"``: CUDA, then MPS, then the CPU).
+
+    Raises:
+        ValueError: ``"unknown device 'tpu': ..."`` for a name torch does not parse, ``"device 'cuda': ..."`` for
+            one this machine lacks (``device_problem`` says why).
+    """
     if str(device) != "auto":
-        try:
-            dev = torch.device(device)
-        except RuntimeError as exc:
-            raise ValueError(f"unknown device {device!r}: use 'auto', 'cpu', 'cuda' or 'mps'") from exc
-        available = {"cpu": True, "cuda": torch.cuda.is_available(),
-                     "mps": getattr(torch.backends, "mps", None) is not None and torch.backends.mps.is_available()}
-        if not available.get(dev.type, False):
-            raise ValueError(f"device {device!r} is not available on this machine; use 'auto' or 'cpu'")
-        return dev
+        problem = device_problem(device)
+        if problem:
+            raise ValueError(f"{'unknown device' if problem == NOT_A_DEVICE else 'device'} {device!r}: {problem}")
+        return torch.device(str(device).strip().lower())
     if torch.cuda.is_available():
         return torch.device("cuda")
     mps = getattr(torch.backends, "mps", None)

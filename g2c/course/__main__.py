@@ -117,9 +117,9 @@ def _split_ids(ids: list[str], flag: str = "") -> list[str]:
             (``./test.sh ""``, ``--solve ,``), or an unknown id.
     """
     out: list[str] = []
-    where = f"{flag} " if flag else ""      # ./test.sh 05 --solve zz: say which list held it
     parts = [p.strip() for text in ids for p in str(text).split(",")]
     if ids and not any(parts):
+        where = f"{flag} " if flag else ""
         raise ValueError(f"{where}{' '.join(map(repr, ids))} names no module; give ids such as 03 or 16 "
                          f"({_front()} --help)")
     for part in filter(None, parts):
@@ -131,7 +131,8 @@ def _split_ids(ids: list[str], flag: str = "") -> list[str]:
             name = part.lower().removesuffix(".py").removeprefix("test_")
             owner = [m.id for m in MODULES if f"tests/test_{name}.py" in m.tests]
             hint = f"; module {owner[0]} is the one tested by tests/test_{name}.py" if owner else ""
-            raise ValueError(f"{flag} {part}: {exc}{hint}" if flag else f"{exc}{hint}") from None
+            where = f"{flag} {part}: " if flag else ""      # ./test.sh 05 --solve zz: say which list held it
+            raise ValueError(f"{where}{exc}{hint}") from None
         if module not in out:
             out.append(module)
     return out
@@ -261,9 +262,9 @@ def main(argv: list[str] | None = None) -> int:
     if args.cmd == "grade":           # ./test.sh 03 -- -x: an option after "--" is still no module id
         extra += [i for i in args.ids if i.startswith("-")]
         args.ids = [i for i in args.ids if not i.startswith("-")]
-    if extra and args.cmd == "grade":
-        print(f"{ap.prog}: {_grade_extra_message(args.ids, extra)}", file=sys.stderr)
-        return 2
+        if extra:
+            print(f"{ap.prog}: {_grade_extra_message(args.ids, extra)}", file=sys.stderr)
+            return 2
     if extra:                         # the subcommand's own usage, not the top level's (./test.sh --progress x)
         chosen = sub.choices.get(getattr(args, "cmd", None), ap)
         chosen.error(f"unrecognized arguments: {' '.join(extra)}")

@@ -164,29 +164,6 @@ def _sampled_run(args, target, drafter_model, prompt_ids, eos_id, *, on_pass, us
                               decode=decode, **_controls(args))
 
 
-def _device_problem(device: str) -> str | None:
-    """Why ``--device`` cannot be used here, or None: checked with torch alone (module 03's ``resolve_device``,
-    which the run calls next, is a student exercise and may be unwritten)."""
-    import torch
-
-    text = device.strip().lower()
-    if text == "auto":
-        return None
-    try:
-        dev = torch.device(text)
-    except (RuntimeError, TypeError):
-        return "not a device name; use 'auto', 'cpu', 'cuda', 'cuda:N' or 'mps'"
-    if dev.type == "cuda" and not torch.cuda.is_available():
-        return "CUDA is not available on this machine; use --device auto or cpu"
-    if dev.type == "cuda" and dev.index is not None and dev.index >= torch.cuda.device_count():
-        return f"this machine has {torch.cuda.device_count()} CUDA device(s); use --device cuda:0 or auto"
-    if dev.type == "mps" and not torch.backends.mps.is_available():
-        return "MPS (Apple's GPU) is not available on this machine; use --device auto or cpu"
-    if dev.type not in ("cpu", "cuda", "mps"):
-        return f"the course runs on 'cpu', 'cuda' and 'mps', not {dev.type!r}; use --device auto"
-    return None
-
-
 def _pairing_problem(args) -> str | None:
     """What the model names alone show to be wrong, before anything loads: a head drafter with a target other
     than the base it reads, or ``-k`` beyond the shipped models' window (``g2c.transformer.LADDER``; the run checks
@@ -200,9 +177,13 @@ def _pairing_problem(args) -> str | None:
             return f"--drafter {args.drafter} drafts from {base}'s hidden states; use --target {base}"
     names = [args.target] + [DRAFTERS.get(args.drafter, {}).get("base", args.drafter)]
     windows = [LADDER[n].max_seq_len for n in names if n in LADDER]
-    if windows and args.k > min(windows) - 2:
-        window = min(windows)
-        return (f"-k {args.k}: at most {window - 2} draft tokens (or tree nodes) fit the models' {window}-token "
+    return _window_problem(args.k, min(windows)) if windows else None
+
+
+def _window_problem(k: int, window: int) -> str | None:
+    """The one rule for every route: the pending token and the bonus take 2 of the window's places."""
+    if k > window - 2:
+        return (f"-k {k}: at most {window - 2} draft tokens (or tree nodes) fit the models' {window}-token "
                 "window next to the pending token and the bonus; lower -k")
     return None
 
@@ -295,9 +276,11 @@ def main(argv: list[str] | None = None) -> int:
     if not args.prompt.strip():
         return fail("the prompt is empty" + (" (only whitespace)" if args.prompt else "")
                     + "; give some text to continue, e.g. \"Once upon a time\"")
-    device_problem = _device_problem(args.device)
-    if device_problem:
-        return fail(f"--device {args.device or repr(args.device)}: {device_problem}")
+    from g2c.assets.artifacts import device_problem
+
+    problem = device_problem(args.device)            # torch alone: module 03's resolve_device may be unwritten
+    if problem:
+        return fail(f"--device {args.device or repr(args.device)}: {problem}")
     if args.k < 1:
         return fail(f"-k {args.k}: draft at least one token per target pass (-k 1 or more)")
     pairing = _pairing_problem(args)
@@ -387,9 +370,8 @@ def main(argv: list[str] | None = None) -> int:
         if not prompt_ids:
             return fail("the prompt is empty; give some text to continue, e.g. \"Once upon a time\"")
         window = min(target.max_seq_len, getattr(drafter, "max_seq_len", target.max_seq_len))
-        if args.k > window - 2:   # one rule for every route: the pending token and the bonus take 2 places
-            return fail(f"-k {args.k}: at most {window - 2} draft tokens (or tree nodes) fit the models' "
-                        f"{window}-token window next to the pending token and the bonus; lower -k")
+        if problem := _window_problem(args.k, window):     # again, on the loaded models' own windows
+            return fail(problem)
         if len(prompt_ids) > window:
             print(f"python -m g2c.specdec: note: the prompt is {len(prompt_ids)} tokens but the models read only "
                   f"the last {window} (their context window); the text before those is ignored"
