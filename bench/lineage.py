@@ -10,6 +10,9 @@
     python bench/lineage.py --medusa-joint-only --threads 1
     python bench/lineage.py --ttt-agreement-only --rows EAGLE-3 --drafters runs/budget-512000-ttt1 --threads 1
                                         # EAGLE-3's agreement at draft steps 1..7 (a training-time-test ablation)
+    python bench/lineage.py --block-agreement-only --drafters runs/budget-512000-self --threads 1
+                                        # the block drafter's agreement per slot on the corpus and on the
+                                        # target's own greedy text (the self and mixed variants)
     python bench/lineage.py --draft-vocab-only --rows EAGLE-3 --drafters runs/budget-512000 --threads 1
                                         # a reduced draft vocabulary: coverage, agreement, unembedding time
     python bench/lineage.py --fast --greedy-only --no-sweep --threads 1
@@ -188,6 +191,11 @@ def parse_args(argv):
     ap.add_argument("--ttt-agreement-only", action="store_true",
                     help="EAGLE-3's agreement per unrolled draft step (1..7) on 16 validation windows, teacher-forced "
                          "(with --drafters: a budgeted run or a --variant ttt1/ttt7 tree)")
+    ap.add_argument("--block-agreement-only", action="store_true",
+                    help="the block drafter's agreement per slot (1..B) on 16 validation windows, teacher-forced, "
+                         "on the corpus and on the target's own greedy continuation of them after 32 and 160 "
+                         "tokens (what greedy decoding accepts; with --drafters: a budgeted run or the --variant "
+                         "self/mixed tree)")
     ap.add_argument("--draft-vocab-only", action="store_true",
                     help="a reduced draft vocabulary for EAGLE-3: coverage, agreement per step and the "
                          "unembedding's time per draft row at 256..2048 most frequent tokens against all 4096")
@@ -217,6 +225,7 @@ def parse_args(argv):
     # the measurement-only modes: one at a time, each with its own row (the default when --rows is not given)
     only = {"--ttt-agreement-only": (args.ttt_agreement_only, "EAGLE-3"),
             "--draft-vocab-only": (args.draft_vocab_only, "EAGLE-3"),
+            "--block-agreement-only": (args.block_agreement_only, "Block"),
             "--medusa-joint-only": (args.medusa_joint_only, "Medusa"),
             "--sampled-drafts-only": (args.sampled_drafts_only, None)}
     chosen = [flag for flag, (on, _) in only.items() if on]
@@ -619,6 +628,45 @@ def ttt_agreement(target, head, steps: int = 7, windows: int = 16, context: int 
 
 
 @torch.no_grad()
+def block_agreement(target, head, windows: int = 16, context: int = 256,
+                    prompts: tuple[int, ...] = (32, 160)) -> dict[str, list[float]]:
+    """The block drafter's agreement per slot (issue 29's slot-8 target), teacher-forced on the first
+    ``windows`` validation windows of several texts: ``"corpus"``, the split itself (the training
+    metric: slot j against the target's pick after j - 1 human-written tokens the drafter never sees),
+    and ``"greedy P"`` for each P in ``prompts``: the target's own greedy continuation of each window
+    after its first P tokens (``target_continuations``), anchors past the prompt. There the target's
+    pick at a + j is the text's next token, so slot j's agreement is the chance greedy decoding accepts
+    that slot's draft when the slots before it agree. P = 32 is deep in the target's own text; P = 160
+    is the bench's regime (story prompts of up to 160 tokens, 64 new ones). Anchors are
+    ``block_loss``'s (12 a window, window w's seeded w), the same for every head."""
+    from g2c.assets.data import load_token_stream
+    from g2c.assets.recipes.features import target_continuations
+    from g2c.specdec.lineage import block_loss
+
+    stream = load_token_stream("val")
+    n = min(windows, len(stream) // context)
+    texts = {"corpus": (torch.from_numpy(stream[:n * context].astype("int64")).view(n, context), 0)}
+    for p in prompts:
+        text = target_continuations(target, TARGET, "val", context=context, max_windows=n, prompt_tokens=p,
+                                    progress=False, log=lambda line: None)[0]
+        texts[f"greedy {p}"] = (text.view(n, context), p - head.context_rows)      # anchors past the prompt
+    dev = target.token_embed.weight.device
+    out = {}
+    for name, (x, skip) in texts.items():
+        sums = [0.0] * head.block_size
+        for w in range(n):                                            # one window at a time: small memory
+            ids = x[w].to(dev)
+            _, states = target_layer_pass(target, KVCache.for_model(target), ids, torch.arange(context, device=dev),
+                                          None, head.layers)
+            got = block_loss(head, states[skip:].unsqueeze(0), ids[skip:].unsqueeze(0), anchors_per_window=12,
+                             generator=torch.Generator().manual_seed(w))
+            for j in range(head.block_size):
+                sums[j] += float(got[f"agree_{j + 1}"]) / n
+        out[name] = sums
+    return out
+
+
+@torch.no_grad()
 def draft_vocab(target, head, sizes=(256, 512, 1024, 2048), steps: int = 3, windows: int = 16, context: int = 256,
                 repeats: int = 2000) -> list[dict]:
     """A reduced draft vocabulary, measured (issue 29; EAGLE-3's draft head scores only the most frequent
@@ -826,12 +874,14 @@ def main(argv=None) -> int:
     from tqdm.auto import tqdm
 
     rows = [r for r in ROWS if args.rows is None or r[0] in args.rows.split(",")]
+    reads_windows = (args.ttt_agreement_only or args.draft_vocab_only or args.medusa_joint_only
+                     or args.block_agreement_only)
     try:
         target, _ = load_model(TARGET)
         tokenizer = load_story_tokenizer()
         if not (DATA_DIR / "val.txt").is_file():           # what ./datasets.sh does, offline, in a second
             prepare(log=lambda line: print(f"bench/lineage.py: {line}", file=sys.stderr))
-        if args.ttt_agreement_only or args.draft_vocab_only or args.medusa_joint_only:   # they read token streams
+        if reads_windows:                                  # the measurement-only modes read token streams
             from g2c.assets.data import tokenize_splits
 
             tokenize_splits(tokenizer, log=lambda line: print(f"bench/lineage.py: {line}", file=sys.stderr))
@@ -859,7 +909,7 @@ def main(argv=None) -> int:
         shipped = sorted({r[3] for r in rows if r[3] and not reads_states(r[3])})
         where = (f"; the {TARGET}-... drafters from {args.drafters}"
                  + (f", {', '.join(shipped)} from artifacts/" if shipped else ""))
-    if not (args.ttt_agreement_only or args.draft_vocab_only or args.medusa_joint_only):
+    if not reads_windows:
         threads = torch.get_num_threads()
         print(f"# The draft lineage on {TARGET} (float32, {threads} thread{'s' if threads != 1 else ''}, {device}"
               f"{', every row on the fast path' if args.fast else ''}"
@@ -889,6 +939,22 @@ def main(argv=None) -> int:
         print("| " + " | ".join(f"step {s + 1}" for s in range(len(agree))) + " |")
         print("|" + "---|" * len(agree))
         print("| " + " | ".join(f"{a:.3f}" for a in agree) + " |")
+        return 0
+    if args.block_agreement_only:
+        head = models["StoryLM-30M-Block"]
+        manifest = json.loads(((args.drafters or ROOT / "artifacts") / "models" / "StoryLM-30M-Block"
+                               / "manifest.json").read_text())
+        data = {"self": "the target's greedy text after 32 corpus tokens",       # the --variant that trained it
+                "mixed": "the target's greedy text after 32 to 224 corpus tokens"}.get(
+                    manifest.get("recipe", {}).get("variant"), "the corpus")
+        agree = block_agreement(target, head)
+        print(f"\n## The block drafter trained on {data}, {manifest.get('tokens_seen', 0):,} tokens seen: agreement "
+              "per slot (16 val windows, teacher-forced)\n")
+        print("| text | " + " | ".join(f"slot {j + 1}" for j in range(head.block_size)) + " |")
+        print("|---|" + "---|" * head.block_size)
+        for name, row in agree.items():
+            label = "corpus" if name == "corpus" else f"target's greedy text after {name.split()[1]} corpus tokens"
+            print(f"| {label} | " + " | ".join(f"{a:.3f}" for a in row) + " |")
         return 0
     if args.draft_vocab_only:
         res = draft_vocab(target, models["StoryLM-30M-EAGLE3"])

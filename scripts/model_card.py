@@ -409,8 +409,11 @@ runs/budget-<T>` records their manifests here. Agreement as above (EAGLE: one nu
 draft step; EAGLE-3: per unrolled step; Medusa: per head; Block: per slot). A row "variant V" is a
 paper design or an ablation trained at the same budget (`--variant V`, issue 29; the lineage
 lesson's "The paper designs and the ablations"): Block kv injects the features into every draft
-layer's keys and values (DFlash); EAGLE3 ttt1 / ttt7 unroll 1 / 7 training-time-test steps (the
-recipe: 3); EAGLE tokens reads zeros instead of the target's features. "Precision" is how the run
+layer's keys and values (DFlash); Block self learns from the target's own greedy continuation of
+each window after its first 32 tokens instead of the corpus (self-distillation), Block mixed from
+the same after 32 to 224 corpus tokens in turn (their agreement is on that text's validation
+windows, not the corpus: the lesson compares them on both); EAGLE3 ttt1 / ttt7 unroll 1 / 7 training-time-test
+steps (the recipe: 3); EAGLE tokens reads zeros instead of the target's features. "Precision" is how the run
 trained: bf16 (bfloat16 autocast, the AVX-512 VM of the earlier sessions) or fp32 (a 2-core AVX2 VM,
 where bfloat16 autocast would have been about 50 times slower); wall times are comparable only
 within one precision.

@@ -17,6 +17,19 @@ def _bench():
     return module
 
 
+def _with_windows(head_name: str):
+    """(the bench module, StoryLM-30M, the shipped head) with the validation split tokenised (what
+    ./datasets.sh does, offline, on a fresh clone): the measurement-only modes read its windows."""
+    from g2c.assets.artifacts import load_model
+    from g2c.assets.data import DATA_DIR, prepare, tokenize_splits
+
+    bench = _bench()
+    if not (DATA_DIR / "val.txt").is_file():
+        prepare(log=lambda line: None)
+    tokenize_splits(bench.load_story_tokenizer(), log=lambda line: None)
+    return bench, load_model("StoryLM-30M")[0], load_model(head_name)[0]
+
+
 def test_prompt_sets_are_story_endings_and_dialogue(tmp_path):
     bench = _bench()
     from g2c.assets import load_story_tokenizer
@@ -125,15 +138,7 @@ def test_ttt_agreement_and_draft_vocabulary_measure_the_shipped_eagle3():
     unrolled after it (the training-time-test mask; only the positions counted differ); a draft
     vocabulary of every token covers every target pick and agrees as the unrestricted head does; a
     smaller one covers less and never agrees more."""
-    from g2c.assets.artifacts import load_model
-    from g2c.assets.data import DATA_DIR, prepare, tokenize_splits
-
-    bench = _bench()
-    if not (DATA_DIR / "val.txt").is_file():            # a fresh clone: what ./datasets.sh does, offline
-        prepare(log=lambda line: None)
-    tokenize_splits(bench.load_story_tokenizer(), log=lambda line: None)
-    target, _ = load_model("StoryLM-30M")
-    head, _ = load_model("StoryLM-30M-EAGLE3")
+    bench, target, head = _with_windows("StoryLM-30M-EAGLE3")
     one, three = bench.ttt_agreement(target, head, steps=1, windows=1), bench.ttt_agreement(target, head, steps=3,
                                                                                               windows=1)
     # 255 positions unroll one step, 253 three: the same step-1 hits, up to the 2 positions dropped
@@ -144,6 +149,28 @@ def test_ttt_agreement_and_draft_vocabulary_measure_the_shipped_eagle3():
     assert full["agree"] == pytest.approx(three, abs=1e-6)
     assert small["coverage"] < 1.0 and all(s <= f + 1e-9 for s, f in zip(small["agree"], full["agree"]))
     assert small["unembed_ms"] > 0 and "logits" not in vars(head)           # the head's own method is back
+
+
+@pytest.mark.ladder
+def test_block_agreement_reads_the_corpus_and_the_targets_own_text(tmp_path, monkeypatch):
+    """--block-agreement-only (issue 29, the self-distillation variant): one row per text, a value per slot;
+    the greedy text is the target's own (its next token is the target's argmax past the corpus prompt),
+    and it is cached under runs/features (here tmp_path), never over the corpus."""
+    from g2c.assets.recipes import features
+
+    monkeypatch.setattr(features, "FEATURES_DIR", tmp_path / "features")
+    bench, target, head = _with_windows("StoryLM-30M-Block")
+    out = bench.block_agreement(target, head, windows=1)
+    assert list(out) == ["corpus", "greedy 32", "greedy 160"] and all(len(row) == head.block_size
+                                                                      for row in out.values())
+    assert all(0.0 <= a <= 1.0 for row in out.values() for a in row) and out["corpus"] != out["greedy 32"]
+    assert out["corpus"][0] > 0.4 and out["greedy 32"][0] > 0.4       # a trained head's first slot (0.73 on 16)
+    text, n = features.target_continuations(target, "StoryLM-30M", "val", max_windows=1, progress=False)
+    assert n == 1 and (tmp_path / "features" / "StoryLM-30M" / "val-greedy-p32-ctx256-w1.i32").is_file()
+    import torch
+    with torch.no_grad():
+        picks = target(text[None, :-1])[0].argmax(-1)
+    assert picks[31:].tolist() == text[32:].tolist()
 
 
 @pytest.mark.ladder
@@ -173,12 +200,15 @@ def test_measurement_only_modes_are_exclusive_and_pick_their_row(capsys):
     assert bench.parse_args(["--ttt-agreement-only"]).rows == "EAGLE-3"
     assert bench.parse_args(["--draft-vocab-only"]).rows == "EAGLE-3"
     assert bench.parse_args(["--medusa-joint-only"]).rows == "Medusa"
+    assert bench.parse_args(["--block-agreement-only"]).rows == "Block"
     assert bench.parse_args(["--sampled-drafts-only"]).rows.split(",") == [
         r[0] for r in bench.ROWS if r[2] in bench.LINEAGE_KINDS]                    # no small LM loaded for nothing
     assert bench.parse_args(["--ttt-agreement-only", "--rows", "Medusa,EAGLE-3"]).rows == "Medusa,EAGLE-3"
     for argv, message in ((["--ttt-agreement-only", "--draft-vocab-only"], "are separate measurements"),
                           (["--ttt-agreement-only", "--rows", "Medusa"], "measures the EAGLE-3 row: add it to --rows"),
                           (["--medusa-joint-only", "--rows", "EAGLE"], "measures the Medusa row"),
+                          (["--block-agreement-only", "--rows", "EAGLE-3"], "measures the Block row"),
+                          (["--block-agreement-only", "--temperature", "0.5"], "--temperature does not apply"),
                           (["--draft-vocab-only", "--json", "out.json"], "--json does not apply to it"),
                           (["--ttt-agreement-only", "--fast"], "--fast does not apply to it"),
                           (["--sampled-drafts-only", "--figure", "f.png"], "--figure does not apply to it"),

@@ -517,7 +517,7 @@ examples:
                          "200k, or 'equal' = EAGLE's); steps follow from it; installs into runs/budget-<T>/")
     ap.add_argument("--variant", metavar="NAME", default=None,
                     help="with --train NAME --budget T: a recipe variant (g2c.assets.recipes.drafters."
-                         "RECIPE_VARIANTS: Block kv, EAGLE3 ttt1/ttt7, EAGLE tokens); installs into "
+                         "RECIPE_VARIANTS: Block kv/self/mixed, EAGLE3 ttt1/ttt7, EAGLE tokens); installs into "
                          "runs/budget-<T>-<variant>/")
     ap.add_argument("--from", dest="source", metavar="DIR", help="install from a mirror laid out like artifacts/")
     ap.add_argument("--force", action="store_true", help="replace verified artifacts (install or retrain)")

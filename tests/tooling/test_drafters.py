@@ -172,6 +172,80 @@ def test_layer_features_seed_a_larger_pass_with_a_smaller_finished_cache(tiny, m
     assert sum(computed) == 3                                                       # no seed: every window
 
 
+def test_target_continuations_are_the_models_greedy_text(tiny):
+    """The self-distillation text (the Block drafter's ``self`` variant): each window keeps its first
+    corpus tokens, and every later token is the model's argmax given the window so far (checked against
+    the teaching path's full forward, not the fast cached path that wrote it); cached and resumed like
+    the state caches; a prompt that leaves nothing to continue is refused by name."""
+    model, stream = tiny
+    ids, n = F.target_continuations(model, "Tiny", "train", context=16, prompt_tokens=4, max_windows=3,
+                                    batch_size=2, progress=False)
+    assert n == 3 and ids.dtype == torch.int64 and ids.shape == (48,)
+    assert ids.tolist() != stream[:48].tolist()                         # not the corpus (the test could fail)
+    with torch.no_grad():
+        for w in range(3):
+            window = ids[w * 16:(w + 1) * 16]
+            assert window[:4].tolist() == stream[w * 16:w * 16 + 4].tolist()
+            assert window[4:].tolist() == model(window[None, :-1])[0, 3:].argmax(-1).tolist()
+    path = F.FEATURES_DIR / "Tiny" / "train-greedy-p4-ctx16-w3.i32"
+    record = json.loads(path.with_suffix(".json").read_text())
+    assert record["done"] == 3 and record["prompt_tokens"] == 4 and record["decoding"] == "greedy"
+    path.with_suffix(".json").write_text(json.dumps({**record, "done": 2}))       # killed after 2 windows
+    mm = np.memmap(path, dtype=np.int32, mode="r+", shape=(48,))
+    mm[32:] = 0
+    mm.flush()
+    del mm
+    again, _ = F.target_continuations(model, "Tiny", "train", context=16, prompt_tokens=4, max_windows=3,
+                                      batch_size=2, progress=False)
+    assert again.tolist() == ids.tolist()
+    for bad in (0, 16, True, 2.0, (), (4, 16), [4]):
+        with pytest.raises(ValueError, match=r"prompt_tokens must be an int in \[1, context - 1 = 15\]"):
+            F.target_continuations(model, "Tiny", "train", context=16, prompt_tokens=bad, progress=False)
+
+
+def test_target_continuations_take_prompt_lengths_in_turn(tiny, monkeypatch):
+    """The ``mixed`` text: a tuple of prompt lengths taken in turn by groups of windows (here groups of 1,
+    so one decode batch holds two lengths: the longer prompt's row keeps its corpus tokens while the
+    other row is already continued)."""
+    model, stream = tiny
+    monkeypatch.setattr(F, "PROMPT_GROUP", 1)
+    ids, n = F.target_continuations(model, "Tiny", "train", context=16, prompt_tokens=(4, 10), max_windows=3,
+                                    batch_size=2, progress=False)
+    assert n == 3 and (F.FEATURES_DIR / "Tiny" / "train-greedy-p4-10-ctx16-w3.i32").is_file()
+    with torch.no_grad():
+        for w, keep in ((0, 4), (1, 10), (2, 4)):
+            window = ids[w * 16:(w + 1) * 16]
+            assert window[:keep].tolist() == stream[w * 16:w * 16 + keep].tolist()
+            assert window[keep:].tolist() == model(window[None, :-1])[0, keep - 1:].argmax(-1).tolist()
+            assert window[keep:].tolist() != stream[w * 16 + keep:(w + 1) * 16].tolist()
+
+
+def test_layer_features_over_the_models_own_text(tiny, monkeypatch):
+    """``source="greedy"``: the states are the model's over its own continuations (their own cache, never
+    the corpus cache of the same layers); an unknown source is refused by name."""
+    model, _ = tiny
+    monkeypatch.setattr(F, "GREEDY_PROMPT_TOKENS", 4)
+    corpus = F.layer_features(model, "Tiny", "train", (0,), context=16, max_windows=2, batch_size=2, progress=False)
+    feats = F.layer_features(model, "Tiny", "train", (0,), context=16, max_windows=2, batch_size=2, progress=False,
+                             source="greedy")
+    text, _ = F.target_continuations(model, "Tiny", "train", context=16, prompt_tokens=4, max_windows=2,
+                                     progress=False)
+    assert feats.ids.tolist() == text.tolist() != corpus.ids.tolist()
+    with torch.no_grad():
+        want = model.hidden_states(text.view(2, 16))                                     # the final states
+    torch.testing.assert_close(feats.batch(torch.tensor([1, 0]))[1][..., -1, :], want[[1, 0]], atol=3e-3, rtol=3e-3)
+    assert (F.FEATURES_DIR / "Tiny" / "train-greedy-p4-layers0-ctx16-w2.f16").is_file()
+    monkeypatch.setattr(F, "MIXED_PROMPT_TOKENS", (4, 10))
+    monkeypatch.setattr(F, "PROMPT_GROUP", 1)
+    mixed = F.layer_features(model, "Tiny", "train", (0,), context=16, max_windows=2, batch_size=2, progress=False,
+                             source="mixed")
+    assert mixed.ids[:16].tolist() == feats.ids[:16].tolist()             # window 0: the same 4-token prompt
+    assert mixed.ids[16:].tolist() != feats.ids[16:].tolist()             # window 1 keeps 10 corpus tokens
+    assert (F.FEATURES_DIR / "Tiny" / "train-greedy-p4-10-layers0-ctx16-w2.f16").is_file()
+    with pytest.raises(ValueError, match="source must be 'corpus'"):
+        F.layer_features(model, "Tiny", "train", (0,), context=16, progress=False, source="target")
+
+
 def test_lineage_recipes_are_complete():
     """Every lineage drafter has a recipe with the keys its job reads, and the fusion layers of its base."""
     from g2c.assets.artifacts import DRAFTERS
@@ -476,6 +550,8 @@ def test_recipe_variants_change_one_recipe_and_install_apart(tiny_run, monkeypat
     assert D.budgeted_recipe("StoryLM-30M-EAGLE3", 512_000, "ttt7")["ttt_steps"] == 7
     assert D.budgeted_recipe("StoryLM-30M-EAGLE3", 512_000, "ttt1")["ttt_steps"] == 1
     assert D.budgeted_recipe("StoryLM-30M-EAGLE", 512_000, "tokens")["feature_inputs"] is False
+    assert D.budgeted_recipe("StoryLM-30M-Block", 512_000, "self")["text"] == "greedy"
+    assert D.budgeted_recipe("StoryLM-30M-Block", 512_000, "mixed")["text"] == "mixed"
     assert D.budgeted_recipe("StoryLM-30M-Block", 512_000, " KV ")["variant"] == "kv"       # any case, as names
     assert "variant" not in D.budgeted_recipe("StoryLM-30M-Block", 512_000)
     with pytest.raises(ValueError, match="has no variant 'kv'; its variants: none"):
@@ -504,6 +580,13 @@ def test_recipe_variants_change_one_recipe_and_install_apart(tiny_run, monkeypat
     (root, manifest, config), = roots
     assert root == tmp_path / "runs" / "budget-64-kv" and config["injection"] == "kv"
     assert manifest["recipe"]["variant"] == "kv" and (tmp_path / "runs" / "StoryLM-30M-Block-budget64-kv").is_dir()
+    # a tiny self run learns from the base's own greedy text (its own feature cache), and says so
+    monkeypatch.setattr(F, "GREEDY_PROMPT_TOKENS", 4)
+    D.train_drafter("StoryLM-30M-Block", budget=64, variant="self", progress=False, log=lambda *a: None)
+    root, manifest, _ = roots[-1]
+    assert root == tmp_path / "runs" / "budget-64-self" and manifest["recipe"]["text"] == "greedy"
+    assert "of its own greedy text (each window's first 4 corpus tokens continued)" in manifest["recipe"]["data"]
+    assert [p.name for p in (F.FEATURES_DIR / "StoryLM-30M").glob("train-greedy-p4-layers2-4-6-ctx16-w*.f16")]
 
 
 def test_eagle_on_tokens_only_reads_no_features():

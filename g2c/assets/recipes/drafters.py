@@ -46,7 +46,13 @@ from g2c.assets.artifacts import (
     model_state_to_bytes,
     write_artifact,
 )
-from g2c.assets.recipes.features import Features, FinalStates, layer_features, target_features
+from g2c.assets.recipes import features as _features
+from g2c.assets.recipes.features import (
+    Features,
+    FinalStates,
+    layer_features,
+    target_features,
+)
 from g2c.assets.recipes.ladder import RUNS_DIR, bf16_autocast_is_fast, git_commit, machine, precision_note
 
 __all__ = ["DRAFTER_RECIPES", "EQUAL_BUDGET_TOKENS", "RECIPE_VARIANTS", "STATE_READERS", "TRAINING_BUDGETS",
@@ -100,7 +106,9 @@ STATE_READERS = ("StoryLM-30M-MTP", "StoryLM-30M-EAGLE", "StoryLM-30M-Medusa", "
 # recipe. A variant trains only at a budget, beside the plain drafter at the same budget, and installs
 # into runs/budget-<T>-<variant>/ (`./checkpoints.sh --train NAME --budget 512k --variant kv`).
 RECIPE_VARIANTS = {
-    "StoryLM-30M-Block": {"kv": {"injection": "kv"}},             # DFlash: features into every layer's K/V
+    "StoryLM-30M-Block": {"kv": {"injection": "kv"},              # DFlash: features into every layer's K/V
+                          "self": {"text": "greedy"},             # trained on the target's own greedy text
+                          "mixed": {"text": "mixed"}},            # ... after corpus prompts of 32..224 tokens
     "StoryLM-30M-EAGLE3": {"ttt1": {"ttt_steps": 1},              # no training-time test (one step)
                            "ttt7": {"ttt_steps": 7}},             # the reference training's 7 steps
     "StoryLM-30M-EAGLE": {"tokens": {"feature_inputs": False}},   # the same head on tokens only
@@ -420,13 +428,20 @@ def train_drafter(name: str, *, force: bool = False, progress: bool = True, log=
         # a budgeted run of any state reader (MTP and EAGLE too) reads the one layer-feature cache, so every
         # drafter at a budget learns from the same windows; MTP and EAGLE see only its final states
         layers = FUSION_LAYERS[job.base_name]
+        source = r.get("text", "corpus")          # the text the windows hold (a recipe's "data" is prose)
         train = layer_features(job.base, job.base_name, "train", layers, max_windows=r["features_windows"],
-                               context=r.get("context", CONTEXT), progress=progress, log=log)
+                               context=r.get("context", CONTEXT), progress=progress, log=log, source=source)
         val = layer_features(job.base, job.base_name, "val", layers, max_windows=r["val_windows"],
-                             context=r.get("context", CONTEXT), progress=progress, log=log)
+                             context=r.get("context", CONTEXT), progress=progress, log=log, source=source)
         data = (f"{job.base_name}'s outputs of blocks {', '.join(map(str, layers))} and final states over the "
                 f"first {train.num_windows} train windows of {train.context} tokens "
-                "(g2c.assets.recipes.features.layer_features)")
+                + ({"corpus": "",       # the prompt lengths layer_features read (module globals, read now)
+                    "greedy": f"of its own greedy text (each window's first {_features.GREEDY_PROMPT_TOKENS} "
+                              "corpus tokens continued) ",
+                    "mixed": "of its own greedy text (each window's first "
+                             f"{'/'.join(map(str, _features.MIXED_PROMPT_TOKENS))} corpus tokens, in turn by "
+                             f"{_features.PROMPT_GROUP} windows, continued) "}[source])
+                + "(g2c.assets.recipes.features.layer_features)")
         if job.kind not in LINEAGE_KINDS:
             train, val = FinalStates(train), FinalStates(val)
             data = data.replace("outputs of blocks", "final states (from the cache of blocks").replace(

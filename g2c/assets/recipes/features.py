@@ -30,7 +30,8 @@ from g2c.course.files import write_text_atomic
 
 FEATURES_DIR = REPO_ROOT / "runs" / "features"
 
-__all__ = ["FEATURES_DIR", "Features", "FinalStates", "LayerFeatures", "layer_features", "target_features"]
+__all__ = ["FEATURES_DIR", "GREEDY_PROMPT_TOKENS", "MIXED_PROMPT_TOKENS", "Features", "FinalStates", "LayerFeatures",
+           "layer_features", "target_continuations", "target_features"]
 
 
 class Features:
@@ -66,24 +67,27 @@ def _stream_ids(split: str, context: int, max_windows: int | None) -> tuple[torc
 
 def _cached_states(base, base_name: str, stem: str, want: dict, ids: torch.Tensor, context: int, shape: tuple,
                    batch_size: int, compute, desc: str, progress: bool, log,
-                   seed: tuple[Path, int] | None = None) -> np.ndarray:
+                   seed: tuple[Path, int] | None = None, dtype=np.float16, indexed: bool = False) -> np.ndarray:
     """Fill ``runs/features/<base>/<stem>.f16`` (float16 memmap of ``shape``, rows in token order) with
     ``compute(x)`` for each batch of windows x (n, context), resuming from its ``.json`` record when
     ``want`` (plus the weights' sha256) matches it; returns the finished memmap, read-only. ``seed``
     (path, n): a finished cache of the same stream whose first n windows are copied in before a fresh
-    pass starts, so the pass computes only the windows past n."""
+    pass starts, so the pass computes only the windows past n. ``dtype`` ``np.int32``: a token cache
+    (``<stem>.i32``, ``target_continuations``); ``indexed``: call ``compute(x, first)`` with the number of
+    x's first window."""
     folder = FEATURES_DIR / base_name
     folder.mkdir(parents=True, exist_ok=True)
-    path, record_path = folder / f"{stem}.f16", folder / f"{stem}.json"
+    suffix = ".f16" if dtype == np.float16 else ".i32"
+    path, record_path = folder / f"{stem}{suffix}", folder / f"{stem}.json"
     want = {**want, "weights_sha256": verify_artifact(base_name)["files"]["model.safetensors"]}
     num_windows = want["num_windows"]
     record = json.loads(record_path.read_text()) if record_path.is_file() else {}
     done = record.get("done", 0) if {k: record.get(k) for k in want} == want and path.is_file() else 0
-    states = np.memmap(path, dtype=np.float16, mode="r+" if done else "w+", shape=shape)
+    states = np.memmap(path, dtype=dtype, mode="r+" if done else "w+", shape=shape)
     if seed is not None and done < seed[1]:             # a smaller finished pass: its windows are ours, copy them
         seed_path, n = seed
         log(f"features: {desc}: the first {n} windows copied from {seed_path.name}")
-        old = np.memmap(seed_path, dtype=np.float16, mode="r", shape=(n * context, *shape[1:]))
+        old = np.memmap(seed_path, dtype=dtype, mode="r", shape=(n * context, *shape[1:]))
         for start in range(done * context, n * context, 64 * context):            # 64 windows at a time
             end = min(start + 64 * context, n * context)
             states[start:end] = old[start:end]
@@ -94,23 +98,25 @@ def _cached_states(base, base_name: str, stem: str, want: dict, ids: torch.Tenso
     if done < num_windows:
         from tqdm.auto import tqdm
 
-        size = int(np.prod(shape)) * 2                                      # float16 bytes on disk
-        log(f"features: {desc}: {num_windows} windows of {context}, from window {done}; {size / 1e9:.2f} GB "
-            f"(float16) in {path}")
+        size = int(np.prod(shape)) * np.dtype(dtype).itemsize               # bytes on disk
+        shown = f"{size / 1e9:.2f} GB" if size >= 1e8 else f"{size / 1e6:.1f} MB"
+        log(f"features: {desc}: {num_windows} windows of {context}, from window {done}; {shown} "
+            f"({np.dtype(dtype).name}) in {path}")
         device = base.token_embed.weight.device
         bar = tqdm(total=num_windows, initial=done, desc=desc, disable=not progress)
         while done < num_windows:
             n = min(batch_size, num_windows - done)
             x = ids[done * context:(done + n) * context].view(n, context).to(device)            # (n, context)
-            rows = compute(x).reshape(n * context, *shape[1:])
-            states[done * context:(done + n) * context] = rows.to(torch.float16).cpu().numpy()
+            rows = (compute(x, done) if indexed else compute(x)).reshape(n * context, *shape[1:])
+            rows = rows.to(torch.float16 if dtype == np.float16 else torch.int32)
+            states[done * context:(done + n) * context] = rows.cpu().numpy()
             done += n
             if done % (8 * batch_size) == 0 or done == num_windows:
                 states.flush()
                 write_text_atomic(record_path, json.dumps({**want, "done": done}))  # never a half record
             bar.update(n)
         bar.close()
-    return np.memmap(path, dtype=np.float16, mode="r", shape=shape)
+    return np.memmap(path, dtype=dtype, mode="r", shape=shape)
 
 
 def _finished_caches(base_name: str, prefix: str, want: dict) -> list[tuple[int, Path]]:
@@ -183,10 +189,89 @@ class LayerFeatures(Features):
         return super().batch(windows, device)
 
 
+GREEDY_PROMPT_TOKENS = 32
+MIXED_PROMPT_TOKENS = (32, 64, 96, 128, 160, 192, 224)   # "mixed": the corpus/greedy border moves along the window
+PROMPT_GROUP = 64                                        # windows that share one prompt length (one decode batch)
+
+
+@torch.no_grad()
+def target_continuations(base, base_name: str, split: str, *, context: int = 256,
+                         prompt_tokens: int | tuple[int, ...] = GREEDY_PROMPT_TOKENS, max_windows: int | None = None,
+                         batch_size: int = 64, progress: bool = True, log=print) -> tuple[torch.Tensor, int]:
+    """The base's own greedy continuations of ``split``'s windows: the training text a drafter sees
+    when it learns from what the target WRITES rather than from the corpus (self-distillation:
+    Medusa-2, Cai et al. 2024, section 2.3.2; the DFlash drafters learn from target-generated
+    responses). At temperature 0 the target's next token is a function of the text so far, so a
+    drafter that guesses several tokens ahead from one context (the block drafter's slot 8) can learn
+    it; from the corpus, slot j must guess j - 1 human-written tokens it never sees.
+
+    Each window keeps its first ``prompt_tokens`` corpus tokens; the other ``context - prompt_tokens``
+    are the base's greedy continuation. A tuple of lengths takes turns by groups of ``PROMPT_GROUP``
+    (64) windows (window w keeps ``prompt_tokens[(w // 64) % len]``): at inference a drafter meets the
+    target's text a few tokens after a human prompt as often as deep into its own text, and a single
+    short prompt teaches it only the second (``MIXED_PROMPT_TOKENS``, the ``mixed`` source). The rest
+    is (module 16's cached decoding on the fast path, float32,
+    ``g2c.kvcache.fast``: the argmax of logits within 1e-5 of the teaching path's, so a near tie
+    may break the other way; the cache is data, not a test oracle).
+
+    Args:
+        base: the loaded ``TransformerLM`` (eval mode, float32), ``base_name``'s weights.
+        base_name, split, context: as ``layer_features``.
+        prompt_tokens: corpus tokens kept at the start of each window, in [1, context - 1], or a
+            non-empty tuple of such lengths taken in turn by groups of 64 windows.
+        max_windows: continue at most this many windows (None: all).
+        batch_size: windows decoded together.
+
+    Returns:
+        (ids (N,) int64 CPU tensor, number of windows), N = windows x context. Written to
+        ``runs/features/<base>/<split>-greedy-p<P>-ctx<context>-w<n>.i32`` (P: the lengths joined by
+        "-"; int32, 1 KB a window)
+        with a ``.json`` record: resumable, redone when the weights change.
+
+    Raises:
+        ValueError: context outside [2, base.max_seq_len]; a prompt length outside [1, context - 1] (or
+            an empty tuple).
+        FileNotFoundError: the split is not prepared (run ``./datasets.sh``).
+    """
+    from g2c.kvcache import KVCache
+    from g2c.kvcache.fast import fast_model
+    from g2c.kvcache.forward import cached_forward
+
+    if not 2 <= context <= base.max_seq_len:
+        raise ValueError(f"context must be in [2, max_seq_len={base.max_seq_len}], got {context}")
+    lengths = prompt_tokens if isinstance(prompt_tokens, tuple) and prompt_tokens else (prompt_tokens,)
+    if not all(isinstance(p, int) and not isinstance(p, bool) and 1 <= p < context for p in lengths):
+        raise ValueError(f"prompt_tokens must be an int in [1, context - 1 = {context - 1}] or a non-empty tuple of "
+                         f"them, got {prompt_tokens!r}")
+    ids, num_windows = _stream_ids(split, context, max_windows)
+    want = {"base": base_name, "split": split, "context": context, "num_windows": num_windows,
+            "prompt_tokens": prompt_tokens if len(lengths) == 1 and not isinstance(prompt_tokens, tuple)
+            else list(lengths), "decoding": "greedy"}
+    fast = fast_model(base)
+
+    def compute(x: torch.Tensor, first: int) -> torch.Tensor:   # (n, context) corpus -> (n, context) the base's text
+        n, out = x.shape[0], x.clone()
+        keep = torch.tensor([lengths[(first + i) // PROMPT_GROUP % len(lengths)] for i in range(n)],
+                            device=x.device)                                                  # (n,) each prompt
+        start = int(keep.min())
+        cache = KVCache.for_model(fast, n)
+        logits = cached_forward(fast, x[:, :start], cache)
+        for pos in range(start, context):
+            out[:, pos] = torch.where(pos < keep, x[:, pos], logits[:, -1].argmax(-1))     # corpus until its P
+            if pos + 1 < context:
+                logits = cached_forward(fast, out[:, pos:pos + 1], cache)
+        return out
+
+    stem = f"{split}-greedy-p{'-'.join(map(str, lengths))}-ctx{context}-w{num_windows}"
+    tokens = _cached_states(base, base_name, stem, want, ids, context, (num_windows * context,), batch_size, compute,
+                            f"{base_name} greedy text ({split})", progress, log, dtype=np.int32, indexed=True)
+    return torch.from_numpy(np.asarray(tokens).astype(np.int64)), num_windows
+
+
 @torch.no_grad()
 def layer_features(base, base_name: str, split: str, layers: tuple[int, ...], *, context: int = 256,
                    max_windows: int | None = None, batch_size: int = 8, progress: bool = True,
-                   log=print) -> LayerFeatures:
+                   log=print, source: str = "corpus") -> LayerFeatures:
     """The base's block outputs at ``layers`` and its final states over ``split``, computed once.
 
     The drafters that fuse several layers (EAGLE-3, the block drafter) and Medusa learn from these;
@@ -198,6 +283,10 @@ def layer_features(base, base_name: str, split: str, layers: tuple[int, ...], *,
         base, base_name, split, context, batch_size: as ``target_features``.
         layers: block indices (0-based) whose outputs to keep, before the final state.
         max_windows: keep at most this many windows (None: all).
+        source: ``"corpus"`` (the split's text); ``"greedy"``: the base's own greedy continuation of
+            each window after its first ``GREEDY_PROMPT_TOKENS`` (``target_continuations``; its own
+            caches, ``<split>-greedy-p32-layers...``); ``"mixed"``: the same after a prompt length that
+            takes turns over ``MIXED_PROMPT_TOKENS`` by groups of 64 windows (``<split>-greedy-p32-64-...``).
 
     Returns:
         ``LayerFeatures``; written to ``runs/features/<base>/<split>-layers<l1-l2-..>-ctx<context>-w<n>.f16``
@@ -209,7 +298,8 @@ def layer_features(base, base_name: str, split: str, layers: tuple[int, ...], *,
         file stays (delete it to free its disk).
 
     Raises:
-        ValueError: context outside [2, base.max_seq_len] or a layer outside the base.
+        ValueError: context outside [2, base.max_seq_len], a layer outside the base, or a ``source``
+            other than "corpus", "greedy" and "mixed".
         FileNotFoundError: the split is not prepared (run ``./datasets.sh``).
     """
     if not 2 <= context <= base.max_seq_len:
@@ -217,9 +307,21 @@ def layer_features(base, base_name: str, split: str, layers: tuple[int, ...], *,
     layers = tuple(int(i) for i in layers)
     if not all(0 <= i < len(base.blocks) for i in layers):
         raise ValueError(f"layers {layers} must lie in [0, {len(base.blocks)})")
-    ids, num_windows = _stream_ids(split, context, max_windows)
-    want = {"base": base_name, "split": split, "context": context, "num_windows": num_windows,
-            "dim": base.embedding_dim, "layers": list(layers)}
+    if source not in ("corpus", "greedy", "mixed"):
+        raise ValueError(f"source must be 'corpus' (the split's text), 'greedy' or 'mixed' (the base's own "
+                         f"continuations after one or several prompt lengths), got {source!r}")
+    want = {"base": base_name, "split": split, "context": context, "dim": base.embedding_dim,
+            "layers": list(layers)}
+    if source == "corpus":
+        ids, num_windows = _stream_ids(split, context, max_windows)
+        prefix = split
+    else:
+        prompt = GREEDY_PROMPT_TOKENS if source == "greedy" else MIXED_PROMPT_TOKENS
+        ids, num_windows = target_continuations(base, base_name, split, context=context, max_windows=max_windows,
+                                                prompt_tokens=prompt, progress=progress, log=log)
+        prefix = f"{split}-greedy-p{prompt if source == 'greedy' else '-'.join(map(str, prompt))}"
+        want["source"] = prefix
+    want["num_windows"] = num_windows
 
     def compute(x: torch.Tensor) -> torch.Tensor:            # (n, context) -> (n, context, L+1, D)
         h = base.token_embed.weight[x] + base.pos_embed.weight[torch.arange(x.shape[1], device=x.device)]
@@ -229,7 +331,7 @@ def layer_features(base, base_name: str, split: str, layers: tuple[int, ...], *,
             kept[i] = h
         return torch.stack([kept[i] for i in layers] + [base.ln_final(h)], dim=2)
 
-    stem = f"{split}-layers{'-'.join(map(str, layers))}-ctx{context}-w{num_windows}"
+    stem = f"{prefix}-layers{'-'.join(map(str, layers))}-ctx{context}-w{num_windows}"
     finished = _finished_caches(base_name, stem.rsplit("-w", 1)[0], want)      # one scan, one weights check
     larger = [(n, path) for n, path in finished if n > num_windows]
     smaller = [(n, path) for n, path in finished if n < num_windows]
