@@ -206,13 +206,14 @@ def target_continuations(base, base_name: str, split: str, *, context: int = 256
     it; from the corpus, slot j must guess j - 1 human-written tokens it never sees.
 
     Each window keeps its first ``prompt_tokens`` corpus tokens; the other ``context - prompt_tokens``
-    are the base's greedy continuation. A tuple of lengths takes turns by groups of ``PROMPT_GROUP``
-    (64) windows (window w keeps ``prompt_tokens[(w // 64) % len]``): at inference a drafter meets the
-    target's text a few tokens after a human prompt as often as deep into its own text, and a single
-    short prompt teaches it only the second (``MIXED_PROMPT_TOKENS``, the ``mixed`` source). The rest
-    is (module 16's cached decoding on the fast path, float32,
-    ``g2c.kvcache.fast``: the argmax of logits within 1e-5 of the teaching path's, so a near tie
-    may break the other way; the cache is data, not a test oracle).
+    are the base's greedy continuation, by module 16's cached decoding on the fast path (float32,
+    ``g2c.kvcache.fast``: its logits lie within 1e-5 of the teaching path's, so a near tie may break
+    the other way; the cache is training data, not a test oracle). A tuple of lengths takes turns by
+    groups of ``PROMPT_GROUP`` (64) windows (window w keeps ``prompt_tokens[(w // 64) % len]``;
+    ``MIXED_PROMPT_TOKENS``, the ``mixed`` source): at inference a drafter meets the target's text a
+    few tokens after a human prompt as well as deep into its own text, and one short prompt shows it
+    mostly the second. (Measured in the lineage lesson, "trained on the target's own text": at
+    512,000 tokens the mix did not beat the single 32-token prompt.)
 
     Args:
         base: the loaded ``TransformerLM`` (eval mode, float32), ``base_name``'s weights.
@@ -225,8 +226,7 @@ def target_continuations(base, base_name: str, split: str, *, context: int = 256
     Returns:
         (ids (N,) int64 CPU tensor, number of windows), N = windows x context. Written to
         ``runs/features/<base>/<split>-greedy-p<P>-ctx<context>-w<n>.i32`` (P: the lengths joined by
-        "-"; int32, 1 KB a window)
-        with a ``.json`` record: resumable, redone when the weights change.
+        "-"; int32, 1 KB a window) with a ``.json`` record: resumable, redone when the weights change.
 
     Raises:
         ValueError: context outside [2, base.max_seq_len]; a prompt length outside [1, context - 1] (or
