@@ -47,12 +47,7 @@ from g2c.assets.artifacts import (
     write_artifact,
 )
 from g2c.assets.recipes import features as _features
-from g2c.assets.recipes.features import (
-    Features,
-    FinalStates,
-    layer_features,
-    target_features,
-)
+from g2c.assets.recipes.features import Features, FinalStates, layer_features, target_features
 from g2c.assets.recipes.ladder import RUNS_DIR, bf16_autocast_is_fast, git_commit, machine, precision_note
 
 __all__ = ["DRAFTER_RECIPES", "EQUAL_BUDGET_TOKENS", "RECIPE_VARIANTS", "STATE_READERS", "TRAINING_BUDGETS",

@@ -194,6 +194,12 @@ MIXED_PROMPT_TOKENS = (32, 64, 96, 128, 160, 192, 224)   # "mixed": the corpus/g
 PROMPT_GROUP = 64                                        # windows that share one prompt length (one decode batch)
 
 
+def _greedy_prefix(split: str, prompt_tokens: int | tuple[int, ...]) -> str:
+    """The name every cache of a greedy text starts with: ``<split>-greedy-p<P>`` (lengths joined by "-")."""
+    lengths = prompt_tokens if isinstance(prompt_tokens, tuple) else (prompt_tokens,)
+    return f"{split}-greedy-p{'-'.join(map(str, lengths))}"
+
+
 @torch.no_grad()
 def target_continuations(base, base_name: str, split: str, *, context: int = 256,
                          prompt_tokens: int | tuple[int, ...] = GREEDY_PROMPT_TOKENS, max_windows: int | None = None,
@@ -262,7 +268,7 @@ def target_continuations(base, base_name: str, split: str, *, context: int = 256
                 logits = cached_forward(fast, out[:, pos:pos + 1], cache)
         return out
 
-    stem = f"{split}-greedy-p{'-'.join(map(str, lengths))}-ctx{context}-w{num_windows}"
+    stem = f"{_greedy_prefix(split, lengths)}-ctx{context}-w{num_windows}"
     tokens = _cached_states(base, base_name, stem, want, ids, context, (num_windows * context,), batch_size, compute,
                             f"{base_name} greedy text ({split})", progress, log, dtype=np.int32, indexed=True)
     return torch.from_numpy(np.asarray(tokens).astype(np.int64)), num_windows
@@ -319,7 +325,7 @@ def layer_features(base, base_name: str, split: str, layers: tuple[int, ...], *,
         prompt = GREEDY_PROMPT_TOKENS if source == "greedy" else MIXED_PROMPT_TOKENS
         ids, num_windows = target_continuations(base, base_name, split, context=context, max_windows=max_windows,
                                                 prompt_tokens=prompt, progress=progress, log=log)
-        prefix = f"{split}-greedy-p{prompt if source == 'greedy' else '-'.join(map(str, prompt))}"
+        prefix = _greedy_prefix(split, prompt)
         want["source"] = prefix
     want["num_windows"] = num_windows
 
