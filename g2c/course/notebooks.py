@@ -285,6 +285,12 @@ def main(argv: list[str] | None = None) -> int:
     args = ap.parse_args(argv)
     if args.module_id is None and args.solutions not in (None, "all"):
         # ./notebook.sh --solutions 03: the optional SEL took the id; the solved notebook of 03, every solution
+        try:
+            get_module(args.solutions)
+        except ValueError:        # ./notebook.sh --solutions 01-11: a selection, and no module id at all
+            ap.error(f"'{args.solutions}' is not a module id, and a module id is needed: the notebook to open "
+                     f"comes first and a selection goes after an '=', "
+                     f"e.g. ./notebook.sh 03 --solutions={args.solutions}")
         args.module_id, args.solutions = args.solutions, "all"
     if args.module_id is None:
         ap.error("give a module id, e.g. ./notebook.sh 03 (./notebook.sh --help)")

@@ -203,6 +203,41 @@ def test_target_continuations_are_the_models_greedy_text(tiny):
             F.target_continuations(model, "Tiny", "train", context=16, prompt_tokens=bad, progress=False)
 
 
+def test_target_continuations_seed_a_larger_text_with_a_smaller_finished_one(tiny, monkeypatch):
+    """A larger budget of the ``self`` variant after a smaller one: the smaller finished text's windows
+    are copied in and only the windows past it are decoded; the result equals a text from scratch. A
+    text of other prompt lengths seeds nothing."""
+    model, _ = tiny
+    scratch, _ = F.target_continuations(model, "Tiny", "train", context=16, prompt_tokens=4, max_windows=3,
+                                        batch_size=2, progress=False)
+    for path in (F.FEATURES_DIR / "Tiny").glob("train-greedy-p4-*"):
+        path.unlink()
+    F.target_continuations(model, "Tiny", "train", context=16, prompt_tokens=4, max_windows=2, batch_size=2,
+                           progress=False)
+    F.target_continuations(model, "Tiny", "train", context=16, prompt_tokens=5, max_windows=1, batch_size=2,
+                           progress=False)
+    decoded, lines = [], []
+    real = F._cached_states
+
+    def counting(*args, **kwargs):                         # wrap compute: count the windows actually decoded
+        compute = args[8]
+
+        def counted(x, first):
+            decoded.append(x.shape[0])
+            return compute(x, first)
+        return real(*args[:8], counted, *args[9:], **kwargs)
+    monkeypatch.setattr(F, "_cached_states", counting)
+    grown, n = F.target_continuations(model, "Tiny", "train", context=16, prompt_tokens=4, max_windows=3,
+                                      batch_size=2, progress=False, log=lines.append)
+    assert n == 3 and sum(decoded) == 1
+    assert any("the first 2 windows copied from train-greedy-p4-ctx16-w2.i32" in line for line in lines)
+    assert grown.tolist() == scratch.tolist()
+    decoded.clear()
+    F.target_continuations(model, "Tiny", "train", context=16, prompt_tokens=5, max_windows=3, batch_size=2,
+                           progress=False)
+    assert sum(decoded) == 2                                   # the p5 text of 1 window seeds the p5 text only
+
+
 def test_target_continuations_take_prompt_lengths_in_turn(tiny, monkeypatch):
     """The ``mixed`` text: a tuple of prompt lengths taken in turn by groups of windows (here groups of 1,
     so one decode batch holds two lengths: the longer prompt's row keeps its corpus tokens while the
@@ -244,6 +279,12 @@ def test_layer_features_over_the_models_own_text(tiny, monkeypatch):
     assert (F.FEATURES_DIR / "Tiny" / "train-greedy-p4-10-layers0-ctx16-w2.f16").is_file()
     with pytest.raises(ValueError, match="source must be 'corpus'"):
         F.layer_features(model, "Tiny", "train", (0,), context=16, progress=False, source="target")
+    monkeypatch.setattr(F, "GREEDY_PROMPT_TOKENS", 16)
+    with pytest.raises(ValueError, match=r"source='greedy' keeps the first 16 corpus tokens .* needs context > 16, "
+                                         r"got 16"):
+        F.layer_features(model, "Tiny", "train", (0,), context=16, progress=False, source="greedy")
+    with pytest.raises(ValueError, match=r"source='mixed' keeps the first 10 corpus .* needs context > 10, got 8"):
+        F.layer_features(model, "Tiny", "train", (0,), context=8, progress=False, source="mixed")
 
 
 def test_lineage_recipes_are_complete():
@@ -556,6 +597,8 @@ def test_recipe_variants_change_one_recipe_and_install_apart(tiny_run, monkeypat
     assert "variant" not in D.budgeted_recipe("StoryLM-30M-Block", 512_000)
     with pytest.raises(ValueError, match="has no variant 'kv'; its variants: none"):
         D.budgeted_recipe("StoryLM-30M-Medusa", 512_000, "kv")
+    with pytest.raises(ValueError, match=r"has no variant 'SELFF' \(did you mean 'self'\?\); its variants: kv, "):
+        D.budgeted_recipe("StoryLM-30M-Block", 512_000, "SELFF")                     # as typed, and the near one
     with pytest.raises(ValueError, match="trains at a budget only"):
         D.train_drafter("StoryLM-30M-Block", variant="kv", progress=False, log=lambda *a: None)
     assert checkpoints.main(["--variant", "kv"]) == 2

@@ -133,6 +133,11 @@ def test_main_reads_an_id_after_solutions_and_echoes_its_canonical_spelling(tmp_
     monkeypatch.delenv("G2C_APPLY_SOLUTIONS", raising=False)
     assert main(["3b", "--no-launch"]) == 0 and seen["work"] == "03b"
     assert "the modules 03b needs" in capsys.readouterr().out
+    with pytest.raises(SystemExit) as exc:                 # a selection with no id: said so, not "unknown id 01-11"
+        main(["--solutions", "01-11", "--no-launch"])
+    err = capsys.readouterr().err
+    assert exc.value.code == 2 and "'01-11' is not a module id, and a module id is needed" in err
+    assert "./notebook.sh 03 --solutions=01-11" in err and "unknown course module id" not in err
 
 
 @pytest.fixture

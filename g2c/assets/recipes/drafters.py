@@ -177,9 +177,13 @@ def budgeted_recipe(name: str, tokens: int, variant: str | None = None) -> dict:
     r = dict(DRAFTER_RECIPES[name])
     if variant is not None:
         known = RECIPE_VARIANTS.get(name, {})
-        variant = variant.strip().lower() if isinstance(variant, str) else variant    # "KV" is "kv", as names are
+        typed, variant = variant, variant.strip().lower() if isinstance(variant, str) else variant  # "KV" is "kv"
         if variant not in known:
-            raise ValueError(f"{name} has no variant {variant!r}; its variants: "
+            import difflib
+
+            close = difflib.get_close_matches(variant, list(known), n=1) if isinstance(variant, str) else []
+            raise ValueError(f"{name} has no variant {typed!r}"
+                             + (f" (did you mean {close[0]!r}?)" if close else "") + "; its variants: "
                              + (", ".join(known) if known else "none") + "; every variant: "
                              + "; ".join(f"{n}: {', '.join(v)}" for n, v in RECIPE_VARIANTS.items()))
         r.update(known[variant], variant=variant)

@@ -119,9 +119,9 @@ def _cached_states(base, base_name: str, stem: str, want: dict, ids: torch.Tenso
     return np.memmap(path, dtype=dtype, mode="r", shape=shape)
 
 
-def _finished_caches(base_name: str, prefix: str, want: dict) -> list[tuple[int, Path]]:
-    """(n, path) of every finished layer cache ``<prefix>-w<n>`` whose record matches ``want`` (bar the
-    window count) and the base's current weights."""
+def _finished_caches(base_name: str, prefix: str, want: dict, suffix: str = ".f16") -> list[tuple[int, Path]]:
+    """(n, path) of every finished cache ``<prefix>-w<n><suffix>`` (layer states ``.f16``, token ids
+    ``.i32``) whose record matches ``want`` (bar the window count) and the base's current weights."""
     folder = FEATURES_DIR / base_name
     if not folder.is_dir():
         return []
@@ -135,8 +135,8 @@ def _finished_caches(base_name: str, prefix: str, want: dict) -> list[tuple[int,
         n = record.get("num_windows")
         same = all(record.get(k) == v for k, v in want.items() if k != "num_windows")
         if same and record.get("weights_sha256") == sha and isinstance(n, int) \
-                and record.get("done") == n and record_path.with_suffix(".f16").is_file():
-            found.append((n, record_path.with_suffix(".f16")))
+                and record.get("done") == n and record_path.with_suffix(suffix).is_file():
+            found.append((n, record_path.with_suffix(suffix)))
     return found
 
 
@@ -233,6 +233,9 @@ def target_continuations(base, base_name: str, split: str, *, context: int = 256
         (ids (N,) int64 CPU tensor, number of windows), N = windows x context. Written to
         ``runs/features/<base>/<split>-greedy-p<P>-ctx<context>-w<n>.i32`` (P: the lengths joined by
         "-"; int32, 1 KB a window) with a ``.json`` record: resumable, redone when the weights change.
+        A finished text of FEWER windows (a smaller budget's, same lengths) seeds it: its windows are
+        copied and only the rest are decoded (the seed's last group may have been decoded in a smaller
+        batch, so a near tie there may break otherwise than in a fresh pass; the text is training data).
 
     Raises:
         ValueError: context outside [2, base.max_seq_len]; a prompt length outside [1, context - 1] (or
@@ -269,8 +272,11 @@ def target_continuations(base, base_name: str, split: str, *, context: int = 256
         return out
 
     stem = f"{_greedy_prefix(split, lengths)}-ctx{context}-w{num_windows}"
+    smaller = [(n, path) for n, path in _finished_caches(base_name, stem.rsplit("-w", 1)[0], want, ".i32")
+               if n < num_windows]    # a smaller budget's text: its windows are the first of ours (same turns)
     tokens = _cached_states(base, base_name, stem, want, ids, context, (num_windows * context,), batch_size, compute,
-                            f"{base_name} greedy text ({split})", progress, log, dtype=np.int32, indexed=True)
+                            f"{base_name} greedy text ({split})", progress, log, dtype=np.int32, indexed=True,
+                            seed=max(smaller)[::-1] if smaller else None)
     return torch.from_numpy(np.asarray(tokens).astype(np.int64)), num_windows
 
 
@@ -304,8 +310,9 @@ def layer_features(base, base_name: str, split: str, layers: tuple[int, ...], *,
         file stays (delete it to free its disk).
 
     Raises:
-        ValueError: context outside [2, base.max_seq_len], a layer outside the base, or a ``source``
-            other than "corpus", "greedy" and "mixed".
+        ValueError: context outside [2, base.max_seq_len], a layer outside the base, a ``source``
+            other than "corpus", "greedy" and "mixed", or a greedy source whose context is not longer
+            than its (longest) prompt, so no token would be the base's.
         FileNotFoundError: the split is not prepared (run ``./datasets.sh``).
     """
     if not 2 <= context <= base.max_seq_len:
@@ -323,6 +330,10 @@ def layer_features(base, base_name: str, split: str, layers: tuple[int, ...], *,
         prefix = split
     else:
         prompt = GREEDY_PROMPT_TOKENS if source == "greedy" else MIXED_PROMPT_TOKENS
+        longest = max(prompt) if isinstance(prompt, tuple) else prompt
+        if context <= longest:        # said here: the caller chose a source and a context, not prompt lengths
+            raise ValueError(f"source={source!r} keeps the first {longest} corpus tokens of each window and "
+                             f"continues the rest, so it needs context > {longest}, got {context}")
         ids, num_windows = target_continuations(base, base_name, split, context=context, max_windows=max_windows,
                                                 prompt_tokens=prompt, progress=progress, log=log)
         prefix = _greedy_prefix(split, prompt)
