@@ -500,8 +500,9 @@ examples:
                                            retrain a drafter at a budget of target tokens seen (or
                                            'equal': EAGLE's 5.7M) into runs/budget-<T>/; resumable
   ./checkpoints.sh --train StoryLM-30M-Block --budget 512k --variant kv
-                                           a paper design or an ablation at that budget (Block: kv;
-                                           EAGLE3: ttt1, ttt7; EAGLE: tokens) into runs/budget-<T>-<variant>/
+                                           a paper design or an ablation at that budget (Block: kv, self,
+                                           mixed; EAGLE3: ttt1, ttt7, self; EAGLE: tokens, self; Medusa:
+                                           self) into runs/budget-<T>-<variant>/
   ./checkpoints.sh --train --force         retrain everything from scratch: tokenizer, ladder, drafters
                                            (the TinyStories sample is data: verified and restored, never trained)""")
     ap.add_argument("names", nargs="*", metavar="NAME", help="artifacts to act on (default: all)")
@@ -517,7 +518,8 @@ examples:
                          "200k, or 'equal' = EAGLE's); steps follow from it; installs into runs/budget-<T>/")
     ap.add_argument("--variant", metavar="NAME", default=None,
                     help="with --train NAME --budget T: a recipe variant (g2c.assets.recipes.drafters."
-                         "RECIPE_VARIANTS: Block kv/self/mixed, EAGLE3 ttt1/ttt7, EAGLE tokens); installs into "
+                         "RECIPE_VARIANTS: Block kv/self/mixed, EAGLE3 ttt1/ttt7/self, EAGLE tokens/self, "
+                         "Medusa self); installs into "
                          "runs/budget-<T>-<variant>/")
     ap.add_argument("--from", dest="source", metavar="DIR", help="install from a mirror laid out like artifacts/")
     ap.add_argument("--force", action="store_true", help="replace verified artifacts (install or retrain)")

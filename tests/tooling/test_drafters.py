@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import math
+import re
 
 import numpy as np
 import pytest
@@ -595,8 +596,12 @@ def test_recipe_variants_change_one_recipe_and_install_apart(tiny_run, monkeypat
     assert D.budgeted_recipe("StoryLM-30M-Block", 512_000, "mixed")["text"] == "mixed"
     assert D.budgeted_recipe("StoryLM-30M-Block", 512_000, " KV ")["variant"] == "kv"       # any case, as names
     assert "variant" not in D.budgeted_recipe("StoryLM-30M-Block", 512_000)
-    with pytest.raises(ValueError, match="has no variant 'kv'; its variants: none"):
+    for name in ("StoryLM-30M-Medusa", "StoryLM-30M-EAGLE", "StoryLM-30M-EAGLE3"):     # self-distillation too
+        assert D.budgeted_recipe(name, 512_000, "self")["text"] == "greedy"
+    with pytest.raises(ValueError, match="has no variant 'kv'; its variants: self;"):
         D.budgeted_recipe("StoryLM-30M-Medusa", 512_000, "kv")
+    with pytest.raises(ValueError, match="has no variant 'self'; its variants: none"):
+        D.budgeted_recipe("StoryLM-30M-MTP", 512_000, "self")
     with pytest.raises(ValueError, match=r"has no variant 'SELFF' \(did you mean 'self'\?\); its variants: kv, "):
         D.budgeted_recipe("StoryLM-30M-Block", 512_000, "SELFF")                     # as typed, and the near one
     with pytest.raises(ValueError, match="trains at a budget only"):
@@ -611,6 +616,11 @@ def test_recipe_variants_change_one_recipe_and_install_apart(tiny_run, monkeypat
     assert checkpoints.train(["StoryLM-30M-Medusa"], force=False, root=None, budget=100, variant="ttt7") == 2
     assert "has no variant 'ttt7'" in capsys.readouterr().err
     assert D.budget_root(100, "kv") == D.RUNS_DIR / "budget-100-kv"
+    helped = " ".join(checkpoints.build_parser().format_help().split())        # every variant is in --help
+    for name, variants in D.RECIPE_VARIANTS.items():
+        short = name.removeprefix("StoryLM-30M-")
+        assert re.search(rf"{short}: {', '.join(variants)}[;)]", helped), (short, helped)         # the epilog
+        assert re.search(rf"{short} {'/'.join(variants)}[,)]", helped), (short, helped)           # --variant
     # a tiny kv run: its recipe, config and install folder say which design it is
     recipe = {**D.DRAFTER_RECIPES["StoryLM-30M-Block"], "context": 16, "batch_size": 2, "val_windows": 2,
               "block_size": 4, "context_rows": 4, "anchors_per_window": 2}

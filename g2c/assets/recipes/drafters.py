@@ -105,8 +105,11 @@ RECIPE_VARIANTS = {
                           "self": {"text": "greedy"},             # trained on the target's own greedy text
                           "mixed": {"text": "mixed"}},            # ... after corpus prompts of 32..224 tokens
     "StoryLM-30M-EAGLE3": {"ttt1": {"ttt_steps": 1},              # no training-time test (one step)
-                           "ttt7": {"ttt_steps": 7}},             # the reference training's 7 steps
-    "StoryLM-30M-EAGLE": {"tokens": {"feature_inputs": False}},   # the same head on tokens only
+                           "ttt7": {"ttt_steps": 7},              # the reference training's 7 steps
+                           "self": {"text": "greedy"}},
+    "StoryLM-30M-EAGLE": {"tokens": {"feature_inputs": False},    # the same head on tokens only
+                          "self": {"text": "greedy"}},
+    "StoryLM-30M-Medusa": {"self": {"text": "greedy"}},           # Medusa-2's self-distillation (section 2.3.2)
 }
 
 
