@@ -391,6 +391,10 @@ drafter that reads the target's states, on every training window, all steps run)
   layer, one causal block, trained on tokens only with a 3-step training-time test (EAGLE-3, 2025).
 - **StoryLM-30M-Block** (`block`): `BlockHead`: 8 fused context rows + the anchor + 8 mask slots,
   two blocks, one pass per block; random anchors, slot j weighted exp(-(j-1)/4) (after DFlash, 2026).
+  It learns from the target's own text: each training window keeps its first 32 corpus tokens and
+  the other 224 are StoryLM-30M's greedy continuation (self-distillation, as Medusa-2 section 2.3.2
+  and DFlash train), so its agreement is on that text's validation windows, not the corpus (on the
+  corpus its slot 1 agrees 0.59; the lineage lesson compares both).
 {windows_text}
 
 {best_text}
@@ -409,14 +413,16 @@ runs/budget-<T>` records their manifests here. Agreement as above (EAGLE: one nu
 draft step; EAGLE-3: per unrolled step; Medusa: per head; Block: per slot). A row "variant V" is a
 paper design or an ablation trained at the same budget (`--variant V`, issue 29; the lineage
 lesson's "The paper designs and the ablations"): Block kv injects the features into every draft
-layer's keys and values (DFlash); Block self learns from the target's own greedy continuation of
-each window after its first 32 tokens instead of the corpus (self-distillation), Block mixed from
-the same after 32 to 224 corpus tokens in turn (their agreement is on that text's validation
-windows, not the corpus: the lesson compares them on both); EAGLE3 ttt1 / ttt7 unroll 1 / 7 training-time-test
-steps (the recipe: 3); EAGLE tokens reads zeros instead of the target's features. "Precision" is how the run
-trained: bf16 (bfloat16 autocast, the AVX-512 VM of the earlier sessions) or fp32 (a 2-core AVX2 VM,
-where bfloat16 autocast would have been about 50 times slower); wall times are comparable only
-within one precision.
+layer's keys and values (DFlash), on the corpus; Block rows with no variant learned from the
+corpus (the recipe until the shipped block drafter became self-distilled; `--variant corpus` now
+reproduces them); Block self and Medusa self learn from the target's own greedy continuation of
+each window after its first 32 tokens (self-distillation, the shipped block drafter's text), Block
+mixed from the same after 32 to 224 corpus tokens in turn (their agreement is on that text's
+validation windows, not the corpus: the lesson compares them on both); EAGLE3 ttt1 / ttt7 unroll
+1 / 7 training-time-test steps (the recipe: 3); EAGLE tokens reads zeros instead of the target's
+features. "Precision" is how the run trained: bf16 (bfloat16 autocast, on a 2-core AVX-512 VM) or
+fp32 (a 2-core AVX2 VM, where bfloat16 autocast would have been about 50 times slower); wall times
+are comparable only within one precision.
 
 {budgets or "(no budgeted retraining recorded yet)"}
 

@@ -501,7 +501,7 @@ examples:
                                            'equal': EAGLE's 5.7M) into runs/budget-<T>/; resumable
   ./checkpoints.sh --train StoryLM-30M-Block --budget 512k --variant kv
                                            a paper design or an ablation at that budget (Block: kv, self,
-                                           mixed; EAGLE3: ttt1, ttt7, self; EAGLE: tokens, self; Medusa:
+                                           mixed, corpus; EAGLE3: ttt1, ttt7, self; EAGLE: tokens, self; Medusa:
                                            self) into runs/budget-<T>-<variant>/
   ./checkpoints.sh --train --force         retrain everything from scratch: tokenizer, ladder, drafters
                                            (the TinyStories sample is data: verified and restored, never trained)""")
@@ -518,7 +518,7 @@ examples:
                          "200k, or 'equal' = EAGLE's); steps follow from it; installs into runs/budget-<T>/")
     ap.add_argument("--variant", metavar="NAME", default=None,
                     help="with --train NAME --budget T: a recipe variant (g2c.assets.recipes.drafters."
-                         "RECIPE_VARIANTS: Block kv/self/mixed, EAGLE3 ttt1/ttt7/self, EAGLE tokens/self, "
+                         "RECIPE_VARIANTS: Block kv/self/mixed/corpus, EAGLE3 ttt1/ttt7/self, EAGLE tokens/self, "
                          "Medusa self); installs into "
                          "runs/budget-<T>-<variant>/")
     ap.add_argument("--from", dest="source", metavar="DIR", help="install from a mirror laid out like artifacts/")

@@ -101,14 +101,18 @@ def continuation(ctx, ids):
 # %% [markdown]
 # The four heads were trained at ONE budget: each saw the same number of target tokens, EAGLE's
 # 5,734,400, so the differences below are the methods', not the training budgets'. Each manifest
-# records its budget and its validation agreement with the target (per head, slot or draft step):
+# records its budget and its validation agreement with the target (per head, slot or draft step).
+# The block drafter learned from the target's own greedy text (self-distillation: each window's
+# first 32 corpus tokens, then what the target wrote), so its agreement is on that text, the others'
+# on the corpus:
 
 # %%
 for name in ("StoryLM-30M-Medusa", "StoryLM-30M-EAGLE", "StoryLM-30M-EAGLE3", "StoryLM-30M-Block"):
     m = verify_artifact(name)
     agree = [f"{v:.2f}" for k, v in sorted(m["val"].items()) if k.startswith("val_agree")]
+    text = "the target's own text" if m["recipe"].get("text") == "greedy" else "the corpus"
     say(f"{name:<20} {m['tokens_seen']:>10,} target tokens seen, {m['epochs']} epochs; validation agreement "
-        + "/".join(agree))
+        + "/".join(agree) + f" (on {text})")
 
 
 # %% [markdown]

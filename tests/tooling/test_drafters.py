@@ -596,6 +596,11 @@ def test_recipe_variants_change_one_recipe_and_install_apart(tiny_run, monkeypat
     assert D.budgeted_recipe("StoryLM-30M-Block", 512_000, "mixed")["text"] == "mixed"
     assert D.budgeted_recipe("StoryLM-30M-Block", 512_000, " KV ")["variant"] == "kv"       # any case, as names
     assert "variant" not in D.budgeted_recipe("StoryLM-30M-Block", 512_000)
+    # the shipped block drafter learns from the target's own text; "corpus" is the former recipe, and kv
+    # (measured against it) stays on the corpus
+    assert D.budgeted_recipe("StoryLM-30M-Block", 512_000)["text"] == "greedy"
+    assert D.budgeted_recipe("StoryLM-30M-Block", 512_000, "corpus")["text"] == "corpus"
+    assert r["text"] == "corpus" and "text" not in D.budgeted_recipe("StoryLM-30M-Medusa", 512_000)
     for name in ("StoryLM-30M-Medusa", "StoryLM-30M-EAGLE", "StoryLM-30M-EAGLE3"):     # self-distillation too
         assert D.budgeted_recipe(name, 512_000, "self")["text"] == "greedy"
     with pytest.raises(ValueError, match="has no variant 'kv'; its variants: self;"):
