@@ -415,14 +415,14 @@ paper design or an ablation trained at the same budget (`--variant V`, issue 29;
 lesson's "The paper designs and the ablations"): Block kv injects the features into every draft
 layer's keys and values (DFlash), on the corpus; Block rows with no variant learned from the
 corpus (the recipe until the shipped block drafter became self-distilled; `--variant corpus` now
-reproduces them); Block self and Medusa self learn from the target's own greedy continuation of
-each window after its first 32 tokens (self-distillation, the shipped block drafter's text), Block
-mixed from the same after 32 to 224 corpus tokens in turn (their agreement is on that text's
-validation windows, not the corpus: the lesson compares them on both); EAGLE3 ttt1 / ttt7 unroll
-1 / 7 training-time-test steps (the recipe: 3); EAGLE tokens reads zeros instead of the target's
-features. "Precision" is how the run trained: bf16 (bfloat16 autocast, on a 2-core AVX-512 VM) or
-fp32 (a 2-core AVX2 VM, where bfloat16 autocast would have been about 50 times slower); wall times
-are comparable only within one precision.
+reproduces them); every "self" row (Block, Medusa, EAGLE, EAGLE3) learns from the target's own
+greedy continuation of each window after its first 32 tokens (self-distillation, the shipped block
+drafter's text), Block mixed from the same after 32 to 224 corpus tokens in turn (their agreement
+is on that text's validation windows, not the corpus: the lesson compares them on both); EAGLE3
+ttt1 / ttt7 unroll 1 / 7 training-time-test steps (the recipe: 3); EAGLE tokens reads zeros
+instead of the target's features. "Precision" is how the run trained: bf16 (bfloat16 autocast,
+on a 2-core AVX-512 VM) or fp32 (a 2-core AVX2 VM, where bfloat16 autocast would have been about
+50 times slower); wall times are comparable only within one precision.
 
 {budgets or "(no budgeted retraining recorded yet)"}
 
