@@ -8,6 +8,7 @@
                                         # tau only: greedy, T = 0.8 with top ranks, T = 0.8 with sampled drafts
                                         # (3 draws per prompt pooled, --draws N; about 15 min)
     python bench/lineage.py --medusa-joint-only --threads 1
+                                        # Medusa's k-gram agreement against the product of its heads' marginals
     python bench/lineage.py --ttt-agreement-only --rows EAGLE-3 --drafters runs/budget-512000-ttt1 --threads 1
                                         # EAGLE-3's agreement at draft steps 1..7 (a training-time-test ablation)
     python bench/lineage.py --block-agreement-only --drafters runs/budget-512000-self --threads 1
@@ -22,7 +23,6 @@
                                         # lossless against it); fast on CPUs with AVX512-BF16 or AMX
     python bench/lineage.py --drafters runs/budget-512000 --greedy-only --threads 1
                                         # the drafters retrained at one budget (./checkpoints.sh --budget)
-                                        # Medusa's k-gram agreement against the product of its heads' marginals
 
 Rows (every drafter the course ships, each drafting for the same StoryLM-30M, float32):
 
@@ -153,6 +153,13 @@ def tokens_seen(kind: str, artifact: str | None, root: Path | None = None) -> st
 def drafters_dir(text: str) -> Path:
     """``--drafters DIR``: an ``artifacts/``-like folder holding drafters (``models/<Name>/manifest.json``)."""
     path = Path(text)
+    if not path.is_dir():
+        raise argparse.ArgumentTypeError(f"{text}: no such folder (./checkpoints.sh --train NAME --budget T "
+                                         "installs into runs/budget-<T>[-<variant>]/)")
+    for up in (path.parent, path.parent.parent):    # one or two levels too deep: models/ or models/<Name>/
+        if up != path and up.name.startswith("budget-") and any(up.glob("models/*/manifest.json")):
+            raise argparse.ArgumentTypeError(f"{text} is inside a budgeted run's folder: give the folder itself, "
+                                             f"{up}")
     if not any(path.glob("models/*/manifest.json")):
         raise argparse.ArgumentTypeError(
             f"{text} holds no drafters (no models/<Name>/manifest.json): give a budgeted retraining's folder, "
@@ -334,13 +341,21 @@ def load_heads(target, names, root: Path | None = None) -> dict:
         if name is None or name in models:
             continue
         if root is not None and reads_states(name) and not artifact_dir(name, root).is_dir():
+            from g2c.assets.recipes.drafters import RECIPE_VARIANTS
+
             parts = root.name.split("-")            # budget-<T>[-<variant>]: say how to train it THERE
-            how = (f"./checkpoints.sh --train {name} --budget {parts[1]}"
-                   + (f" --variant {'-'.join(parts[2:])}" if len(parts) > 2 else "")
-                   if parts[0] == "budget" and len(parts) > 1 and parts[1].isdigit() else "./checkpoints.sh --train "
-                   f"{name} --budget T")
+            variant = "-".join(parts[2:])
+            budgeted = parts[0] == "budget" and len(parts) > 1 and parts[1].isdigit()
+            held = sorted(p.name for p in (root / "models").glob("*") if p.is_dir()) if root.is_dir() else []
+            rows_hint = (f"choose rows of the drafters it holds ({', '.join(held)}) with --rows" if held
+                         else "give a folder that holds it")
+            if budgeted and variant and variant not in RECIPE_VARIANTS.get(name, {}):
+                raise FileNotFoundError(f"{root} holds no {name} (its rows need it), and {name} has no variant "
+                                        f"{variant!r}, so it cannot be trained there: {rows_hint}")
+            how = (f"./checkpoints.sh --train {name} --budget {parts[1]}" + (f" --variant {variant}" if variant else "")
+                   if budgeted else f"./checkpoints.sh --train {name} --budget T")
             raise FileNotFoundError(f"{root} holds no {name} (its rows need it): train it there with {how}, or "
-                                    "choose the rows it holds with --rows")
+                                    + rows_hint)
         if root is None or not reads_states(name):
             model, _ = load_model(name, device=target.device)
         else:                         # a budgeted run's folder: ./checkpoints.sh (artifacts/ only) cannot repair it

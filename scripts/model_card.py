@@ -159,13 +159,14 @@ BUDGETS = ROOT / "docs" / "bench" / "budgets"
 MANIFEST_KEYS = ("name", "drafter", "tokens_seen", "epochs", "steps", "recipe", "val", "wall_time_s")
 
 
-def record_budget(run_root: Path) -> Path:
+def record_budget(run_root: Path, copy: bool = True) -> Path:
     """Copy the manifests (not the weights) of a budgeted retraining (``runs/budget-<T>/``, from
     ``./checkpoints.sh --train NAME --budget T``) to ``docs/bench/budgets/budget-<T>/`` (same layout:
-    ``models/<Name>/manifest.json``), the record the model card's "At one budget" table reads.
+    ``models/<Name>/manifest.json``), the record the model card's "At one budget" table reads (a
+    manifest recorded before under the same name is replaced). ``copy=False`` only checks.
 
     Raises:
-        FileNotFoundError: no ``models/<Name>/manifest.json`` under ``run_root``.
+        FileNotFoundError: ``run_root`` is not a folder, or holds no ``models/<Name>/manifest.json``.
         ValueError: ``run_root`` is not named ``budget-<T>`` or ``budget-<T>-<variant>`` (the card's
             tables read the budget from the name), it is the record itself, or a manifest is not a
             training manifest (not JSON, or missing a key the card's table reads: ``MANIFEST_KEYS``;
@@ -182,6 +183,9 @@ def record_budget(run_root: Path) -> Path:
     dest = BUDGETS / run_root.name
     if dest.resolve() == run_root:
         raise ValueError(f"{run_root} is the record itself; record the run's folder (runs/{run_root.name})")
+    if not run_root.is_dir():
+        raise FileNotFoundError(f"{run_root}: no such folder (./checkpoints.sh --train NAME --budget T installs "
+                                "into runs/budget-<T>[-<variant>]/)")
     found = sorted(run_root.glob("models/*/manifest.json"))
     if not found:
         raise FileNotFoundError(f"{run_root}: no models/<Name>/manifest.json (run ./checkpoints.sh --train NAME "
@@ -194,6 +198,8 @@ def record_budget(run_root: Path) -> Path:
         missing = [k for k in MANIFEST_KEYS if not isinstance(m, dict) or k not in m]
         if missing:
             raise ValueError(f"{path}: not a drafter's training manifest (missing {', '.join(missing)})")
+    if not copy:
+        return dest
     for path in found:
         (dest / "models" / path.parent.name).mkdir(parents=True, exist_ok=True)
         shutil.copyfile(path, dest / "models" / path.parent.name / "manifest.json")
@@ -232,6 +238,8 @@ def budget_section() -> str:
             m = json.loads(path.read_text())
             variant = m["recipe"].get("variant")
             label = m["name"] if variant is None else f"{m['name']}, variant {variant}"
+            if variant is None and m["recipe"].get("text", "corpus") != "corpus":   # a recipe's own text
+                label += f", text {m['recipe']['text']}"
             rows.append(f"| {label} | {m['drafter']} | {m['tokens_seen']:,} | {m['epochs']} | {m['steps']} | "
                         f"{training_windows(m)} | {agreement(m['val'])} | "
                         f"{m['wall_time_s'] / 60:.1f} min | {precision(m)} |")
@@ -257,12 +265,15 @@ def parse_args(argv):
 def main(argv=None) -> int:
     args = parse_args(sys.argv[1:] if argv is None else argv)        # --help, or a bad flag: exit before any work
     if args.record_budget:
-        for run_root in args.record_budget:
-            try:
+        try:
+            for run_root in args.record_budget:              # every folder checked before one is copied
+                record_budget(run_root, copy=False)
+            for run_root in args.record_budget:
                 print(f"model_card: recorded {record_budget(run_root)}")
-            except (OSError, ValueError) as err:
-                print(f"model_card: {err}", file=sys.stderr)
-                return 1
+        except (OSError, ValueError) as err:
+            print(f"model_card: {err}", file=sys.stderr)
+            return 1
+        print("model_card: run python scripts/model_card.py (no flags, a few minutes) to rewrite docs/models.md")
         return 0
     os.environ.setdefault("G2C_QUIET", "1")
     g2c.use_solutions(os.environ.get(g2c.course.SOLUTIONS_ENV) or "all")
@@ -409,20 +420,22 @@ drafter that reads the target's states, on every training window, all steps run)
 reads the target's states at ONE budget (`./checkpoints.sh --train NAME --budget T`: all steps
 run, the same first T / 256 training windows for every drafter, one feature pass; MTP and EAGLE
 read only the final states of that cache); `python scripts/model_card.py --record-budget
-runs/budget-<T>` records their manifests here. Agreement as above (EAGLE: one number, its first
+runs/budget-<T>` records their manifests in `docs/bench/budgets/`, and the card, rewritten by
+`python scripts/model_card.py`, tables them here. Agreement as above (EAGLE: one number, its first
 draft step; EAGLE-3: per unrolled step; Medusa: per head; Block: per slot). A row "variant V" is a
 paper design or an ablation trained at the same budget (`--variant V`, issue 29; the lineage
 lesson's "The paper designs and the ablations"): Block kv injects the features into every draft
-layer's keys and values (DFlash), on the corpus; Block rows with no variant learned from the
-corpus (the recipe until the shipped block drafter became self-distilled; `--variant corpus` now
-reproduces them); every "self" row (Block, Medusa, EAGLE, EAGLE3) learns from the target's own
-greedy continuation of each window after its first 32 tokens (self-distillation, the shipped block
-drafter's text), Block mixed from the same after 32 to 224 corpus tokens in turn (their agreement
-is on that text's validation windows, not the corpus: the lesson compares them on both); EAGLE3
-ttt1 / ttt7 unroll 1 / 7 training-time-test steps (the recipe: 3); EAGLE tokens reads zeros
-instead of the target's features. "Precision" is how the run trained: bf16 (bfloat16 autocast,
-on a 2-core AVX-512 VM) or fp32 (a 2-core AVX2 VM, where bfloat16 autocast would have been about
-50 times slower); wall times are comparable only within one precision.
+layer's keys and values (DFlash), on the corpus; Block rows with no variant and no text learned
+from the corpus (the recipe until the shipped block drafter became self-distilled; `--variant
+corpus` now reproduces them), a row "text greedy" from the shipped recipe's text; every "self" row
+(Block, Medusa, EAGLE, EAGLE3) learns from the target's own greedy continuation of each window
+after its first 32 tokens (self-distillation, the shipped block drafter's text), Block mixed from
+the same after 32 to 224 corpus tokens in turn (their agreement is on that text's validation
+windows, not the corpus: the lesson compares them on both); EAGLE3 ttt1 / ttt7 unroll 1 / 7
+training-time-test steps (the recipe: 3); EAGLE tokens reads zeros instead of the target's
+features. "Precision" is how the run trained: bf16 (bfloat16 autocast, on a 2-core AVX-512 VM) or
+fp32 (a 2-core AVX2 VM, where bfloat16 autocast would have been about 50 times slower); wall times
+are comparable only within one precision.
 
 {budgets or "(no budgeted retraining recorded yet)"}
 

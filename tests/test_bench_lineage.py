@@ -235,10 +235,17 @@ def test_a_drafter_missing_from_a_budget_tree_names_the_command_that_trains_it_t
     bench = _bench()
     root = tmp_path / "budget-512000-kv"
     (root / "models" / "StoryLM-30M-Block").mkdir(parents=True)
-    with pytest.raises(FileNotFoundError, match=r"holds no StoryLM-30M-Medusa .*--train StoryLM-30M-Medusa "
-                                                r"--budget 512000 --variant kv"):
+    self_root = tmp_path / "budget-512000-self"
+    (self_root / "models" / "StoryLM-30M-Block").mkdir(parents=True)
+    with pytest.raises(FileNotFoundError, match=r"holds no StoryLM-30M-EAGLE3 .*--train StoryLM-30M-EAGLE3 "
+                                                r"--budget 512000 --variant self, or choose rows of the drafters it "
+                                                r"holds \(StoryLM-30M-Block\) with --rows"):
+        bench.load_heads(None, ["StoryLM-30M-EAGLE3"], self_root)
+    # a helper's trial: Medusa has no variant kv, and the hint said to train it with --variant kv
+    with pytest.raises(FileNotFoundError, match=r"holds no StoryLM-30M-Medusa .*has no variant 'kv', so it cannot "
+                                                r"be trained there: choose rows of the drafters it holds"):
         bench.load_heads(None, ["StoryLM-30M-Medusa"], root)
-    with pytest.raises(FileNotFoundError, match=r"--train StoryLM-30M-EAGLE --budget 1000000, or choose"):
+    with pytest.raises(FileNotFoundError, match=r"--train StoryLM-30M-EAGLE --budget 1000000, or give a folder"):
         bench.load_heads(None, ["StoryLM-30M-EAGLE"], tmp_path / "budget-1000000")
 
 

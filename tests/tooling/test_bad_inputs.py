@@ -87,6 +87,11 @@ SCRIPTS: dict[str, dict[str, tuple[list[str], str]]] = {
         "output is a folder": (["--json", str(REPO_ROOT / "docs")], r"argument --json: .*docs is a folder"),
         "no drafters there": (["--drafters", str(REPO_ROOT / "docs")], r"argument --drafters: .*docs holds no "
                                                                         r"drafters .*--budget"),
+        "no such folder": (["--drafters", str(REPO_ROOT / "runs" / "budget-7")], r"argument --drafters: .*budget-7: "
+                                                                                  r"no such folder"),
+        "one level too deep": (["--drafters", str(REPO_ROOT / "docs/bench/budgets/budget-512000/models/StoryLM-30M-"
+                                                  "Block")],
+                               r"inside a budgeted run's folder: give the folder itself, .*budgets/budget-512000$"),
         "two modes at once": (["--ttt-agreement-only", "--draft-vocab-only"], r"are separate measurements"),
         "a row the mode lacks": (["--draft-vocab-only", "--rows", "Medusa"], r"measures the EAGLE-3 row"),
         "option without its mode": (["--draft-dtype", "bfloat16"], r"--draft-dtype sets the fast path's drafters: "

@@ -459,6 +459,9 @@ def test_model_card_records_a_budget_and_tables_it(tmp_path, monkeypatch):
     spec.loader.exec_module(card)
     monkeypatch.setattr(card, "BUDGETS", tmp_path / "budgets")
     run = tmp_path / "runs" / "budget-2048"
+    with pytest.raises(FileNotFoundError, match="budget-2048: no such folder"):
+        card.record_budget(run)
+    run.mkdir(parents=True)
     with pytest.raises(FileNotFoundError, match="--budget T first"):
         card.record_budget(run)
     (run / "models" / "StoryLM-30M-Medusa").mkdir(parents=True)
@@ -467,12 +470,20 @@ def test_model_card_records_a_budget_and_tables_it(tmp_path, monkeypatch):
                 "recipe": {"features_windows": 8}, "val": {"val_agree_1": 0.25, "val_agree_2": 0.125},
                 "wall_time_s": 90.0}
     (run / "models" / "StoryLM-30M-Medusa" / "manifest.json").write_text(json.dumps(manifest))
+    assert card.main(["--record-budget", str(run), str(tmp_path / "runs" / "budget-5")]) == 1   # all or nothing
+    assert not (tmp_path / "budgets").exists()
     assert card.main(["--record-budget", str(run)]) == 0
     copied = tmp_path / "budgets" / "budget-2048" / "models" / "StoryLM-30M-Medusa"
     assert sorted(p.name for p in copied.iterdir()) == ["manifest.json"]          # the record, not the weights
     section = card.budget_section()
     assert "#### budget-2048 (2,048 target tokens each)" in section
     assert "| StoryLM-30M-Medusa | medusa | 2,048 | 1.0 | 1 | 8 | 0.25/0.12 | 1.5 min | bf16 |" in section
+    # a recipe whose own text is not the corpus (the shipped block drafter's) says so without a variant
+    block = {**manifest, "name": "StoryLM-30M-Block", "drafter": "block", "recipe": {"text": "greedy"}}
+    (run / "models" / "StoryLM-30M-Block").mkdir()
+    (run / "models" / "StoryLM-30M-Block" / "manifest.json").write_text(json.dumps(block))
+    assert card.main(["--record-budget", str(run)]) == 0
+    assert "| StoryLM-30M-Block, text greedy | block | 2,048 |" in card.budget_section()
     assert card.precision({"recipe": {"bf16_autocast": False}}) == "fp32"        # a float32 retrain (AVX2 CPU)
     # past one epoch the recipe asks for more windows than the split has; the card shows the ones read
     old = {"recipe": {"features_windows": 11720, "data": "StoryLM-30M's outputs of blocks 2, 4, 6 and final "
@@ -502,8 +513,8 @@ def test_model_card_parses_its_flags_before_any_work(tmp_path, monkeypatch, caps
     assert "--record-budget RUN_ROOT" in capsys.readouterr().out
     assert card.main(["--record-budget", str(tmp_path / "runs" / "budget-7")]) == 1
     err = capsys.readouterr().err
-    assert err.startswith("model_card: ") and "budget-7: no models/<Name>/manifest.json" in err
-    assert "--budget T first" in err and len(err.splitlines()) == 1 and not (tmp_path / "budgets").exists()
+    assert err.startswith("model_card: ") and "budget-7: no such folder" in err
+    assert "--budget T installs" in err and len(err.splitlines()) == 1 and not (tmp_path / "budgets").exists()
     # a second trial: any folder was "recorded", a bad manifest copied as is (the card's rebuild then failed
     # with a raw KeyError after redrawing its figures), and the record could be "recorded" onto itself
     good = {"name": "StoryLM-30M-Medusa", "drafter": "medusa", "tokens_seen": 2048, "epochs": 1.0, "steps": 1,
@@ -640,7 +651,10 @@ def test_recipe_variants_change_one_recipe_and_install_apart(tiny_run, monkeypat
     assert manifest["recipe"]["variant"] == "kv" and (tmp_path / "runs" / "StoryLM-30M-Block-budget64-kv").is_dir()
     # a tiny self run learns from the base's own greedy text (its own feature cache), and says so
     monkeypatch.setattr(F, "GREEDY_PROMPT_TOKENS", 4)
-    D.train_drafter("StoryLM-30M-Block", budget=64, variant="self", progress=False, log=lambda *a: None)
+    said = []
+    D.train_drafter("StoryLM-30M-Block", budget=64, variant="self", progress=False, log=said.append)
+    # a helper's trial: a budget typed 1000 times too large said nothing of its size until the text was decoded
+    assert "steps of" in said[0] and "on the base's own greedy text; first the base's states" in said[0], said
     root, manifest, _ = roots[-1]
     assert root == tmp_path / "runs" / "budget-64-self" and manifest["recipe"]["text"] == "greedy"
     assert "of its own greedy text (each window's first 4 corpus tokens continued)" in manifest["recipe"]["data"]
