@@ -222,6 +222,13 @@ def parse_args(argv):
     ap.add_argument("--figure", type=cli.output_file(as_path=True), default=None, help="write the figure (png) here")
     ap.add_argument("--json", type=cli.output_file(as_path=True), default=None, help="write every number (json) here")
     args = ap.parse_args(argv)
+    measuring = [flag for flag, on in (("--ttt-agreement-only", args.ttt_agreement_only),
+                                       ("--draft-vocab-only", args.draft_vocab_only),
+                                       ("--block-agreement-only", args.block_agreement_only),
+                                       ("--medusa-joint-only", args.medusa_joint_only)) if on]
+    if measuring and args.draft_dtype is not None:       # before "add --fast", which such a mode refuses
+        ap.error(f"{measuring[0]} reads the drafters in float32 on the teaching path: --draft-dtype does not "
+                 "apply to it")
     if args.draft_dtype is not None and not args.fast:
         ap.error("--draft-dtype sets the fast path's drafters: add --fast")
     if args.draft_dtype is not None and args.rows and not any(r[3] for r in ROWS if r[0] in args.rows.split(",")):
@@ -244,11 +251,13 @@ def parse_args(argv):
             args.rows = row
         elif row not in args.rows.split(","):
             ap.error(f"{flag} measures the {row} row: add it to --rows (or drop --rows)")
-        for name, value in (("--json", args.json), ("--figure", args.figure), ("--fast", args.fast)):
+        for name, value in (("--json", args.json), ("--figure", args.figure), ("--fast", args.fast),
+                            ("--no-sweep", args.no_sweep), ("--greedy-only", args.greedy_only),
+                            ("--quick", args.quick)):
             if value:
                 ap.error(f"{flag} prints one table: {name} does not apply to it")
         for name, dest in (("--temperature", "temperature"), ("--seed", "seed"), ("--prompts", "prompts"),
-                           ("--repetition-penalty", "repetition_penalty")):
+                           ("--new-tokens", "new_tokens"), ("--repetition-penalty", "repetition_penalty")):
             if getattr(args, dest) != ap.get_default(dest):     # it reads validation windows, never generates
                 ap.error(f"{flag} reads the validation windows and generates nothing: {name} does not apply to it")
     if args.sampled_drafts_only and args.greedy_only:

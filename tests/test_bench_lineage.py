@@ -221,6 +221,14 @@ def test_measurement_only_modes_are_exclusive_and_pick_their_row(capsys):
                           (["--ttt-agreement-only", "--temperature", "0.5"], "--temperature does not apply to it"),
                           (["--draft-vocab-only", "--seed", "3"], "--seed does not apply to it"),
                           (["--medusa-joint-only", "--prompts", "2"], "--prompts does not apply to it"),
+                          # a second trial: these were still accepted and ignored, and --draft-dtype said
+                          # "add --fast", which the mode then refused
+                          (["--block-agreement-only", "--new-tokens", "8"], "--new-tokens does not apply to it"),
+                          (["--block-agreement-only", "--no-sweep"], "--no-sweep does not apply to it"),
+                          (["--ttt-agreement-only", "--greedy-only"], "--greedy-only does not apply to it"),
+                          (["--medusa-joint-only", "--quick"], "--quick does not apply to it"),
+                          (["--block-agreement-only", "--draft-dtype", "bfloat16"],
+                           "reads the drafters in float32 on the teaching path: --draft-dtype does not apply"),
                           (["--rows", "StoryLM-1M", "--drafters", "docs/bench/budgets/budget-512000"],
                            "no row in --rows StoryLM-1M uses one")):
         with pytest.raises(SystemExit) as info:
