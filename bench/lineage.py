@@ -222,10 +222,14 @@ def parse_args(argv):
     ap.add_argument("--figure", type=cli.output_file(as_path=True), default=None, help="write the figure (png) here")
     ap.add_argument("--json", type=cli.output_file(as_path=True), default=None, help="write every number (json) here")
     args = ap.parse_args(argv)
-    measuring = [flag for flag, on in (("--ttt-agreement-only", args.ttt_agreement_only),
-                                       ("--draft-vocab-only", args.draft_vocab_only),
-                                       ("--block-agreement-only", args.block_agreement_only),
-                                       ("--medusa-joint-only", args.medusa_joint_only)) if on]
+    # the measurement-only modes: one at a time, each with its own row (the default when --rows is not given)
+    only = {"--ttt-agreement-only": (args.ttt_agreement_only, "EAGLE-3"),
+            "--draft-vocab-only": (args.draft_vocab_only, "EAGLE-3"),
+            "--block-agreement-only": (args.block_agreement_only, "Block"),
+            "--medusa-joint-only": (args.medusa_joint_only, "Medusa"),
+            "--sampled-drafts-only": (args.sampled_drafts_only, None)}
+    chosen = [flag for flag, (on, _) in only.items() if on]
+    measuring = [flag for flag in chosen if flag != "--sampled-drafts-only"]     # they read windows, never decode
     if measuring and args.draft_dtype is not None:       # before "add --fast", which such a mode refuses
         ap.error(f"{measuring[0]} reads the drafters in float32 on the teaching path: --draft-dtype does not "
                  "apply to it")
@@ -236,13 +240,6 @@ def parse_args(argv):
                  "(the n-gram row looks tokens up in the prompt): drop --draft-dtype or add a model row")
     if args.packed_min_rows is not None and not args.fast:
         ap.error("--packed-min-rows chooses the fast path's kernel: add --fast")
-    # the measurement-only modes: one at a time, each with its own row (the default when --rows is not given)
-    only = {"--ttt-agreement-only": (args.ttt_agreement_only, "EAGLE-3"),
-            "--draft-vocab-only": (args.draft_vocab_only, "EAGLE-3"),
-            "--block-agreement-only": (args.block_agreement_only, "Block"),
-            "--medusa-joint-only": (args.medusa_joint_only, "Medusa"),
-            "--sampled-drafts-only": (args.sampled_drafts_only, None)}
-    chosen = [flag for flag, (on, _) in only.items() if on]
     if len(chosen) > 1:
         ap.error(f"{' and '.join(chosen)} are separate measurements: run one at a time")
     if chosen and chosen[0] != "--sampled-drafts-only":

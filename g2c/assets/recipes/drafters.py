@@ -431,7 +431,8 @@ def train_drafter(name: str, *, force: bool = False, progress: bool = True, log=
     tokenize_splits(load_story_tokenizer(), log=log)
     device = "cpu" if not torch.cuda.is_available() else "cuda"
     job = _Job(name, r, device)
-    text = {"corpus": "the corpus", "greedy": "the base's own greedy text", "mixed": "the base's own greedy text"}
+    text = {"corpus": "the corpus", "greedy": "the base's own greedy text",
+            "mixed": "the base's own greedy text after corpus prompts of several lengths"}
     log(f"drafters: {name}: {r['steps']:,} steps of {r['batch_size']}x{r.get('context', CONTEXT)} tokens "
         f"({recipe_budget(r):,} target tokens seen) on {text.get(r.get('text', 'corpus'), r.get('text'))}"
         + (f"; first the base's states over up to {r['features_windows']:,} windows (cached, resumable)"

@@ -77,8 +77,7 @@ def _cached_states(base, base_name: str, stem: str, want: dict, ids: torch.Tenso
     x's first window."""
     folder = FEATURES_DIR / base_name
     folder.mkdir(parents=True, exist_ok=True)
-    suffix = ".f16" if dtype == np.float16 else ".i32"
-    path, record_path = folder / f"{stem}{suffix}", folder / f"{stem}.json"
+    path, record_path = folder / f"{stem}{_suffix(dtype)}", folder / f"{stem}.json"
     want = {**want, "weights_sha256": verify_artifact(base_name)["files"]["model.safetensors"]}
     num_windows = want["num_windows"]
     record = json.loads(record_path.read_text()) if record_path.is_file() else {}
@@ -119,9 +118,15 @@ def _cached_states(base, base_name: str, stem: str, want: dict, ids: torch.Tenso
     return np.memmap(path, dtype=dtype, mode="r", shape=shape)
 
 
-def _finished_caches(base_name: str, prefix: str, want: dict, suffix: str = ".f16") -> list[tuple[int, Path]]:
-    """(n, path) of every finished cache ``<prefix>-w<n><suffix>`` (layer states ``.f16``, token ids
-    ``.i32``) whose record matches ``want`` (bar the window count) and the base's current weights."""
+def _suffix(dtype) -> str:
+    """A cache file's suffix: ``.f16`` for layer states (float16), ``.i32`` for token ids (int32)."""
+    return ".f16" if np.dtype(dtype) == np.float16 else ".i32"
+
+
+def _finished_caches(base_name: str, prefix: str, want: dict, dtype=np.float16) -> list[tuple[int, Path]]:
+    """(n, path) of every finished cache ``<prefix>-w<n>`` of ``dtype`` (layer states float16, token ids
+    int32) whose record matches ``want`` (bar the window count) and the base's current weights."""
+    suffix = _suffix(dtype)
     folder = FEATURES_DIR / base_name
     if not folder.is_dir():
         return []
@@ -271,8 +276,9 @@ def target_continuations(base, base_name: str, split: str, *, context: int = 256
                 logits = cached_forward(fast, out[:, pos:pos + 1], cache)
         return out
 
-    stem = f"{_greedy_prefix(split, lengths)}-ctx{context}-w{num_windows}"
-    smaller = [(n, path) for n, path in _finished_caches(base_name, stem.rsplit("-w", 1)[0], want, ".i32")
+    prefix = f"{_greedy_prefix(split, lengths)}-ctx{context}"
+    stem = f"{prefix}-w{num_windows}"
+    smaller = [(n, path) for n, path in _finished_caches(base_name, prefix, want, np.int32)
                if n < num_windows]    # a smaller budget's text: its windows are the first of ours (same turns)
     tokens = _cached_states(base, base_name, stem, want, ids, context, (num_windows * context,), batch_size, compute,
                             f"{base_name} greedy text ({split})", progress, log, dtype=np.int32, indexed=True,
@@ -348,8 +354,9 @@ def layer_features(base, base_name: str, split: str, layers: tuple[int, ...], *,
             kept[i] = h
         return torch.stack([kept[i] for i in layers] + [base.ln_final(h)], dim=2)
 
-    stem = f"{prefix}-layers{'-'.join(map(str, layers))}-ctx{context}-w{num_windows}"
-    finished = _finished_caches(base_name, stem.rsplit("-w", 1)[0], want)      # one scan, one weights check
+    cache = f"{prefix}-layers{'-'.join(map(str, layers))}-ctx{context}"
+    stem = f"{cache}-w{num_windows}"
+    finished = _finished_caches(base_name, cache, want)      # one scan, one weights check
     larger = [(n, path) for n, path in finished if n > num_windows]
     smaller = [(n, path) for n, path in finished if n < num_windows]
     if larger:                        # budgets round up to whole steps: one pass serves every drafter of a budget
