@@ -147,8 +147,10 @@ def _summary(name: str, manifest: dict | None) -> str:
         elif _kind(name) == "model" and "drafter" in manifest:
             val = manifest.get("val", {})
             agree = val.get("val_agree", val.get("val_agree_1"))      # lineage drafters: the first position
+            own = manifest.get("recipe", {}).get("text") in ("greedy", "mixed")     # not the corpus's windows
             extra = f"{manifest['drafter']} drafter for {manifest.get('base', '?')}" + (
-                f", val top-1 agreement {agree:.3f}" if isinstance(agree, float) else "")
+                f", val top-1 agreement {agree:.3f}" + (" (on the base's own text)" if own else "")
+                if isinstance(agree, float) else "")
         elif _kind(name) == "tokenizer":
             extra = f"vocab {manifest.get('recipe', {}).get('vocab_size', '?')}"
         elif _kind(name) == "corpus":

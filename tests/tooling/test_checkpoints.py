@@ -457,3 +457,14 @@ def test_from_mirror_with_a_manifest_of_the_wrong_structure_is_one_line(capsys, 
     lines = [line for line in err.splitlines() if line.strip()]
     assert "unusable" in lines[0] and ("wrong structure" in lines[0] or "not a 64-digit sha256" in lines[0])
     assert "Traceback" not in err and not artifact_dir("StoryLM-1M", root).exists()
+
+
+def test_a_drafters_agreement_names_the_text_it_was_measured_on():
+    """A student's trial: ./checkpoints.sh listed the block drafter's 0.836 beside EAGLE's 0.814, though the
+    block drafter's validation text is the base's own greedy text, not the corpus."""
+    block = {"drafter": "block", "base": "StoryLM-30M", "val": {"val_agree_1": 0.836},
+             "recipe": {"text": "greedy"}}
+    eagle = {"drafter": "eagle", "base": "StoryLM-30M", "val": {"val_agree": 0.814}, "recipe": {}}
+    assert checkpoints._summary("StoryLM-30M-Block", block).endswith(
+        "val top-1 agreement 0.836 (on the base's own text)")
+    assert checkpoints._summary("StoryLM-30M-EAGLE", eagle).endswith("val top-1 agreement 0.814")

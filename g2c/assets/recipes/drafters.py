@@ -436,7 +436,7 @@ def train_drafter(name: str, *, force: bool = False, progress: bool = True, log=
     log(f"drafters: {name}: {r['steps']:,} steps of {r['batch_size']}x{r.get('context', CONTEXT)} tokens "
         f"({recipe_budget(r):,} target tokens seen) on {text.get(r.get('text', 'corpus'), r.get('text'))}"
         + (f"; first the base's states over up to {r['features_windows']:,} windows (cached, resumable)"
-           if "features_windows" in r else "") + " (a budget asked by mistake: Ctrl-C now, nothing is lost)")
+           if "features_windows" in r else "") + " (Ctrl-C stops it; the same command resumes)")
     if job.kind in LINEAGE_KINDS or "features_windows" in r:
         # a budgeted run of any state reader (MTP and EAGLE too) reads the one layer-feature cache, so every
         # drafter at a budget learns from the same windows; MTP and EAGLE see only its final states
