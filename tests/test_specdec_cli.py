@@ -192,3 +192,20 @@ def test_cli_mistyped_model_is_refused_first_with_the_closest_name(monkeypatch, 
     assert "argument --target: unknown model 'ngram'" in line and "mtp" not in line and ", ngram" not in line
     rc, _, err = run(capsys, "bcd", "--drafter", "NGRAM", "--max-new-tokens", "2")   # any case, then it loads
     assert rc == 2 and "module 03" in err
+
+
+def test_cli_marks_accepted_drafts_line_by_line():
+    """An accepted draft run that crosses a line break is bracketed (or coloured) on each line,
+    so no mark spans two lines of the story."""
+    from g2c.specdec.__main__ import GREEN, RESET, render
+
+    class Chars:                                 # token i decodes to the i-th character of the alphabet
+        alphabet = "ab.\nCd"
+
+        def decode(self, ids):
+            return "".join(self.alphabet[i] for i in ids)
+
+    passes = [([1, 2, 3, 4, 5], 4), ([0], 0)]    # 'b.\nC' accepted, 'd' the target's, then 'a'
+    assert render(Chars(), [0], passes, color=False) == "[b.]\n[C]da"          # the continuation after 'a'
+    assert render(Chars(), [0], passes, color=True) == f"{GREEN}b.{RESET}\n{GREEN}C{RESET}da"
+    assert render(Chars(), [0], [([3, 1], 1)], color=False) == "\nb"          # a lone newline: no empty []

@@ -70,8 +70,16 @@ def render(tokenizer, prompt_ids: list[int], passes: list[tuple[list[int], int]]
     out = []
     for is_draft, group in groupby(pieces, key=lambda piece: piece[1]):
         run = "".join(text for text, _ in group)
-        out.append((f"{GREEN}{run}{RESET}" if color else f"[{run}]") if is_draft else run)
+        out.append(_mark(run, color=color) if is_draft else run)
     return "".join(out)
+
+
+def _mark(run: str, *, color: bool) -> str:
+    """One accepted draft run, coloured, or bracketed line by line: a run that crosses a line
+    break becomes ``[end.]`` + newline + ``[Next]``, so no bracket spans two lines."""
+    if color:
+        return "\n".join(f"{GREEN}{part}{RESET}" if part else "" for part in run.split("\n"))
+    return "\n".join(f"[{part}]" if part else "" for part in run.split("\n"))
 
 
 def fail(message: str) -> int:

@@ -132,3 +132,47 @@ def test_export_gguf_errors(tmp_path):
     w.close()
     with pytest.raises(ValueError, match="architecture 'llama'"):
         read_gguf(other)
+
+
+_RUN_LLAMA = """
+import importlib.util, sys
+spec = importlib.util.spec_from_file_location("g2c_bench_llamacpp", sys.argv[1])
+bench = importlib.util.module_from_spec(spec)
+spec.loader.exec_module(bench)
+try:
+    out, err = bench.run_llama([sys.argv[2]], needs=(bench._DECODED,))
+    print("GOT", bench._DECODED.search(err).group(1))
+except SystemExit as stop:
+    print("STOP", stop)
+"""
+
+
+def test_llamacpp_bench_runs_a_tool_again_when_it_prints_no_statistics(tmp_path):
+    """llama-speculative-simple sometimes exits 0 right after loading its draft model, without
+    decoding: bench/llamacpp.py runs it again (up to LLAMA_TRIES runs) instead of stopping the
+    whole bench, and names the tool when every run lacks the statistic."""
+    import os
+    import subprocess
+    import sys
+
+    from g2c.course import REPO_ROOT
+
+    counter = tmp_path / "runs"
+    flaky, silent = tmp_path / "flaky-tool", tmp_path / "silent-tool"
+    flaky.write_text(f"#!/bin/sh\necho x >> {counter}\n"
+                     f"if [ $(wc -l < {counter}) -lt 2 ]; then echo 'loading draft model' >&2; exit 0; fi\n"
+                     "echo 'decoded   65 tokens in    0.305 seconds, speed:  213.2 t/s' >&2\n")
+    silent.write_text("#!/bin/sh\necho 'loading draft model' >&2\n")
+    for tool in (flaky, silent):
+        tool.chmod(0o755)
+    env = {**os.environ, "G2C_QUIET": "1"}
+    bench = str(REPO_ROOT / "bench" / "llamacpp.py")
+    got = subprocess.run([sys.executable, "-c", _RUN_LLAMA, bench, str(flaky)], capture_output=True, text=True,
+                         env=env, cwd=REPO_ROOT)
+    assert "GOT 65" in got.stdout, got.stdout + got.stderr
+    assert "printed no statistics (exit 0, run 1 of 3); running it again" in got.stdout
+    assert counter.read_text().count("x") == 2                      # ran twice, not three times
+    stop = subprocess.run([sys.executable, "-c", _RUN_LLAMA, bench, str(silent)], capture_output=True, text=True,
+                          env=env, cwd=REPO_ROOT)
+    assert "STOP bench/llamacpp.py: could not read silent-tool's statistics in 3 runs" in stop.stdout, stop.stdout
+    assert "loading draft model" in stop.stdout
