@@ -55,18 +55,29 @@ from pathlib import Path
 import torch
 
 import g2c.course.solved  # noqa: F401  (first: applies the answer key before course modules load)
-from g2c.assets.artifacts import ArtifactError, canonical_name, load_model
+from g2c.assets.artifacts import DRAFTERS, ArtifactError, canonical_name, load_model, model_names
 from g2c.assets.cli import count, model_name
 from g2c.assets.data import validation_prompts
 from g2c.assets.gguf import check_gguf, export_gguf, llama_cpp_source
 from g2c.kvcache import cached_generate
 from g2c.kvcache.fast import fast_model
 from g2c.specdec.sampling.cached import speculative_generate_cached
+from g2c.transformer.config import LADDER
 
 ROOT = Path(__file__).resolve().parents[1]
 BIN = ROOT / "runs" / "llama.cpp" / "build" / "bin"
 GGUF_DIR = ROOT / "runs" / "gguf"
 FALLBACK = ["Once upon a time", "Tom and his dog went to the park. The sun was"]
+
+
+def _tools_folder(text: str) -> Path:
+    """``--bin``: an existing folder (the tools in it are looked for after parsing)."""
+    path = Path(text).expanduser()
+    if not path.is_dir():
+        raise argparse.ArgumentTypeError(f"{text}: no such folder; build llama.cpp's tools with python "
+                                         "bench/setup_llamacpp.py, or give the folder that holds llama-completion "
+                                         "and llama-speculative-simple")
+    return path
 
 
 def parse_args(argv):
@@ -80,7 +91,7 @@ def parse_args(argv):
     ap.add_argument("--new-tokens", type=count(1), default=None, help="tokens per prompt (default 64; --quick 32)")
     ap.add_argument("--rounds", type=count(1), default=None, help="timed rounds (default 3; --quick 2)")
     ap.add_argument("--threads", type=count(1), default=1, help="threads for both engines (default 1; printed)")
-    ap.add_argument("--bin", type=Path, default=BIN, help="llama.cpp tools (default runs/llama.cpp/build/bin)")
+    ap.add_argument("--bin", type=_tools_folder, default=BIN, help="llama.cpp tools (default runs/llama.cpp/build/bin)")
     ap.add_argument("--reexport", action="store_true", help="export the GGUF files again")
     ap.add_argument("--dtype", choices=("float32", "bfloat16"), default="float32",
                     help="both engines' weights: float32 GGUFs and models (default), or bfloat16 (bf16 GGUFs of the "
@@ -93,6 +104,14 @@ def parse_args(argv):
     for flag in ("k", "prompts", "prompt_tokens", "new_tokens", "rounds", "threads"):
         if getattr(args, flag) < 1:
             ap.error(f"--{flag.replace('_', '-')} must be >= 1")
+    window = LADDER[args.target].max_seq_len
+    if args.k > window - 2:
+        ap.error(f"argument --k: {args.k}: at most {window - 2} draft tokens fit {args.target}'s {window}-token window "
+                 "next to the pending token and the bonus")
+    if args.drafter in DRAFTERS and DRAFTERS[args.drafter]["kind"] != "lm":
+        standalone = ", ".join(list(model_names()) + [n for n, d in DRAFTERS.items() if d["kind"] == "lm"])
+        ap.error(f"argument --drafter: {args.drafter} is a draft head on {DRAFTERS[args.drafter]['base']}'s states; "
+                 f"llama.cpp's draft-model speculation needs a standalone language model: {standalone}")
     return args
 
 
@@ -184,12 +203,14 @@ def main(argv: list[str] | None = None) -> int:
         drafter, _ = load_model(args.drafter, device="cpu", dtype=args.dtype)
     except (ArtifactError, ValueError) as err:
         raise SystemExit(f"bench/llamacpp.py: {err}") from err
-    outtype = {"float32": "f32", "bfloat16": "bf16"}[args.dtype]
-    tgt_gguf, dr_gguf = gguf_for(args.target, args.reexport, outtype), gguf_for(args.drafter, args.reexport, outtype)
     try:
         texts = [tok.decode(p) for p in validation_prompts(tok, args.prompts, args.prompt_tokens)]
     except FileNotFoundError:
         texts = FALLBACK[:args.prompts]
+    except ValueError as err:
+        raise SystemExit(f"bench/llamacpp.py: {err}") from err
+    outtype = {"float32": "f32", "bfloat16": "bf16"}[args.dtype]
+    tgt_gguf, dr_gguf = gguf_for(args.target, args.reexport, outtype), gguf_for(args.drafter, args.reexport, outtype)
     prompts = [(t, tok.encode(t)) for t in texts]
     eos = tok.eot_id
     ftarget, fdrafter = fast_model(target), fast_model(drafter)

@@ -66,6 +66,7 @@ from g2c.specdec.sampling.drafters import LMDrafter
 from g2c.specdec.sampling.eagle import EagleDrafter, MTPDrafter
 from g2c.specdec.sampling.loop import speculative_sample
 from g2c.specdec.theory import speedup_per_round
+from g2c.transformer.config import LADDER
 
 HEADER = ("drafter", "target", "k", "lossless", "acceptance", "tokens/pass", "plain tok/s", "spec tok/s", "speed-up")
 DRAFTER_HEADER = ("drafter", "target", "mode", "k", "lossless", "acceptance", "per-position acceptance",
@@ -142,6 +143,10 @@ def parse_args(argv: list[str] | None):
         ap.error(f"--target {args.target}: use a ladder model ({', '.join(model_names())})")
     if not names:
         ap.error("--drafters: name at least one drafter")
+    window = LADDER[args.target].max_seq_len
+    if max(ks) > window - 2:                     # the CLI's rule: the pending token and the bonus take 2 places
+        ap.error(f"--ks {max(ks)}: at most {window - 2} draft tokens fit {args.target}'s {window}-token window next "
+                 "to the pending token and the bonus; lower it")
     args.drafters = ",".join(names)
     return args
 
@@ -429,7 +434,7 @@ def seed_table(args) -> int:
         target, tokenizer = load_model(args.target, device=args.device)
         drafters = {name: load_model(name, device=args.device)[0] for name in drafter_names}
         prompts = validation_prompts(tokenizer, args.prompts, args.prompt_tokens)
-    except (ArtifactError, FileNotFoundError) as err:
+    except (ArtifactError, FileNotFoundError, ValueError) as err:
         raise SystemExit(f"bench/specdec.py: {err}") from err
     device, eos = target.device, tokenizer.eot_id
     print(f"# bench/specdec.py: {len(prompts)} val prompts x {args.new_tokens} new tokens, device {device}, "

@@ -66,7 +66,7 @@ def open_ended_prompts(tokenizer, n: int, num_tokens: int) -> list[list[int]]:
     """The first ``num_tokens`` tokens of the first n validation stories."""
     try:
         return validation_prompts(tokenizer, n, num_tokens)
-    except FileNotFoundError as err:
+    except (FileNotFoundError, ValueError) as err:
         raise SystemExit(f"bench/specdec_sampling.py: {err}") from err
 
 

@@ -60,6 +60,8 @@ def load_prompts(tokenizer, n: int, num_tokens: int) -> list[list[int]]:
     except FileNotFoundError:
         print("# validation split missing: using fixed story openings", flush=True)
         return [tokenizer.encode(s) for s in FALLBACK_PROMPTS[:n]]
+    except ValueError as err:
+        raise SystemExit(f"bench/specdec_trees.py: {err}") from err
 
 
 def timed(fn, device, repeats: int):

@@ -328,14 +328,25 @@ def validation_prompts(tokenizer, n: int, num_tokens: int, *, data_dir: Path = D
 
     Raises:
         FileNotFoundError: the split is not prepared (the message names ``./datasets.sh``).
+        ValueError: ``n`` or ``num_tokens`` below 1, or no validation story has ``num_tokens``
+            tokens ("no validation story has N tokens (the longest has L)": a benchmark would
+            otherwise time zero prompts and divide by zero).
     """
+    if n < 1 or num_tokens < 1:
+        raise ValueError(f"validation_prompts: need n >= 1 prompts of num_tokens >= 1 tokens, got n={n}, "
+                         f"num_tokens={num_tokens}")
     out: list[list[int]] = []
+    longest = 0
     for story in load_split_text("val", data_dir=data_dir):
         ids = tokenizer.encode(story)
+        longest = max(longest, len(ids))
         if len(ids) >= num_tokens:
             out.append(list(ids[:num_tokens]))
         if len(out) == n:
             break
+    if not out:
+        raise ValueError(f"no validation story has {num_tokens:,} tokens (the longest has {longest:,}): "
+                         f"ask for at most {longest:,} prompt tokens")
     return out
 
 

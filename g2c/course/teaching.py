@@ -756,7 +756,8 @@ def grade_class(folder: Path, *, teacher_root: Path = REPO_ROOT, modules: str | 
     """Grade every submission in ``folder`` on the teacher's checkout; write the reports; return the exit code.
 
     Raises:
-        Refused: ``folder`` is missing or is itself a checkout, or ``modules`` is malformed (exit code 2).
+        Refused: ``folder`` is missing or is itself a checkout, or ``modules`` is malformed or selects no
+            module with tests ("--modules 0 selects no module"; exit code 2, before any report is written).
     """
     from .progress import test_file_problems
     from .scaffolds import expected
@@ -780,7 +781,13 @@ def grade_class(folder: Path, *, teacher_root: Path = REPO_ROOT, modules: str | 
         seen = f"; it holds only {', '.join(entries[:3])}{more}" if entries else "; it is empty"
         raise Refused(f"{folder} holds no submission (a .zip from ./test.sh --submit, an unpacked one, or a clone "
                       f"of the course){seen}: check the folder")
-    ids = [i for i in ids if get_module(i).tests]
+    graded = [i for i in ids if get_module(i).tests]
+    if modules and not graded:       # an explicit selection that grades nothing must not replace a class's reports
+        what = f"selects {', '.join(ids)}, which {'has' if len(ids) == 1 else 'have'} no tests" if ids else \
+            "selects no module"
+        raise Refused(f"--modules {modules} {what}: give the ids of modules to grade, e.g. --modules 03,04 or "
+                      "--modules 01-11 (python -m g2c.course graph lists them)")
+    ids = graded
     timeout = float(timeout) if timeout else 300.0      # per module
     out = Path(out) if out else folder.resolve().parent / f"{folder.resolve().name}-grades"
     try:  # before any grading: a report folder that cannot be written must not cost a class's run

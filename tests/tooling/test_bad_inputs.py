@@ -71,6 +71,8 @@ SCRIPTS: dict[str, dict[str, tuple[list[str], str]]] = {
                                                                      r"file to write"),
         "unknown choice": (["--dtype", "fp8"], r"argument --dtype: invalid choice: 'fp8'"),
         "option without its mode": (["--seed-table", "--dtype", "bfloat16"], r"--dtype goes with the drafter table"),
+        "draft past the window": (["--ks", "4,9999"], r"--ks 9999: at most 254 draft tokens fit StoryLM-30M's "
+                                                      r"256-token window"),
     },
     "bench/specdec_sampling.py": {
         "negative count": (["--new-tokens", "-3"], r"argument --new-tokens: -3 is below 1; use an int >= 1"),
@@ -149,6 +151,13 @@ SCRIPTS: dict[str, dict[str, tuple[list[str], str]]] = {
         "negative count": (["--k", "0"], r"argument --k: 0 is below 1"),
         "not a number": (["--new-tokens", "many"], r"argument --new-tokens: 'many' is not an integer"),
         "unknown name": (["--drafter", "nope"], r"argument --drafter: unknown model 'nope'"),
+        "wrong kind": (["--drafter", "StoryLM-30M-EAGLE"], r"argument --drafter: StoryLM-30M-EAGLE is a draft head on "
+                                                           r"StoryLM-30M.s states; llama\.cpp.s draft-model "
+                                                           r"speculation needs a standalone language model"),
+        "draft past the window": (["--k", "300"], r"argument --k: 300: at most 254 draft tokens fit StoryLM-30M's"),
+        "missing folder": (["--bin", "/nonexistent/llama"], r"argument --bin: /nonexistent/llama: no such folder; "
+                                                            r"build llama\.cpp's tools with python "
+                                                            r"bench/setup_llamacpp\.py"),
     },
     "bench/setup_llamacpp.py": {
         "negative count": (["--jobs", "-1"], r"argument --jobs: -1 is below 1"),

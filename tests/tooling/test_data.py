@@ -433,3 +433,23 @@ def test_truncated_tokens_json_is_redone_or_refused(corpus, tmp_path, tiny_token
     assert tokenize_splits(tiny_tokenizer, data_dir=out, log=lines.append) == first
     assert any("corrupted; re-tokenizing" in line for line in lines)
     assert data.load_token_stream("val", data_dir=out).size == first["val"]
+
+
+def test_validation_prompts_refuse_a_length_no_story_has(corpus, tmp_path):
+    """Benchmarks take their prompts from here: a prompt length longer than every validation story
+    used to return no prompt at all, and the benches then divided by zero."""
+    out = tmp_path / "out"
+    prepare(corpus, out_dir=out, log=quiet)
+
+    class Words:                                            # one token per word
+        def encode(self, text):
+            return [len(w) for w in text.split()]
+
+    longest = max(len(s.split()) for s in read_stories(out / "val.txt"))
+    prompts = data.validation_prompts(Words(), 3, longest, data_dir=out)
+    assert 1 <= len(prompts) <= 3 and all(len(p) == longest for p in prompts)
+    with pytest.raises(ValueError, match=rf"no validation story has {longest + 1:,} tokens \(the longest has "
+                                         rf"{longest:,}\): ask for at most {longest:,} prompt tokens"):
+        data.validation_prompts(Words(), 3, longest + 1, data_dir=out)
+    with pytest.raises(ValueError, match=r"need n >= 1 prompts of num_tokens >= 1 tokens, got n=0"):
+        data.validation_prompts(Words(), 0, 4, data_dir=out)

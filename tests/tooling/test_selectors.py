@@ -83,6 +83,16 @@ def test_every_lesson_names_its_grading_command():
         assert f"./test.sh {m.id}" in text, f"{m.lesson} does not say how to grade module {m.id}"
 
 
+def test_a_lesson_header_that_lists_test_files_lists_all_of_them():
+    # a fresh student's trial: the lineage lesson's header named two of the three files ./test.sh ran
+    bad = []
+    for m in MODULES:
+        head = "\n".join((REPO_ROOT / m.lesson).read_text(encoding="utf-8").splitlines()[:12])
+        if "tests/test_" in head:
+            bad += [f"{m.lesson}: {t}" for t in m.tests if t not in head]
+    assert not bad, "lesson headers missing a test file ./test.sh ID runs:\n" + "\n".join(bad)
+
+
 @pytest.mark.parametrize("line, ok", [
     ("G2C_APPLY_SOLUTIONS=01-16 .venv/bin/python -m pytest tests/test_kvcache.py", False),   # replaces 16
     ("G2C_APPLY_SOLUTIONS=01-11 .venv/bin/python -m pytest tests/test_kvcache.py", True),

@@ -475,6 +475,15 @@ def test_grade_class_refuses_an_unwritable_report_folder_before_grading(world, t
     res = run(world["teacher"], "-m", "g2c.course", "grade-class", str(klass), "--modules", "03",
               "--out", str(a_file / "under-a-file"))
     assert res.returncode == 2 and res.stderr.startswith("grade-class: --out:") and "Traceback" not in res.stderr
+    # a fresh teacher's trial: --modules 0 (the grammar's "none") graded nothing, said "all graded" and replaced
+    # the class's earlier reports with rows that had no module columns
+    reports = tmp_path / "reports"
+    reports.mkdir()
+    (reports / "grades.csv").write_text("an earlier run\n")
+    res = run(world["teacher"], "-m", "g2c.course", "grade-class", str(klass), "--modules", "0", "--out", str(reports))
+    assert res.returncode == 2 and "--modules 0 selects no module: give the ids of modules to grade" in res.stderr, \
+        res.stderr
+    assert (reports / "grades.csv").read_text() == "an earlier run\n" and "grading" not in res.stdout
 
 
 # -- small pieces -----------------------------------------------------------------------------------
