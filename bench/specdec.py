@@ -94,7 +94,8 @@ def parse_args(argv: list[str] | None):
     ap.add_argument("--temperature", type=float, default=0.8, help="the sampled rows' temperature (default 0.8)")
     ap.add_argument("--seed-table", action="store_true",
                     help="the seed's table instead: uncached greedy, LM drafters, an MTP head trained in the run")
-    ap.add_argument("--mtp-base", default="StoryLM-5M", help="--seed-table: base of the MTP head it trains")
+    ap.add_argument("--mtp-base", default=None,
+                    help="--seed-table: base of the MTP head it trains (default StoryLM-5M)")
     ap.add_argument("--mtp-steps", type=int, default=None, help="--seed-table: steps of that head (default 300)")
     ap.add_argument("--device", default="auto")
     ap.add_argument("--threads", type=int, default=None,
@@ -113,6 +114,12 @@ def parse_args(argv: list[str] | None):
     ap.add_argument("--quick", action="store_true",
                     help="smoke run: 2 prompts, 16 tokens, k in {1, 4}, 1 repeat (options you give still win)")
     args = ap.parse_args(argv)
+    given = [flag for flag, value in (("--mtp-base", args.mtp_base), ("--mtp-steps", args.mtp_steps))
+             if value is not None]
+    if given and not args.seed_table:       # the drafter table has no head trained in the run: say so, do not ignore it
+        ap.error(f"{' and '.join(given)} {'go' if len(given) > 1 else 'goes'} with --seed-table (the drafter table "
+                 "uses the shipped heads, e.g. --drafters StoryLM-30M-MTP)")
+    args.mtp_base = args.mtp_base or "StoryLM-5M"
     for key, value in (QUICK if args.quick else FULL).items():
         if getattr(args, key) is None:
             setattr(args, key, value)

@@ -36,10 +36,12 @@ NEEDS_SOLUTIONS = (
 )
 
 
-def unwritten_advice(err: NotImplementedError) -> str:
+def unwritten_advice(err: NotImplementedError, argv: list[str] | None = None) -> str:
     """What to do when an exercise this command runs is unwritten: finish it, or run with the answer key for
-    every module the student has not edited (computed from the registry; never one they edited)."""
+    every module the student has not edited (computed from the registry; never one they edited). ``argv``:
+    the command's own arguments, repeated in the suggested command so it can be pasted (None: ``...``)."""
     import re
+    import shlex
 
     from g2c.course import module_ids, selector_for
     from g2c.course.scaffolds import worked_modules
@@ -51,7 +53,8 @@ def unwritten_advice(err: NotImplementedError) -> str:
     lines = [f"Finish module {owner} and grade it with ./test.sh {owner}." if owner else ""]
     if untouched and owner not in worked:
         lines.append(f"Or run this command with the answer key for the modules you have not edited: "
-                     f"G2C_APPLY_SOLUTIONS={selector_for(untouched)} .venv/bin/python -m g2c.specdec ... "
+                     f"G2C_APPLY_SOLUTIONS={selector_for(untouched)} .venv/bin/python -m g2c.specdec "
+                     f"{'...' if argv is None else shlex.join(argv)} "
                      "(or --no-cache when only module 16's cache is unwritten)")
     return " ".join(line for line in lines if line)
 
@@ -429,7 +432,8 @@ def main(argv: list[str] | None = None) -> int:
         synchronize(target.device)
         seconds = time.perf_counter() - started
     except NotImplementedError as err:
-        print(NEEDS_SOLUTIONS.format(err=err, advice=unwritten_advice(err)), file=sys.stderr)
+        print(NEEDS_SOLUTIONS.format(err=err, advice=unwritten_advice(err, sys.argv[1:] if argv is None else argv)),
+              file=sys.stderr)
         return 2
     except (ArtifactError, ValueError) as err:
         print(f"python -m g2c.specdec: {err}", file=sys.stderr)

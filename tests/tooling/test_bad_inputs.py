@@ -71,6 +71,8 @@ SCRIPTS: dict[str, dict[str, tuple[list[str], str]]] = {
                                                                      r"file to write"),
         "unknown choice": (["--dtype", "fp8"], r"argument --dtype: invalid choice: 'fp8'"),
         "option without its mode": (["--seed-table", "--dtype", "bfloat16"], r"--dtype goes with the drafter table"),
+        "seed-table option alone": (["--mtp-steps", "5"], r"--mtp-steps goes with --seed-table \(the drafter table "
+                                                          r"uses the shipped heads"),
         "draft past the window": (["--ks", "4,9999"], r"--ks 9999: at most 254 draft tokens fit StoryLM-30M's "
                                                       r"256-token window"),
     },
