@@ -56,7 +56,7 @@ import torch
 
 import g2c.course.solved  # noqa: F401  (first: applies the answer key before course modules load)
 from g2c.assets.artifacts import DRAFTERS, ArtifactError, canonical_name, load_model, model_names
-from g2c.assets.cli import count, model_name
+from g2c.assets.cli import count, draft_room_problem, model_name
 from g2c.assets.data import validation_prompts
 from g2c.assets.gguf import check_gguf, export_gguf, llama_cpp_source
 from g2c.kvcache import cached_generate
@@ -104,10 +104,8 @@ def parse_args(argv):
     for flag in ("k", "prompts", "prompt_tokens", "new_tokens", "rounds", "threads"):
         if getattr(args, flag) < 1:
             ap.error(f"--{flag.replace('_', '-')} must be >= 1")
-    window = LADDER[args.target].max_seq_len
-    if args.k > window - 2:
-        ap.error(f"argument --k: {args.k}: at most {window - 2} draft tokens fit {args.target}'s {window}-token window "
-                 "next to the pending token and the bonus")
+    if tail := draft_room_problem(args.k, LADDER[args.target].max_seq_len, whose=f"{args.target}'s"):
+        ap.error(f"argument --k: {args.k}: {tail}")
     if args.drafter in DRAFTERS and DRAFTERS[args.drafter]["kind"] != "lm":
         standalone = ", ".join(list(model_names()) + [n for n, d in DRAFTERS.items() if d["kind"] == "lm"])
         ap.error(f"argument --drafter: {args.drafter} is a draft head on {DRAFTERS[args.drafter]['base']}'s states; "

@@ -54,7 +54,7 @@ import torch
 
 import g2c.course.solved  # noqa: F401  (first: applies the answer key before course modules load)
 from g2c.assets.artifacts import DRAFTERS, ArtifactError, canonical_name, load_model, model_names
-from g2c.assets.cli import output_file, seed
+from g2c.assets.cli import draft_room_problem, output_file, seed
 from g2c.assets.data import load_token_stream, validation_prompts
 from g2c.kvcache import cached_generate
 from g2c.kvcache import forward_rows as _forward_rows
@@ -150,10 +150,8 @@ def parse_args(argv: list[str] | None):
         ap.error(f"--target {args.target}: use a ladder model ({', '.join(model_names())})")
     if not names:
         ap.error("--drafters: name at least one drafter")
-    window = LADDER[args.target].max_seq_len
-    if max(ks) > window - 2:                     # the CLI's rule: the pending token and the bonus take 2 places
-        ap.error(f"--ks {max(ks)}: at most {window - 2} draft tokens fit {args.target}'s {window}-token window next "
-                 "to the pending token and the bonus; lower it")
+    if tail := draft_room_problem(max(ks), LADDER[args.target].max_seq_len, whose=f"{args.target}'s"):
+        ap.error(f"--ks {max(ks)}: {tail}; lower it")
     args.drafters = ",".join(names)
     return args
 

@@ -19,8 +19,20 @@ import math
 import re
 from collections.abc import Callable
 
-__all__ = ["choice_list", "count", "device_name", "int_list", "model_list", "model_name", "output_dir", "output_file",
-           "real", "seed"]
+__all__ = ["choice_list", "count", "device_name", "draft_room_problem", "int_list", "model_list", "model_name",
+           "output_dir", "output_file", "real", "seed"]
+
+
+def draft_room_problem(k: int, window: int, *, whose: str, nodes: bool = False) -> str | None:
+    """The one rule for asking for drafts, on every command line (the CLI, the benches): the pending
+    token and the bonus take 2 of a ``window``-token context's places, so at most ``window - 2``
+    drafts fit. None when ``k`` fits; else the message's tail, "at most W - 2 draft tokens fit
+    WHOSE W-token window next to the pending token and the bonus", for the caller to prefix with the
+    flag it read (``nodes``: "draft tokens (or tree nodes)")."""
+    if k <= window - 2:
+        return None
+    return (f"at most {window - 2} draft tokens{' (or tree nodes)' if nodes else ''} fit {whose} {window}-token "
+            "window next to the pending token and the bonus")
 
 
 def _named(fn: Callable, name: str) -> Callable:

@@ -80,9 +80,8 @@ def render(tokenizer, prompt_ids: list[int], passes: list[tuple[list[int], int]]
 def _mark(run: str, *, color: bool) -> str:
     """One accepted draft run, coloured, or bracketed line by line: a run that crosses a line
     break becomes ``[end.]`` + newline + ``[Next]``, so no bracket spans two lines."""
-    if color:
-        return "\n".join(f"{GREEN}{part}{RESET}" if part else "" for part in run.split("\n"))
-    return "\n".join(f"[{part}]" if part else "" for part in run.split("\n"))
+    opening, closing = (GREEN, RESET) if color else ("[", "]")
+    return "\n".join(f"{opening}{part}{closing}" if part else "" for part in run.split("\n"))
 
 
 def fail(message: str) -> int:
@@ -192,11 +191,11 @@ def _pairing_problem(args) -> str | None:
 
 
 def _window_problem(k: int, window: int) -> str | None:
-    """The one rule for every route: the pending token and the bonus take 2 of the window's places."""
-    if k > window - 2:
-        return (f"-k {k}: at most {window - 2} draft tokens (or tree nodes) fit the models' {window}-token "
-                "window next to the pending token and the bonus; lower -k")
-    return None
+    """The one rule for every route (``g2c.assets.cli.draft_room_problem``), as this command says it."""
+    from g2c.assets.cli import draft_room_problem
+
+    tail = draft_room_problem(k, window, whose="the models'", nodes=True)
+    return None if tail is None else f"-k {k}: {tail}; lower -k"
 
 
 def _seed():
