@@ -52,10 +52,11 @@ def unwritten_advice(err: NotImplementedError, argv: list[str] | None = None) ->
     untouched = [i for i in module_ids() if i not in worked]
     lines = [f"Finish module {owner} and grade it with ./test.sh {owner}." if owner else ""]
     if untouched and owner not in worked:
+        no_cache = argv is not None and "--no-cache" in argv          # the user's command has it already
         lines.append(f"Or run this command with the answer key for the modules you have not edited: "
                      f"G2C_APPLY_SOLUTIONS={selector_for(untouched)} .venv/bin/python -m g2c.specdec "
-                     f"{'...' if argv is None else shlex.join(argv)} "
-                     "(or --no-cache when only module 16's cache is unwritten)")
+                     f"{'...' if argv is None else shlex.join(argv)}"
+                     + ("" if no_cache else " (or --no-cache when only module 16's cache is unwritten)"))
     return " ".join(line for line in lines if line)
 
 

@@ -466,6 +466,7 @@ def test_specdec_cli_advice_never_applies_an_edited_module(monkeypatch):
     assert "specdec" not in parse_selection(selector) and "09" in parse_selection(selector)
     pasted = unwritten_advice(err, ["Once upon a time", "-k", "4"])        # the user's own arguments, quoted
     assert f"G2C_APPLY_SOLUTIONS={selector} .venv/bin/python -m g2c.specdec 'Once upon a time' -k 4 " in pasted
+    assert "(or --no-cache" not in unwritten_advice(err, ["Hi", "--no-cache"])   # already in the user's command
     own = NotImplementedError("module specdec: greedy_verify in g2c/specdec/verify.py is not implemented yet.")
     assert "G2C_APPLY_SOLUTIONS" not in unwritten_advice(own)      # the student's own module: finish it
 
