@@ -179,6 +179,11 @@ def write_problem(exc: BaseException, path: str | os.PathLike | None = None) -> 
     if code in (errno.ENOSPC, getattr(errno, "EDQUOT", -1)):
         return (f"the disk is full while writing {where}: free some space (or choose a folder on another disk) "
                 "and run it again; the previous file, if any, is unchanged")
+    if code == errno.EFBIG:
+        return (f"the file-size limit of this shell (ulimit -f) is too small to write {where}: raise it (ulimit -f "
+                "unlimited) or run it where files may grow; the previous file, if any, is unchanged")
+    if code == errno.ENAMETOOLONG:
+        return f"the name {where} is too long for the file system: choose a shorter one"
     if code in (errno.EACCES, errno.EPERM, errno.EROFS):
         return (f"cannot write {where}: the folder is read-only or not yours; make it writable (chmod u+w, or "
                 "work in a writable copy of the checkout) or choose another output folder")

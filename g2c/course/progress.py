@@ -22,6 +22,7 @@ import subprocess
 import sys
 import tempfile
 import textwrap
+import time
 import xml.etree.ElementTree as ET
 from collections import Counter, defaultdict
 from dataclasses import dataclass
@@ -124,7 +125,9 @@ class ModuleResult:
     failing test as ``(test id, prerequisite id or "")``, the id blaming an unwritten prerequisite.
     ``recorded`` is how many tests the course's contract records for the module's files
     (``tests/pristine.json``); ``warnings`` say why the result is not a valid grade (the test
-    files differ from the recorded ones, or fewer tests ran than recorded).
+    files differ from the recorded ones, or fewer tests ran than recorded). ``checks`` holds the
+    outcome of each check test ``grade-class`` appended to the copy it grades in (``G2C_GRADE_CHECKS``,
+    ``g2c/course/forgery.py``), counted apart from everything else; ``seconds`` the pytest run's wall time.
     """
 
     id: str
@@ -139,6 +142,8 @@ class ModuleResult:
     recorded: int | None = None
     warnings: tuple[str, ...] = ()
     graded: bool = True  # False: the recorded untouched counts, shown without running the tests
+    checks: tuple[tuple[str, str], ...] = ()  # grade-class's check tests: ("file::name", outcome), apart
+    seconds: float = 0.0  # wall time of the module's pytest run
 
     @property
     def total(self) -> int:
@@ -286,6 +291,49 @@ def file_sha256(path: Path) -> str:
     return hashlib.sha256(path.read_bytes()).hexdigest()
 
 
+CHECKS_ENV = "G2C_GRADE_CHECKS"          # set by grade-class: {test file: [names of its appended check tests]}
+CHECKS_MARKER = b"\n# -- grade-class check tests"   # the copy's test file: the course's bytes, then this
+
+
+def grade_checks() -> dict[str, set[str]]:
+    """The check tests grade-class appended to this copy's test files (``G2C_GRADE_CHECKS``; {} outside a class
+    run): test file -> names. A malformed value means none."""
+    try:
+        raw = json.loads(os.environ.get(CHECKS_ENV) or "{}")
+        return {str(f): {str(n) for n in names} for f, names in raw.items()} if isinstance(raw, dict) else {}
+    except (ValueError, TypeError, AttributeError):
+        return {}
+
+
+def recorded_sha256(path: Path, rel: str, checks: dict[str, set[str]] | None = None) -> str:
+    """The sha256 of a test file as the course recorded it: when grade-class appended its check tests to this
+    copy (``checks`` names them), of the part before them."""
+    data = path.read_bytes()
+    checks = grade_checks() if checks is None else checks
+    if rel in checks and CHECKS_MARKER in data:
+        data = data[:data.index(CHECKS_MARKER)]
+    return hashlib.sha256(data).hexdigest()
+
+
+def split_checks(xml_text: str, checks: dict[str, set[str]]) -> tuple[str, dict[str, str]]:
+    """Take grade-class's check tests out of a junit report: (the report without them, {"file::name": outcome})
+    with outcome "passed", "failed" or "skipped"."""
+    if not checks:
+        return xml_text, {}
+    root = ET.fromstring(xml_text)
+    found = {}
+    for suite in root.iter("testsuite"):
+        for case in list(suite.findall("testcase")):
+            file = case.get("file") or (case.get("classname") or "?").replace(".", "/") + ".py"
+            name = case.get("name") or ""
+            if name in checks.get(file, ()):
+                bad = case.find("failure") is not None or case.find("error") is not None
+                found[f"{file}::{name}"] = "failed" if bad else "skipped" if case.find("skipped") is not None \
+                    else "passed"
+                suite.remove(case)
+    return ET.tostring(root, encoding="unicode"), found
+
+
 def read_hashes(root: Path = REPO_ROOT) -> dict[str, str]:
     """Repo-relative path -> recorded sha256, from ``tests/pristine.sha256`` ({} when there is none).
 
@@ -325,7 +373,7 @@ def test_file_problems(module, root: Path = REPO_ROOT) -> list[str]:
             continue
         if not path.is_file():
             problems.append(f"{rel} is missing")
-        elif file_sha256(path) != want:
+        elif recorded_sha256(path, rel) != want:
             problems.append(f"{rel} differs from the course's recorded test file")
     return problems
 
@@ -339,9 +387,9 @@ def _untouched(module, root: Path) -> int | None:
 
 
 def _pytest(files: list[str], selection: list[str], root: Path, python: str,
-            echo: bool) -> tuple[dict[str, Counter], list[tuple[str, str]]]:
-    """One pytest run over ``files`` with the answer key applied to exactly ``selection``: per-file counts
-    and the failing tests."""
+            echo: bool) -> tuple[dict[str, Counter], list[tuple[str, str]], dict[str, str], float]:
+    """One pytest run over ``files`` with the answer key applied to exactly ``selection``: per-file counts,
+    the failing tests, the outcomes of grade-class's check tests (apart) and the run's wall time."""
     env = dict(os.environ)
     env.pop(SOLUTIONS_ENV, None)
     if selection:
@@ -353,11 +401,13 @@ def _pytest(files: list[str], selection: list[str], root: Path, python: str,
         xml = Path(tmp) / "report.xml"
         cmd = [python, "-m", "pytest", "-q", "-p", "no:cacheprovider", "--continue-on-collection-errors",
                f"--junitxml={xml}", "-o", "junit_family=xunit1", *files]
+        start = time.monotonic()
         proc = subprocess.run(cmd, cwd=root, env=env, capture_output=True, text=True)
+        seconds = time.monotonic() - start
         if not xml.exists():
             raise RuntimeError(f"pytest wrote no report (exit code {proc.returncode}):\n"
                                f"{proc.stdout[-3000:]}{proc.stderr[-3000:]}")
-        text = xml.read_text(encoding="utf-8")
+        text, checks = split_checks(xml.read_text(encoding="utf-8"), grade_checks())
         if echo:
             for line in passing_lines(text):
                 print(textwrap.indent(line, "  "))
@@ -366,7 +416,7 @@ def _pytest(files: list[str], selection: list[str], root: Path, python: str,
                 print(f"  {line}")
             if len(tail) > 40:
                 print(f"  ... and {len(tail) - 40} more")
-        return parse_junit(text), failing_tests(text)
+        return parse_junit(text), failing_tests(text), checks, seconds
 
 
 def grade(ids: list[str], *, worked: list[str] | None = None, solve: list[str] = (), root: Path = REPO_ROOT,
@@ -395,7 +445,8 @@ def grade(ids: list[str], *, worked: list[str] | None = None, solve: list[str] =
             raise ValueError(f"--solve {m.id} would grade the answer key instead of your module {m.id}")
         selection = [i for i in module_ids() if i in set(grading_selection(m.id, worked)) | set(solve)]
         files = [t for t in m.tests if (root / t).is_file()]
-        counts, failures = _pytest(files, selection, root, python, echo) if files else ({}, [])
+        counts, failures, checks, seconds = _pytest(files, selection, root, python, echo) if files else \
+            ({}, [], {}, 0.0)
         pristine = _pristine(root)
         crashed = {t.split(" ", 1)[0] for t, _ in failures if " (collection error" in t}
         for t in crashed & set(m.tests):   # none of the file's tests could run: each recorded test fails
@@ -418,7 +469,8 @@ def grade(ids: list[str], *, worked: list[str] | None = None, solve: list[str] =
                                 f"{need}: {need - ran} are missing (renamed, deleted or not collected)")
         result = ModuleResult(m.id, m.title, c["passed"], c["failed"], c["skipped"], _untouched(m, root),
                               blocked, tuple(selection), tuple((t, b if b != m.id else "") for t, b in failures),
-                              recorded, tuple(warnings))
+                              recorded, tuple(warnings), checks=tuple(sorted(checks.items())),
+                              seconds=round(seconds, 2))
         results.append(result)
         if on_result is not None:
             on_result(result)
@@ -431,7 +483,7 @@ def result_dict(r: ModuleResult) -> dict:
             "total": r.total, "recorded": r.recorded, "untouched": r.untouched, "own_failures": r.own_failures,
             "blocked": {i: n for i, n in r.blocked}, "applied": list(r.applied),
             "failures": [{"test": t, "blocked_by": b or None} for t, b in r.failures],
-            "warnings": list(r.warnings), "valid": not r.warnings}
+            "warnings": list(r.warnings), "valid": not r.warnings, "checks": dict(r.checks), "seconds": r.seconds}
 
 
 def untouched_result(module_id: str, root: Path = REPO_ROOT) -> ModuleResult:
@@ -482,7 +534,8 @@ def _result_from_dict(d: dict) -> ModuleResult:
         if type(d[key]) is not int:
             raise TypeError(f"{key} is not a count")
     return ModuleResult(**{**d, "blocked": tuple(tuple(b) for b in d["blocked"]), "applied": tuple(d["applied"]),
-                           "failures": tuple(tuple(f) for f in d["failures"]), "warnings": tuple(d["warnings"])})
+                           "failures": tuple(tuple(f) for f in d["failures"]), "warnings": tuple(d["warnings"]),
+                           "checks": tuple(tuple(c) for c in d.get("checks", ()))})
 
 
 def grade_unless_unchanged(ids: list[str], *, worked: list[str], root: Path = REPO_ROOT, regrade: bool = False,

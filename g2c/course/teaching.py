@@ -50,10 +50,12 @@ import html
 import importlib.util
 import io
 import json
+import math
 import os
 import re
 import shutil
 import signal
+import stat
 import subprocess
 import sys
 import tempfile
@@ -64,7 +66,9 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from .files import check_writable, write_problem
+from . import forgery, integrity, sandbox
+from .files import check_writable, write_problem, write_text_atomic
+from .progress import CHECKS_ENV
 from .registry import MODULES, REPO_ROOT, get_module, module_for_file, module_ids, parse_selection, selector_for
 
 FORMAT = 1
@@ -568,120 +572,216 @@ def make_overlay(teacher_root: Path, dest: Path, files: dict[str, bytes], fresh:
     return dest
 
 
-def grade_env(overlay: Path) -> dict[str, str]:
-    """The environment of a submission's grading run: its overlay first on the import path, no selection of
-    the teacher's shell (``G2C_APPLY_SOLUTIONS``, ``G2C_REPLACE_EDITED``) leaking in."""
+# The teacher's environment variables a grading run keeps (none of the teacher's tokens or keys reach the
+# graded code): these names, and names with these prefixes (thread counts, devices, the course's own).
+KEPT_ENV = ("PATH", "LANG", "LANGUAGE", "TZ", "TERM", "SYSTEMROOT", "COMSPEC", "PATHEXT", "MPLBACKEND")
+KEPT_ENV_PREFIXES = ("LC_", "G2C_", "OMP_", "MKL_", "OPENBLAS_", "CUDA_", "HF_", "TORCH", "PYTORCH_", "NVIDIA_")
+
+
+def grade_env(overlay: Path, *, home: str | None = None, tmp: str | None = None,
+              checks: dict[str, list[str]] | None = None) -> dict[str, str]:
+    """The environment of a submission's grading run: its overlay first on the import path, a private ``HOME``
+    and ``TMPDIR``, no bytecode written, the names of the check tests appended to its copy, and of the
+    teacher's environment only ``KEPT_ENV`` (no selection of the teacher's shell, ``G2C_APPLY_SOLUTIONS`` or
+    ``G2C_REPLACE_EDITED``, leaks in)."""
     env = {k: v for k, v in os.environ.items()
-           if k not in ("G2C_APPLY_SOLUTIONS", "G2C_REPLACE_EDITED", "PYTHONPATH", "PYTHONSTARTUP")}
-    env.update(PYTHONPATH=str(overlay), G2C_QUIET="1", PYTHONIOENCODING="utf-8")
+           if (k in KEPT_ENV or k.startswith(KEPT_ENV_PREFIXES))
+           and k not in ("G2C_APPLY_SOLUTIONS", "G2C_REPLACE_EDITED", CHECKS_ENV)}
+    env.update(PYTHONPATH=str(overlay), G2C_QUIET="1", PYTHONIOENCODING="utf-8", PYTHONDONTWRITEBYTECODE="1",
+               PYTHONNOUSERSITE="1")
+    env.setdefault("PATH", os.defpath)
+    if home:
+        env["HOME"] = home
+    if tmp:
+        env["TMPDIR"] = tmp
+    if checks:
+        env[CHECKS_ENV] = json.dumps(checks)
     return env
+
+
+MAX_RESULTS_BYTES = 64 * 2**20   # the grader's JSON, read back from the folder the graded code could write
+
+
+def _read_results(path: Path) -> dict:
+    """The grader's results by module id, read without following a link and never more than
+    ``MAX_RESULTS_BYTES`` (the graded code could have replaced the file); {} when unreadable."""
+    try:
+        fd = os.open(path, os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_NONBLOCK", 0))
+    except OSError:
+        return {}
+    try:
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode) or st.st_size > MAX_RESULTS_BYTES:
+            return {}
+        with os.fdopen(fd, "rb", closefd=False) as f:
+            data = f.read(MAX_RESULTS_BYTES + 1)
+        modules = json.loads(data.decode("utf-8"))["modules"]
+        return {m["id"]: m for m in modules if isinstance(m, dict) and isinstance(m.get("id"), str)}
+    except (OSError, ValueError, KeyError, TypeError, UnicodeDecodeError):
+        return {}
+    finally:
+        os.close(fd)
 
 
 def _tail(path: Path, n: int = 1500) -> str:
     try:
-        data = path.read_bytes()[-n:]
+        with open(path, "rb") as f:
+            f.seek(max(0, os.fstat(f.fileno()).st_size - n))
+            data = f.read(n)
     except OSError:
         return ""
     text = data.decode("utf-8", errors="replace")
     return "".join(c if c.isprintable() or c in "\n\t" else "?" for c in text)
 
 
-_LIVE_GROUPS: set[int] = set()          # process groups of the grading runs in flight
-_LIVE_LOCK = threading.Lock()
-_STOPPING = threading.Event()           # set when grade-class is interrupted: no new grading run starts
-
-
-def _kill_group(proc: subprocess.Popen) -> None:
-    try:
-        os.killpg(proc.pid, signal.SIGKILL)
-    except (ProcessLookupError, PermissionError):
-        proc.kill()
+_STOPPING = threading.Event()           # set when grade-class is interrupted or stops: no new grading run starts
 
 
 def stop_grading() -> None:
-    """Kill every grading process group in flight and start no new one. The grading runs live in sessions of
-    their own (so a hang can be killed as a group), which also keeps a terminal's Ctrl-C or a SIGTERM from
-    reaching them: grade-class calls this when it is interrupted, so no student's endless loop outlives it."""
+    """Kill every grading run in flight and start no new one. The grading runs live in sessions (and, contained,
+    namespaces) of their own, which also keeps a terminal's Ctrl-C or a SIGTERM from reaching them: grade-class
+    calls this when it is interrupted, so no student's endless loop outlives it."""
     _STOPPING.set()
-    with _LIVE_LOCK:
-        groups = list(_LIVE_GROUPS)
-    for pid in groups:
-        try:
-            os.killpg(pid, signal.SIGKILL)
-        except (ProcessLookupError, PermissionError):
-            pass
+    sandbox.stop_all()
 
 
-def _run_with_module_deadline(cmd: list[str], overlay: Path, out: Path, log: Path,
-                              timeout: float) -> tuple[int, bool, dict]:
-    """Run one grading process; kill its process group when ``timeout`` seconds pass without a new module's
-    result in ``out`` (the deadline restarts at each). Returns (exit code, killed, results by module id)."""
-    def results() -> dict:
-        try:
-            return {m["id"]: m for m in json.loads(out.read_text(encoding="utf-8"))["modules"]}
-        except (OSError, ValueError, KeyError, TypeError):
-            return {}
+class Stopped(RuntimeError):
+    """The class run stopped (interrupted, or the teacher's environment changed) while this one was graded."""
 
+
+def _run_with_module_deadline(start, out: Path, timeout: float) -> tuple[int | None, bool, dict, int | None]:
+    """Run one grader (``start()`` returns its ``sandbox.Run``); stop it when ``timeout`` seconds pass without a
+    new module's result in ``out`` (the deadline restarts at each). Returns (exit code, timed out, results by
+    module id, processes it left behind that had to be killed).
+
+    Raises:
+        Stopped: the class run was interrupted or stopped while it ran."""
     timed_out, seen = False, 0
     if _STOPPING.is_set():
-        raise RuntimeError("grade-class was interrupted before this submission was graded")
-    with open(log, "wb") as logf:
-        proc = subprocess.Popen(cmd, cwd=overlay, env=grade_env(overlay), stdout=logf, stderr=subprocess.STDOUT,
-                                stdin=subprocess.DEVNULL, start_new_session=True)
-        with _LIVE_LOCK:
-            _LIVE_GROUPS.add(proc.pid)
-        try:
-            deadline = time.monotonic() + timeout
-            while True:
-                try:
-                    rc = proc.wait(timeout=max(0.0, min(0.5, deadline - time.monotonic())))
-                    break
-                except subprocess.TimeoutExpired:
-                    pass
-                done = len(results())
-                if done > seen:            # a module finished: the next one gets its own `timeout`
-                    seen, deadline = done, time.monotonic() + timeout
-                elif time.monotonic() >= deadline:
-                    timed_out = True
-                    _kill_group(proc)
-                    rc = proc.wait()
-                    break
-        finally:                           # an exception or an interrupt here: the group never outlives us
-            if proc.poll() is None:
-                _kill_group(proc)
-                proc.wait()
-            with _LIVE_LOCK:
-                _LIVE_GROUPS.discard(proc.pid)
+        raise Stopped("grade-class was interrupted before this submission was graded")
+    run = start()
+    try:
+        deadline = time.monotonic() + timeout
+        while True:
+            try:
+                run.wait(timeout=max(0.0, min(0.5, deadline - time.monotonic())))
+                break
+            except subprocess.TimeoutExpired:
+                pass
+            if _STOPPING.is_set():
+                run.kill(hard=True)
+                break
+            done = len(_read_results(out))
+            if done > seen:            # a module finished: the next one gets its own `timeout`
+                seen, deadline = done, time.monotonic() + timeout
+            elif time.monotonic() >= deadline:
+                timed_out = True
+                run.kill()
+                break
+    finally:                           # an exception or an interrupt here: the run never outlives us
+        if run.poll() is None:
+            run.kill(hard=True)
+        rc, left = run.finish()
     if _STOPPING.is_set():
-        raise RuntimeError("grade-class was interrupted while this submission was graded")
-    return rc, timed_out, results()
+        raise Stopped("grade-class was interrupted while this submission was graded")
+    if run.setup_error():
+        raise RuntimeError(run.setup_error())
+    return rc, timed_out, _read_results(out), (None if timed_out else left)
+
+
+@dataclass
+class ClassRun:
+    """What every submission's grading in one class run shares."""
+
+    teacher_root: Path
+    fresh: dict[Path, str]
+    ids: list[str]
+    timeout: float
+    containment: sandbox.Containment
+    work: Path                                 # the class run's own folder (each submission's copy inside)
+    hide: list[Path] = field(default_factory=list)
+    expose: list[Path] = field(default_factory=list)
+    home: Path | None = None
+    recorded: dict[str, int | None] = field(default_factory=dict)
+    python: str = sys.executable
+
+
+def _blank(m: dict, state: str) -> dict:
+    """A module's result whose numbers no longer count: kept in grades.json under ``reported``, scores blank."""
+    kept = {k: m.get(k) for k in ("passed", "failed", "skipped", "total")}
+    return {**m, "passed": 0, "failed": 0, "skipped": 0, "total": 0, "state": state, "valid": False,
+            "reported": kept}
 
 
 def grade_submission(sub: Submission, ids: list[str], teacher_root: Path, fresh: dict[Path, str], *,
-                     timeout: float, python: str = sys.executable) -> dict:
-    """Grade one submission on modules ``ids`` in its own overlay; return its JSON-ready record."""
+                     timeout: float, python: str = sys.executable, run: ClassRun | None = None) -> dict:
+    """Grade one submission on modules ``ids`` in its own overlay, contained as ``run`` says (uncontained
+    without one); return its JSON-ready record."""
     from .progress import untouched_result
 
+    if run is None:
+        work = Path(tempfile.mkdtemp(prefix="g2c-class-"))
+        run = ClassRun(teacher_root, fresh, ids, timeout, sandbox.choose_containment(uncontained=True), work,
+                       recorded={i: untouched_result(i, teacher_root).recorded for i in ids}, python=python)
+        owned = True
+    else:
+        owned = False
     record = {"name": sub.name, "source": str(sub.source), "kind": sub.kind, "student": sub.student,
               "commit": sub.commit, "worked": sub.worked, "problems": list(sub.problems), "notes": list(sub.notes),
-              "files": {r: sha256(b) for r, b in sorted(sub.files.items())}, "modules": {}, "status": "ok",
-              "error": None, "wall_s": 0.0}
-    if sub.error:
-        record.update(status="error", error=sub.error)
-        return record
-    if not ids:  # nothing to grade: only the checks of the hand-in itself (and its answers) count
-        record["status"] = "tampered" if sub.problems else "ok"
-        return record
+              "flags": [], "files": {r: sha256(b) for r, b in sorted(sub.files.items())}, "modules": {},
+              "status": "ok", "error": None, "wall_s": 0.0, "left": None}
+    try:
+        if sub.error:
+            record.update(status="error", error=sub.error)
+            return record
+        record["flags"] = forgery.flags(sub.exercise_files, teacher_root,
+                                        {p.relative_to(teacher_root).as_posix(): t for p, t in fresh.items()})
+        if not ids:  # nothing to grade: only the checks of the hand-in itself (and its answers) count
+            record["status"] = "tampered" if sub.problems else "ok"
+            return record
+        _grade_in_copy(sub, ids, run, record)
+    finally:
+        if owned:
+            shutil.rmtree(run.work, ignore_errors=True)
+    return record
+
+
+def _grade_in_copy(sub: Submission, ids: list[str], run: ClassRun, record: dict) -> None:
+    from .progress import untouched_result
+
     start = time.monotonic()
     graded: dict = {}
     hung: list[str] = []     # modules killed after `timeout` s without a result
-    pending, rc, tail = list(ids), 0, ""
-    with tempfile.TemporaryDirectory(prefix="g2c-class-") as tmp:
-        overlay = make_overlay(teacher_root, Path(tmp) / "g2c", sub.files, fresh)
+    pending, rc, tail, left = list(ids), 0, "", None
+    here = Path(tempfile.mkdtemp(prefix="sub-", dir=run.work))
+    try:
+        overlay = make_overlay(run.teacher_root, here / "g2c", sub.files, run.fresh)
+        files = [t for i in ids for t in get_module(i).tests if (overlay / t).is_file()]
+        checks = forgery.make_checks(files)
+        forgery.append_checks(overlay, checks)
+        results = here / "results"
+        results.mkdir()
+        private = here / "private"
+        kind = run.containment.kind
+        if kind == "namespaces":
+            home, tmp = (str(run.home) if run.home else "/tmp"), "/tmp"
+        elif kind == "container":
+            home, tmp = "/tmp/home", "/tmp"
+        else:
+            home, tmp = str(private / "home"), str(private / "tmp")
+            for d in (home, tmp):
+                Path(d).mkdir(parents=True, exist_ok=True)
+        env = grade_env(overlay, home=home, tmp=tmp, checks={f: [n for n, _ in c] for f, c in checks.items()})
+        jail = sandbox.Jail(copy=overlay, results=results, private=private, hide=run.hide, expose=run.expose,
+                            home=run.home)
         while pending:        # one grading process; after a kill, a fresh one for the modules after the hung one
-            out, log = Path(tmp) / f"grade-{len(hung)}.json", Path(tmp) / f"grade-{len(hung)}.log"
-            rc, timed_out, now = _run_with_module_deadline(
-                [python, "-m", "g2c.course", "grade", *pending, "--json", str(out)], overlay, out, log, timeout)
+            out, log = results / f"grade-{len(hung)}.json", here / f"grade-{len(hung)}.log"
+            cmd = [run.python, "-m", "g2c.course", "grade", *pending, "--json", str(out)]
+            with open(log, "wb") as logf:
+                rc, timed_out, now, left_now = _run_with_module_deadline(
+                    lambda: sandbox.launch(run.containment, jail, cmd, env, logf), out, run.timeout)
+            if left_now:
+                left = (left or 0) + left_now
             graded.update(now)
             tail = _tail(log)
             if not timed_out:
@@ -691,39 +791,85 @@ def grade_submission(sub: Submission, ids: list[str], teacher_root: Path, fresh:
                 break
             hung.append(stuck)
             pending = pending[pending.index(stuck) + 1:]
+    finally:
+        shutil.rmtree(here, ignore_errors=True)
     timed_out = bool(hung)
     record["wall_s"] = round(time.monotonic() - start, 1)
+    record["left"] = left
+    if left:
+        record["notes"].append(f"left {left} process{'es' if left > 1 else ''} running after its grading (killed)")
     # pytest could not even start (the student's code breaks an import its conftest needs): a result, 0 passed
     crashed = not timed_out and rc == 2 and "pytest wrote no report" in tail
     cause = next((line[1:].strip() for line in reversed(tail.splitlines())
                   if re.match(r"^E\s+\w+(Error|Exception)", line)), "see grades.json")
     if crashed:
         record["notes"].append(f"the code breaks before any test starts ({cause}): its modules score 0")
+        graded = {}                     # whatever a results file says, no test ran
+    forged: list[str] = []
     for i in ids:
         m = graded.get(i)
+        r = untouched_result(i, run.teacher_root)
         if m is None:
-            r = untouched_result(i, teacher_root)
             m = {"id": i, "title": r.title, "passed": 0, "failed": 0, "skipped": 0, "total": 0,
                  "recorded": r.recorded, "untouched": r.untouched, "own_failures": 0, "blocked": {}, "applied": [],
                  "failures": [{"test": f"(no test could start: {cause})", "blocked_by": None}] if crashed else [],
-                 "warnings": [], "valid": crashed,
+                 "warnings": [], "valid": crashed, "checks": {},
                  "state": "crashed" if crashed else "timeout" if i in hung else "error"}
         else:
-            m = dict(m)
+            m = _sanitised(m, r)
+            mine = {f: c for f, c in checks.items() if f in get_module(i).tests}
+            bad, invalid = forgery.verify(m, mine, run.recorded.get(i, r.recorded))
+            forged += [f"module {i}: {b}" for b in bad]
+            if invalid:
+                m["warnings"] = [*m["warnings"], *invalid]
+                m["valid"] = False
             m["state"] = _state(m, i in sub.worked)
         record["modules"][i] = m
-    if timed_out:
+    if forged:
+        record["modules"] = {i: _blank(m, "forged") if m["state"] not in ("timeout", "crashed") else m
+                             for i, m in record["modules"].items()}
+        record.update(status="forged", error="the grader's report is not the course's tests run honestly: "
+                                             + "; ".join(forged[:3]) + (f" (and {len(forged) - 3} more)"
+                                                                        if len(forged) > 3 else ""))
+    elif timed_out:
         rest = [i for i in ids if i not in hung]
         others = f"; its other modules are graded ({', '.join(rest)})" if rest else ""
-        record.update(status="timeout", error=f"killed after {timeout:g} s in module {', '.join(hung)} (an endless "
-                                               f"loop or a very slow submission){others}")
+        record.update(status="timeout", error=f"killed after {run.timeout:g} s in module {', '.join(hung)} (an "
+                                              f"endless loop or a very slow submission){others}")
     elif not crashed and (rc not in (0, 1) or len(graded) < len(ids)):
-        record.update(status="error", error=f"the grader exited with code {rc}: {tail[-600:].strip()}")
+        how = f"exited with code {rc}" if rc is not None else "was killed"
+        record["modules"] = {i: _blank(m, "error") for i, m in record["modules"].items()}
+        record.update(status="error", error=f"the grader {how}, so none of its scores count: {tail[-600:].strip()}")
     elif record["problems"]:
         record["status"] = "tampered"
     if record["status"] != "ok":
         record["log_tail"] = tail
-    return record
+
+
+def _sanitised(m: dict, r) -> dict:
+    """A module's result from the grader's file, in the shape the reports read (the file is the graded code's to
+    write: every field is checked, the teacher's own title and record are used)."""
+    def count(key):
+        v = m.get(key)
+        return v if isinstance(v, int) and not isinstance(v, bool) and v >= 0 else 0
+
+    failures = [f for f in m.get("failures", []) if isinstance(f, dict) and isinstance(f.get("test"), str)]
+    blocked = {str(k): v for k, v in (m.get("blocked") or {}).items() if isinstance(v, int)} \
+        if isinstance(m.get("blocked"), dict) else {}
+    out = {"id": r.id, "title": r.title, "passed": count("passed"), "failed": count("failed"),
+           "skipped": count("skipped"), "recorded": r.recorded, "untouched": r.untouched, "blocked": blocked,
+           "applied": [str(a) for a in m.get("applied", []) if isinstance(a, str)] if isinstance(
+               m.get("applied"), list) else [],
+           "failures": [{"test": f["test"][:500], "blocked_by": f.get("blocked_by") if isinstance(
+               f.get("blocked_by"), str) else None} for f in failures[:2000]],
+           "warnings": [str(w)[:500] for w in m.get("warnings", [])[:20]] if isinstance(m.get("warnings"), list)
+           else [],
+           "checks": {str(k): str(v) for k, v in m["checks"].items()} if isinstance(m.get("checks"), dict) else {},
+           "seconds": m.get("seconds") if isinstance(m.get("seconds"), (int, float)) else None}
+    out["total"] = out["passed"] + out["failed"] + out["skipped"]
+    out["own_failures"] = max(0, out["failed"] - sum(blocked.values()))
+    out["valid"] = not out["warnings"] and m.get("valid", True) is True
+    return out
 
 
 def _state(m: dict, worked: bool) -> str:
@@ -741,8 +887,10 @@ def _state(m: dict, worked: bool) -> str:
 
 def _cell(m: dict) -> str:
     denominator = m["recorded"] if m.get("recorded") is not None else m["total"]
-    if m["state"] in ("timeout", "error", "crashed"):
-        return m["state"] if m["state"] != "crashed" else f"0/{denominator} crashed"
+    if m["state"] in ("timeout", "error", "forged", "not graded"):
+        return m["state"]
+    if m["state"] == "crashed":
+        return f"0/{denominator} crashed"
     text = f"{m['passed']}/{denominator}"
     if m["state"] == "blocked" or m["blocked"]:
         text += " b"
@@ -751,24 +899,92 @@ def _cell(m: dict) -> str:
     return text
 
 
+def _report_folder(entry: Path) -> bool:
+    """A folder ``grade-class`` wrote its reports into (never a submission)."""
+    try:
+        head = (entry / "grades.json").read_bytes()[:200] if (entry / "grades.json").is_file() else b""
+    except OSError:
+        head = b""
+    return b'"g2c-class-grades"' in head or ((entry / "summary.txt").is_file() and (entry / "grades.csv").is_file())
+
+
+def _load_class(folder: Path, teacher_root: Path, out: Path | None) -> tuple[list[Submission], list[str]]:
+    """Every submission in ``folder`` and the lines to say about what was skipped or renamed."""
+    said = []
+    subs = []
+    for entry in sorted(folder.iterdir()):
+        if entry.is_dir() and ((out is not None and entry.resolve() == out.resolve()) or _report_folder(entry)):
+            said.append(f"skipped {entry.name}/: a report folder of grade-class, not a submission")
+            continue
+        sub = load_submission(entry, teacher_root)
+        if sub is not None:
+            subs.append(sub)
+    by_name: dict[str, list[Submission]] = {}
+    for s in subs:
+        by_name.setdefault(s.name, []).append(s)
+    for name, same in by_name.items():
+        if len(same) > 1:
+            shown = [s.source.name + ("/" if s.kind != "archive" else "") for s in same]
+            for s, new in zip(same, shown):
+                s.name = new
+                s.notes.append(f"{len(same)} submissions are named {name!r} ({', '.join(shown)}): this row is {new}")
+            said.append(f"{len(same)} submissions are named {name!r}: their rows are {', '.join(shown)}")
+    return subs, said
+
+
+def _not_graded(sub: Submission, why: str) -> dict:
+    return {"name": sub.name, "source": str(sub.source), "kind": sub.kind, "student": sub.student,
+            "commit": sub.commit, "worked": sub.worked, "problems": list(sub.problems), "notes": list(sub.notes),
+            "flags": [], "files": {}, "modules": {}, "status": "not graded", "error": why, "wall_s": 0.0,
+            "left": None}
+
+
+def _places(teacher_root: Path) -> list[Path]:
+    """What the grader needs to see, wherever it lies: the checkout, its linked folders, the Python installation
+    and every folder on the import path (the sandbox binds back those that sit under a hidden folder)."""
+    out = [teacher_root]
+    for name in LINKED:
+        if (teacher_root / name).exists():
+            out.append((teacher_root / name).resolve())
+    for p in (sys.prefix, sys.base_prefix, sys.exec_prefix, os.path.dirname(os.path.realpath(sys.executable)),
+              *sys.path):
+        if p and os.path.isdir(p):
+            out.append(Path(os.path.realpath(p)))
+    return sorted(set(out))
+
+
+def _home() -> Path | None:
+    home = os.environ.get("HOME") or os.path.expanduser("~")
+    p = Path(home)
+    return p.resolve() if home and p.is_absolute() and p.is_dir() and p.resolve() != Path("/") else None
+
+
 def grade_class(folder: Path, *, teacher_root: Path = REPO_ROOT, modules: str | None = None, out: Path | None = None,
-                timeout: float | None = None, jobs: int = 1, echo=_say) -> int:
-    """Grade every submission in ``folder`` on the teacher's checkout; write the reports; return the exit code.
+                timeout: float | None = None, jobs: int = 1, echo=_say, container: str | None = None,
+                uncontained: bool = False) -> int:
+    """Grade every submission in ``folder`` on the teacher's checkout, each contained (``sandbox``) and watched
+    (``integrity``); write the reports last; return the exit code.
 
     Raises:
-        Refused: ``folder`` is missing or is itself a checkout, or ``modules`` is malformed or selects no
-            module with tests ("--modules 0 selects no module"; exit code 2, before any report is written).
+        Refused: ``folder`` is missing or is itself a checkout; ``modules`` is malformed or selects no module
+            with tests ("--modules 0 selects no module"); ``timeout`` is not a finite number of seconds above 0;
+            no containment works here and ``uncontained`` is not set; the teacher's tests differ from their
+            committed record (exit code 2, before any report is written).
     """
-    from .progress import test_file_problems
+    from .progress import share_cores, test_file_problems, untouched_result
     from .scaffolds import expected
 
     folder = Path(folder)
+    if timeout is not None and not (math.isfinite(timeout) and timeout > 0):
+        raise Refused(f"--timeout {timeout:g}: give the seconds one module of a submission may take, a number above "
+                      "0 (e.g. --timeout 600)")
     if not folder.is_dir():
         raise Refused(f"{folder} is not a folder: give the folder that holds the submissions (zip archives or clones)")
     if find_root(folder) == folder.resolve():
         raise Refused(f"{folder} is a g2c checkout itself: give the folder that holds the submissions")
     teacher_root = Path(teacher_root).resolve()
-    subs = [s for s in (load_submission(e, teacher_root) for e in sorted(folder.iterdir())) if s is not None]
+    out = Path(out) if out else folder.resolve().parent / f"{folder.resolve().name}-grades"
+    subs, said = _load_class(folder, teacher_root, out)
     try:
         ids = parse_selection(modules) if modules else \
             [i for i in module_ids() if any(i in s.worked for s in subs)]
@@ -789,7 +1005,10 @@ def grade_class(folder: Path, *, teacher_root: Path = REPO_ROOT, modules: str | 
                       "--modules 01-11 (python -m g2c.course graph lists them)")
     ids = graded
     timeout = float(timeout) if timeout else 300.0      # per module
-    out = Path(out) if out else folder.resolve().parent / f"{folder.resolve().name}-grades"
+    try:
+        containment = sandbox.choose_containment(container=container, uncontained=uncontained)
+    except sandbox.Unavailable as exc:
+        raise Refused(str(exc)) from None
     try:  # before any grading: a report folder that cannot be written must not cost a class's run
         if out.exists() and not out.is_dir():
             raise Refused(f"--out {out} is a file: give a folder for the reports")
@@ -797,74 +1016,163 @@ def grade_class(folder: Path, *, teacher_root: Path = REPO_ROOT, modules: str | 
         check_writable(out, "report")
     except OSError as exc:
         raise Refused(f"--out: {write_problem(exc, out)}") from None
+    sys.dont_write_bytecode = True           # the watch below sees any file written: this process writes none
+    home = _home()
+    work = Path(tempfile.mkdtemp(prefix="g2c-class-")).resolve()
+    try:
+        watch, refusals, warnings = integrity.begin(teacher_root, prune=[out.resolve(), work, folder.resolve()],
+                                                    home=home)
+        if refusals:
+            shown = "; ".join(refusals[:5]) + (f" (and {len(refusals) - 5} more)" if len(refusals) > 5 else "")
+            raise Refused(f"the teacher's checkout {teacher_root} is not the course as committed: {shown}. Its "
+                          "grades would not be the course's: restore the tests (git checkout -- tests/), or, if you "
+                          "changed them on purpose, record and commit them (python scripts/contract.py --record "
+                          "FILE; git commit)")
+        hide = sorted({folder.resolve(), out.resolve(), work, *(Path(os.path.realpath(s.source)) for s in subs)})
+        run = ClassRun(teacher_root, expected(teacher_root), ids, timeout, containment, work, hide=hide,
+                       expose=_places(teacher_root), home=home,
+                       recorded={i: untouched_result(i, teacher_root).recorded for i in ids})
+        return _grade_all(subs, run, folder=folder, out=out, jobs=jobs, echo=echo, watch=watch, said=said,
+                          warnings=warnings, test_file_problems=test_file_problems, share_cores=share_cores)
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+
+
+def _grade_all(subs, run: ClassRun, *, folder, out, jobs, echo, watch, said, warnings, test_file_problems,
+               share_cores) -> int:
+    ids, teacher_root = run.ids, run.teacher_root
     teacher_commit = course_commit(teacher_root)
+    for line in run.containment.lines():
+        echo(line)
     echo(f"grading {len(subs)} submission(s) from {folder} on module(s) {', '.join(ids) or 'none'} with the tests "
          f"of {teacher_root}{' (commit ' + teacher_commit[:12] + ')' if teacher_commit else ''}; "
-         f"{jobs} at a time, at most {timeout:g} s per module")
+         f"{jobs} at a time, at most {run.timeout:g} s per module")
+    for line in said:
+        echo(f"note: {line}")
+    for w in warnings:
+        echo(f"WARNING: {w}")
     for m in ids:
         for p in test_file_problems(get_module(m), teacher_root):
             echo(f"WARNING: the teacher's checkout: {p} (module {m}); run `git checkout -- tests/` or re-record")
-    fresh = expected(teacher_root)
     lock = threading.Lock()
     started = time.monotonic()
     done = [0]
+    changed: list[tuple[str, str]] = []
+    stopped_by: list[str] = []
+    running: set[str] = set()
+    stamps = run.work / "stamps"
 
     def one(sub: Submission) -> dict:
-        try:
-            rec = grade_submission(sub, ids, teacher_root, fresh, timeout=timeout)
-        except Exception as exc:  # one broken submission never stops the class
-            rec = {"name": sub.name, "source": str(sub.source), "kind": sub.kind, "student": sub.student,
-                   "commit": sub.commit, "worked": sub.worked, "problems": sub.problems, "notes": sub.notes,
-                   "files": {}, "modules": {}, "status": "error", "error": f"{type(exc).__name__}: {exc}",
-                   "wall_s": 0.0}
+        if stopped_by:
+            return _not_graded(sub, f"not graded: the class run stopped after {stopped_by[0]}'s grading changed "
+                                    "the teacher's environment")
         with lock:
+            since = integrity.stamp(stamps)
+            beside = set(running)
+            running.add(sub.name)
+        try:
+            rec = grade_submission(sub, ids, teacher_root, run.fresh, timeout=run.timeout, run=run)
+        except Stopped as exc:
+            rec = _not_graded(sub, f"not graded: {exc}" if not stopped_by else
+                              f"not graded: the class run stopped after {stopped_by[0]}'s grading changed the "
+                              "teacher's environment")
+        except Exception as exc:  # one broken submission never stops the class
+            rec = _not_graded(sub, f"{type(exc).__name__}: {exc}")
+            rec["status"] = "error"
+        with lock:
+            running.discard(sub.name)
+            beside |= running
+            if rec["status"] != "not graded" and ids and sub.error is None:    # its code ran: was it contained?
+                found = integrity.changes(watch, since, stamps)
+                if found:
+                    what = "; ".join(list(dict.fromkeys(f"{w}: {d}" for w, d in found))[:5])
+                    more = f" (and {len(found) - 5} more)" if len(found) > 5 else ""
+                    also = (f" (graded at the same time as {', '.join(sorted(beside))}: either may have done it)"
+                            if beside else "")
+                    rec["problems"].insert(0, f"tampered: wrote outside its copy ({what}{more}){also}")
+                    rec["status"] = "tampered"
+                    changed.extend(found)
+                    if not stopped_by:
+                        stopped_by.append(sub.name)
+                        _STOPPING.set()
+                        sandbox.stop_all()
             done[0] += 1
-            if not _STOPPING.is_set():
+            if not (_STOPPING.is_set() and not stopped_by):
                 echo(f"[{done[0]}/{len(subs)}] {sub.name}: {rec['status']} ({rec['wall_s']:.1f} s)")
         return rec
 
-    if ids:
-        from .progress import share_cores
-
-        share_cores(jobs)                 # grading runs side by side: each gets its share of the cores
-        pool = ThreadPoolExecutor(max_workers=max(1, jobs))
-        try:
-            records = list(pool.map(one, subs))
-        except BaseException:             # Ctrl-C / SIGTERM: kill the grading groups, start no other submission
-            stop_grading()
-            pool.shutdown(wait=True, cancel_futures=True)
-            raise
-        pool.shutdown()
-    else:
-        records = [one(s) for s in subs]
+    try:
+        if ids:
+            share_cores(jobs)                 # grading runs side by side: each gets its share of the cores
+            pool = ThreadPoolExecutor(max_workers=max(1, jobs))
+            try:
+                records = list(pool.map(one, subs))
+            except BaseException:             # Ctrl-C / SIGTERM: kill the grading runs, start no other submission
+                stop_grading()
+                pool.shutdown(wait=True, cancel_futures=True)
+                raise
+            pool.shutdown()
+        else:
+            records = [one(s) for s in subs]
+    finally:
+        if stopped_by:
+            _STOPPING.clear()
+    forgery.slow_fast_flags(records)
     wall = time.monotonic() - started
     report = {"kind": "g2c-class-grades", "format": FORMAT,
               "created": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
+              "containment": {"kind": run.containment.kind, "user": run.containment.user,
+                              "lines": run.containment.lines()},
               "teacher": {"root": str(teacher_root), "commit": teacher_commit},
-              "modules": ids, "selector": selector_for(ids), "timeout_s": timeout, "jobs": jobs,
-              "wall_s": round(wall, 1), "submissions": records}
+              "modules": ids, "selector": selector_for(ids), "timeout_s": run.timeout, "jobs": jobs,
+              "wall_s": round(wall, 1), "notes": said + warnings,
+              "environment_changed": {"by": stopped_by[0], "found": [f"{w}: {d}" for w, d in changed][:MAX_LINES_JSON],
+                                      "restore": integrity.restore_lines(watch, changed)} if stopped_by else None,
+              "submissions": records}
     summary = summary_text(report)
-    echo(summary)
-    out.mkdir(parents=True, exist_ok=True)
-    _atomic_write(out / "grades.json", (json.dumps(report, indent=1) + "\n").encode("utf-8"))
-    _atomic_write(out / "grades.csv", csv_text(report).encode("utf-8"))
-    _atomic_write(out / "summary.txt", (summary + "\n").encode("utf-8"))
     page = answers_page(subs, teacher_root)
-    _atomic_write(out / "answers.html", answers_html(page).encode("utf-8"))
-    _atomic_write(out / "answers.md", answers_markdown(page).encode("utf-8"))
+    texts = {"grades.json": json.dumps(report, indent=1) + "\n", "grades.csv": csv_text(report),
+             "summary.txt": summary + "\n", "answers.html": answers_html(page), "answers.md": answers_markdown(page)}
+    for name, text in texts.items():      # last, each atomically: a reader never sees half a report
+        try:
+            write_text_atomic(out / name, text)
+        except OSError as exc:
+            echo(summary)
+            echo(f"grade-class: {write_problem(exc, out / name)}")
+            return EXIT_INCOMPLETE
+    echo(summary)
     echo(f"wrote {out}/grades.csv, grades.json, summary.txt, answers.html, answers.md ({wall:.1f} s in all)")
     return EXIT_OK if all(r["status"] == "ok" for r in records) else EXIT_INCOMPLETE
 
 
 # -- reports -------------------------------------------------------------------------------------
 
+MAX_DETAIL_LINES = 10      # problem lines per submission in the summary ("and N more": grades.json has them)
+MAX_LINES_JSON = 200       # problems and notes kept per submission in grades.json
+MAX_CELL = 10_000          # characters of one CSV cell (spreadsheets take 32,767; csv readers 131,072)
+NO_SCORE = ("timeout", "error", "forged", "not graded")
+
+
+def _capped(lines: list[str], n: int) -> list[str]:
+    return lines if len(lines) <= n else [*lines[:n], f"... and {len(lines) - n} more"]
+
+
 def summary_text(report: dict) -> str:
-    """The readable table: a row per student, a column per module (passed / tests the course records)."""
+    """The readable report: what was contained (first line), the environment's state, then a row per student and
+    a column per module (passed / tests the course records), then at most ``MAX_DETAIL_LINES`` lines of details
+    per submission."""
     ids = report["modules"]
+    head = list(report.get("containment", {}).get("lines", []))
+    changed = report.get("environment_changed")
+    if changed:
+        head += ["", f"THE TEACHER'S ENVIRONMENT CHANGED while {changed['by']} was graded: the class run stopped, and "
+                     "the submissions after it are not graded. What changed:",
+                 *(f"  {line}" for line in _capped(changed["found"], MAX_DETAIL_LINES)), "To restore it:",
+                 *(f"  {line}" for line in changed["restore"])]
     rows = [("student", "status", *ids, "notes")]
     details = []
     for r in report["submissions"]:
-        notes = []
+        notes, mine = [], []
         for i in ids:
             m = r["modules"].get(i)
             if not m:
@@ -873,17 +1181,17 @@ def summary_text(report: dict) -> str:
             if blocked:
                 notes.append(f"{i} blocked by {blocked}")
             own = [f["test"] for f in m["failures"] if not f["blocked_by"]]
-            if own and i in r["worked"] and m["state"] not in ("timeout", "error", "crashed"):
-                details.append(f"  {r['name']} / {i}: {len(own)} failing: "
-                               + ", ".join(t.split("::", 1)[-1] for t in own[:6]) + (" ..." if len(own) > 6 else ""))
+            if own and i in r["worked"] and m["state"] not in ("timeout", "error", "crashed", "forged"):
+                mine.append(f"{i}: {len(own)} failing: "
+                            + ", ".join(t.split("::", 1)[-1] for t in own[:6]) + (" ..." if len(own) > 6 else ""))
             for w in m.get("warnings", []):
-                details.append(f"  {r['name']} / {i}: NOT VALID: {w}")
+                mine.append(f"{i}: NOT VALID: {w}")
         if r["error"]:
-            details.append(f"  {r['name']}: {r['status'].upper()}: {r['error']}")
-        for p in r["problems"]:
-            details.append(f"  {r['name']}: {p}")
-        for n in r["notes"]:
-            details.append(f"  {r['name']}: note: {n}")
+            mine.append(f"{r['status'].upper()}: {r['error']}")
+        mine += list(r["problems"])
+        mine += [f"LOOK: {f}" for f in r.get("flags", [])]
+        mine += [f"note: {n}" for n in r["notes"]]
+        details += [f"  {r['name']}: {line}" for line in _capped(mine, MAX_DETAIL_LINES)]
         rows.append((r["name"], r["status"],
                      *(_cell(r["modules"][i]) + ("*" if i in r["worked"] else "") if i in r["modules"] else "-"
                        for i in ids), "; ".join(notes)))
@@ -894,8 +1202,10 @@ def summary_text(report: dict) -> str:
               "prerequisites the student did not edit); *: the student handed in exercise files of this module (the "
               "others run the untouched scaffold); b: some failures come from an unwritten prerequisite the student "
               "edited (blocking, not failing); !: not a valid grade; crashed: no test could start (scores 0); "
-              "timeout / error: not graded. Failing tests are listed for the modules handed in.")
-    out = [*lines, "", legend]
+              "forged: the report is not the course's tests run honestly (no score); timeout / error / not graded: "
+              "no score. LOOK: a sign worth reading the code for. Failing tests are listed for the modules handed "
+              "in.")
+    out = [*head, "", *lines, "", legend]
     if details:
         out += ["", "details:", *details]
     n = len(report["submissions"])
@@ -907,7 +1217,19 @@ def summary_text(report: dict) -> str:
 
 
 CSV_FIELDS = ["student", "name_in_manifest", "status", "module", "state", "passed", "failed", "skipped", "ran",
-              "recorded", "score", "blocked_by", "failing_tests", "valid", "notes"]
+              "recorded", "score", "blocked_by", "failing_tests", "valid", "notes", "flags"]
+
+
+def csv_cell(value) -> str:
+    """A CSV cell a spreadsheet shows as text: a cell that starts with ``=``, ``+``, ``-``, ``@``, a tab or a
+    carriage return gets a leading ``'`` (it would be read as a formula), and a cell is cut at ``MAX_CELL``
+    characters (grades.json keeps everything)."""
+    text = "" if value is None else str(value)
+    if len(text) > MAX_CELL:
+        text = text[:MAX_CELL - 60] + f" ... (cut: {len(text) - MAX_CELL + 60} more characters in grades.json)"
+    if text[:1] in ("=", "+", "-", "@", "\t", "\r"):
+        text = "'" + text
+    return text
 
 
 def csv_text(report: dict) -> str:
@@ -915,21 +1237,31 @@ def csv_text(report: dict) -> str:
     buf = io.StringIO()
     w = csv.DictWriter(buf, fieldnames=CSV_FIELDS, lineterminator="\n")
     w.writeheader()
+
+    def row(values: dict) -> None:
+        w.writerow({k: csv_cell(v) for k, v in values.items()})
+
     for r in report["submissions"]:
-        notes = "; ".join([*([r["error"]] if r["error"] else []), *r["problems"], *r["notes"]])
+        notes = "; ".join(_capped([*([r["error"]] if r["error"] else []), *r["problems"], *r["notes"]],
+                                  MAX_DETAIL_LINES))
+        flags = "; ".join(r.get("flags", []))
         if not r["modules"]:
-            w.writerow({"student": r["name"], "name_in_manifest": r["student"], "status": r["status"], "notes": notes})
+            row({"student": r["name"], "name_in_manifest": r["student"], "status": r["status"], "notes": notes,
+                 "flags": flags})
         for i, m in r["modules"].items():
             denominator = m["recorded"] if m.get("recorded") is not None else m["total"]
-            w.writerow({
+            scored = m["state"] not in NO_SCORE and r["status"] not in NO_SCORE
+            row({
                 "student": r["name"], "name_in_manifest": r["student"], "status": r["status"], "module": i,
-                "state": m["state"], "passed": m["passed"], "failed": m["failed"], "skipped": m["skipped"],
-                "ran": m["total"], "recorded": m.get("recorded"),
-                "score": f"{m['passed'] / denominator:.3f}" if denominator else "",
+                "state": m["state"], "passed": m["passed"] if scored else "", "failed": m["failed"] if scored else "",
+                "skipped": m["skipped"] if scored else "", "ran": m["total"] if scored else "",
+                "recorded": m.get("recorded"),
+                "score": f"{m['passed'] / denominator:.3f}" if denominator and scored else "",
                 "blocked_by": ";".join(f"{b}:{n}" for b, n in m["blocked"].items()),
                 "failing_tests": ";".join(f["test"] for f in m["failures"]),
-                "valid": "yes" if m.get("valid") and m["state"] not in ("timeout", "error") else "no",
+                "valid": "yes" if m.get("valid") and scored else "no",
                 "notes": "; ".join([notes, *m.get("warnings", [])]).strip("; "),
+                "flags": flags,
             })
     return buf.getvalue()
 
@@ -1075,8 +1407,17 @@ def _submit_cmd(args) -> int:
 
 
 def _grade_class_cmd(args) -> int:
-    if args.jobs < 1 or (args.timeout is not None and args.timeout <= 0):
-        print("grade-class: --jobs must be >= 1 and --timeout > 0", file=sys.stderr)
+    if args.jobs < 1:
+        print(f"grade-class: --jobs {args.jobs}: give how many submissions to grade at once, 1 or more",
+              file=sys.stderr)
+        return EXIT_USAGE
+    if args.timeout is not None and not (math.isfinite(args.timeout) and args.timeout > 0):
+        print(f"grade-class: --timeout {args.timeout:g}: give the seconds one module of a submission may take, a "
+              "number above 0 (e.g. --timeout 600); without a bound a submission that hangs hangs the class",
+              file=sys.stderr)
+        return EXIT_USAGE
+    if args.container and args.uncontained:
+        print("grade-class: --container and --uncontained exclude each other: choose one", file=sys.stderr)
         return EXIT_USAGE
     root = find_root(Path.cwd())
     if root is None or root != REPO_ROOT.resolve():
@@ -1088,7 +1429,8 @@ def _grade_class_cmd(args) -> int:
     previous = signal.signal(signal.SIGTERM, terminate)
     try:
         return grade_class(Path(args.folder), teacher_root=root, modules=args.modules, out=args.out,
-                           timeout=args.timeout, jobs=args.jobs)
+                           timeout=args.timeout, jobs=args.jobs, container=args.container,
+                           uncontained=args.uncontained)
     except Refused as exc:
         print(f"grade-class: {exc}", file=sys.stderr)
         return EXIT_USAGE
@@ -1121,7 +1463,10 @@ def add_grade_class_parser(sub) -> None:
                                    "clones) on this checkout's own tests, each in its own temporary copy; write "
                                    "grades.csv, grades.json, summary.txt, answers.html and answers.md. Exit codes: 0 "
                                    "every submission graded; 1 some submission not graded cleanly (unreadable or "
-                                   "tampered archive, grader error, timeout); 2 usage error. See docs/teaching.md.")
+                                   "tampered archive, forged report, grader error, timeout); 2 usage error. Each "
+                                   "submission's code runs contained: it can write only a private /tmp and $HOME, "
+                                   "sees no other submission, has no network, leaves no process. See "
+                                   "docs/teaching.md.")
     p.add_argument("folder", metavar="DIR", help="a folder of submission zips, unpacked submissions or clones")
     p.add_argument("--modules", default=None, metavar="SEL",
                    help="modules to grade, as G2C_APPLY_SOLUTIONS (e.g. 03,04 or 03-11; default: every module some "
@@ -1131,4 +1476,10 @@ def add_grade_class_parser(sub) -> None:
                    help="seconds one module of a submission may take before it is stopped; its other "
                         "modules are still graded (default 300)")
     p.add_argument("--jobs", type=int, default=1, metavar="N", help="submissions graded at once (default 1)")
+    p.add_argument("--container", default=None, metavar="IMAGE",
+                   help="grade each submission in a docker or podman container of IMAGE (its python3 must hold the "
+                        "course's dependencies); default: Linux namespaces, or sandbox-exec on macOS")
+    p.add_argument("--uncontained", action="store_true",
+                   help="grade even where no containment works: the code runs as you and can change your files "
+                        "and other grades (every report says so on its first line); only for code you trust")
     p.set_defaults(func=_grade_class_cmd)

@@ -1,0 +1,647 @@
+"""Class grading contains the code it runs (docs/teaching.md, "What a grade proves"): one hostile submission per
+family of attack, written here, graded beside an honest one; each test asserts that the teacher is told and that
+nothing outside the submission's copy changed.
+
+Families: writes into the teacher's ``.venv``, checkout, a neighbour's copy and ``$HOME``; patches pytest; writes
+the results file itself and exits; leaves a ``setsid`` daemon; reads the class folder. The class is graded
+contained as the user running the tests (root in CI), again as an unprivileged user (``setpriv`` to uid 65534,
+where the machine lets root do that), and once ``--uncontained``, where the checks after each submission must
+catch what the sandbox would have stopped. Module 03 only: its tests take seconds.
+
+The payloads are harmless even if containment failed: they write marker files and ``.pth`` lines naming a folder
+that does not exist, and every test removes its markers.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import secrets
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+import zipfile
+from pathlib import Path
+
+import pytest
+from repo_copy import IGNORED, REPO_ROOT, env_for
+
+from g2c.course import forgery, integrity, sandbox
+from g2c.course.progress import split_checks
+
+LAYERS, DEVICE = "g2c/nn/layers.py", "g2c/nn/device.py"
+TIMEOUT = "240"                   # per module: far above the ~10 s module 03 takes on a loaded 2-core machine
+TOKEN = secrets.token_hex(4)      # names every marker this run's payloads could leave
+NOBODY = 65534
+linux_namespaces = pytest.mark.skipif(not sys.platform.startswith("linux") or shutil.which("unshare") is None,
+                                      reason="the namespace sandbox needs Linux and util-linux unshare")
+
+
+def sol(rel: str) -> bytes:
+    return (REPO_ROOT / "solutions" / rel).read_bytes()
+
+
+def scaffold(rel: str) -> bytes:
+    return (REPO_ROOT / rel).read_bytes()
+
+
+def archive(path: Path, files: dict[str, bytes], student: str) -> None:
+    """A hand-in as ``submit`` writes it (manifest with each file's sha256)."""
+    entries = [{"path": rel, "kind": "exercise", "module": "03", "bytes": len(data),
+                "sha256": hashlib.sha256(data).hexdigest()} for rel, data in files.items()]
+    manifest = {"kind": "g2c-submission", "format": 1, "student": student, "course": {"commit": None},
+                "worked": ["03"], "files": entries, "warnings": []}
+    with zipfile.ZipFile(path, "w") as zf:
+        zf.writestr("manifest.json", json.dumps(manifest))
+        for rel, data in files.items():
+            zf.writestr(rel, data)
+
+
+def payload_writer(teacher: Path, home: Path) -> str:
+    """Writes into the teacher's .venv (a .pth), checkout (a test and its recorded hash), a neighbour's copy and
+    $HOME (the private one and the real one), every way it can find."""
+    return f'''
+import glob as _glob, os as _os, pwd as _pwd, sys as _sys
+def _g2c_try(path, text):
+    try:
+        with open(path, "a") as f:
+            f.write(text)
+    except OSError:
+        pass
+for _site in [p for p in _sys.path if p.endswith("site-packages")]:
+    _g2c_try(_os.path.join(_site, "g2c_attack_{TOKEN}.pth"), "/nonexistent-g2c-attack-{TOKEN}\\n")
+_g2c_try({str(teacher / "tests" / "test_nn.py")!r}, "\\ndef test_attack_{TOKEN}():\\n    pass\\n")
+_g2c_try({str(teacher / "tests" / "pristine.sha256")!r}, "")
+_g2c_try({str(teacher / ".git" / "hooks" / "pre-commit")!r}, "#!/bin/sh\\necho g2c-attack-{TOKEN}\\n")
+for _copy in _glob.glob("/tmp/g2c-class-*/sub-*/g2c/g2c/nn/layers.py") + _glob.glob(
+        _os.environ.get("TMPDIR", "/tmp") + "/*/sub-*/g2c/g2c/nn/layers.py"):
+    _g2c_try(_copy, "\\nraise RuntimeError('sabotaged by a neighbour {TOKEN}')\\n")
+_g2c_try(_os.path.expanduser("~/.g2c-attack-{TOKEN}"), "x")
+_g2c_try({str(home / f".g2c-attack-{TOKEN}")!r}, "x")
+_g2c_try(_os.path.join(_pwd.getpwuid(_os.getuid()).pw_dir, ".g2c-attack-{TOKEN}"), "x")
+'''
+
+
+PAYLOAD_PATCH_PYTEST = '''
+import _pytest.reports as _g2c_reports
+_g2c_init = _g2c_reports.TestReport.__init__
+def _g2c_pass(self, *args, **kwargs):       # every test passes, whatever happened
+    _g2c_init(self, *args, **kwargs)
+    self.outcome, self.longrepr = "passed", None
+_g2c_reports.TestReport.__init__ = _g2c_pass
+'''
+
+PAYLOAD_RESULT_FILE = '''
+import json as _json, os as _os, signal as _signal
+def _g2c_forge():
+    args = open(f"/proc/{_os.getppid()}/cmdline", "rb").read().split(b"\\0")
+    path = args[args.index(b"--json") + 1].decode()
+    module = {"id": "03", "title": "x", "passed": 37, "failed": 0, "skipped": 0, "total": 37, "recorded": 37,
+              "untouched": 18, "own_failures": 0, "blocked": {}, "applied": [], "failures": [], "warnings": [],
+              "valid": True}
+    with open(path, "w") as f:
+        _json.dump({"format": 1, "worked": ["03"], "requested": ["03"], "modules": [module]}, f)
+    _os.kill(_os.getppid(), _signal.SIGKILL)
+    _os._exit(0)
+_g2c_forge()
+'''
+
+
+def payload_daemon(reports: Path, home: Path) -> str:
+    """A setsid daemon that outlives its grading to rewrite the reports later (and leave a marker)."""
+    targets = (str(reports / "grades.csv"), str(home / f".g2c-daemon-{TOKEN}"))
+    script = "\n".join(["import time", "for _ in range(300):", "    time.sleep(0.1)", f"    for p in {targets!r}:",
+                        "        try:", "            open(p, 'a').write('student,1.000' + chr(10))",
+                        "        except OSError:", "            pass", ""])
+    return f'''
+import os as _os, sys as _sys
+if _os.fork() == 0:
+    _os.setsid()
+    if _os.fork() == 0:
+        _os.execv(_sys.executable, [_sys.executable, "-c", {script!r}, "g2c-daemon-{TOKEN}"])
+    _os._exit(0)
+'''
+
+
+def payload_reader(klass: Path) -> str:
+    """Reads the class folder (named here, and searched for in every process's command line) and runs the
+    honest student's code as its own."""
+    return f'''
+import glob as _glob, os as _os, zipfile as _zipfile
+_g2c_places = [{str(klass)!r}]
+for _cmd in _glob.glob("/proc/*/cmdline"):
+    try:
+        _g2c_places += [a.decode() for a in open(_cmd, "rb").read().split(b"\\0") if a.endswith(b"class")]
+    except OSError:
+        pass
+for _place in _g2c_places:
+    try:
+        with _zipfile.ZipFile(_os.path.join(_place, "a-honest.zip")) as _zf:
+            exec(_zf.read("g2c/nn/layers.py"), globals())
+        break
+    except (OSError, KeyError):
+        pass
+'''
+
+
+def world_folder(prefix: str) -> Path:
+    """A folder every user can enter (tmp_path's base is root's own, mode 700)."""
+    base = Path(tempfile.mkdtemp(prefix=prefix))
+    base.chmod(0o755)
+    return base
+
+
+def teacher_copy(base: Path) -> Path:
+    """The teacher's checkout: a git repository with the course committed, its .venv and artifacts linked."""
+    teacher = base / "teacher"
+    shutil.copytree(REPO_ROOT, teacher, ignore=shutil.ignore_patterns(*IGNORED, "artifacts", "hand-in"),
+                    symlinks=True)
+    (teacher / ".venv").symlink_to(Path(sys.prefix), target_is_directory=True)
+    (teacher / "artifacts").symlink_to(REPO_ROOT / "artifacts", target_is_directory=True)
+    git = ["git", "-c", "user.name=Teacher", "-c", "user.email=t@example.org", "-c", "commit.gpgsign=false"]
+    subprocess.run([*git, "init", "-q"], cwd=teacher, check=True)
+    (teacher / ".git" / "info" / "exclude").write_text(".venv\nartifacts\n")
+    subprocess.run([*git, "add", "-A"], cwd=teacher, check=True)
+    subprocess.run([*git, "commit", "-qm", "course"], cwd=teacher, check=True)
+    return teacher
+
+
+def tree(folder: Path) -> dict[str, str]:
+    """Every file under ``folder`` (links as their target's name) with its sha256."""
+    out = {}
+    for p in sorted(folder.rglob("*")):
+        if p.is_symlink():
+            out[p.relative_to(folder).as_posix()] = "-> " + os.readlink(p)
+        elif p.is_file():
+            out[p.relative_to(folder).as_posix()] = hashlib.sha256(p.read_bytes()).hexdigest()
+    return out
+
+
+def markers() -> list[Path]:
+    """Every marker a payload of this run could have left outside its copy: a .pth in the real site-packages, a
+    file in the real home folders."""
+    found = list((Path(os.path.realpath(sys.prefix)) / "lib").glob(f"python*/site-packages/g2c_attack_{TOKEN}.pth"))
+    for home in {Path.home(), Path("/root"), Path("/tmp")}:
+        for name in (f".g2c-attack-{TOKEN}", f".g2c-daemon-{TOKEN}"):
+            if (home / name).exists():
+                found.append(home / name)
+    return found
+
+
+def daemons() -> list[int]:
+    """Processes whose command line carries this run's daemon token."""
+    pids = []
+    for cmdline in Path("/proc").glob("[0-9]*/cmdline"):
+        try:
+            if f"g2c-daemon-{TOKEN}".encode() in cmdline.read_bytes():
+                pids.append(int(cmdline.parent.name))
+        except OSError:
+            pass
+    return pids
+
+
+def build_class(base: Path, teacher: Path, home: Path, reports: Path) -> Path:
+    klass = base / "class"
+    klass.mkdir()
+    honest = {LAYERS: sol(LAYERS), DEVICE: sol(DEVICE)}
+    subs = {
+        "a-honest": honest,
+        "b-writer": {LAYERS: sol(LAYERS) + payload_writer(teacher, home).encode(), DEVICE: sol(DEVICE)},
+        "c-patcher": {LAYERS: scaffold(LAYERS) + PAYLOAD_PATCH_PYTEST.encode()},
+        "d-forger": {LAYERS: scaffold(LAYERS) + PAYLOAD_RESULT_FILE.encode()},
+        "e-daemon": {LAYERS: sol(LAYERS) + payload_daemon(reports, home).encode(), DEVICE: sol(DEVICE)},
+        "f-reader": {LAYERS: scaffold(LAYERS) + payload_reader(klass).encode()},
+    }
+    for name, files in subs.items():
+        archive(klass / f"{name}.zip", files, name)
+    return klass
+
+
+def grade(teacher: Path, klass: Path, reports: Path, home: Path, *extra: str, nobody: bool = False,
+          jobs: str = "2") -> subprocess.CompletedProcess:
+    cmd = [sys.executable, "-m", "g2c.course", "grade-class", str(klass), "--modules", "03", "--jobs", jobs,
+           "--timeout", TIMEOUT, "--out", str(reports), *extra]
+    env = env_for(teacher, HOME=str(home), OMP_NUM_THREADS="1")
+    if nobody:
+        cmd = as_nobody(cmd, env)
+    return subprocess.run(cmd, cwd=teacher, env=env, capture_output=True, text=True, timeout=1800)
+
+
+def hidden_ancestors(path: Path) -> list[Path]:
+    """Folders above ``path`` that another user cannot enter (root's 700 home holding a pyenv Python)."""
+    out = []
+    for parent in reversed(Path(path).parents):
+        if parent != Path("/") and not parent.stat().st_mode & 0o001:
+            out.append(parent)
+    return out
+
+
+def as_nobody(cmd: list[str], env: dict[str, str]) -> list[str]:
+    """``cmd`` as uid 65534 (from root, through ``setpriv``). When the Python lies under a folder that user cannot
+    enter (a pyenv in root's home), a private mount namespace lays an empty, enterable tmpfs over that folder with
+    only the Python bound back: the test machine stays as it was."""
+    needed = [Path(os.path.realpath(sys.base_prefix)), Path(os.path.realpath(sys.prefix))]
+    blocked = sorted({a for p in needed for a in hidden_ancestors(p)}, key=lambda p: len(str(p)))
+    drop = ["setpriv", "--reuid", str(NOBODY), "--regid", str(NOBODY), "--clear-groups"]
+    if not blocked:
+        return [*drop, *cmd]
+    top = blocked[0]
+    keep = [p for p in needed if top in p.parents]
+    stage = world_folder("g2c-stage-")
+    lines = ["set -e"]
+    for i, p in enumerate(keep):
+        lines += [f"mkdir -p {stage}/{i}", f"mount --bind {p} {stage}/{i}"]
+    lines.append(f"mount -t tmpfs -o mode=755 tmpfs {top}")
+    for i, p in enumerate(keep):
+        lines += [f"mkdir -p {p}", f"mount --move {stage}/{i} {p}"]
+    lines.append('exec "$@"')
+    return ["unshare", "--mount", "sh", "-c", "\n".join(lines), "sh", *drop, *cmd]
+
+
+def run_attack_class(prefix: str, *, nobody: bool = False) -> dict:
+    base = world_folder(prefix)
+    teacher = teacher_copy(base)
+    home = base / "home"
+    home.mkdir()
+    (home / ".bashrc").write_text("# the teacher's\n")
+    reports = base / "reports"
+    klass = build_class(base, teacher, home, reports)
+    if nobody:
+        for p in [base, *base.rglob("*")]:
+            os.lchown(p, NOBODY, NOBODY)
+    before = {"teacher": tree(teacher), "home": tree(home), "class": tree(klass)}
+    started = time.time()
+    res = grade(teacher, klass, reports, home, nobody=nobody)
+    grades = reports / "grades.csv"
+    csv_then = grades.read_bytes() if grades.exists() else b""
+    time.sleep(2.0)                   # the daemon would write every 0.1 s
+    return {"base": base, "teacher": teacher, "home": home, "klass": klass, "reports": reports, "res": res,
+            "before": before, "after": {"teacher": tree(teacher), "home": tree(home), "class": tree(klass)},
+            "csv_then": csv_then, "csv_later": grades.read_bytes() if grades.exists() else b"",
+            "report": json.loads((reports / "grades.json").read_text()) if (reports / "grades.json").exists()
+            else None, "started": started, "daemons": daemons(), "markers": markers()}
+
+
+def cleanup(world: dict) -> None:
+    for pid in daemons():
+        try:
+            os.kill(pid, signal.SIGKILL)
+        except OSError:
+            pass
+    for m in markers():
+        m.unlink(missing_ok=True)
+    shutil.rmtree(world["base"], ignore_errors=True)
+
+
+@pytest.fixture(scope="module")
+def contained():
+    world = run_attack_class("g2c-attack-")
+    yield world
+    cleanup(world)
+
+
+def rows(world: dict) -> dict[str, dict]:
+    assert world["report"] is not None, world["res"].stdout + world["res"].stderr
+    return {r["name"]: r for r in world["report"]["submissions"]}
+
+
+def assert_nothing_outside_changed(world: dict) -> None:
+    for what in ("teacher", "home", "class"):
+        changed = {k for k in world["before"][what].keys() | world["after"][what].keys()
+                   if world["before"][what].get(k) != world["after"][what].get(k)}
+        assert not changed, (what, sorted(changed)[:10])
+    assert world["markers"] == [] and world["daemons"] == []
+    assert world["csv_later"] == world["csv_then"]
+
+
+def assert_families(world: dict) -> None:
+    by = rows(world)
+    res = world["res"]
+    assert res.returncode == 1, res.stdout + res.stderr        # forged rows: not graded cleanly
+    summary = (world["reports"] / "summary.txt").read_text()
+    assert summary.splitlines()[0].startswith("contained by Linux namespaces (unshare)"), summary[:300]
+    # the honest student beside them: full marks, its checks as they must be
+    honest = by["a-honest"]["modules"]["03"]
+    assert (by["a-honest"]["status"], honest["passed"], honest["state"]) == ("ok", 37, "done"), by["a-honest"]
+    assert len(honest["checks"]) == 4 and sorted(set(honest["checks"].values())) == ["failed", "passed"]
+    # writer: every write refused (EROFS, or the folder is not there); graded on its honest code; flagged
+    writer = by["b-writer"]
+    assert writer["modules"]["03"]["passed"] == 37 and writer["status"] == "ok", writer
+    assert any("mentions site-packages" in f for f in writer["flags"]), writer["flags"]
+    # patcher: every test "passed" in pytest's report, so the must-fail checks did too
+    patcher = by["c-patcher"]
+    assert patcher["status"] == "forged" and patcher["modules"]["03"]["state"] == "forged", patcher
+    assert "must have failed" in patcher["error"]
+    assert patcher["modules"]["03"]["reported"]["passed"] >= 37 and patcher["modules"]["03"]["passed"] == 0
+    assert any("pytest internals" in f for f in patcher["flags"]), patcher["flags"]
+    # forger: its own results file, no checks in it, the grader killed
+    forger = by["d-forger"]
+    assert forger["status"] == "forged" and "missing from the report" in forger["error"], forger
+    assert forger["modules"]["03"]["passed"] == 0
+    # daemon: killed with the namespace, counted, and it never wrote the reports
+    daemon = by["e-daemon"]
+    assert daemon["left"] and daemon["left"] >= 1, daemon
+    assert any(f"left {daemon['left']} process" in n for n in daemon["notes"]), daemon["notes"]
+    assert daemon["modules"]["03"]["passed"] == 37
+    # reader: the class folder is not there inside; graded as the scaffold it handed in; flagged
+    reader = by["f-reader"]
+    assert reader["modules"]["03"]["passed"] == reader["modules"]["03"]["untouched"] < 37, reader
+    assert any("mentions /proc" in f for f in reader["flags"]), reader["flags"]
+    for name in ("c-patcher", "d-forger"):                      # forged scores are blank in the CSV
+        csv_rows = [line for line in world["csv_then"].decode().splitlines() if line.startswith(name)]
+        assert csv_rows and all(",forged," in line and ",1.000," not in line for line in csv_rows), csv_rows
+    assert_nothing_outside_changed(world)
+
+
+@linux_namespaces
+def test_every_attack_family_is_refused_or_caught_contained(contained):
+    assert_families(contained)
+
+
+@linux_namespaces
+@pytest.mark.skipif(not hasattr(os, "geteuid") or os.geteuid() != 0 or shutil.which("setpriv") is None,
+                    reason="running the grader as another user needs root and util-linux setpriv (as a non-root "
+                           "user the contained test above is this path already)")
+def test_every_attack_family_is_refused_or_caught_as_an_unprivileged_user():
+    world = run_attack_class("g2c-attack-nobody-", nobody=True)
+    try:
+        assert "as nobody" in (world["reports"] / "summary.txt").read_text().splitlines()[0], world["res"].stdout
+        assert_families(world)
+    finally:
+        cleanup(world)
+
+
+def test_uncontained_grading_is_refused_without_the_flag_and_said_on_the_first_line(monkeypatch, tmp_path):
+    from g2c.course.teaching import Refused, grade_class
+
+    monkeypatch.setattr(sandbox.platform, "system", lambda: "Plan9")       # a system with no sandbox known
+    (tmp_path / "class").mkdir()
+    archive(tmp_path / "class" / "ada.zip", {LAYERS: sol(LAYERS)}, "ada")
+    with pytest.raises(Refused, match=r"cannot contain the graded code here: no sandbox is known on Plan9.*"
+                                      r"--container IMAGE.*--uncontained"):
+        grade_class(tmp_path / "class", modules="03", out=tmp_path / "out")
+    assert not (tmp_path / "out" / "grades.json").exists()
+    c = sandbox.choose_containment(uncontained=True)
+    assert c.lines()[0] == f"not contained: grading untrusted code as {sandbox.current_user()}"
+
+
+def test_uncontained_writes_outside_the_copy_stop_the_class_and_say_how_to_restore():
+    """No sandbox: the checks after each submission find what it wrote (a test and its recorded hash rewritten, a
+    git hook), stop the class before the next submission and name the commands that restore the checkout."""
+    base = world_folder("g2c-uncontained-")
+    try:
+        teacher = teacher_copy(base)
+        home = base / "home"
+        home.mkdir()
+        klass = base / "class"
+        klass.mkdir()
+        rewrite = f'''
+import hashlib as _h
+_t = {str(teacher / "tests" / "test_nn.py")!r}
+_r = {str(teacher / "tests" / "pristine.sha256")!r}
+_text = open(_t).read() + "\\ndef test_attack_{TOKEN}():\\n    pass\\n"
+open(_t, "w").write(_text)
+_digest = _h.sha256(_text.encode()).hexdigest()
+open(_r, "w").write("".join(l if not l.endswith("  tests/test_nn.py\\n") else _digest + "  tests/test_nn.py\\n"
+                            for l in open(_r).readlines()))
+open({str(teacher / ".git" / "hooks" / "pre-commit")!r}, "w").write("#!/bin/sh\\necho g2c-attack\\n")
+'''
+        archive(klass / "a-honest.zip", {LAYERS: sol(LAYERS), DEVICE: sol(DEVICE)}, "a")
+        archive(klass / "b-writer.zip", {LAYERS: sol(LAYERS) + rewrite.encode(), DEVICE: sol(DEVICE)}, "b")
+        archive(klass / "c-honest.zip", {LAYERS: sol(LAYERS), DEVICE: sol(DEVICE)}, "c")
+        reports = base / "reports"
+        res = grade(teacher, klass, reports, home, "--uncontained", jobs="1")
+        assert res.returncode == 1, res.stdout + res.stderr
+        summary = (reports / "summary.txt").read_text()
+        assert summary.splitlines()[0] == f"not contained: grading untrusted code as {sandbox.current_user()}"
+        by = {r["name"]: r for r in json.loads((reports / "grades.json").read_text())["submissions"]}
+        assert by["a-honest"]["status"] == "ok" and by["a-honest"]["modules"]["03"]["passed"] == 37
+        writer = by["b-writer"]
+        assert writer["status"] == "tampered", writer
+        told = writer["problems"][0]
+        assert told.startswith("tampered: wrote outside its copy (") and "tests/test_nn.py" in told, told
+        found = json.loads((reports / "grades.json").read_text())["environment_changed"]["found"]
+        assert "the checkout's .git: .git/hooks/pre-commit (new or changed)" in found, found
+        assert "the checkout: git status:  M tests/test_nn.py" in found, found
+        assert by["c-honest"]["status"] == "not graded" and "b-writer's grading changed" in by["c-honest"]["error"]
+        assert "THE TEACHER'S ENVIRONMENT CHANGED while b-writer was graded" in summary
+        assert "tests/test_nn.py differs from the record as committed" in summary
+        assert "git checkout -- tests/" in summary and ".git/hooks" in summary
+        # the next class run refuses to start on these tests
+        again = grade(teacher, klass, base / "again", home, "--uncontained", jobs="1")
+        assert again.returncode == 2 and "is not the course as committed" in again.stderr, again.stderr
+    finally:
+        shutil.rmtree(base, ignore_errors=True)
+
+
+# -- the pieces, one by one ----------------------------------------------------------------------
+
+def test_watch_sees_a_new_pth_and_a_changed_package_file_in_a_venv(tmp_path):
+    """The cheap fingerprint: a ctime pass since a stamp finds a new .pth, an edited module and a removed file in
+    a .venv, and nothing when nothing changed."""
+    root = tmp_path / "course"
+    site = tmp_path / "venv" / "lib" / "python3.11" / "site-packages"
+    (site / "torch").mkdir(parents=True)
+    (site / "torch" / "__init__.py").write_text("x = 1\n")
+    (site / "old.py").write_text("")
+    (root / "tests").mkdir(parents=True)
+    (root / ".venv").symlink_to(tmp_path / "venv", target_is_directory=True)
+    watch, refusals, warnings = integrity.begin(root, prune=[tmp_path / "stamps"])
+    assert refusals == [] and any("not a git checkout" in w for w in warnings)
+    since = integrity.stamp(tmp_path / "stamps")
+    assert integrity.changes(watch, since, tmp_path / "stamps") == []
+    (site / "evil.pth").write_text("import os\n")
+    (site / "torch" / "__init__.py").write_text("x = 2\n")
+    found = integrity.changes(watch, since, tmp_path / "stamps")
+    shown = {d for w, d in found if w == ".venv"}
+    assert shown == {f"{site / 'evil.pth'} (new or changed)", f"{site / 'torch' / '__init__.py'} (new or changed)"}
+    assert "rm -rf .venv && ./setup.sh" in "\n".join(integrity.restore_lines(watch, found))
+    since = integrity.stamp(tmp_path / "stamps")
+    (site / "old.py").unlink()                                   # a removal: its folder changed
+    assert integrity.changes(watch, since, tmp_path / "stamps") == [(".venv", f"{site} (new or changed)")]
+
+
+def test_watch_compares_the_tests_with_the_record_as_committed(tmp_path):
+    teacher = teacher_copy(tmp_path)
+    watch, refusals, _ = integrity.begin(teacher)
+    assert refusals == [] and watch.record_from.startswith("the record as committed")
+    since = integrity.stamp(tmp_path / "stamps")
+    test = teacher / "tests" / "test_nn.py"
+    text = test.read_text() + "\n# edited\n"
+    test.write_text(text)                              # the test and its working record, rewritten together
+    record = teacher / "tests" / "pristine.sha256"
+    digest = hashlib.sha256(text.encode()).hexdigest()
+    record.write_text("".join(line if not line.endswith("  tests/test_nn.py\n") else f"{digest}  tests/test_nn.py\n"
+                              for line in record.read_text().splitlines(keepends=True)))
+    found = integrity.changes(watch, since, tmp_path / "stamps")
+    assert ("tests", "tests/test_nn.py differs from the record as committed (git show HEAD:tests/pristine.sha256)") \
+        in found, found
+    assert ("tests", "tests/pristine.sha256 differs from its committed version") in found
+    assert any(w == "the checkout" and "git status:  M tests/test_nn.py" in d for w, d in found), found
+    _, refusals, _ = integrity.begin(teacher)
+    assert refusals and "tests/test_nn.py differs from the record as committed" in refusals[0]
+
+
+def test_artifacts_are_checked_against_their_pins(tmp_path):
+    root = tmp_path / "course"
+    folder = root / "artifacts" / "models" / "Tiny"
+    folder.mkdir(parents=True)
+    (folder / "model.bin").write_bytes(b"weights")
+    watch, _, warnings = integrity.begin(root)
+    watch.pins = {"Tiny": {"model.bin": {"sha256": hashlib.sha256(b"weights").hexdigest(), "size": 7}}}
+    assert integrity.artifact_problems(watch) == []
+    (folder / "model.bin").write_bytes(b"weightz")
+    assert integrity.artifact_problems(watch) == [f"{folder / 'model.bin'} is not its pinned copy "
+                                                  "(g2c/assets/pins.json)"]
+
+
+def test_check_tests_catch_a_blanket_pass_a_missing_report_and_extra_passes():
+    checks = forgery.make_checks(["tests/test_nn.py"])["tests/test_nn.py"]
+    assert len(checks) == 4 and {must for _, must in checks} == {True, False}
+    assert len({n for n, _ in checks}) == 4 and all(n.startswith("test_grade_check_") for n, _ in checks)
+    honest = {f"tests/test_nn.py::{n}": "passed" if must else "failed" for n, must in checks}
+    base = {"passed": 30, "failed": 7, "skipped": 0, "failures": []}
+    spec = {"tests/test_nn.py": checks}
+    assert forgery.verify({**base, "checks": honest}, spec, 37) == ([], [])
+    blanket = {k: "passed" for k in honest}
+    forged, _ = forgery.verify({**base, "checks": blanket}, spec, 37)
+    assert len(forged) == sum(not must for _, must in checks) and "must have failed" in forged[0]
+    forged, _ = forgery.verify({**base, "checks": {}}, spec, 37)
+    assert len(forged) == 4 and "missing from the report" in forged[0]
+    forged, _ = forgery.verify({**base, "passed": 38, "failed": 0, "checks": honest}, spec, 37)
+    assert forged == ["38 tests passed where the course records 37"]
+    _, invalid = forgery.verify({**base, "passed": 20, "checks": honest}, spec, 37)
+    assert invalid == ["27 tests ran where the course records 37"]
+    # a file that could not be imported runs no check test: that is a crash, not a forgery
+    crashed = {**base, "checks": {}, "failures": [{"test": "tests/test_nn.py (collection error: X)"}]}
+    assert forgery.verify(crashed, spec, 37) == ([], [])
+    # a skipped check (a whole file skipped) earns nothing and is accepted
+    assert forgery.verify({**base, "checks": {k: "skipped" for k in honest}}, spec, 37) == ([], [])
+
+
+def test_check_tests_run_and_are_reported_apart(tmp_path):
+    """The appended block runs as ordinary tests, comes out as it must, and the grader's junit split takes it
+    out of the course's counts; the copy's test file still matches its recorded hash."""
+    from g2c.course.progress import recorded_sha256
+
+    rel = "tests/test_x.py"
+    (tmp_path / "tests").mkdir()
+    course = b"def test_course():\n    assert True\n"
+    (tmp_path / rel).write_bytes(course)
+    checks = forgery.make_checks([rel])
+    forgery.append_checks(tmp_path, checks)
+    names = {rel: {n for n, _ in checks[rel]}}
+    assert recorded_sha256(tmp_path / rel, rel, names) == hashlib.sha256(course).hexdigest()
+    xml = tmp_path / "r.xml"
+    subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", f"--junitxml={xml}", "-o",
+                    "junit_family=xunit1", rel], cwd=tmp_path, capture_output=True, timeout=300)
+    rest, found = split_checks(xml.read_text(), names)
+    assert found == {f"{rel}::{n}": "passed" if must else "failed" for n, must in checks[rel]}
+    assert "test_course" in rest and "test_grade_check_" not in rest
+
+
+def test_flags_name_what_makes_a_teacher_look(tmp_path):
+    from g2c.course.scaffolds import expected
+
+    fresh = {p.relative_to(REPO_ROOT).as_posix(): t for p, t in expected(REPO_ROOT).items()}
+    files = {LAYERS: sol(LAYERS),
+             DEVICE: sol(DEVICE) + b"\nimport subprocess\nopen('/proc/self/status')\nos._exit(0)\n"}
+    found = forgery.flags(files, REPO_ROOT, fresh)
+    assert f"{LAYERS} is byte-identical to the answer key" in found
+    for what in ("subprocess", "/proc", "os._exit"):
+        assert any(f.startswith(f"{DEVICE} mentions {what} (line ") for f in found), (what, found)
+    assert forgery.flags({DEVICE: fresh[DEVICE].encode() + b"\n# mine\n"}, REPO_ROOT, fresh) == []
+    records = [{"worked": ["03"], "modules": {"03": {"seconds": s, "state": "done"}}} for s in (10.0, 11.0, 12.0, 0.4)]
+    forgery.slow_fast_flags(records)
+    assert records[3]["flags"] == ["module 03 was graded in 0.4 s, the class median is 10.5 s"]
+    assert all("flags" not in r for r in records[:3])
+
+
+def test_seatbelt_profile_denies_writes_network_and_the_hidden_folders(tmp_path):
+    """macOS cannot be tested here: the profile's text is. Balanced, every parameter it names is passed, writes
+    and the network denied before the private folders are allowed back, one read rule per hidden folder."""
+    jail = sandbox.Jail(copy=tmp_path / "copy", results=tmp_path / "results", private=tmp_path / "private",
+                        hide=[tmp_path / "class", tmp_path / "reports"])
+    text = sandbox.seatbelt_profile(len(jail.hide))
+    depth = 0
+    for ch in text.replace('#"^/dev/tty"', "").replace('#"^/dev/fd/"', ""):
+        depth += {"(": 1, ")": -1}.get(ch, 0)
+        assert depth >= 0
+    assert depth == 0 and text.startswith("(version 1)\n(allow default)\n")
+    import re
+
+    named = set(re.findall(r'\(param "([A-Z_0-9]+)"\)', text))
+    passed = dict(sandbox.seatbelt_params(jail))
+    assert named == set(passed) == {"COPY", "RESULTS", "PRIVATE", "HIDDEN_0", "HIDDEN_1"}
+    assert passed["HIDDEN_1"] == os.path.realpath(tmp_path / "reports")
+    order = [text.index(s) for s in ("(deny network*)", "(deny file-write*)", '(subpath (param "PRIVATE"))',
+                                     '(deny file-read* (subpath (param "HIDDEN_0")))',
+                                     '(allow file-read* (subpath (param "COPY"))')]
+    assert order == sorted(order)
+
+
+def test_container_command_mounts_read_only_and_cuts_the_network(tmp_path):
+    jail = sandbox.Jail(copy=tmp_path / "copy", results=tmp_path / "results", private=tmp_path / "p")
+    cmd = sandbox.container_command("/usr/bin/podman", "g2c-grader", jail,
+                                    ["/x/python", "-m", "g2c.course", "grade", "03"], {"HOME": "/tmp/home"},
+                                    "g2c-grade-1", [tmp_path / "artifacts"])
+    line = " ".join(cmd)
+    for part in ("--network none", "--read-only", "--cap-drop ALL", "no-new-privileges", "--rm",
+                 f"{tmp_path / 'copy'}:{tmp_path / 'copy'}:ro", f"{tmp_path / 'results'}:{tmp_path / 'results'}:rw",
+                 f"{tmp_path / 'artifacts'}:{tmp_path / 'artifacts'}:ro", "g2c-grader python3 -m g2c.course grade 03"):
+        assert part in line, part
+
+
+@linux_namespaces
+def test_sandbox_pid1_drops_privileges_hides_and_kills_what_is_left(tmp_path):
+    """One run, no grading: inside, the host is read-only, the hidden folder empty, the results folder the only
+    writable place besides /tmp, no capability left, no network but loopback; a setsid child is counted and
+    killed when the command ends."""
+    # the teacher's folder is bound back into the private /tmp; the class folder inside it is hidden under an
+    # empty tmpfs; a neighbour's copy elsewhere in /tmp is simply not there
+    copy, results, teacher = tmp_path / "copy", tmp_path / "results", tmp_path / "teacher"
+    secret, neighbour = teacher / "class", tmp_path / "neighbour"
+    for d in (copy, results, secret, neighbour):
+        d.mkdir(parents=True)
+    (secret / "ada.zip").write_text("secret")
+    (teacher / "notes.txt").write_text("visible")
+    probe = f'''
+import json, os, socket, subprocess, sys
+out = {{}}
+def can_write(p):
+    try:
+        open(p, "a").close(); return True
+    except OSError:
+        return False
+out["copy"] = can_write({str(copy / "x")!r})
+out["results"] = can_write({str(results / "x")!r})
+out["tmp"] = can_write("/tmp/x")
+out["host"] = can_write({str(REPO_ROOT / "zz-g2c-probe")!r})
+out["class"] = sorted(os.listdir({str(secret)!r}))
+out["teacher"] = sorted(os.listdir({str(teacher)!r}))
+out["neighbour"] = os.path.exists({str(neighbour)!r})
+out["caps"] = [l.split()[1] for l in open("/proc/self/status") if l.startswith("CapEff")][0]
+try:
+    socket.create_connection(("1.1.1.1", 53), timeout=2); out["net"] = True
+except OSError:
+    out["net"] = False
+subprocess.Popen(["setsid", "sleep", "300"])
+open({str(results / "out.json")!r}, "w").write(json.dumps(out))
+'''
+    containment = sandbox.choose_containment()
+    assert containment.kind == "namespaces"
+    jail = sandbox.Jail(copy=copy, results=results, private=tmp_path / "private", hide=[secret],
+                        expose=[teacher])
+    env = {"PATH": os.environ.get("PATH", os.defpath), "HOME": "/tmp"}
+    with open(tmp_path / "log", "wb") as log:
+        run = sandbox.launch(containment, jail, [sys.executable, "-c", probe], env, log)
+        rc, left = run.finish()
+    out = json.loads((results / "out.json").read_text())
+    assert rc == 0 and left == 1, (rc, left, (tmp_path / "log").read_text())
+    assert out == {"copy": False, "results": True, "tmp": True, "host": False, "class": [],
+                   "teacher": ["class", "notes.txt"], "neighbour": False, "caps": "0" * 16, "net": False}, out
+    assert not (REPO_ROOT / "zz-g2c-probe").exists()
