@@ -36,7 +36,7 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-__all__ = ["HOME_FILES", "Watch", "begin", "changes", "restore_lines", "stamp"]
+__all__ = ["HOME_FILES", "Watch", "begin", "changes", "newer", "restore_lines", "stamp"]
 
 RECORD = "tests/pristine.sha256"
 COUNTS = "tests/pristine.json"
@@ -87,7 +87,7 @@ class Watch:
     git_status: str | None = None
     record: dict[str, str] = field(default_factory=dict)
     record_from: str = "the working copy"
-    blobs: dict[str, str] = field(default_factory=dict)   # tests/pristine.* as committed: path -> sha256
+    blobs: dict[str, str] = field(default_factory=dict)   # the records at the start: path -> sha256
     pins: dict = field(default_factory=dict)
     home_state: dict[Path, bool] = field(default_factory=dict)
 
@@ -160,8 +160,10 @@ def begin(root: Path, *, prune: list[Path] = (), home: Path | None = None) -> tu
         w.record_from = f"the record as committed (git show HEAD:{RECORD})"
         for rel in (RECORD, COUNTS, PINS):
             blob = _git(root, "show", f"HEAD:{rel}")
-            if blob is not None:
-                w.blobs[rel] = hashlib.sha256(blob.encode("utf-8")).hexdigest()
+            if blob is not None and (root / rel).is_file() \
+                    and _sha256(root / rel) != hashlib.sha256(blob.encode("utf-8")).hexdigest():
+                warnings.append(f"{rel} differs from its committed version (the class is graded with the working "
+                                "copy's)")
         pins_text = _git(root, "show", f"HEAD:{PINS}")
     else:
         try:
@@ -174,6 +176,9 @@ def begin(root: Path, *, prune: list[Path] = (), home: Path | None = None) -> tu
             pins_text = (root / PINS).read_text(encoding="utf-8")
         except OSError:
             pins_text = None
+    for rel in (RECORD, COUNTS, PINS):          # from now on, any change to these is a finding
+        if (root / rel).is_file():
+            w.blobs[rel] = _sha256(root / rel)
     try:
         w.pins = json.loads(pins_text)["artifacts"] if pins_text else {}
     except (ValueError, KeyError, TypeError):
@@ -186,9 +191,12 @@ def begin(root: Path, *, prune: list[Path] = (), home: Path | None = None) -> tu
 
 
 def test_problems(w: Watch) -> list[str]:
-    """The teacher's tests (and their records) that differ from ``w.record`` / the committed blobs."""
+    """The course's tests and shared test helpers (not the tooling's own tests) that differ from ``w.record``, and
+    the records themselves changed since the class run began."""
     out = []
     for rel, want in sorted(w.record.items()):
+        if rel.startswith("tests/tooling/"):
+            continue
         path = w.root / rel
         if not path.is_file():
             out.append(f"{rel} is missing (it is in {w.record_from})")
@@ -197,7 +205,7 @@ def test_problems(w: Watch) -> list[str]:
     for rel, want in sorted(w.blobs.items()):
         path = w.root / rel
         if not path.is_file() or _sha256(path) != want:
-            out.append(f"{rel} differs from its committed version")
+            out.append(f"{rel} changed since the class run began")
     return out
 
 
@@ -311,6 +319,12 @@ def _find_newer(roots: list[Path], prune: list[Path], since_ns: int, depth: int 
             elif st.st_ctime_ns > since_ns:
                 found.append(path)
     return found[:MAX_LISTED]
+
+
+def newer(roots: list[Path], since_ns: int, scratch: Path) -> list[Path]:
+    """Files and folders under ``roots`` changed since ``since_ns`` (a ``stamp``), at most ``MAX_LISTED``."""
+    scratch.mkdir(parents=True, exist_ok=True)
+    return _find_newer([_real(Path(r)) for r in roots], [], since_ns, None, scratch)
 
 
 def changes(w: Watch, since_ns: int, scratch: Path) -> list[tuple[str, str]]:

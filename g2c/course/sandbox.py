@@ -45,6 +45,7 @@ INIT = Path(__file__).with_name("sandbox_init.py")
 UNSHARE_FLAGS = ("--user", "--map-root-user", "--mount", "--pid", "--fork", "--kill-child", "--net", "--ipc",
                  "--uts", "--mount-proc")
 SCRATCH = ("/tmp", "/var/tmp", "/dev/shm")   # each an empty private tmpfs inside the namespaces
+CONTAINER_HOME = "/home/g2c"                  # the private $HOME inside a container (a tmpfs)
 FILE_SIZE_LIMIT = 2**30                       # RLIMIT_FSIZE of the graded code: no file (or log) past 1 GiB
 KILL_GRACE_S = 5.0                            # how long PID 1 gets to count and kill before the group is killed
 
@@ -210,6 +211,7 @@ class Jail:
     hide: list[Path] = field(default_factory=list)
     expose: list[Path] = field(default_factory=list)
     home: Path | None = None
+    links: list[Path] = field(default_factory=list)    # what the copy's artifacts and data links point to
 
 
 def _under(path: Path, folders) -> bool:
@@ -265,7 +267,7 @@ def container_command(runtime: str, image: str, jail: Jail, cmd: list[str], env:
     """``docker run`` / ``podman run`` for one grader: no network, no capabilities, read-only root, the copy
     and ``mounts`` (the teacher's artifacts and data, at their own paths, as the copy's links name them)
     read-only, the results folder writable, a private ``/tmp`` and ``$HOME``; the grader's own ``python3``."""
-    home = env.get("HOME", "/tmp/home")
+    home = env.get("HOME", CONTAINER_HOME)
     args = [runtime, "run", "--rm", "--name", name, "--network", "none", "--read-only", "--cap-drop", "ALL",
             "--security-opt", "no-new-privileges", "--pids-limit", "4096", "--init",
             "--tmpfs", "/tmp:rw,size=2g", "--tmpfs", f"{home}:rw,size=1g",
@@ -426,7 +428,7 @@ def launch(containment: Containment, jail: Jail, cmd: list[str], env: dict[str, 
         return Run(containment, subprocess.Popen([*args, *cmd], cwd=jail.copy, env=env, **common))
     if containment.kind == "container":
         name = f"g2c-grade-{secrets.token_hex(6)}"
-        mounts = sorted({p for p in jail.expose if p.exists()})
+        mounts = sorted({p for p in jail.links if p.exists()})
         args = container_command(containment.runtime or "docker", containment.image or "", jail, cmd, env, name,
                                  mounts)
         return Run(containment, subprocess.Popen(args, **common), name=name)

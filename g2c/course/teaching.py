@@ -3,42 +3,46 @@ every written answer. ``docs/teaching.md`` is the guide.
 
     python -m g2c.course submit [--name NAME] [--out FILE.zip]       (./test.sh --submit)
     python -m g2c.course grade-class DIR [--modules SEL] [--out DIR] [--timeout S] [--jobs N]
+                                         [--container IMAGE | --uncontained]
 
 **Hand in** (``submit``) writes one zip archive of exactly what the student wrote: every exercise
 file they edited (``scaffolds.status`` says "edited": neither the fresh scaffold nor its recorded
 generation) and every notebook working copy under ``notebooks/work/`` that differs from its clean
 notebook, plus ``manifest.json`` (format version, the student's name, the course commit, the modules
 worked, and each file's path, size and sha256). Nothing else: no tests, no provided code, no
-``.venv``, data or artifacts. Edits outside the exercise files are listed as warnings and left out. It
-refuses a folder that is not a g2c checkout, or a checkout other than the one whose ``g2c`` runs. It
-reads the checkout and writes only the archive (a temporary file in the target folder, then a rename).
+``.venv``, data or artifacts. Edits outside the exercise files (provided code included), a damaged
+notebook and one over the size cap are listed as warnings. It refuses a folder that is not a g2c
+checkout, or a checkout other than the one whose ``g2c`` runs. It reads the checkout and writes only
+the archive (a temporary file in the target folder, then a rename).
 
 **Grade a class** (``grade-class``) takes a folder of submissions: ``.zip`` archives from ``submit``,
 the same archives unpacked (a folder holding ``manifest.json``), or whole clones of the course (a
 folder holding a g2c checkout, directly or one level down). Each submission is graded in its own
 temporary copy of the teacher's checkout (the overlay): every exercise file reset to its fresh
-scaffold, then the student's exercise files placed in it; the teacher's tests, answer key and
-contract; the one shared ``.venv``, ``artifacts/`` and ``data/`` linked in. The overlay runs
-``python -m g2c.course grade IDS --json`` in a subprocess of its own (its cwd and ``PYTHONPATH`` are
-the overlay, so one submission's code never meets another's), exactly what ``./test.sh IDS`` runs in
-a student's clone: the answer key stands in for the prerequisites the student did not edit, and a
-failure caused by an unwritten prerequisite the student edited is reported as blocking. A
-module of a submission gets ``--timeout`` seconds (the grading process group is killed when that
-much time passes without a module's result, and a fresh one grades the modules after the hung one);
-a crash, a hang or garbage on stdout is reported on its row and never stops the class.
+scaffold, then the student's exercise files placed in it; the teacher's tests (with a few check
+tests appended, ``forgery.py``), answer key and contract; the one shared ``.venv``, ``artifacts/``
+and ``data/`` linked in. The overlay runs ``python -m g2c.course grade IDS --json``, exactly what
+``./test.sh IDS`` runs in a student's clone, contained (``sandbox.py``: Linux namespaces,
+sandbox-exec, a container, or ``--uncontained`` said on the report's first line): it writes only
+private folders and its results folder, sees no other submission, has no network, leaves no process.
+The teacher's checkout, ``.venv``, artifacts and tests are checked after each submission
+(``integrity.py``); a change marks it tampered and stops the class. A module of a submission gets
+``--timeout`` seconds (its run is killed when that much time passes without a module's result, and a
+fresh one grades the modules after the hung one); a crash, a hang or garbage on stdout is reported on
+its row and never stops the class.
 
-Output (``--out``, default ``<DIR>-grades`` beside the submissions folder): ``grades.csv`` (one row
-per student and module), ``grades.json`` (everything, including each failing test), ``answers.html``
-and ``answers.md`` (each notebook question with the answer key's rubric and worked answer, then every
-student's answer), and ``summary.txt`` (the table printed on stdout).
+Output (``--out``, default ``<DIR>-grades`` beside the submissions folder), written last and each file
+atomically: ``grades.csv`` (one row per student and module, formula cells neutralised),
+``grades.json`` (everything, including each failing test), ``answers.html`` and ``answers.md`` (each
+notebook question with the answer key's rubric and worked answer, then every student's answer), and
+``summary.txt`` (what was contained, then the table printed on stdout).
 
 Exit codes of ``grade-class``: 0 every submission was graded; 1 at least one could not be graded
-fully (unreadable or tampered archive, grader error, timeout); 2 usage error (no such folder, bad
-``--modules``, not run from a g2c checkout). Failing tests are results, not errors: they never
-change the exit code. ``submit``: 0 archive written (warnings printed), 2 refused.
-
-Isolation here is against accidents (a module cached in one run, a stray import, a hang); a
-submission's code still runs as the teacher's user. Grade code you do not trust in a container.
+fully (unreadable, tampered or forged, grader error, timeout, not graded after the class stopped), or
+the reports could not be written; 2 usage error (no such folder, bad ``--modules`` or ``--timeout``,
+not run from a g2c checkout, no containment without ``--uncontained``, tests that differ from their
+committed record). Failing tests are results, not errors: they never change the exit code.
+``submit``: 0 archive written (warnings printed), 2 refused.
 """
 
 from __future__ import annotations
@@ -111,16 +115,22 @@ def find_root(start: Path) -> Path | None:
     return None
 
 
-def _git(root: Path, *args: str) -> str | None:
+# A student's clone is read with git's configured commands switched off (a clone's .git/config is the student's).
+UNTRUSTED_GIT = ("-c", "core.fsmonitor=false", "-c", "core.hooksPath=/dev/null", "-c", "core.pager=cat",
+                 "-c", "protocol.allow=never")
+
+
+def _git(root: Path, *args: str, untrusted: bool = False) -> str | None:
     try:
-        proc = subprocess.run(["git", "-C", str(root), *args], capture_output=True, text=True, timeout=60)
+        proc = subprocess.run(["git", *(UNTRUSTED_GIT if untrusted else ()), "-C", str(root), *args],
+                              capture_output=True, text=True, timeout=60, stdin=subprocess.DEVNULL)
     except (OSError, subprocess.SubprocessError):
         return None
     return proc.stdout if proc.returncode == 0 else None
 
 
-def course_commit(root: Path) -> str | None:
-    out = _git(root, "rev-parse", "HEAD")
+def course_commit(root: Path, *, untrusted: bool = False) -> str | None:
+    out = _git(root, "rev-parse", "HEAD", untrusted=untrusted)
     return out.strip() if out else None
 
 
@@ -222,20 +232,40 @@ def collect_hand_in(root: Path) -> HandIn:
             warnings.append(f"{s.rel} (module {s.module}) is missing: nothing to hand in for it, the scaffold grades")
     for rel, module_id in notebook_names().items():
         work, clean = root / rel, root / get_module(module_id).notebook
-        if work.is_file() and (not clean.is_file() or work.read_bytes() != clean.read_bytes()):
-            files.append((rel, "notebook", module_id))
+        if not work.is_file():
+            continue
+        size = work.stat().st_size
+        if size > MAX_FILE_BYTES:
+            warnings.append(f"{rel} is {size / 2**20:.0f} MiB, over the {MAX_FILE_BYTES // 2**20} MiB your teacher's "
+                            "grader reads: it is left out. Clear its outputs (in Jupyter: Kernel > Restart & Clear "
+                            "Output, then save) and hand in again")
+            continue
+        data = work.read_bytes()
+        if clean.is_file() and data == clean.read_bytes():
+            continue
+        files.append((rel, "notebook", module_id))
+        problem = notebook_problem(data)
+        if problem:
+            warnings.append(f"{rel} is not a readable notebook ({problem}): it is handed in, but your teacher will "
+                            f"see none of its answers. Open it in Jupyter and save it again, or start a fresh copy "
+                            f"with ./notebook.sh {module_id} --fresh (the old one is kept in notebooks/work/archive/)")
     handed = {rel for rel, _, _ in files}
+    exercises = {s.rel for s in states}
     dirty = _dirty_paths(root)
     if dirty is None:
         warnings.append("not a git checkout: edits outside the exercise files cannot be listed (they are never "
                         "handed in)")
     else:
         for code, rel in dirty:
-            if rel in handed or rel.startswith((f"{HAND_IN_DIR}/", f"{WORK_DIR}/", ".g2c-backup/")) \
-                    or module_for_file(rel) is not None:
+            if rel in handed or rel in exercises or rel.startswith((f"{HAND_IN_DIR}/", f"{WORK_DIR}/",
+                                                                   ".g2c-backup/")):
                 continue
             what = "new file" if code == "??" else ("deleted" if "D" in code else "changed")
-            if rel.startswith("tests/"):
+            owner = module_for_file(rel)
+            if owner is not None:
+                why = (f"provided code of module {owner.id}, not an exercise file: your teacher grades with the "
+                       "course's own copy of it, so your exercises must work with that one")
+            elif rel.startswith("tests/"):
                 why = "your teacher grades with the course's own tests"
             elif rel.startswith("g2c/"):
                 why = "only exercise files are handed in; code that needs it will fail when graded"
@@ -249,6 +279,19 @@ def collect_hand_in(root: Path) -> HandIn:
                 warnings.append(line)
     worked = [m.id for m in MODULES if any(k == "exercise" and i == m.id for _, k, i in files)]
     return HandIn(root, sorted(files), warnings, worked)
+
+
+def notebook_problem(data: bytes) -> str | None:
+    """Why ``data`` is not a notebook the answers page can read (None when it is one)."""
+    try:
+        nb = json.loads(data.decode("utf-8"))
+    except UnicodeDecodeError:
+        return "not UTF-8 text"
+    except ValueError as exc:
+        return f"{type(exc).__name__} at line {getattr(exc, 'lineno', '?')}"
+    if not isinstance(nb, dict) or not isinstance(nb.get("cells"), list):
+        return "no list of cells"
+    return None
 
 
 def _default_name(root: Path) -> str:
@@ -269,6 +312,17 @@ def _slug(name: str) -> str:
     import unicodedata
 
     return re.sub(r"[^\w.-]+", "-", unicodedata.normalize("NFC", name.strip())).strip("-._")
+
+
+MAX_SLUG_BYTES = 100    # of the archive's file name made from the student's name (file systems allow 255)
+
+
+def _short_slug(slug: str) -> str:
+    """``slug`` cut to at most ``MAX_SLUG_BYTES`` bytes of UTF-8, at a character boundary."""
+    out = slug
+    while len(out.encode("utf-8")) > MAX_SLUG_BYTES:
+        out = out[:-1]
+    return out.strip("-._")
 
 
 def write_archive(hand_in: HandIn, out: Path, student: str) -> dict:
@@ -324,11 +378,23 @@ def submit(root: Path, *, name: str | None = None, out: Path | None = None, echo
     hand_in = collect_hand_in(found)
     student = name or _default_name(found)
     given = out is not None
-    out = Path(out) if out else found / HAND_IN_DIR / f"g2c-{_slug(student) or 'student'}.zip"
+    slug = _slug(student) or "student"
+    if not given and _short_slug(slug) != slug:
+        slug = _short_slug(slug)
+        echo(f"note: your name is long: the archive is named after its first {len(slug)} characters (g2c-{slug}.zip); "
+             "the manifest keeps it whole")
+    out = Path(out) if out else found / HAND_IN_DIR / f"g2c-{slug}.zip"
+    if len(os.fsencode(out.name)) > 255:
+        raise Refused(f"--out: the file name {out.name[:40]}... is {len(os.fsencode(out.name))} bytes, longer than "
+                      "a file system allows (255): give a shorter one")
     if out.is_dir():                        # before the suffix: --out hand-in, --out '' (the current folder)
         raise Refused(f"--out {out} is a folder: give the archive's file name, ending in .zip")
     if out.suffix.lower() != ".zip":
         raise Refused(f"--out {out}: the archive is a zip file; give a name ending in .zip")
+    blocker = next((p for p in out.parents if p.exists()), None)
+    if given and blocker is not None and not blocker.is_dir():
+        raise Refused(f"--out {out}: {blocker} is a file, not a folder: give a path in a folder (e.g. "
+                      f"{blocker.parent / out.name})")
     if given and not out.parent.is_dir():   # a mistyped folder is named, never created in silence
         raise Refused(f"--out {out}: the folder {out.parent} does not exist; create it first or give another path")
     existed = out.exists()
@@ -488,10 +554,26 @@ def _load_clone(sub: Submission, clone: Path, teacher_root: Path) -> None:
 
     fresh = expected(teacher_root)
     own_record, teacher_record = read_record(clone), read_record(teacher_root)
+    real_clone = os.path.realpath(clone)
+
+    def readable(rel: str) -> bool:
+        """A regular file inside the clone, no link on the way, under the cap; a problem said otherwise."""
+        theirs = clone / rel
+        if not (theirs.is_file() or theirs.is_symlink()):
+            return False
+        if theirs.is_symlink() or os.path.realpath(theirs) != os.path.join(real_clone, rel):
+            sub.problems.append(f"tampered: {rel} in the clone is a link (to {os.path.realpath(theirs)}): refused, "
+                                "as in a folder hand-in; the scaffold grades")
+            return False
+        if theirs.stat().st_size > MAX_FILE_BYTES:
+            sub.problems.append(f"{rel} is larger than {MAX_FILE_BYTES // 2**20} MiB (ignored)")
+            return False
+        return True
+
     for path, text in fresh.items():
         rel = path.relative_to(teacher_root).as_posix()
         theirs = clone / rel
-        if not theirs.is_file():
+        if not readable(rel):
             continue
         data = theirs.read_bytes()
         digest = sha256(data)
@@ -500,16 +582,15 @@ def _load_clone(sub: Submission, clone: Path, teacher_root: Path) -> None:
     for rel, module_id in notebook_names().items():
         work = clone / rel
         clean = teacher_root / get_module(module_id).notebook
-        if work.is_file() and work.stat().st_size <= MAX_FILE_BYTES \
-                and (not clean.is_file() or work.read_bytes() != clean.read_bytes()):
+        if readable(rel) and (not clean.is_file() or work.read_bytes() != clean.read_bytes()):
             sub.files[rel] = work.read_bytes()
     changed = [rel for rel, want in read_hashes(teacher_root).items()   # the course's tests, not its tooling tests
                if not rel.startswith("tests/tooling/") and (clone / rel).is_file() and file_sha256(clone / rel) != want]
     if changed:
         sub.notes.append(f"the clone's test files differ from the course's ({', '.join(changed[:4])}"
                          f"{', ...' if len(changed) > 4 else ''}): ignored, the course's tests grade")
-    sub.commit = course_commit(clone)
-    sub.student = (_git(clone, "config", "user.name") or "").strip()
+    sub.commit = course_commit(clone, untrusted=True)
+    sub.student = (_git(clone, "config", "user.name", untrusted=True) or "").strip()
 
 
 def load_submission(entry: Path, teacher_root: Path) -> Submission | None:
@@ -726,10 +807,8 @@ def grade_submission(sub: Submission, ids: list[str], teacher_root: Path, fresh:
         owned = True
     else:
         owned = False
-    record = {"name": sub.name, "source": str(sub.source), "kind": sub.kind, "student": sub.student,
-              "commit": sub.commit, "worked": sub.worked, "problems": list(sub.problems), "notes": list(sub.notes),
-              "flags": [], "files": {r: sha256(b) for r, b in sorted(sub.files.items())}, "modules": {},
-              "status": "ok", "error": None, "wall_s": 0.0, "left": None}
+    record = _record(sub, "ok", None)
+    record["files"] = {r: sha256(b) for r, b in sorted(sub.files.items())}
     try:
         if sub.error:
             record.update(status="error", error=sub.error)
@@ -766,14 +845,16 @@ def _grade_in_copy(sub: Submission, ids: list[str], run: ClassRun, record: dict)
         if kind == "namespaces":
             home, tmp = (str(run.home) if run.home else "/tmp"), "/tmp"
         elif kind == "container":
-            home, tmp = "/tmp/home", "/tmp"
+            home, tmp = sandbox.CONTAINER_HOME, "/tmp"
         else:
             home, tmp = str(private / "home"), str(private / "tmp")
             for d in (home, tmp):
                 Path(d).mkdir(parents=True, exist_ok=True)
         env = grade_env(overlay, home=home, tmp=tmp, checks={f: [n for n, _ in c] for f, c in checks.items()})
         jail = sandbox.Jail(copy=overlay, results=results, private=private, hide=run.hide, expose=run.expose,
-                            home=run.home)
+                            home=run.home, links=[p.resolve() for p in (overlay / "artifacts", overlay / "data")
+                                                  if p.exists()])
+        copy_since = integrity.stamp(here / "stamps")
         while pending:        # one grading process; after a kill, a fresh one for the modules after the hung one
             out, log = results / f"grade-{len(hung)}.json", here / f"grade-{len(hung)}.log"
             cmd = [run.python, "-m", "g2c.course", "grade", *pending, "--json", str(out)]
@@ -791,6 +872,11 @@ def _grade_in_copy(sub: Submission, ids: list[str], run: ClassRun, record: dict)
                 break
             hung.append(stuck)
             pending = pending[pending.index(stuck) + 1:]
+        moved = integrity.newer([overlay], copy_since, here / "stamps")
+        if moved:                  # read-only when contained; uncontained, its own code or a neighbour's did it
+            shown = ", ".join(p.relative_to(overlay).as_posix() if p != overlay else "." for p in moved[:5])
+            record["problems"].insert(0, f"tampered: the copy it was graded in changed during its grading ({shown}"
+                                         f"{', ...' if len(moved) > 5 else ''}): not a valid grade")
     finally:
         shutil.rmtree(here, ignore_errors=True)
     timed_out = bool(hung)
@@ -932,11 +1018,16 @@ def _load_class(folder: Path, teacher_root: Path, out: Path | None) -> tuple[lis
     return subs, said
 
 
-def _not_graded(sub: Submission, why: str) -> dict:
+def _record(sub: Submission, status: str, error: str | None) -> dict:
+    """A submission's row in grades.json before any module is graded (problems and notes capped)."""
     return {"name": sub.name, "source": str(sub.source), "kind": sub.kind, "student": sub.student,
-            "commit": sub.commit, "worked": sub.worked, "problems": list(sub.problems), "notes": list(sub.notes),
-            "flags": [], "files": {}, "modules": {}, "status": "not graded", "error": why, "wall_s": 0.0,
-            "left": None}
+            "commit": sub.commit, "worked": sub.worked, "problems": _capped(sub.problems, MAX_LINES_JSON),
+            "notes": _capped(sub.notes, MAX_LINES_JSON), "flags": [], "files": {}, "modules": {}, "status": status,
+            "error": error, "wall_s": 0.0, "left": None}
+
+
+def _not_graded(sub: Submission, why: str) -> dict:
+    return _record(sub, "not graded", why)
 
 
 def _places(teacher_root: Path) -> list[Path]:
@@ -1016,6 +1107,7 @@ def grade_class(folder: Path, *, teacher_root: Path = REPO_ROOT, modules: str | 
         check_writable(out, "report")
     except OSError as exc:
         raise Refused(f"--out: {write_problem(exc, out)}") from None
+    bytecode = sys.dont_write_bytecode
     sys.dont_write_bytecode = True           # the watch below sees any file written: this process writes none
     home = _home()
     work = Path(tempfile.mkdtemp(prefix="g2c-class-")).resolve()
@@ -1035,6 +1127,7 @@ def grade_class(folder: Path, *, teacher_root: Path = REPO_ROOT, modules: str | 
         return _grade_all(subs, run, folder=folder, out=out, jobs=jobs, echo=echo, watch=watch, said=said,
                           warnings=warnings, test_file_problems=test_file_problems, share_cores=share_cores)
     finally:
+        sys.dont_write_bytecode = bytecode
         shutil.rmtree(work, ignore_errors=True)
 
 
@@ -1138,7 +1231,7 @@ def _grade_all(subs, run: ClassRun, *, folder, out, jobs, echo, watch, said, war
             write_text_atomic(out / name, text)
         except OSError as exc:
             echo(summary)
-            echo(f"grade-class: {write_problem(exc, out / name)}")
+            print(f"grade-class: {write_problem(exc, out / name)}", file=sys.stderr)
             return EXIT_INCOMPLETE
     echo(summary)
     echo(f"wrote {out}/grades.csv, grades.json, summary.txt, answers.html, answers.md ({wall:.1f} s in all)")

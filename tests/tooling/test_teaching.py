@@ -30,6 +30,21 @@ TIMEOUT = 240        # per submission in the class run: far above the ~10-40 s a
 LOOP_TIMEOUT = 45    # the endless loop's own run (the submission after it gets as long: one module, ~10 s)
 
 
+def _contain() -> list[str]:
+    """grade-class's containment flag here: none where the sandbox works (tests/tooling/test_containment.py tests
+    it), ``--uncontained`` where this machine has none (grading would refuse to start)."""
+    from g2c.course import sandbox
+
+    try:
+        sandbox.choose_containment()
+        return []
+    except sandbox.Unavailable:
+        return ["--uncontained"]
+
+
+CONTAIN = _contain()
+
+
 def sol(rel: str) -> str:
     return (REPO_ROOT / "solutions" / rel).read_text(encoding="utf-8")
 
@@ -150,7 +165,7 @@ def world(tmp_path_factory):
     os.symlink(clone, klass / "clone", target_is_directory=True)
     t0 = time.monotonic()
     res = run(teacher, "-m", "g2c.course", "grade-class", str(klass), "--modules", MODULES, "--jobs", "2",
-              "--timeout", str(TIMEOUT), "--out", str(tmp / "grades"), timeout=3600)
+              "--timeout", str(TIMEOUT), "--out", str(tmp / "grades"), *CONTAIN, timeout=3600)
     wall = time.monotonic() - t0
     report = json.loads((tmp / "grades" / "grades.json").read_text())
     return {"tmp": tmp, "teacher": teacher, "student": student, "klass": klass, "clone": clone, "res": res,
@@ -361,7 +376,9 @@ def test_reports_csv_summary_and_answers_page(world):
     wrong = next(r for r in rows if r["student"] == "wrong" and r["module"] == "03")
     assert "tests/test_nn.py::" in wrong["failing_tests"]
     summary = (grades / "summary.txt").read_text()
-    assert summary.splitlines()[0].split()[:4] == ["student", "status", "03", "04"]
+    assert summary.splitlines()[0].startswith("not contained: " if CONTAIN else "contained by ")   # said first
+    header = next(line for line in summary.splitlines() if line.startswith("student "))
+    assert header.split()[:4] == ["student", "status", "03", "04"]
     page = (grades / "answers.html").read_text()
     assert "The row keeps only a sign. &lt;script&gt;" in page and "<script>" not in page
     assert "Rubric" in page and "biased variance" in page                  # the answer key's rubric beside it
@@ -376,31 +393,41 @@ def test_an_endless_loop_times_out_and_the_class_goes_on(world, tmp_path):
     # an endless loop never outlives it (found when a killed run left a student's loop spinning a core)
     import threading
 
-    from g2c.course import teaching
+    from g2c.course import sandbox, teaching
 
     spin = [sys.executable, "-c", "while True:\n    pass"]
     caught = []
+    try:
+        containment = sandbox.choose_containment()
+    except sandbox.Unavailable:
+        containment = sandbox.choose_containment(uncontained=True)
+    (tmp_path / "copy").mkdir()
+    (tmp_path / "results").mkdir()
+    jail = sandbox.Jail(copy=tmp_path / "copy", results=tmp_path / "results", private=tmp_path / "private")
 
     def grading():
-        try:
-            teaching._run_with_module_deadline(spin, tmp_path, tmp_path / "r.json", tmp_path / "r.log", 600.0)
-        except RuntimeError as exc:
-            caught.append(str(exc))
+        with open(tmp_path / "r.log", "wb") as log:
+            try:
+                teaching._run_with_module_deadline(
+                    lambda: sandbox.launch(containment, jail, spin, {"PATH": os.defpath}, log),
+                    tmp_path / "results" / "r.json", 600.0)
+            except RuntimeError as exc:
+                caught.append(str(exc))
 
     worker = threading.Thread(target=grading)
     worker.start()
     try:
         for _ in range(100):
-            if teaching._LIVE_GROUPS:
+            if sandbox._LIVE:
                 break
             time.sleep(0.05)
-        (pid,) = teaching._LIVE_GROUPS
+        (live,) = sandbox._LIVE
         teaching.stop_grading()
         worker.join(10)
         assert not worker.is_alive() and caught == ["grade-class was interrupted while this submission was graded"]
         with pytest.raises(ProcessLookupError):
-            os.killpg(pid, 0)                                   # the group is gone
-        assert not teaching._LIVE_GROUPS
+            os.killpg(live.pid, 0)                              # the group is gone
+        assert not sandbox._LIVE
     finally:
         teaching._STOPPING.clear()
     klass = tmp_path / "loop-class"
@@ -421,7 +448,7 @@ def test_an_endless_loop_times_out_and_the_class_goes_on(world, tmp_path):
     shutil.copy(world["klass"] / "empty.zip", klass / "c-empty.zip")
     t0 = time.monotonic()
     res = run(world["teacher"], "-m", "g2c.course", "grade-class", str(klass), "--modules", "03,04", "--timeout",
-              str(LOOP_TIMEOUT), timeout=1200)
+              str(LOOP_TIMEOUT), *CONTAIN, timeout=1200)
     wall = time.monotonic() - t0
     assert res.returncode == 1, res.stdout + res.stderr
     report = json.loads((tmp_path / "loop-class-grades" / "grades.json").read_text())   # the default --out
