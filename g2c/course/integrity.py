@@ -31,7 +31,6 @@ import os
 import shutil
 import subprocess
 import sys
-import sysconfig
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -102,22 +101,20 @@ def _real(path: Path) -> Path:
     return Path(os.path.realpath(path))
 
 
-def _python_places(root: Path, venv: Path | None) -> tuple[list[Path], list[Path]]:
-    """(deep, shallow) places of the Python installation: the base ``site-packages`` walked whole (usually pip
-    and setuptools), every other folder on the import path one level deep (``sitecustomize.py``, a new
-    top-level module)."""
-    deep, shallow = [], []
-    base_site = Path(sysconfig.get_paths(vars={"base": sys.base_prefix, "platbase": sys.base_prefix})["purelib"])
-    if base_site.is_dir():
-        deep.append(_real(base_site))
+def _python_places(root: Path, venv: Path | None) -> list[Path]:
+    """The folders of the Python installation on the import path outside the checkout and its ``.venv`` (the
+    standard library, ``lib-dynload``; the base ``site-packages`` only where the ``.venv`` includes it), to be
+    watched one level deep: a ``sitecustomize.py``, a ``.pth`` or a new top-level module there runs in every
+    later grading. (The ``.venv`` itself is watched whole.)"""
+    shallow = []
     for entry in sys.path:
         if not entry or not os.path.isdir(entry):
             continue
         p = _real(Path(entry))
-        inside = [q for q in (root, venv, *deep) if q is not None and (p == q or q in p.parents)]
+        inside = [q for q in (root, venv) if q is not None and (p == q or q in p.parents)]
         if not inside and p not in shallow:
             shallow.append(p)
-    return deep, shallow
+    return shallow
 
 
 def begin(root: Path, *, prune: list[Path] = (), home: Path | None = None) -> tuple[Watch, list[str], list[str]]:
@@ -137,14 +134,19 @@ def begin(root: Path, *, prune: list[Path] = (), home: Path | None = None) -> tu
             w.labels.append((real, what))
             if not (real == root or root in real.parents):
                 w.deep.append(real)
-    deep, shallow = _python_places(root, venv)
-    w.deep += [d for d in deep if d not in w.deep]
-    w.shallow = shallow
-    for d in deep:
-        w.labels.append((d, "the Python installation"))
-    for s in shallow:
+    w.shallow = _python_places(root, venv)
+    for s in w.shallow:
         w.labels.append((s, "the Python installation"))
     w.labels.append((root / ".git", "the checkout's .git"))
+    w.prune.append(root / ".git" / "objects")       # nothing runs from git's objects; big in a long history
+    common = _git(root, "rev-parse", "--git-common-dir")
+    if common:                                  # a worktree's hooks and config live in the main repository's .git
+        common_dir = _real(root / common.strip())
+        if not (common_dir == root or root in common_dir.parents):
+            for place in (common_dir / "hooks", common_dir / "config"):
+                if place.exists():
+                    w.deep.append(place)
+                    w.labels.append((place, "the checkout's .git"))
     w.labels.append((root, "the checkout"))
     if home is not None and home.is_dir():
         w.home_files = [home / f for f in HOME_FILES]
@@ -261,6 +263,8 @@ def _find_newer(roots: list[Path], prune: list[Path], since_ns: int, depth: int 
     roots = [r for r in roots if r.exists()]
     if not roots:
         return []
+    # only what lies under a root can be pruned (each pattern costs find a match per file)
+    prune = [p for p in prune if p.exists() and any(p == r or r in p.parents for r in roots)]
     find = shutil.which("find")
     if find and sys.platform.startswith("linux"):
         ref = scratch / ".g2c-ref"
