@@ -86,16 +86,23 @@ def verify(module: dict, checks: dict[str, list[tuple[str, bool]]], recorded: in
     if not isinstance(reported, dict):
         reported = {}
     failures = [f.get("test", "") for f in module.get("failures", []) if isinstance(f, dict)]
+    missing, wrong, total = 0, [], 0
     for rel, items in checks.items():
         if any(t.startswith(f"{rel} (collection error") for t in failures):
             continue
         for name, must_pass in items:
+            total += 1
             got = reported.get(f"{rel}::{name}")
             want = "passed" if must_pass else "failed"
             if got is None:
-                forged.append(f"check test {rel}::{name} is missing from the report")
+                missing += 1
             elif got not in (want, "skipped"):
-                forged.append(f"check test {rel}::{name} {got}, where it must have {want}")
+                wrong.append(f"{rel}::{name} {got}, where it must have {want}")
+    if missing:
+        forged.append(f"{missing} of its {total} check tests are missing from the report")
+    if wrong:
+        forged.append(f"{len(wrong)} check test{'s' if len(wrong) > 1 else ''} came out wrong ({wrong[0]}"
+                      + (f"; and {len(wrong) - 1} more" if len(wrong) > 1 else "") + ")")
     counts = [module.get(k) for k in ("passed", "failed", "skipped")]
     if not all(isinstance(c, int) and c >= 0 for c in counts):
         forged.append("the report's counts are not whole numbers")

@@ -35,6 +35,7 @@ import signal
 import subprocess
 import sys
 import threading
+import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -445,3 +446,59 @@ def stop_all() -> None:
         run._kill_group()
         if run._name and run.containment.runtime:
             subprocess.run([run.containment.runtime, "kill", run._name], capture_output=True, timeout=60)
+
+
+def cost(rounds: int = 15, root: Path | None = None, echo=print) -> dict[str, float]:
+    """What containment adds per submission, measured here: a trivial grader (``python -c pass``) started plainly
+    and inside the namespaces, and one pass of the checks after a submission (``integrity``) over ``root`` (the
+    teacher's checkout, default this one), rows interleaved; medians in seconds.
+
+        python -m g2c.course.sandbox --cost [ROUNDS]
+    """
+    import statistics
+    import tempfile
+
+    from . import integrity
+    from .registry import REPO_ROOT
+
+    root = Path(root or REPO_ROOT).resolve()
+    home = Path(os.environ["HOME"]) if os.environ.get("HOME") else None
+    kinds = {"plain start": choose_containment(uncontained=True)}
+    try:
+        kinds["namespaces start"] = choose_containment()
+    except Unavailable as exc:
+        echo(f"no sandbox here: {exc}")
+    times: dict[str, list[float]] = {k: [] for k in [*kinds, "checks after a submission"]}
+    with tempfile.TemporaryDirectory(prefix="g2c-cost-") as tmp:
+        work = Path(tmp).resolve()
+        jail = Jail(copy=work / "copy", results=work / "results", private=work / "private", hide=[work],
+                    expose=[root, Path(os.path.realpath(sys.prefix)), Path(os.path.realpath(sys.base_prefix))],
+                    home=home)
+        jail.copy.mkdir()
+        jail.results.mkdir()
+        watch, _, _ = integrity.begin(root, prune=[work], home=home)
+        env = {"PATH": os.environ.get("PATH", os.defpath), "HOME": "/tmp"}
+        for _ in range(rounds):
+            for name, containment in kinds.items():
+                with open(work / "log", "wb") as log:
+                    start = time.monotonic()
+                    launch(containment, jail, [sys.executable, "-c", "pass"], env, log).finish()
+                    times[name].append(time.monotonic() - start)
+            start = time.monotonic()
+            integrity.changes(watch, integrity.stamp(work / "stamps"), work / "stamps")
+            times["checks after a submission"].append(time.monotonic() - start)
+    out = {k: statistics.median(v) for k, v in times.items()}
+    load = os.getloadavg()[0] if hasattr(os, "getloadavg") else float("nan")
+    for k, v in out.items():
+        echo(f"{k:26s} {v * 1000:7.1f} ms (median of {rounds})")
+    if len(kinds) == 2:
+        echo(f"containment adds {(out['namespaces start'] - out['plain start']) * 1000:.0f} ms per grading process "
+             f"and {out['checks after a submission'] * 1000:.0f} ms of checks per submission (load average "
+             f"{load:.1f}, {os.cpu_count()} cores)")
+    return out
+
+
+if __name__ == "__main__":
+    if sys.argv[1:2] != ["--cost"]:
+        sys.exit("usage: python -m g2c.course.sandbox --cost [ROUNDS]")
+    cost(int(sys.argv[2]) if len(sys.argv) > 2 else 15)

@@ -25,7 +25,8 @@ no ``site`` (``-S``), no environment (``-I``): nothing of the submission's can r
    ``setsid`` daemon, a forgotten child), kills them all (``kill(-1, SIGKILL)``: every process of the
    PID namespace but itself) and reaps them, and writes one JSON line to ``REPORT_FD``:
    ``{"rc": exit code or null, "left": processes killed after the grader ended, "killed": bool,
-   "unprotected": mounts it could not make read-only, "error": null or why it could not start}``.
+   "unprotected": mounts it could not make read-only, "error": null or why it could not start,
+   "setup_s": seconds from this script's start to the grader's}``.
 
 It is not dumpable (no process of the submission can ptrace it or read its file descriptors, as none has
 a capability), ignores SIGINT and SIGTERM (in its PID namespace only signals with a handler reach PID 1),
@@ -44,6 +45,9 @@ import signal
 import socket
 import struct
 import sys
+import time
+
+STARTED = time.monotonic()
 
 MS_RDONLY, MS_NOSUID, MS_NODEV, MS_NOEXEC, MS_REMOUNT = 1, 2, 4, 8, 32
 MS_NOATIME, MS_NODIRATIME, MS_BIND, MS_REC = 1024, 2048, 4096, 16384
@@ -322,12 +326,13 @@ def main(argv: list) -> int:
         chunks.append(chunk)
     os.close(spec_fd)
     spec = json.loads(b"".join(chunks))
-    report = {"rc": None, "left": 0, "killed": False, "unprotected": [], "error": None}
+    report = {"rc": None, "left": 0, "killed": False, "unprotected": [], "error": None, "setup_s": None}
     try:
         mounts = inherited_mounts()
         report["unprotected"] = make_host_readonly(mounts)
         apply_plan(spec, mounts)
         loopback_up()
+        report["setup_s"] = round(time.monotonic() - STARTED, 4)
     except OSError as exc:
         report["error"] = f"could not set up the sandbox: {exc}"
     if report["error"] is None:

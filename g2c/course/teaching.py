@@ -60,6 +60,7 @@ import re
 import shutil
 import signal
 import stat
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -730,10 +731,11 @@ class Stopped(RuntimeError):
     """The class run stopped (interrupted, or the teacher's environment changed) while this one was graded."""
 
 
-def _run_with_module_deadline(start, out: Path, timeout: float) -> tuple[int | None, bool, dict, int | None]:
+def _run_with_module_deadline(start, out: Path, timeout: float) -> tuple[int | None, bool, dict, int | None,
+                                                                        float | None]:
     """Run one grader (``start()`` returns its ``sandbox.Run``); stop it when ``timeout`` seconds pass without a
     new module's result in ``out`` (the deadline restarts at each). Returns (exit code, timed out, results by
-    module id, processes it left behind that had to be killed).
+    module id, processes it left behind that had to be killed, seconds the sandbox took to set up).
 
     Raises:
         Stopped: the class run was interrupted or stopped while it ran."""
@@ -767,7 +769,9 @@ def _run_with_module_deadline(start, out: Path, timeout: float) -> tuple[int | N
         raise Stopped("grade-class was interrupted while this submission was graded")
     if run.setup_error():
         raise RuntimeError(run.setup_error())
-    return rc, timed_out, _read_results(out), (None if timed_out else left)
+    setup = (run.report or {}).get("setup_s")
+    return rc, timed_out, _read_results(out), (None if timed_out else left), \
+        (setup if isinstance(setup, (int, float)) else None)
 
 
 @dataclass
@@ -859,10 +863,12 @@ def _grade_in_copy(sub: Submission, ids: list[str], run: ClassRun, record: dict)
             out, log = results / f"grade-{len(hung)}.json", here / f"grade-{len(hung)}.log"
             cmd = [run.python, "-m", "g2c.course", "grade", *pending, "--json", str(out)]
             with open(log, "wb") as logf:
-                rc, timed_out, now, left_now = _run_with_module_deadline(
+                rc, timed_out, now, left_now, setup_now = _run_with_module_deadline(
                     lambda: sandbox.launch(run.containment, jail, cmd, env, logf), out, run.timeout)
             if left_now:
                 left = (left or 0) + left_now
+            if setup_now is not None:
+                record.setdefault("sandbox_setup_s", []).append(setup_now)
             graded.update(now)
             tail = _tail(log)
             if not timed_out:
@@ -1135,8 +1141,7 @@ def _grade_all(subs, run: ClassRun, *, folder, out, jobs, echo, watch, said, war
                share_cores) -> int:
     ids, teacher_root = run.ids, run.teacher_root
     teacher_commit = course_commit(teacher_root)
-    for line in run.containment.lines():
-        echo(line)
+    echo(run.containment.headline())
     echo(f"grading {len(subs)} submission(s) from {folder} on module(s) {', '.join(ids) or 'none'} with the tests "
          f"of {teacher_root}{' (commit ' + teacher_commit[:12] + ')' if teacher_commit else ''}; "
          f"{jobs} at a time, at most {run.timeout:g} s per module")
@@ -1176,7 +1181,9 @@ def _grade_all(subs, run: ClassRun, *, folder, out, jobs, echo, watch, said, war
             running.discard(sub.name)
             beside |= running
             if rec["status"] != "not graded" and ids and sub.error is None:    # its code ran: was it contained?
+                t0 = time.monotonic()
                 found = integrity.changes(watch, since, stamps)
+                rec["checks_s"] = round(time.monotonic() - t0, 3)
                 if found:
                     what = "; ".join(list(dict.fromkeys(f"{w}: {d}" for w, d in found))[:5])
                     more = f" (and {len(found) - 5} more)" if len(found) > 5 else ""
@@ -1303,6 +1310,11 @@ def summary_text(report: dict) -> str:
         out += ["", "details:", *details]
     n = len(report["submissions"])
     bad = [r["name"] for r in report["submissions"] if r["status"] != "ok"]
+    checks = [r["checks_s"] for r in report["submissions"] if isinstance(r.get("checks_s"), (int, float))]
+    if checks:
+        out.append("")
+        out.append(f"the checks after each submission took {statistics.median(checks):.2f} s (median; python -m "
+                   "g2c.course.sandbox --cost measures them and the sandbox's start)")
     out.append("")
     out.append(f"{n} submission(s) in {report['wall_s']:.1f} s; "
                + (f"not graded cleanly: {', '.join(bad)}" if bad else "all graded"))

@@ -299,9 +299,20 @@ def cleanup(world: dict) -> None:
     shutil.rmtree(world["base"], ignore_errors=True)
 
 
-@pytest.fixture(scope="module")
-def contained():
-    world = run_attack_class("g2c-attack-")
+AS_NOBODY = hasattr(os, "geteuid") and os.geteuid() == 0 and shutil.which("setpriv") is not None
+
+
+@pytest.fixture(scope="module", params=["as-this-user", "as-nobody"])
+def graded(request):
+    """The attack class graded contained: as the user running the tests (root in CI), and as uid 65534 (from root
+    through setpriv: the unprivileged path; as a non-root user the first run is that path already)."""
+    if not NAMESPACES:
+        pytest.skip(f"no namespace sandbox here: {WHY_NOT}")
+    if request.param == "as-nobody" and not AS_NOBODY:
+        pytest.skip("running the grader as another user needs root and util-linux setpriv; this user is "
+                    "unprivileged, so the as-this-user run is the unprivileged path")
+    world = run_attack_class(f"g2c-attack-{request.param}-", nobody=request.param == "as-nobody")
+    world["as"] = request.param
     yield world
     cleanup(world)
 
@@ -312,6 +323,8 @@ def rows(world: dict) -> dict[str, dict]:
 
 
 def assert_nothing_outside_changed(world: dict) -> None:
+    """The teacher's checkout (its .git, tests and records), the teacher's home, the class folder, the real
+    site-packages and home folders are as they were, no daemon is left, the reports were not rewritten."""
     for what in ("teacher", "home", "class"):
         changed = {k for k in world["before"][what].keys() | world["after"][what].keys()
                    if world["before"][what].get(k) != world["after"][what].get(k)}
@@ -320,61 +333,70 @@ def assert_nothing_outside_changed(world: dict) -> None:
     assert world["csv_later"] == world["csv_then"]
 
 
-def assert_families(world: dict) -> None:
-    by = rows(world)
-    res = world["res"]
+def test_the_class_run_says_what_was_contained_and_the_honest_student_is_untouched(graded):
+    by = rows(graded)
+    res = graded["res"]
     assert res.returncode == 1, res.stdout + res.stderr        # forged rows: not graded cleanly
-    summary = (world["reports"] / "summary.txt").read_text()
-    assert summary.splitlines()[0].startswith("contained by Linux namespaces (unshare)"), summary[:300]
-    # the honest student beside them: full marks, its checks as they must be
-    honest = by["a-honest"]["modules"]["03"]
+    first = (graded["reports"] / "summary.txt").read_text().splitlines()[0]
+    assert first.startswith("contained by Linux namespaces (unshare), as "), first
+    assert first.split(", as ")[1].startswith("nobody:" if graded["as"] == "as-nobody" else
+                                              f"{sandbox.current_user()}:"), first
+    honest = by["a-honest"]["modules"]["03"]                    # graded beside the writer (--jobs 2)
     assert (by["a-honest"]["status"], honest["passed"], honest["state"]) == ("ok", 37, "done"), by["a-honest"]
     assert len(honest["checks"]) == 4 and sorted(set(honest["checks"].values())) == ["failed", "passed"]
-    # writer: every write refused (EROFS, or the folder is not there); graded on its honest code; flagged
-    writer = by["b-writer"]
+    assert_nothing_outside_changed(graded)
+
+
+def test_family_writes_into_the_venv_the_checkout_a_neighbours_copy_and_home(graded):
+    # every write refused (a read-only file system, or the place is not there at all); graded on its honest code;
+    # the teacher is told by the flag, and the honest neighbour graded beside it kept its 37/37
+    writer = rows(graded)["b-writer"]
     assert writer["modules"]["03"]["passed"] == 37 and writer["status"] == "ok", writer
     assert any("mentions site-packages" in f for f in writer["flags"]), writer["flags"]
-    # patcher: every test "passed" in pytest's report, so the must-fail checks did too
-    patcher = by["c-patcher"]
+    assert rows(graded)["a-honest"]["modules"]["03"]["passed"] == 37
+    assert_nothing_outside_changed(graded)
+
+
+def test_family_patched_pytest_is_forged(graded):
+    # every test "passed" in pytest's report, so the check tests that must fail did too
+    patcher = rows(graded)["c-patcher"]
     assert patcher["status"] == "forged" and patcher["modules"]["03"]["state"] == "forged", patcher
     assert "must have failed" in patcher["error"]
     assert patcher["modules"]["03"]["reported"]["passed"] >= 37 and patcher["modules"]["03"]["passed"] == 0
     assert any("pytest internals" in f for f in patcher["flags"]), patcher["flags"]
-    # forger: its own results file, no checks in it, the grader killed
-    forger = by["d-forger"]
+    csv_rows = [line for line in graded["csv_then"].decode().splitlines() if line.startswith("c-patcher")]
+    assert csv_rows and all(",forged," in line and ",1.000," not in line for line in csv_rows), csv_rows
+    assert_nothing_outside_changed(graded)
+
+
+def test_family_a_results_file_written_by_hand_is_forged(graded):
+    # its own results file (full marks, no check tests in it), then the grader killed and an exit
+    forger = rows(graded)["d-forger"]
     assert forger["status"] == "forged" and "missing from the report" in forger["error"], forger
-    assert forger["modules"]["03"]["passed"] == 0
-    # daemon: killed with the namespace, counted, and it never wrote the reports
-    daemon = by["e-daemon"]
+    assert forger["modules"]["03"]["passed"] == 0 and forger["modules"]["03"]["reported"]["passed"] == 37
+    assert any("mentions /proc" in f for f in forger["flags"]), forger["flags"]
+    csv_rows = [line for line in graded["csv_then"].decode().splitlines() if line.startswith("d-forger")]
+    assert csv_rows and all(",1.000," not in line for line in csv_rows), csv_rows
+    assert_nothing_outside_changed(graded)
+
+
+def test_family_a_setsid_daemon_is_counted_and_killed(graded):
+    # killed with the namespace before the grade was written, counted on its row; it never rewrote the reports
+    daemon = rows(graded)["e-daemon"]
     assert daemon["left"] and daemon["left"] >= 1, daemon
     assert any(f"left {daemon['left']} process" in n for n in daemon["notes"]), daemon["notes"]
     assert daemon["modules"]["03"]["passed"] == 37
-    # reader: the class folder is not there inside; graded as the scaffold it handed in; flagged
-    reader = by["f-reader"]
+    assert graded["daemons"] == [] and graded["csv_later"] == graded["csv_then"]
+    assert_nothing_outside_changed(graded)
+
+
+def test_family_reading_the_class_folder_finds_nothing(graded):
+    # the class folder is not there inside, nor the grade-class command line in /proc: graded as the scaffold it
+    # handed in (it would have run the honest student's code); the teacher is told by the flag
+    reader = rows(graded)["f-reader"]
     assert reader["modules"]["03"]["passed"] == reader["modules"]["03"]["untouched"] < 37, reader
     assert any("mentions /proc" in f for f in reader["flags"]), reader["flags"]
-    for name in ("c-patcher", "d-forger"):                      # forged scores are blank in the CSV
-        csv_rows = [line for line in world["csv_then"].decode().splitlines() if line.startswith(name)]
-        assert csv_rows and all(",forged," in line and ",1.000," not in line for line in csv_rows), csv_rows
-    assert_nothing_outside_changed(world)
-
-
-@linux_namespaces
-def test_every_attack_family_is_refused_or_caught_contained(contained):
-    assert_families(contained)
-
-
-@linux_namespaces
-@pytest.mark.skipif(not hasattr(os, "geteuid") or os.geteuid() != 0 or shutil.which("setpriv") is None,
-                    reason="running the grader as another user needs root and util-linux setpriv (as a non-root "
-                           "user the contained test above is this path already)")
-def test_every_attack_family_is_refused_or_caught_as_an_unprivileged_user():
-    world = run_attack_class("g2c-attack-nobody-", nobody=True)
-    try:
-        assert "as nobody" in (world["reports"] / "summary.txt").read_text().splitlines()[0], world["res"].stdout
-        assert_families(world)
-    finally:
-        cleanup(world)
+    assert_nothing_outside_changed(graded)
 
 
 def test_uncontained_grading_is_refused_without_the_flag_and_said_on_the_first_line(monkeypatch, tmp_path):
@@ -511,9 +533,12 @@ def test_check_tests_catch_a_blanket_pass_a_missing_report_and_extra_passes():
     assert forgery.verify({**base, "checks": honest}, spec, 37) == ([], [])
     blanket = {k: "passed" for k in honest}
     forged, _ = forgery.verify({**base, "checks": blanket}, spec, 37)
-    assert len(forged) == sum(not must for _, must in checks) and "must have failed" in forged[0]
+    wrong = sum(not must for _, must in checks)
+    assert forged == [f"{wrong} check test{'s' if wrong > 1 else ''} came out wrong (tests/test_nn.py::"
+                      f"{next(n for n, must in checks if not must)} passed, where it must have failed"
+                      + (f"; and {wrong - 1} more" if wrong > 1 else "") + ")"], forged
     forged, _ = forgery.verify({**base, "checks": {}}, spec, 37)
-    assert len(forged) == 4 and "missing from the report" in forged[0]
+    assert forged == ["4 of its 4 check tests are missing from the report"]
     forged, _ = forgery.verify({**base, "passed": 38, "failed": 0, "checks": honest}, spec, 37)
     assert forged == ["38 tests passed where the course records 37"]
     _, invalid = forgery.verify({**base, "passed": 20, "checks": honest}, spec, 37)
@@ -647,3 +672,10 @@ open({str(results / "out.json")!r}, "w").write(json.dumps(out))
     assert out == {"copy": False, "results": True, "tmp": True, "host": False, "class": [],
                    "teacher": ["class", "notes.txt"], "neighbour": False, "caps": "0" * 16, "net": False}, out
     assert not (REPO_ROOT / "zz-g2c-probe").exists()
+
+
+def test_cost_measures_each_row_it_prints():
+    lines = []
+    out = sandbox.cost(1, echo=lines.append)
+    assert set(out) >= {"plain start", "checks after a submission"} and all(v > 0 for v in out.values())
+    assert lines[-1].startswith("containment adds ") if NAMESPACES else lines[0].startswith("no sandbox here")
