@@ -204,7 +204,8 @@ class Jail:
     ``$HOME`` where the mechanism needs one), ``hide`` (the class folder, the reports, the class run's folder
     of copies, every submission's own source), ``expose`` (folders the grader needs that may sit under a
     hidden one: the teacher's checkout, its ``.venv``, the Python installation), ``home`` (the real ``$HOME``,
-    replaced by an empty private one)."""
+    replaced by an empty private one), ``links`` (what the copy's ``artifacts`` and ``data`` links point to: a
+    container mounts them read-only at their own paths, its own ``python3`` standing in for the ``.venv``)."""
 
     copy: Path
     results: Path
@@ -212,7 +213,7 @@ class Jail:
     hide: list[Path] = field(default_factory=list)
     expose: list[Path] = field(default_factory=list)
     home: Path | None = None
-    links: list[Path] = field(default_factory=list)    # what the copy's artifacts and data links point to
+    links: list[Path] = field(default_factory=list)
 
 
 def _under(path: Path, folders) -> bool:
