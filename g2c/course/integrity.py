@@ -336,8 +336,10 @@ def changes(w: Watch, since_ns: int, scratch: Path) -> list[tuple[str, str]]:
     one of ".venv", "artifacts/", "data/", "the checkout", "the checkout's .git", "the Python installation",
     "$HOME", "tests"; empty when nothing did."""
     out: list[tuple[str, str]] = [("tests", problem) for problem in test_problems(w)]
-    paths = _find_newer(w.deep, w.prune, since_ns, None, scratch) + _find_newer(w.shallow, w.prune, since_ns, 1,
-                                                                               scratch)
+    # the installation's own __pycache__ folders change when any process of this user first imports a module
+    # (not only a graded one): one level down they say nothing about what was written, so they are left out
+    paths = _find_newer(w.deep, w.prune, since_ns, None, scratch) + [
+        p for p in _find_newer(w.shallow, w.prune, since_ns, 1, scratch) if p.name != "__pycache__"]
     named = set()
     if w.git_status is not None:
         now = _git(w.root, "status", "--porcelain=v1", "-z", "--untracked-files=all")

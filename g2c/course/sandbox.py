@@ -361,10 +361,23 @@ class Run:
         self._kill_group()
         return len(pids)
 
+    def _group_gone(self, timeout: float = 10.0) -> None:
+        """Wait (at most ``timeout`` s) until no process of the run's group is left, zombies included: after a
+        hard kill the namespace's first process is reaped by the system's init, not by us."""
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            try:
+                os.killpg(self.proc.pid, 0)
+            except (ProcessLookupError, PermissionError):
+                return
+            time.sleep(0.01)
+
     def finish(self) -> tuple[int | None, int | None]:
         """Wait for the end; return (exit code of the grader, processes left behind and killed)."""
         try:
             rc = self.proc.wait()
+            if self.killed:
+                self._group_gone()
             if self._report is not None:
                 data = b""
                 while True:
