@@ -229,7 +229,7 @@ def grade(teacher: Path, klass: Path, reports: Path, home: Path, *extra: str, no
            "--timeout", TIMEOUT, "--out", str(reports), *extra]
     env = env_for(teacher, HOME=str(home), OMP_NUM_THREADS="1")
     if nobody:
-        cmd = as_nobody(cmd, env)
+        cmd = as_nobody(cmd, klass.parent / "stage")
     return subprocess.run(cmd, cwd=teacher, env=env, capture_output=True, text=True, timeout=1800)
 
 
@@ -242,10 +242,10 @@ def hidden_ancestors(path: Path) -> list[Path]:
     return out
 
 
-def as_nobody(cmd: list[str], env: dict[str, str]) -> list[str]:
+def as_nobody(cmd: list[str], stage: Path) -> list[str]:
     """``cmd`` as uid 65534 (from root, through ``setpriv``). When the Python lies under a folder that user cannot
     enter (a pyenv in root's home), a private mount namespace lays an empty, enterable tmpfs over that folder with
-    only the Python bound back: the test machine stays as it was."""
+    only the Python bound back (through ``stage``): the test machine stays as it was."""
     needed = [Path(os.path.realpath(sys.base_prefix)), Path(os.path.realpath(sys.prefix))]
     blocked = sorted({a for p in needed for a in hidden_ancestors(p)}, key=lambda p: len(str(p)))
     drop = ["setpriv", "--reuid", str(NOBODY), "--regid", str(NOBODY), "--clear-groups"]
@@ -253,7 +253,7 @@ def as_nobody(cmd: list[str], env: dict[str, str]) -> list[str]:
         return [*drop, *cmd]
     top = blocked[0]
     keep = [p for p in needed if top in p.parents]
-    stage = world_folder("g2c-stage-")
+    stage.mkdir(exist_ok=True)              # mount points for the private namespace (the world's folder: removed)
     lines = ["set -e"]
     for i, p in enumerate(keep):
         lines += [f"mkdir -p {stage}/{i}", f"mount --bind {p} {stage}/{i}"]
