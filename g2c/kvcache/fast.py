@@ -405,7 +405,8 @@ class FastLM:
         TypeError: from ``fast_model``.
     """
 
-    def __init__(self, model, dtype: torch.dtype, pack: bool = True, fused: bool = True) -> None:
+    def __init__(self, model, dtype: torch.dtype, pack: bool = True, fused: bool = True,
+                 backend: str = "auto") -> None:
         self.source = model
         self.pack, self.fused = pack, fused
         self.dtype = dtype
@@ -418,6 +419,8 @@ class FastLM:
         self.blocks = list(parts.blocks)
         self._unembed = PackedLinear(model.token_embed.weight, None, dtype=dtype, pack=pack)   # tied, no bias
         self.training = False
+        self.backend_asked = backend
+        self.step, self.backend_note = _build_backend(self, backend)
 
     @property
     def fast_source(self):
@@ -443,7 +446,9 @@ class FastLM:
         """Module 16's ``forward_rows`` hands every validated call to this when present: the
         fused pass ``_fused_rows`` (None when built with ``fused=False``: the teaching pass then
         runs on the swapped leaves)."""
-        return self._fused_rows if self.fused else None
+        if not self.fused:
+            return None
+        return self._fused_rows if self.step is None else self.step
 
     def _fused_rows(self, ids: torch.Tensor, cache, *, positions: torch.Tensor | None = None,
                     allowed: torch.Tensor | None = None,
@@ -509,6 +514,8 @@ class FastLM:
 
     def unembed(self, h: torch.Tensor) -> torch.Tensor:
         """Tied unembedding (..., D) -> logits (..., V) in h's dtype (packed product, no bias)."""
+        if self.step is not None:
+            return self.step.unembed(h)
         return self._unembed(h)
 
     @torch.no_grad()
@@ -544,6 +551,26 @@ class FastLM:
                 f"{self.weight_bytes / 1e6:.1f} MB per step)")
 
 
+def _build_backend(fast: "FastLM", backend: str):
+    """(the step object the trunk hands its calls to, or None for the lean loop; one line saying why
+    the asked backend does not run, or "")."""
+    from .step import BACKENDS, FusedStep, compile_problem
+
+    if backend not in BACKENDS:
+        raise ValueError(f"fast_model: backend must be one of {', '.join(BACKENDS)}, got {backend!r}")
+    if not fast.fused or backend == "plain":
+        return None, ""
+    step = FusedStep(fast)
+    if backend != "compiled":
+        return step, ""
+    problem = compile_problem(fast.device)
+    if problem is not None:
+        return step, f"backend 'compiled' unavailable ({problem}): the fused eager step runs"
+    from .step import CompiledStep
+
+    return CompiledStep(step), ""
+
+
 class _Parts(Module):
     """The four parts of a ``TransformerLM`` the trunk reads, swapped together by one ``swap_leaves``."""
 
@@ -559,7 +586,8 @@ _DTYPE_NAMES = {"float32": torch.float32, "fp32": torch.float32, "bfloat16": tor
                 "float16": torch.float16, "fp16": torch.float16}
 
 
-def fast_model(model, *, dtype: torch.dtype | str | None = None, pack: bool = True, fused: bool = True):
+def fast_model(model, *, dtype: torch.dtype | str | None = None, pack: bool = True, fused: bool = True,
+               backend: str = "auto"):
     """The fast path of a ``TransformerLM`` (a ``FastLM``) or of any course ``Module``. Provided.
 
     Args:
@@ -594,11 +622,13 @@ def fast_model(model, *, dtype: torch.dtype | str | None = None, pack: bool = Tr
             raise ValueError(f"fast_model: unknown dtype {dtype!r}; use one of {', '.join(_DTYPE_NAMES)}")
         dtype = _DTYPE_NAMES[dtype.lower()]
     if isinstance(model, FastLM):
-        if dtype in (None, model.dtype) and pack == model.pack and fused == model.fused:
+        if dtype in (None, model.dtype) and pack == model.pack and fused == model.fused \
+                and backend == model.backend_asked:
             return model
         model = model.source
     elif getattr(model, "fast_source", None) is not None:               # a swapped head
-        if dtype in (None, model._fast.get("dtype")) and pack == model._fast.get("pack", True):
+        if dtype in (None, model._fast.get("dtype")) and pack == model._fast.get("pack", True) \
+                and backend == model._fast.get("backend", "auto"):
             return model
         model = model.fast_source
     missing = [name for name in _LM_NEEDS if not hasattr(model, name)]
@@ -610,8 +640,15 @@ def fast_model(model, *, dtype: torch.dtype | str | None = None, pack: bool = Tr
     if dtype not in FAST_DTYPES:
         raise ValueError(f"fast_model: dtype must be one of {', '.join(str(d) for d in FAST_DTYPES)}, got {dtype!r}")
     if not missing:
-        return FastLM(model, dtype, pack, fused)
+        return FastLM(model, dtype, pack, fused, backend)
+    from .step import BACKENDS
+
+    if backend not in BACKENDS:
+        raise ValueError(f"fast_model: backend must be one of {', '.join(BACKENDS)}, got {backend!r}")
     fast = swap_leaves(model, dtype=dtype, pack=pack)
+    for _, mod in fast.named_modules():                # every swapped block reads the head's backend
+        if isinstance(getattr(mod, "_fast", None), dict):
+            mod._fast["backend"] = backend
     if hasattr(fast, "_fast"):
         fast._fast.update(dtype=dtype, pack=pack)
     return fast

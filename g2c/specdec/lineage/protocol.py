@@ -18,6 +18,7 @@ import torch
 from g2c.attention.multihead import merge_heads, split_heads
 from g2c.kvcache import KVCache
 from g2c.kvcache.ragged import masked_cached_attention
+from g2c.kvcache.step import block_rows, block_step
 from g2c.nn import Module, synchronize
 
 from ..generate import draft_room
@@ -70,6 +71,8 @@ def masked_block(blk, x: torch.Tensor, allowed: torch.Tensor, cache: KVCache | N
     Returns:
         (B, T, D) on x's device. Every query row needs at least one allowed key.
     """
+    if block_step(blk) is not None:                # a fast head's block: module 16's fused step
+        return block_rows(blk, x, cache, allowed=allowed)
     if cache is None:
         return masked_block_past(blk, x, allowed)[0]
     x = x + masked_cached_attention(blk.attn, blk.ln_1(x), cache, 0, allowed.to(x.device))

@@ -46,7 +46,7 @@ import torch
 
 from g2c.kvcache import KVCache
 from g2c.kvcache.fast import head_unembed
-from g2c.kvcache.forward import cached_block
+from g2c.kvcache.step import block_rows
 from g2c.nn import LayerNorm, Linear, Module
 from g2c.sampling.model import check_flag
 from g2c.transformer import Block
@@ -231,7 +231,7 @@ class _CachedHeadDrafter(Drafter):
         device = self.cache.device
         hidden = hidden.to(device=device, dtype=self.cache.dtype).unsqueeze(0)                     # (1, L, D)
         x = _embed_next(self.head, hidden, next_ids.to(device).unsqueeze(0))                        # (1, L, D)
-        y = cached_block(self.head.block, x, self.cache, 0)
+        y = block_rows(self.head.block, x, self.cache, 0)          # fused on a fast head, else cached_block
         self.cache.advance(x.shape[1])
         return y[0]
 
