@@ -119,8 +119,9 @@ MODULES: tuple[CourseModule, ...] = (
         "g2c/sampling/generate.py"], "sampling", ["04", "09"]),
     _m("16", "KV cache and incremental decoding",
        ["g2c/kvcache/__init__.py", "g2c/kvcache/cache.py", "g2c/kvcache/forward.py", "g2c/kvcache/generate.py",
-        "g2c/kvcache/ragged.py", "g2c/kvcache/fast.py"], "kv-cache", ["11"],
-       tests=["tests/test_kvcache.py", "tests/test_kvcache_ragged.py", "tests/test_kvcache_fast.py"]),
+        "g2c/kvcache/ragged.py", "g2c/kvcache/fast.py", "g2c/kvcache/step.py"], "kv-cache", ["11"],
+       tests=["tests/test_kvcache.py", "tests/test_kvcache_ragged.py", "tests/test_kvcache_fast.py",
+              "tests/test_kvcache_step.py"]),
     # The seed's Beyond module keeps the seed's files where the seed puts them (g2c/specdec/*.py);
     # theory.py (the speed-up law every later Beyond module uses) sits with them.
     CourseModule(

@@ -414,6 +414,8 @@ class FastLM:
         for name in ("vocab_size", "embedding_dim", "num_layers", "num_heads", "max_seq_len"):
             setattr(self, name, getattr(model, name))
         self.hidden_dim = getattr(model, "hidden_dim", 4 * model.embedding_dim)
+        if backend == "compiled":           # Inductor lowers plain products only (step.CompiledStep)
+            pack = False
         parts = swap_leaves(_Parts(model), dtype=dtype, pack=pack)     # one swap: tied tensors stay tied
         self.token_embed, self.pos_embed, self.ln_final = parts.token_embed, parts.pos_embed, parts.ln_final
         self.blocks = list(parts.blocks)

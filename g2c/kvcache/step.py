@@ -77,7 +77,7 @@ from g2c.sampling.model import check_token_ids
 from .cache import KVCache
 
 __all__ = ["BACKENDS", "BlockStep", "FusedStep", "Product", "block_rows", "block_step", "compile_problem",
-           "dispatch_counts", "COPY_OPS"]
+           "dispatch_counts", "COPY_OPS", "CompiledStep"]
 
 BACKENDS = ("auto", "fused", "compiled", "plain")
 _NEVER = 1 << 62                                   # "never packed": more rows than any pass has
@@ -109,11 +109,11 @@ class Product:
     ``gelu(x)`` is GELU(x Wᵀ + b) (exact, erf), fused into the packed kernel in float32.
     """
 
-    __slots__ = ("wt", "bias", "packed", "min_packed", "fuse_gelu", "dtype", "out_features")
+    __slots__ = ("wt", "bias", "packed", "min_packed", "fuse_gelu", "dtype", "in_features", "out_features")
 
     def __init__(self, lin) -> None:
         self.dtype = lin.dtype
-        self.out_features = lin.out_features
+        self.in_features, self.out_features = lin.in_features, lin.out_features
         self.bias = lin.bias
         self.wt = None if lin.weight is None else lin.weight.t()                    # (in, out) view
         self.packed = lin.packed if _PACKED is not None else None
@@ -400,6 +400,63 @@ def compile_problem(device: torch.device) -> str | None:
             return "Triton is not installed (torch.compile's Inductor needs it on CUDA)"
         return None
     return f"torch.compile's Inductor backend does not target {device.type} in torch {torch.__version__}"
+
+
+class _Buffers:
+    """A stand-in for a plain ``KVCache`` inside the compiled graph: its buffer lists only."""
+
+    __slots__ = ("keys_buffer", "values_buffer")
+
+    def __init__(self, keys_buffer, values_buffer) -> None:
+        self.keys_buffer, self.values_buffer = keys_buffer, values_buffer
+
+
+class CompiledStep:
+    """``FusedStep`` under ``torch.compile`` (Inductor): the backend ``"compiled"``. Provided.
+
+    One graph per call shape (the row count; the cache offset is symbolic), compiled on first use
+    (tens of seconds per shape). The plain cache's buffers are graph inputs written in place; a
+    tree, a ragged batch or kept layers run the eager ``FusedStep``. The products are plain
+    ``addmm`` (Inductor cannot lower oneDNN's packed op on a weight it does not own), so the fast
+    model is built unpacked. If compiling or the compiled graph fails at run time, the eager step
+    runs from then on and ``note`` says why in one line (printed once on stderr).
+    """
+
+    name = "compiled"
+
+    def __init__(self, fused: FusedStep) -> None:
+        self.fused = fused
+        self.note = ""
+        self._graph = torch.compile(self._rows, fullgraph=True, dynamic=True)
+
+    def unembed(self, h: torch.Tensor) -> torch.Tensor:
+        return self.fused.unembed(h)
+
+    def _rows(self, ids, keys_buffer, values_buffer, start: int):
+        f = self.fused
+        B, T = ids.shape
+        x = (F.embedding(ids, f.token_weight) + f.pos_weight[start:start + T]).view(B * T, f.dim)
+        mask = _causal_mask(T, start, f.token_weight.dtype, ids.device)
+        rows = _Rows(_Buffers(keys_buffer, values_buffer), start, start + T, ids.device)
+        rows.direct = True
+        for layer, blk in enumerate(f.blocks):
+            x = blk(x, B, T, rows, layer, mask)
+        return F.layer_norm(x, *f.ln_final).view(B, T, f.dim)
+
+    def __call__(self, ids: torch.Tensor, cache, *, positions: torch.Tensor | None = None,
+                 allowed: torch.Tensor | None = None,
+                 keep_layers: tuple[int, ...] = ()) -> tuple[torch.Tensor, torch.Tensor | None]:
+        if self.note or type(cache) is not KVCache or positions is not None or allowed is not None or keep_layers:
+            return self.fused(ids, cache, positions=positions, allowed=allowed, keep_layers=keep_layers)
+        ids = ids.to(self.fused.device)
+        check_token_ids(ids, self.fused.vocab_size, "ids")
+        try:
+            return self._graph(ids, cache.keys_buffer, cache.values_buffer, cache.length), None
+        except Exception as exc:           # a compiler missing or failing at run time: say so once, run eager
+            first = str(exc).strip()[:2000]
+            self.note = f"backend 'compiled' failed ({type(exc).__name__}: {first}): the fused eager step runs"
+            print(f"g2c: {self.note}", file=sys.stderr)
+            return self.fused(ids, cache)
 
 
 # ---- counting dispatches -----------------------------------------------------------------------
