@@ -375,7 +375,8 @@ def main(argv: list[str] | None = None) -> int:
             ops = info["ops"][path]
             cells = [f"{times[1] * 1e3:.2f}", f"{floor * 1e3:.2f}", f"{times[1] / floor:.2f}x",
                      "-" if prods is None else f"{prods * 1e3:.2f}",
-                     "-" if prods is None else f"{times[1] / prods:.2f}x", f"{ops[1][0]} ({ops[1][1]})"] + [f"{ops[r][0]} ({ops[r][1]})" for r in sorted(ops) if r != 1]
+                     "-" if prods is None else f"{times[1] / prods:.2f}x", f"{ops[1][0]} ({ops[1][1]})"]
+            cells += [f"{ops[r][0]} ({ops[r][1]})" for r in sorted(ops) if r != 1]
             print(f"| {path} | " + " | ".join(cells) + " |")
     big = results.get("StoryLM-30M")
     if big is not None:
