@@ -197,13 +197,16 @@ class BlockStep:
         qkv = self.qkv(h)                                                            # (M, 3D)
         if self.low:
             qkv = qkv.to(self.stream_dtype)
-        q, k, v = qkv.view(B, T, 3, H, D // H).permute(2, 0, 3, 1, 4).unbind(0)    # (B, H, T, d) each
+        if B * T == 1:                     # one row: (3, H, d) in memory is already (3, B, H, T, d)
+            q, k, v = qkv.view(3, 1, H, 1, D // H).unbind(0)                        # (1, H, 1, d) each
+        else:
+            q, k, v = qkv.view(B, T, 3, H, D // H).permute(2, 0, 3, 1, 4).unbind(0)    # (B, H, T, d) each
         if rows is not None:
             k, v = rows.write(layer, k, v)                                          # (B, H, S, d)
         elif past is not None:
             k, v = torch.cat([past[0], k], dim=2), torch.cat([past[1], v], dim=2)
         y = F.scaled_dot_product_attention(q, k, v, attn_mask=mask)                 # (B, H, T, d)
-        y = y.transpose(1, 2).reshape(B * T, D)                                     # (M, D)
+        y = y.view(1, D) if B * T == 1 else y.transpose(1, 2).reshape(B * T, D)    # (M, D)
         if self.low:
             y = y.to(self.dtype)
         x = x + self.proj(y)                    # a bfloat16 product promotes to the stream exactly
@@ -211,6 +214,16 @@ class BlockStep:
         if self.low:
             h = h.to(self.dtype)
         return x + self.mlp_proj(self.fc.gelu(h))
+
+
+def _check_ids(ids: torch.Tensor, vocab_size: int) -> None:
+    """``check_token_ids`` (its message), read on the CPU without a dispatch for a few ids there."""
+    if ids.device.type == "cpu" and ids.numel() <= 64 and not ids.dtype.is_floating_point \
+            and ids.dtype != torch.bool:
+        values = ids.view(-1).tolist()
+        if min(values) >= 0 and max(values) < vocab_size:
+            return
+    check_token_ids(ids, vocab_size, "ids")
 
 
 def _causal_mask(T: int, start: int, dtype: torch.dtype, device: torch.device) -> torch.Tensor | None:
@@ -341,8 +354,8 @@ class FusedStep:
                  allowed: torch.Tensor | None = None,
                  keep_layers: tuple[int, ...] = ()) -> tuple[torch.Tensor, torch.Tensor | None]:
         dev = self.token_weight.device
+        _check_ids(ids, self.vocab_size)                             # as the teaching path: no raw IndexError
         ids = ids.to(dev)
-        check_token_ids(ids, self.vocab_size, "ids")                 # as the teaching path: no raw IndexError
         B, T = ids.shape
         start = cache.length
         end = start + T
