@@ -154,7 +154,8 @@ MODULES: tuple[CourseModule, ...] = (
     _beyond("specdec-lineage", "Beyond: the draft lineage (Medusa, EAGLE-2, EAGLE-3, block drafting)",
             "g2c/specdec/lineage", ["__init__", "protocol", "loop", "medusa", "eagle2", "eagle3", "block"],
             "draft-lineage", ["16", "specdec", "specdec-sampling", "specdec-trees", "specdec-state"],
-            tests=["tests/test_specdec_lineage.py", "tests/test_bench_lineage.py", "tests/test_specdec_engine.py"]),
+            tests=["tests/test_specdec_lineage.py", "tests/test_bench_lineage.py", "tests/test_specdec_engine.py",
+                   "tests/test_specdec_fast_heads.py"]),
 )
 
 

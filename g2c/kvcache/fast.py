@@ -80,7 +80,9 @@ import torch.nn.functional as F
 from g2c.nn import GELU, Dropout, Embedding, LayerNorm, Linear, Module
 from g2c.sampling.model import check_token_ids
 
+from . import step as step_module
 from .cache import KVCache
+from .step import BACKENDS, CompiledStep, FusedStep
 
 __all__ = ["FAST_DTYPES", "FastLM", "PackedLinear", "fast_model", "head_unembed", "packed_kernels_available",
            "swap_leaves", "unwrap"]
@@ -556,8 +558,6 @@ class FastLM:
 def _build_backend(fast: "FastLM", backend: str):
     """(the step object the trunk hands its calls to, or None for the lean loop; one line saying why
     the asked backend does not run, or "")."""
-    from .step import BACKENDS, FusedStep, compile_problem
-
     if backend not in BACKENDS:
         raise ValueError(f"fast_model: backend must be one of {', '.join(BACKENDS)}, got {backend!r}")
     if not fast.fused or backend == "plain":
@@ -565,11 +565,9 @@ def _build_backend(fast: "FastLM", backend: str):
     step = FusedStep(fast)
     if backend != "compiled":
         return step, ""
-    problem = compile_problem(fast.device)
+    problem = step_module.compile_problem(fast.device)
     if problem is not None:
         return step, f"backend 'compiled' unavailable ({problem}): the fused eager step runs"
-    from .step import CompiledStep
-
     return CompiledStep(step), ""
 
 
@@ -643,8 +641,6 @@ def fast_model(model, *, dtype: torch.dtype | str | None = None, pack: bool = Tr
         raise ValueError(f"fast_model: dtype must be one of {', '.join(str(d) for d in FAST_DTYPES)}, got {dtype!r}")
     if not missing:
         return FastLM(model, dtype, pack, fused, backend)
-    from .step import BACKENDS
-
     if backend not in BACKENDS:
         raise ValueError(f"fast_model: backend must be one of {', '.join(BACKENDS)}, got {backend!r}")
     fast = swap_leaves(model, dtype=dtype, pack=pack)

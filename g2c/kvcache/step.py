@@ -249,9 +249,8 @@ def block_step(blk) -> BlockStep | None:
         return None
     step = fast.get("step")
     if step is None:
-        from .fast import PackedLinear
-
-        if fast.get("backend", "fused") == "plain" or not isinstance(getattr(blk.attn, "qkv", None), PackedLinear):
+        leaves = (blk.attn.qkv, blk.attn.proj, blk.mlp.fc, blk.mlp.proj)
+        if fast.get("backend", "fused") == "plain" or not all(hasattr(x, "min_packed_rows") for x in leaves):
             fast["step"] = False
             return None
         step = fast["step"] = BlockStep(blk, stream_dtype=blk.ln_1.weight.dtype)
