@@ -18,6 +18,8 @@
                                         # a reduced draft vocabulary: coverage, agreement, unembedding time
     python bench/lineage.py --fast --greedy-only --no-sweep --threads 1
                                         # every row on the fast path (g2c.kvcache.fast), greedy, story endings
+    python bench/lineage.py --fast --greedy-only --no-sweep --threads 1 --fast-backend plain
+                                        # the same on the fast path's lean loop (the before of issue 55)
     python bench/lineage.py --fast --greedy-only --threads 1 --draft-dtype bfloat16
                                         # the drafters' products in bfloat16 (the target float32: still
                                         # lossless against it); fast on CPUs with AVX512-BF16 or AMX
@@ -209,6 +211,10 @@ def parse_args(argv):
     ap.add_argument("--fast", action="store_true",
                     help="run every row on the fast path (g2c.kvcache.fast, float32) and add plain cached decoding "
                          "on it; speed-ups stay over plain cached decoding on the teaching path")
+    ap.add_argument("--fast-backend", choices=("fused", "plain", "compiled"), default=None,
+                    help="with --fast: the fast path's backend (g2c.kvcache.step): 'fused' (the default: the fused "
+                         "step, target and heads), 'plain' (the lean loop it replaced, for the before/after), "
+                         "'compiled' (the fused step under torch.compile)")
     ap.add_argument("--draft-dtype", choices=("float32", "bfloat16", "float16"), default=None,
                     help="with --fast: the drafters' weight products in this dtype (their own fast models; the target "
                          "stays float32, so every row is still judged lossless against the float32 target); the "
@@ -240,6 +246,8 @@ def parse_args(argv):
                  "(the n-gram row looks tokens up in the prompt): drop --draft-dtype or add a model row")
     if args.packed_min_rows is not None and not args.fast:
         ap.error("--packed-min-rows chooses the fast path's kernel: add --fast")
+    if args.fast_backend is not None and not args.fast:
+        ap.error("--fast-backend chooses the fast path's backend: add --fast")
     if len(chosen) > 1:
         ap.error(f"{' and '.join(chosen)} are separate measurements: run one at a time")
     if chosen and chosen[0] != "--sampled-drafts-only":
@@ -383,12 +391,13 @@ def load_heads(target, names, root: Path | None = None) -> dict:
     return models
 
 
-def fast_models(models: dict, dtype: str | None = None) -> dict:
+def fast_models(models: dict, dtype: str | None = None, backend: str = "auto") -> dict:
     """The fast path of every row's own model: a small LM's ``FastLM``, a head's fused-leaf copy (same base);
-    ``dtype`` (``--draft-dtype``) the drafters' weight products, the target's staying float32."""
+    ``dtype`` (``--draft-dtype``) the drafters' weight products, the target's staying float32; ``backend``
+    (``--fast-backend``) the step they run on."""
     from g2c.kvcache.fast import fast_model
 
-    return {name: fast_model(model, dtype=dtype) for name, model in models.items()}
+    return {name: fast_model(model, dtype=dtype, backend=backend) for name, model in models.items()}
 
 
 class ClockedTarget(CachedTarget):
@@ -921,7 +930,10 @@ def main(argv=None) -> int:
         try:
             if args.packed_min_rows is not None:
                 fast_module.PACKED_MIN_ROWS[torch.float32] = args.packed_min_rows
-            spec_target, models = fast_model(target), fast_models(models, args.draft_dtype)
+            backend = args.fast_backend or "auto"
+            spec_target, models = fast_model(target, backend=backend), fast_models(models, args.draft_dtype, backend)
+            if spec_target.backend_note:
+                print(f"bench/lineage.py: {spec_target.backend_note}", file=sys.stderr)
         finally:
             fast_module.PACKED_MIN_ROWS.update(saved)
         rows = [("plain cached (fast path)", "no drafter", "plain", None, 1, (1,))] + rows
@@ -933,7 +945,7 @@ def main(argv=None) -> int:
     if not reads_windows:
         threads = torch.get_num_threads()
         print(f"# The draft lineage on {TARGET} (float32, {threads} thread{'s' if threads != 1 else ''}, {device}"
-              f"{', every row on the fast path' if args.fast else ''}"
+              f"{', every row on the fast path (' + (args.fast_backend or 'fused') + ' step)' if args.fast else ''}"
               f"{f', drafters in {args.draft_dtype} (the target float32)' if args.draft_dtype else ''}"
               f"{f', packed from {args.packed_min_rows} rows' if args.packed_min_rows else ''}{where}); "
               f"{args.prompts} prompts x {args.new_tokens} tokens per set; "

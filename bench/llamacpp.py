@@ -22,9 +22,11 @@ What it does:
    the median per row):
 
    * g2c plain cached decoding (``cached_generate``, the teaching path) - every speed-up divides this;
-   * g2c plain cached decoding on the fast path (``g2c.kvcache.fast.fast_model``, float32);
+   * g2c plain cached decoding on the fast path (``g2c.kvcache.fast.fast_model``: its fused step,
+     ``g2c.kvcache.step``), and on the fast path's older lean loop (``backend="plain"``, the
+     "plain loop" rows: the before of issue 55);
    * g2c greedy speculative decoding with KV caches (``speculative_generate_cached``), on the
-     teaching path and on the fast path (target and drafter);
+     teaching path and on both fast backends (target and drafter);
    * llama.cpp ``llama-completion`` greedy (``--temp 0``) and ``llama-speculative-simple``
      with the drafter GGUF as ``--model-draft`` (``--spec-type draft-simple
      --spec-draft-n-max k --spec-draft-n-min 0``).
@@ -212,6 +214,7 @@ def main(argv: list[str] | None = None) -> int:
     prompts = [(t, tok.encode(t)) for t in texts]
     eos = tok.eot_id
     ftarget, fdrafter = fast_model(target), fast_model(drafter)
+    ptarget, pdrafter = fast_model(target, backend="plain"), fast_model(drafter, backend="plain")
     print(f"# bench/llamacpp.py: {args.target} (target), {args.drafter} (drafter), k = {args.k}, {len(prompts)} "
           f"prompts x {args.new_tokens} new tokens, greedy, {args.dtype}, {torch.get_num_threads()} thread(s) for both "
           f"engines; 1 warm-up + median of {args.rounds} interleaved rounds", flush=True)
@@ -240,8 +243,11 @@ def main(argv: list[str] | None = None) -> int:
                     "passes": sum(r["passes"] for r in rows)}
         return run
 
-    calls = {"g2c plain cached (teaching)": g2c_plain(target), "g2c plain cached (fast)": g2c_plain(ftarget),
+    calls = {"g2c plain cached (teaching)": g2c_plain(target),
+             "g2c plain cached (fast, plain loop)": g2c_plain(ptarget),
+             "g2c plain cached (fast)": g2c_plain(ftarget),
              f"g2c speculative k={args.k} (teaching)": g2c_spec(target, drafter),
+             f"g2c speculative k={args.k} (fast, plain loop)": g2c_spec(ptarget, pdrafter),
              f"g2c speculative k={args.k} (fast)": g2c_spec(ftarget, fdrafter),
              "llama.cpp plain (llama-completion)": llama("plain"),
              f"llama.cpp speculative k={args.k} (llama-speculative-simple)": llama("spec")}
@@ -278,6 +284,10 @@ def main(argv: list[str] | None = None) -> int:
                                                             last[base_key]["outs"]))
     print(f"  g2c fast path plain / speculative equal to g2c plain: {fast_same}/{len(prompts)}, "
           f"{spec_same}/{len(prompts)}")
+    loop_same = sum(a.tolist() == b.tolist() for a, b in zip(last[f"g2c speculative k={args.k} (fast)"]["outs"],
+                                                            last["g2c plain cached (fast)"]["outs"]))
+    print(f"  g2c fast speculative equal to g2c fast plain (lossless against its own model): "
+          f"{loop_same}/{len(prompts)}")
     base = statistics.median(samples[base_key])
     print(f"\n| row | tokens/pass | tok/s (median of {args.rounds}) | speed-up over g2c plain cached |")
     print("|---|---|---|---|")

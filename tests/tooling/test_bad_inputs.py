@@ -100,6 +100,8 @@ SCRIPTS: dict[str, dict[str, tuple[list[str], str]]] = {
         "a row the mode lacks": (["--draft-vocab-only", "--rows", "Medusa"], r"measures the EAGLE-3 row"),
         "option without its mode": (["--draft-dtype", "bfloat16"], r"--draft-dtype sets the fast path's drafters: "
                                                                     r"add --fast"),
+        "backend without --fast": (["--fast-backend", "plain"], r"--fast-backend chooses the fast path's backend: "
+                                                                 r"add --fast"),
         "nothing to convert": (["--fast", "--draft-dtype", "bfloat16", "--rows", "ngram"],   # a trial: it ran
                                r"--rows n-gram has none \(the n-gram row looks tokens up in the prompt\)"),
         "empty row list": (["--rows", ""], r"argument --rows: an empty list: choose from"),
