@@ -40,7 +40,10 @@ EAGLE-3, block) returns a copy of the head, of the same class, with swapped leav
 * LayerNorm and GELU are torch's fused kernels (same maths: biased variance, eps 1e-5,
   exact erf GELU).
 * The pass itself (``FastLM.forward_rows``, which module 16's ``forward_rows`` hands the work
-  to): one fused QKV product, keys/values written straight into the ``KVCache`` buffers,
+  to) is a backend object, ``FastLM.step``: by default ``g2c.kvcache.step.FusedStep``, the same
+  pass in as few dispatched operations as the maths allows (``step.py`` says how and how much);
+  ``fast_model(..., backend="plain")`` keeps the lean loop below, ``_fused_rows``, which it
+  replaced: one fused QKV product, keys/values written straight into the ``KVCache`` buffers,
   torch's fused ``scaled_dot_product_attention`` (no mask for one row; for a chain an
   explicit causal mask carrying the cache offset; for a tree or a ragged batch
   ``attn_mask=allowed``), kept layers collected on the way, no per-step validation beyond
@@ -395,7 +398,12 @@ class FastLM:
     Attributes:
         source: the ``TransformerLM`` it was built from (every tensor is copied from it);
             ``fast_source`` is the same (what ``unwrap`` reads).
-        pack, fused: the ``fast_model`` switches it was built with.
+        pack, fused: the ``fast_model`` switches it was built with; ``backend_asked`` its backend.
+        step: the backend object module 16's ``forward_rows`` hands its calls to
+            (``g2c.kvcache.step.FusedStep`` by default, a ``CompiledStep`` for ``backend="compiled"``),
+            None for ``backend="plain"`` (the lean loop ``_fused_rows``) or ``fused=False``.
+        backend_note: "" when the asked backend runs; else one line saying why it does not and
+            what runs instead (``backend="compiled"`` without a C++ compiler: the fused step).
         dtype: the weight products' dtype; ``stream_dtype`` the residual stream's (the
             source's parameter dtype; the KV cache uses it).
         vocab_size, embedding_dim, num_layers, num_heads, hidden_dim, max_seq_len, device,
@@ -448,8 +456,9 @@ class FastLM:
     @property
     def forward_rows(self):
         """Module 16's ``forward_rows`` hands every validated call to this when present: the
-        fused pass ``_fused_rows`` (None when built with ``fused=False``: the teaching pass then
-        runs on the swapped leaves)."""
+        backend object ``step`` (the fused step by default), or the lean loop ``_fused_rows`` with
+        ``backend="plain"`` (None when built with ``fused=False``: the teaching pass then runs on
+        the swapped leaves)."""
         if not self.fused:
             return None
         return self._fused_rows if self.step is None else self.step
@@ -604,6 +613,12 @@ def fast_model(model, *, dtype: torch.dtype | str | None = None, pack: bool = Tr
             see the module docstring) or ``torch.float16``; or their names as strings
             ("float32", "bfloat16", "float16", also "fp32", "bf16", "fp16").
         pack: False keeps torch's plain product (for measuring what the packing buys).
+        backend: which pass the trunk hands over to (``fused=True``): ``"auto"`` / ``"fused"``
+            (default: ``g2c.kvcache.step.FusedStep``, the pass in few dispatches), ``"plain"`` (the
+            lean loop it replaced, kept to measure against), ``"compiled"`` (the fused step under
+            ``torch.compile``; products unpacked; where it cannot compile, the fused step runs and
+            ``backend_note`` says why). On a head: whether its blocks run on the fused block step
+            (``g2c.kvcache.step.block_step``; ``"plain"``: the teaching block on fast leaves).
         fused: True (default): module 16's ``forward_rows`` hands the pass to the FastLM's own
             lean loop (torch's fused attention, keys/values written in place); False: the
             teaching pass runs, only on the swapped leaves. (Heads have no trunk: ignored.)
@@ -615,7 +630,8 @@ def fast_model(model, *, dtype: torch.dtype | str | None = None, pack: bool = Tr
     Raises:
         TypeError: ``model`` is neither a ``TransformerLM`` nor a course ``Module`` (names
             the ``TransformerLM`` attributes it lacks).
-        ValueError: an unknown dtype (lists the accepted ones).
+        ValueError: an unknown dtype (lists the accepted ones); an unknown backend ("backend must
+            be one of auto, fused, compiled, plain").
     """
     if isinstance(dtype, str):
         if dtype.lower() not in _DTYPE_NAMES:
