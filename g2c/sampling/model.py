@@ -430,7 +430,7 @@ def check_score_rows(rows, name: str, *, where: str | None = None) -> None:
     check_table_dtype(rows, name, kind="scores")
     if not isinstance(rows, torch.Tensor) or rows.dim() < 1 or rows.numel() == 0:
         return
-    if bool(rows.sum().isfinite()):        # one reduction, one read: no NaN and no -inf anywhere (a decode
+    if math.isfinite(rows.sum().item()):   # one reduction, one read: no NaN and no -inf anywhere (a decode
         return                             # step's common case; a masked or overflowing row is looked at below)
     if bool(torch.isnan(rows).any()):
         raise ValueError(f"{name} holds NaN{_where(where)}: the model produced NaN scores, so no token can be "
