@@ -76,8 +76,8 @@ from g2c.sampling.model import check_token_ids
 
 from .cache import KVCache
 
-__all__ = ["BACKENDS", "BlockStep", "FusedStep", "Product", "block_rows", "block_step", "compile_problem",
-           "dispatch_counts", "COPY_OPS", "CompiledStep"]
+__all__ = ["BACKENDS", "COPY_OPS", "BlockStep", "CompiledStep", "FusedStep", "Product", "block_rows", "block_step",
+           "compile_problem", "dispatch_counts"]
 
 BACKENDS = ("auto", "fused", "compiled", "plain")
 _NEVER = 1 << 62                                   # "never packed": more rows than any pass has
