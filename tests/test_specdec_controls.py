@@ -146,6 +146,47 @@ def test_greedy_penalty_stops_and_logprobs_equal_plain_decoding(k, use_cache):
     assert len(stats.logprobs) == stats.generated == len(want_cut)
 
 
+# -- a decode that is not prefix-monotone (issue 57) ---------------------------------------------
+LEAD, CONT = 26, 27                      # the two bytes of "é" (0xC3 0xA9); ids 0-25 are the letters a-z
+
+
+def byte_decode(ids) -> str:
+    """A byte-level decode for V = 32: a cut character shows as U+FFFD until its next byte arrives, so
+    the text after token i need not start with the text after token i - 1."""
+    raw = bytes(0xC3 if t == LEAD else 0xA9 if t == CONT else 0x61 + int(t) % 26 for t in ids)
+    return raw.decode("utf-8", errors="replace")
+
+
+@pytest.mark.parametrize("tree", [False, True])
+@pytest.mark.parametrize("k", [1, 4])
+def test_stop_string_is_found_with_a_decode_that_is_not_prefix_monotone(k, tree):
+    """Plain decoding stops right after the lead byte ("b c \ufffd"); the round's whole text ("b c é d
+    ...") no longer holds U+FFFD, so a cut that decodes only the round's text ran on (issue 57)."""
+    from specdec_mocks import TableLM, chain_table
+
+    from g2c.specdec.trees.verify import tree_speculative_generate
+
+    next_of = list(range(1, 33))
+    next_of[0], next_of[1], next_of[2], next_of[LEAD], next_of[CONT] = 1, 2, LEAD, CONT, 3
+    next_of[31] = 4
+    model = TableLM(chain_table(next_of, generator=torch.Generator().manual_seed(0)), max_seq_len=32)
+    prompt, n = [0], 12
+    plain = generate(model, prompt, n, temperature=0.0)[1:].tolist()
+    assert plain[:5] == [1, 2, LEAD, CONT, 3] and "\ufffd" not in byte_decode(plain)
+    want = next(plain[:i + 1] for i in range(n) if "\ufffd" in byte_decode(plain[:i + 1]))
+    assert want == [1, 2, LEAD]
+    controls = {"stop_strings": ["\ufffd"], "decode": byte_decode, "temperature": 0.0}
+    if tree:
+        ids, _ = tree_speculative_generate(model, model, prompt, n, num_nodes=k, **controls)
+    else:
+        ids, _ = speculative_sample(model, LMDrafter(model), prompt, n, k=k, **controls)
+    assert ids[1:].tolist() == want
+    # the rule alone: a round that brings both bytes at once still stops on the lead byte
+    rule = StopRule(stop_strings=["\ufffd"], decode=byte_decode, prompt_len=1)
+    assert rule.cut(torch.tensor([0, 1]), [2, LEAD, CONT, 3]) == ([2, LEAD], True)
+    assert rule.cut(torch.tensor([0, 1, 2, LEAD]), [CONT, 3]) == ([CONT, 3], False)   # that byte already passed
+
+
 def test_penalty_reads_tokens_past_the_window():
     """Past the window the target sees the last max_seq_len tokens, the penalty every token said."""
     target, small = _lm(2, max_seq_len=8), _lm(3, dim=8, layers=1, max_seq_len=8)

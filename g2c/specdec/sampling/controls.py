@@ -17,8 +17,10 @@ plain decoding applies it, row by row:
   rejected by the distribution test that passes the right rule.
 * **Stops** (``StopRule``): ``eos_id``, any of ``stop_ids``, or the first emitted token after which
   the generated text (``decode`` of the new tokens) contains one of ``stop_strings``. The round's
-  emitted tokens are checked one prefix at a time, so the run ends on exactly the token plain
-  decoding would have stopped on, and that token is kept (as EOS is).
+  emitted tokens are checked one prefix at a time, each prefix decoded on its own (a decode need
+  not be prefix-monotone: a byte-level decode shows half a character as U+FFFD, and the next byte
+  replaces it), so the run ends on exactly the token plain decoding would have stopped on, and
+  that token is kept (as EOS is).
 * **Logprobs**: ``log_softmax`` of the target's raw logits (temperature 1, no penalty, no filter)
   at each emitted token, the number a perplexity is built from; one float per new token, equal to
   what one full forward pass over the final sequence gives inside the window.
@@ -95,8 +97,10 @@ class StopRule:
     """Where a speculative round's emitted tokens end: EOS, stop ids, stop strings. Provided.
 
     The one cut every run of the engine shares. ``cut(ids, emitted)`` checks the emitted tokens one
-    prefix at a time, in order, as plain decoding checks after each token, and returns the tokens
-    up to and including the first that stops the run.
+    prefix at a time, in order, as plain decoding checks after each token (decoding every prefix:
+    with a decode that is not prefix-monotone, such as bytes rendered with U+FFFD for a cut
+    character, the text after token i need not start with the text after token i - 1), and
+    returns the tokens up to and including the first that stops the run.
 
     Args:
         eos_id: an id in [0, V) or None (already checked by ``check_eos_id``).
@@ -167,10 +171,12 @@ class StopRule:
         """
         end = next((i + 1 for i, tok in enumerate(emitted) if tok in self.stop_ids), None)   # first stop id
         if self.stop_strings and emitted:
+            # Every prefix is decoded, as plain decoding decodes after every token: the text of a prefix
+            # need not be a prefix of the text (a byte-level decode renders a cut character as U+FFFD,
+            # which the next byte turns into the character), so the whole round's text cannot stand in.
             before = ids[self.prompt_len:].tolist()
             upto = emitted if end is None else emitted[:end]
-            if self._text_stops(before + upto):            # a string ends in this round, by token `end` at the latest
-                end = next(i + 1 for i in range(len(upto)) if self._text_stops(before + upto[:i + 1]))
+            end = next((i + 1 for i in range(len(upto)) if self._text_stops(before + upto[:i + 1])), end)
         if end is None:
             return emitted, False
         return emitted[:end], True
