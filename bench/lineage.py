@@ -95,7 +95,7 @@ import g2c.course.solved  # noqa: F401  (first: applies the answer key before co
 from g2c.assets import cli
 from g2c.assets.artifacts import ArtifactError, load_model, load_story_tokenizer
 from g2c.assets.data import DATA_DIR, load_split_text, prepare
-from g2c.course.files import atomic_path, write_text_atomic
+from g2c.course.files import atomic_path, write_problem, write_text_atomic
 from g2c.kvcache import KVCache, cached_forward, cached_generate
 from g2c.nn import synchronize
 from g2c.specdec import SpecStats
@@ -763,7 +763,7 @@ def save_json(path: Path, data: dict) -> int:
     try:
         write_text_atomic(path, json.dumps(data, indent=1))                     # makes the parents
     except OSError as err:
-        print(f"bench/lineage.py: could not write {path}: {err} (the tables above are the run's result)",
+        print(f"bench/lineage.py: error: {write_problem(err, path)} (the tables above are the run's result)",
               file=sys.stderr)
         return 1
     return 0
@@ -1071,7 +1071,12 @@ def main(argv=None) -> int:
     print(sampled_markdown(sampled, args.temperature, args.draws))
     print(summary)
     if args.figure:
-        figure(args.figure, tables, curves, sizes)
+        try:
+            figure(args.figure, tables, curves, sizes)
+        except OSError as err:                             # a disk that filled during the run
+            print(f"bench/lineage.py: error: {write_problem(err, args.figure)} (the tables above are the run's "
+                  "result)", file=sys.stderr)
+            return 1
         print(f"figure: {args.figure}")
     if args.json:
         return save_json(args.json, {"threads": torch.get_num_threads(), "best_k": best_k,

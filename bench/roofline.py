@@ -60,8 +60,8 @@ import torch
 
 import g2c.course.solved  # noqa: F401  (first: applies the answer key before course modules load)
 from g2c.assets.artifacts import ArtifactError, load_model
-from g2c.assets.cli import count, device_name, int_list, model_list, output_file
-from g2c.course.files import atomic_path
+from g2c.assets.cli import choice_list, count, device_name, int_list, model_list, output_file
+from g2c.course.files import atomic_path, write_problem
 from g2c.kvcache import KVCache, cached_forward
 from g2c.kvcache.fast import fast_model, packed_kernels_available
 from g2c.kvcache.step import COPY_OPS, dispatch_counts
@@ -88,7 +88,7 @@ def parse_args(argv):
     ap.add_argument("--context", type=count(1), default=64,
                     help="committed positions in the cache (default 64; clamped per model to max_seq_len - the "
                          "largest --rows, and the clamped value is printed)")
-    ap.add_argument("--paths", default=",".join(DEFAULT_PATHS),
+    ap.add_argument("--paths", type=choice_list(*PATHS), default=",".join(DEFAULT_PATHS),
                     help=f"which of {', '.join(PATHS)} (comma-separated; default {','.join(DEFAULT_PATHS)}: "
                          "'fast' is the fused step, 'plain' the lean loop it replaced, 'compiled' the fused step "
                          "under torch.compile, which compiles once per row count)")
@@ -114,10 +114,7 @@ def parse_args(argv):
         ap.error(f"--rows must be comma-separated integers, got {args.rows!r}")
     if args.rows[0] < 1:
         ap.error("--rows must be >= 1")
-    args.paths = [p.strip() for p in args.paths.split(",") if p.strip()]
-    bad = [p for p in args.paths if p not in PATHS]
-    if bad:
-        ap.error(f"--paths: unknown {bad}; choose from {', '.join(PATHS)}")
+    args.paths = args.paths.split(",")                     # choice_list: known names, at least one, none twice
     if args.threads < 1:
         ap.error("--threads must be >= 1")
     return args
@@ -402,7 +399,12 @@ def main(argv: list[str] | None = None) -> int:
         if lines:
             print(f"drafter step against its products ({name}; target <= 2x): " + ", ".join(lines))
     if args.plot:
-        plot(results, beta, pi, args.plot, torch.get_num_threads(), device)
+        try:
+            plot(results, beta, pi, args.plot, torch.get_num_threads(), device)
+        except OSError as err:                              # a disk that filled during the run
+            print(f"bench/roofline.py: error: {write_problem(err, args.plot)} (the tables above are the run's "
+                  "result)", file=sys.stderr)
+            return 1
     return 0
 
 

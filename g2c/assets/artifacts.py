@@ -55,8 +55,8 @@ __all__ = ["ARTIFACTS_DIR", "ArtifactError", "ArtifactMissingError", "CORPUS_FIL
            "DRAFTERS", "LOAD_DTYPES", "NOT_A_DEVICE", "TOKENIZER_NAMES", "artifact_dir", "artifact_kind",
            "canonical_name", "check_member_name", "device_problem", "clean_artifact_leftovers", "corpus_path",
            "drafter_names", "is_verified", "load_model", "load_story_tokenizer",
-           "load_tokenizer", "manifest_files", "model_names", "pinned_files", "pins_from_tree", "verify_artifact",
-           "write_artifact", "write_pins"]
+           "load_tokenizer", "manifest_files", "model_names", "pinned_files", "pins_from_tree", "shipped_problem",
+           "verify_artifact", "write_artifact", "write_pins"]
 
 
 class ArtifactError(Exception):
@@ -150,6 +150,22 @@ def _is_shipped_root(root: Path | None) -> bool:
         return Path(root).resolve() == ARTIFACTS_DIR.resolve()
     except OSError:
         return False
+
+
+def shipped_problem(path: str | os.PathLike) -> str | None:
+    """Why an output must not go to ``path``, or None: it lies inside the shipped ``artifacts/``
+    tree, whose files the pins of ``g2c/assets/pins.json`` check on every load. Overwriting one (an
+    export "into" its model's folder, a figure saved there) would leave an artifact that fails its
+    pins, reported later as a corrupted download. Only ``./checkpoints.sh`` writes there."""
+    try:
+        target = Path(path).expanduser().resolve()
+        rel = target.relative_to(ARTIFACTS_DIR.resolve())
+    except (ValueError, OSError):
+        return None
+    where = _rel(ARTIFACTS_DIR / rel.parts[0] / rel.parts[1]) if len(rel.parts) >= 2 else _rel(ARTIFACTS_DIR)
+    return (f"{path} is inside the shipped artifacts ({where}), which ./checkpoints.sh installs and the pins in "
+            f"{_rel(PINS_FILE)} check on every load: writing there would damage them; write somewhere else "
+            "(e.g. exported/ or runs/)")
 
 
 def load_pins() -> dict[str, dict[str, dict]]:

@@ -193,45 +193,44 @@ def model_list(*, ladder_only: bool = False) -> Callable[[str], str]:
     return _named(parse, "model list")
 
 
-def _writable(text: str, folder: bool):
-    from pathlib import Path
+def _writable(text: str, folder: bool, noun: str = "file"):
+    from g2c.assets.artifacts import shipped_problem
+    from g2c.course.files import check_output_path
 
-    from g2c.course.files import check_writable
-
-    path = Path(text)
-    if folder and path.exists() and not path.is_dir():
-        raise argparse.ArgumentTypeError(f"{text} is a file; give a folder to write into")
-    if not folder and path.is_dir():
-        raise argparse.ArgumentTypeError(f"{text} is a folder; give the file to write")
-    blocker = next((p for p in (path if folder else path.parent, *path.parents) if p.exists() and not p.is_dir()),
-                   None)
-    if blocker is not None and blocker != path:                      # a/file/x.png: no folder can be made there
-        raise argparse.ArgumentTypeError(f"{blocker} is a file, not a folder: {text} cannot be written")
     try:
-        check_writable(path if folder else path.parent, "output")
-    except PermissionError as exc:
-        raise argparse.ArgumentTypeError(exc.strerror) from None
+        path = check_output_path(text, folder=folder)
+    except IsADirectoryError:
+        raise argparse.ArgumentTypeError(f"{text} is a folder; give the {noun} to write") from None
+    except OSError as exc:
+        raise argparse.ArgumentTypeError(exc.strerror or str(exc)) from None
+    problem = shipped_problem(path)
+    if problem:
+        raise argparse.ArgumentTypeError(problem)
     return path
 
 
-def output_file(*, as_path: bool = False, allow_empty: bool = False) -> Callable[[str], object]:
-    """A file to write (a figure, a table, JSON): not a folder, and its folder (or the nearest
-    existing parent) writable, checked at parse time, before minutes of measuring. Returned as
-    given (``as_path``: a ``Path``); ``allow_empty`` accepts ``''`` (= do not write)."""
+def output_file(*, as_path: bool = False, allow_empty: bool = False, noun: str = "file") -> Callable[[str], object]:
+    """A file to write (a figure, a table, JSON), checked at parse time, before minutes of measuring,
+    by ``g2c.course.files.check_output_path`` (no NUL, names the file system takes, no file where a
+    folder must be, not a folder, its folder writable by a real probe) and outside the shipped
+    artifacts (``g2c.assets.artifacts.shipped_problem``). Returned as given, ``~`` expanded
+    (``as_path``: a ``Path``); ``allow_empty`` accepts ``''`` (= do not write); ``noun`` names what to give
+    instead of a folder ("give the .gguf file to write")."""
     def parse(text: str):
         if allow_empty and text == "":
             return text
-        path = _writable(text, folder=False)
-        return path if as_path else text
+        path = _writable(text, folder=False, noun=noun)
+        return path if as_path else str(path)
 
     return _named(parse, "output file")
 
 
 def output_dir(*, as_path: bool = False) -> Callable[[str], object]:
-    """A folder to write into: not a file, writable (or creatable), checked at parse time."""
+    """A folder to write into: not a file, writable (or creatable), outside the shipped artifacts,
+    checked at parse time as ``output_file`` checks a file."""
     def parse(text: str):
         path = _writable(text, folder=True)
-        return path if as_path else text
+        return path if as_path else str(path)
 
     return _named(parse, "output folder")
 

@@ -32,7 +32,7 @@ from pathlib import Path
 
 import torch
 
-from g2c.course.files import check_writable, fsync_dir, temp_name, write_problem
+from g2c.course.files import check_output_path, fsync_dir, temp_name, write_problem
 
 __all__ = ["export_hf"]
 
@@ -54,19 +54,21 @@ def export_hf(name: str, out_dir: str | Path, *, dtype: torch.dtype = torch.floa
 
     Raises:
         ValueError: unknown model name, or a drafter that is not a language model (an MTP,
-            EAGLE, Medusa or block head); dtype not a floating dtype.
+            EAGLE, Medusa or block head); dtype not a floating dtype; out_dir inside the shipped
+            ``artifacts/`` (an export there would overwrite a pinned artifact).
         FileExistsError: out_dir is a non-empty folder and ``overwrite`` is False (the
             message says to pass ``--overwrite``).
-        NotADirectoryError: out_dir is a file.
-        PermissionError / OSError: out_dir cannot be written (read-only, full disk); checked
-            before the model is loaded where possible. Files are written to a temporary folder
+        NotADirectoryError: out_dir, or a part of its path, is a file.
+        PermissionError / OSError: out_dir cannot be written (read-only, a name too long, full
+            disk); checked before the model is loaded (``g2c.course.files.check_output_path``)
+            except for a full disk. Files are written to a temporary folder
             beside out_dir and moved in only when all are complete, so a failed export leaves
             out_dir as it was.
         ImportError: ``transformers`` is not installed (``pip install transformers``).
         ArtifactMissingError / ChecksumError: the model artifact is missing or corrupted
             (run ``./checkpoints.sh``).
     """
-    from g2c.assets.artifacts import DRAFTERS, artifact_dir, canonical_name, load_model
+    from g2c.assets.artifacts import DRAFTERS, artifact_dir, canonical_name, load_model, shipped_problem
     from g2c.transformer.export import to_hf_gpt2
 
     if not isinstance(dtype, torch.dtype) or not dtype.is_floating_point:
@@ -75,12 +77,12 @@ def export_hf(name: str, out_dir: str | Path, *, dtype: torch.dtype = torch.floa
     if DRAFTERS.get(name, {}).get("kind", "lm") != "lm":
         raise ValueError(f"{name} is a draft head on a base model, not a language model; export a ladder model or "
                          "StoryLM-1M-distilled")
-    out = Path(out_dir)
-    if out.exists() and not out.is_dir():
-        raise NotADirectoryError(f"{out} is a file; --hf takes a folder to write the model into")
+    problem = shipped_problem(out_dir)
+    if problem:
+        raise ValueError(problem)
+    out = check_output_path(out_dir, folder=True, what="export")      # NUL, long names, files on the way, writable
     if out.exists() and any(out.iterdir()) and not overwrite:
         raise FileExistsError(f"{out} exists and is not empty; choose another folder or pass --overwrite")
-    check_writable(out.parent if not out.exists() else out, "export")
     model, tok = load_model(name, device="cpu", root=root)
     out.parent.mkdir(parents=True, exist_ok=True)
     stage = temp_name(out)
@@ -137,17 +139,22 @@ def _write_hf(name, out, model, tok, to_hf_gpt2, dtype, root, artifact_dir) -> N
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m g2c.assets.export", description=__doc__.split("\n\n")[0])
-    parser.add_argument("--hf", metavar="DIR", required=True, help="output folder (one model per folder)")
+    from g2c.assets.cli import output_dir
+
+    parser.add_argument("--hf", metavar="DIR", required=True, type=output_dir(),
+                        help="output folder (one model per folder; not inside artifacts/)")
     parser.add_argument("name", help="StoryLM-1M, StoryLM-5M or StoryLM-30M")
     parser.add_argument("--dtype", choices=("float32", "float16", "bfloat16"), default="float32")
     parser.add_argument("--overwrite", action="store_true", help="replace files in a non-empty DIR")
     args = parser.parse_args(argv)
+    from g2c.assets.artifacts import ArtifactError
+
     try:
         out = export_hf(args.name, args.hf, dtype=getattr(torch, args.dtype), overwrite=args.overwrite)
-    except (FileExistsError, NotADirectoryError, FileNotFoundError) as e:
+    except (FileExistsError, ArtifactError) as e:        # ArtifactMissingError is a FileNotFoundError: not a write
         print(f"error: {e}", file=sys.stderr)
         return 1
-    except OSError as e:  # read-only, full disk
+    except OSError as e:  # read-only, full disk, a file on the way
         print(f"error: {write_problem(e, args.hf)}", file=sys.stderr)
         return 1
     except (ValueError, ImportError) as e:

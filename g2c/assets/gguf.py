@@ -49,7 +49,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from g2c.course.files import atomic_path, check_writable, clean_leftovers, write_problem
+from g2c.course.files import atomic_path, check_output_path, clean_leftovers, write_problem
 
 __all__ = ["check_gguf", "export_gguf", "gguf_tensors", "llama_cpp_source", "read_gguf", "write_gguf"]
 
@@ -204,11 +204,13 @@ def export_gguf(name: str, path: str | Path, *, via: str = "auto", outtype: str 
         ValueError: unknown via/outtype, or a model that is not an LM (an MTP/EAGLE head).
         FileNotFoundError: ``via="converter"`` without a llama.cpp tree (names the setup command).
         IsADirectoryError: ``path`` is a folder.
-        PermissionError: the output folder cannot be written (checked before any work).
+        ValueError: ``path`` inside the shipped ``artifacts/``.
+        PermissionError / OSError: the output folder cannot be written, a name too long, a file on
+            the way (checked before any work: ``g2c.course.files.check_output_path``).
         RuntimeError: the converter failed (its last output lines are in the message).
         OSError: a write failed (full disk); either way no partial file is left at ``path``.
     """
-    from g2c.assets.artifacts import DRAFTERS, canonical_name, load_model
+    from g2c.assets.artifacts import DRAFTERS, canonical_name, load_model, shipped_problem
 
     if via not in ("auto", "converter", "writer"):
         raise ValueError(f"via must be 'auto', 'converter' or 'writer', got {via!r}")
@@ -221,10 +223,13 @@ def export_gguf(name: str, path: str | Path, *, via: str = "auto", outtype: str 
     src = llama_cpp_source(llama_cpp)
     if via == "auto":
         via = "converter" if src is not None else "writer"
-    path = Path(path).resolve()
-    if path.is_dir():
-        raise IsADirectoryError(f"{path} is a folder; give the .gguf file to write, e.g. {path / (name + '.gguf')}")
-    check_writable(path.parent, "GGUF output")
+    problem = shipped_problem(path)
+    if problem:
+        raise ValueError(problem)
+    if Path(path).is_dir():
+        raise IsADirectoryError(f"{path} is a folder; give the .gguf file to write, e.g. "
+                                f"{Path(path) / (name + '.gguf')}")
+    path = check_output_path(path, what="GGUF output").resolve()     # NUL, long names, files on the way, writable
     path.parent.mkdir(parents=True, exist_ok=True)
     clean_leftovers(path.parent, log=lambda line: print(f"gguf: {line}", file=sys.stderr))
     if via == "writer":
@@ -337,10 +342,10 @@ def check_gguf(path: str | Path, model, *, num_tokens: int = 32, seed: int = 0) 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog="python -m g2c.assets.gguf", description=__doc__,
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
-    from g2c.assets.cli import model_name
+    from g2c.assets.cli import model_name, output_file
 
     ap.add_argument("name", nargs="?", type=model_name(), help="a ladder model or StoryLM-1M-distilled")
-    ap.add_argument("out", nargs="?", help="the .gguf file to write")
+    ap.add_argument("out", nargs="?", type=output_file(noun=".gguf file"), help="the .gguf file to write (not inside artifacts/)")
     ap.add_argument("--via", choices=("auto", "converter", "writer"), default="auto")
     ap.add_argument("--outtype", choices=OUTTYPES, default="f32")
     ap.add_argument("--llama-cpp", default=None, help="vendored llama.cpp tree (default runs/llama.cpp/src)")
@@ -349,6 +354,7 @@ def main(argv: list[str] | None = None) -> int:
     args = ap.parse_args(argv)
     from g2c.assets.artifacts import DRAFTERS, ArtifactError, load_model
 
+    written = None                          # the exported file, once complete (read back afterwards)
     try:
         if args.check:
             if not args.name:
@@ -362,7 +368,8 @@ def main(argv: list[str] | None = None) -> int:
             return 0
         if not args.name or not args.out:
             ap.error("give NAME and OUT (or --check GGUF NAME)")
-        out = export_gguf(args.name, args.out, via=args.via, outtype=args.outtype, llama_cpp=args.llama_cpp)
+        out = written = export_gguf(args.name, args.out, via=args.via, outtype=args.outtype,
+                                    llama_cpp=args.llama_cpp)
         model, _ = load_model(args.name, device="cpu")
         rel = check_gguf(out, model)
         print(f"wrote {out} ({out.stat().st_size / 1e6:.1f} MB, {args.outtype}); read back: logits within "
@@ -375,7 +382,12 @@ def main(argv: list[str] | None = None) -> int:
         print(f"error: {write_problem(e, args.out)}", file=sys.stderr)
         return 1
     except KeyboardInterrupt:
-        print(f"\nerror: interrupted; no partial file was left at {args.out}", file=sys.stderr)
+        if written is not None:             # the export finished; the read-back did not
+            print(f"\nerror: interrupted while reading {written} back: the file is complete but unchecked; check it "
+                  f"with python -m g2c.assets.gguf --check {written} {args.name} (or delete it)", file=sys.stderr)
+        else:
+            print(f"\nerror: interrupted; no partial file was left at {args.out} (a previous file there is "
+                  "unchanged)", file=sys.stderr)
         return 130
 
 

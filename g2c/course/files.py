@@ -29,8 +29,8 @@ import secrets
 from collections.abc import Iterator
 from pathlib import Path
 
-__all__ = ["TMP_MARK", "atomic_path", "atomic_write", "check_writable", "clean_leftovers", "fsync_dir",
-           "temp_name", "write_bytes_atomic", "write_problem", "write_text_atomic"]
+__all__ = ["TMP_MARK", "atomic_path", "atomic_write", "check_output_path", "check_writable", "clean_leftovers",
+           "fsync_dir", "temp_name", "write_bytes_atomic", "write_problem", "write_text_atomic"]
 
 TMP_MARK = ".g2c-tmp-"  # every temporary this module makes has it in its name
 
@@ -153,29 +153,123 @@ def clean_leftovers(folder: str | os.PathLike, *, recursive: bool = False, extra
     return removed
 
 
+TEMP_EXTRA = 1 + len(TMP_MARK) + 8   # what ``temp_name`` adds to a file's name: the dot, the mark, 8 hex digits
+
+
+def _name_max(folder: Path) -> int:
+    try:
+        return int(os.pathconf(folder, "PC_NAME_MAX"))
+    except (OSError, ValueError, AttributeError):          # no pathconf (Windows) or no answer: the common limit
+        return 255
+
+
+def _nearest_existing(path: Path) -> Path:
+    """``path`` or its nearest parent that exists (a part too long to look up counts as absent)."""
+    probe = path
+    while probe != probe.parent:
+        try:
+            if probe.exists():
+                break
+        except OSError:                         # ENAMETOOLONG and the like: not there
+            pass
+        probe = probe.parent
+    return probe
+
+
+def _cannot(code: int, text: str, path: Path, kind: type = OSError) -> OSError:
+    """An ``OSError`` (of the errno's own class: ``PermissionError`` for EACCES, ...) whose message is ``text``,
+    marked ``checked`` so ``write_problem`` passes its one line through."""
+    exc = kind(code, text, str(path))
+    exc.checked = True
+    return exc
+
+
+def check_output_path(path: str | os.PathLike, *, folder: bool = False, what: str = "output") -> Path:
+    """Refuse, before any work, an output path no writer could use; return it as a ``Path`` (``~`` expanded).
+
+    ``folder``: ``path`` is a folder to write into (else a file to write). Checked in order: a NUL
+    character; a name part longer than the file system allows (a file's name keeps room for the
+    temporary an atomic write puts beside it, ``temp_name``); a file where the path needs a folder
+    (``a/file.txt/out.png``); a folder where a file is wanted, or the reverse; then ``check_writable``
+    on the folder the write happens in (a real probe, so root on a read-only or virtual file system
+    such as ``/proc`` is refused too).
+
+    Raises:
+        NotADirectoryError / IsADirectoryError: a file where a folder is needed, a folder where a file is.
+        PermissionError: the folder cannot be written (read-only, not yours).
+        OSError: a NUL character (EINVAL), a name too long (ENAMETOOLONG), a folder that takes no new
+            files (a virtual file system); every message starts "cannot write" and names the fix.
+    """
+    text = os.fspath(path)
+    if str(text).strip() == "":
+        raise _cannot(errno.EINVAL, f"an empty path: give the {what} {'folder' if folder else 'file'} to write",
+                      Path("."))
+    if "\x00" in str(text):
+        raise _cannot(errno.EINVAL, f"cannot write the {what} {text!r}: the path holds a NUL character; give a "
+                                    "path without one", Path(str(text).replace("\x00", "")))
+    path = Path(text).expanduser()
+    parts = [p for p in path.parts if p not in (path.anchor, "", ".", "..")]
+    probe = _nearest_existing(path)
+    limit = _name_max(probe if probe.is_dir() else probe.parent)
+    for i, part in enumerate(parts):
+        size = len(os.fsencode(part)) + (TEMP_EXTRA if i == len(parts) - 1 and not folder else 0)
+        if size > limit:
+            room = limit - (TEMP_EXTRA if i == len(parts) - 1 and not folder else 0)
+            raise _cannot(errno.ENAMETOOLONG, f"cannot write the {what}: the name {part[:40]!r}... has "
+                                              f"{len(os.fsencode(part))} bytes and this file system takes at most "
+                                              f"{room} here; choose a shorter name", path)
+    if folder and path.exists() and not path.is_dir():
+        raise _cannot(errno.ENOTDIR, f"{text} is a file; give a folder to write into", path, NotADirectoryError)
+    if not folder and path.is_dir():
+        raise _cannot(errno.EISDIR, f"{text} is a folder; give the file to write", path, IsADirectoryError)
+    check_writable(path if folder else path.parent, what)
+    return path
+
+
 def check_writable(folder: str | os.PathLike, what: str = "output") -> None:
     """Refuse early when ``folder`` (or, if it does not exist yet, its nearest existing
     parent) cannot be written: before minutes of work whose result could not be saved.
 
+    The permission bits first (``os.access``), then a real probe: an empty temporary (named with
+    ``TMP_MARK``, so ``clean_leftovers`` finds one a kill left) is created and removed in the nearest
+    existing folder. The probe catches what the bits cannot: root, to whom ``os.access`` says yes,
+    on a read-only mount or a virtual file system (``/proc``, ``/sys``).
+
     Raises:
-        PermissionError: the message names the folder and the fix.
+        NotADirectoryError: the nearest existing part of the path is a file, not a folder ("X is a
+            file, not a folder").
+        PermissionError: the folder is read-only or not yours; the message names it and the fix.
+        OSError: the folder takes no new files for another reason (a virtual file system, a full
+            inode table); the message starts "cannot write" and says to choose another folder.
     """
     folder = Path(folder)
-    probe = folder
-    while not probe.exists() and probe != probe.parent:
-        probe = probe.parent
+    probe = _nearest_existing(folder)
+    if not probe.is_dir():
+        raise _cannot(errno.ENOTDIR, f"cannot write the {what} folder {folder}: {probe} is a file, not a folder; "
+                                     "choose another path (or move the file away)", folder, NotADirectoryError)
+    read_only = _cannot(errno.EACCES, f"cannot write the {what} folder {folder} ({probe} is read-only or not "
+                                      "yours): make it writable (chmod u+w, or a writable copy of the checkout) or "
+                                      "choose another folder", folder, PermissionError)
     if not os.access(probe, os.W_OK | os.X_OK):
-        raise PermissionError(errno.EACCES, f"cannot write the {what} folder {folder} ({probe} is read-only or "
-                                            "not yours): make it writable (chmod u+w, or a writable copy of "
-                                            "the checkout) or choose another folder", str(folder))
+        raise read_only
+    trial = probe / f".probe{TMP_MARK}{secrets.token_hex(4)}"
+    try:
+        os.close(os.open(trial, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o600))
+    except OSError as exc:
+        if exc.errno in (errno.EACCES, errno.EPERM, errno.EROFS):
+            raise read_only from None
+        raise _cannot(exc.errno or errno.EIO, f"cannot write the {what} folder {folder}: {probe} takes no new "
+                                              f"files ({exc.strerror}); choose another folder", folder) from None
+    with contextlib.suppress(OSError):
+        os.unlink(trial)
 
 
 def write_problem(exc: BaseException, path: str | os.PathLike | None = None) -> str:
     """One line for a failed write: what happened to which path and the fix."""
     where = path if path is not None else getattr(exc, "filename", None) or "the output"
     code = getattr(exc, "errno", None)
-    if isinstance(exc, PermissionError) and str(exc.strerror or "").startswith("cannot write"):
-        return str(exc.strerror)  # from check_writable: already one line with the fix
+    if isinstance(exc, OSError) and getattr(exc, "checked", False):
+        return str(exc.strerror)  # from check_writable / check_output_path: already one line with the fix
     if code in (errno.ENOSPC, getattr(errno, "EDQUOT", -1)):
         return (f"the disk is full while writing {where}: free some space (or choose a folder on another disk) "
                 "and run it again; the previous file, if any, is unchanged")

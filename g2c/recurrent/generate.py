@@ -39,6 +39,10 @@ __all__ = ["FunctionDrafter", "TransactionTarget", "greedy_drafter", "make_trans
 _STRATEGIES = {"snapshot": SnapshotTransaction, "replay": ReplayTransaction, "recompute": RecomputeTransaction}
 
 
+ENGINE_CONTROLS = frozenset({"repetition_penalty", "stop_ids", "stop_strings", "decode", "logprobs", "temperature",
+                             "top_k", "top_p", "generator"})
+
+
 def make_transaction(model: RecurrentLM, strategy: str, **kwargs) -> StateTransaction:
     """Build the transaction named ``strategy`` ("snapshot", "replay" or "recompute") on ``model``.
 
@@ -208,12 +212,23 @@ def speculative_generate_stateful(target: RecurrentLM, draft: DraftFn, prompt_id
         rounds (the prompt's prefill is in ``txn.prefill_costs``).
 
     Raises:
+        TypeError: one of the engine's sampling controls (``repetition_penalty``, ``stop_ids``,
+            ``stop_strings``, ``decode``, ``logprobs``, ``temperature``, ``top_k``, ``top_p``,
+            ``generator``) among the keyword arguments: this preset is greedy and its keyword
+            arguments go to the transaction; the message names the call that takes them
+            (``speculative_sample`` with a ``TransactionTarget``).
         ValueError: bad prompt, k or budget (messages name "prompt_ids", "k",
             "max_new_tokens" or "max_seq_len"; prompt + budget may be at most max_seq_len + 1
             with attention layers, as ``plain_greedy``); a draft that is not k token ids ("draft");
             an unknown strategy name; a transaction built on another model or already used
             ("strategy: ..."): a transaction serves one generation on its own model.
     """
+    controls = sorted(set(strategy_kwargs) & ENGINE_CONTROLS)
+    if controls:                       # not the transaction's: say which call takes them
+        raise TypeError(f"speculative_generate_stateful is the greedy preset and takes no sampling controls "
+                        f"({', '.join(controls)}); the engine takes them: speculative_sample(TransactionTarget("
+                        "make_transaction(target, 'replay')), FunctionDrafter(draft), prompt_ids, max_new_tokens, "
+                        f"{controls[0]}=...)")
     ids = as_token_ids(prompt_ids, "prompt_ids", vocab_size=target.vocab_size)
     eos_id = check_eos_id(eos_id, target.vocab_size)                # None, or an id the loop can emit
     k = check_whole(k, f"k must be >= 1 draft tokens per round (an int), got {k!r}")

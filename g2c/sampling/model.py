@@ -24,10 +24,10 @@ import torch
 
 from g2c.nn import eval_mode  # re-exported: the loops' mode switch lives with Module (module 03)
 
-__all__ = ["LanguageModel", "as_whole", "check_whole", "check_count", "check_eos_id", "check_flag", "check_generator",
-           "check_head_on_base", "check_language_model", "check_prob_rows", "check_real", "check_repetition_penalty",
-           "check_same_vocab", "check_score_rows", "check_table_dtype", "check_temperature", "check_token_ids",
-           "check_top_p", "eval_mode", "prob_tolerance", "zero_prob_draws"]
+__all__ = ["LanguageModel", "as_whole", "check_whole", "check_base_model", "check_count", "check_eos_id", "check_flag",
+           "check_generator", "check_head_on_base", "check_language_model", "check_prob_rows", "check_real",
+           "check_repetition_penalty", "check_same_vocab", "check_score_rows", "check_table_dtype",
+           "check_temperature", "check_token_ids", "check_top_p", "eval_mode", "prob_tolerance", "zero_prob_draws"]
 
 REQUIRED = ("vocab_size", "max_seq_len", "device")
 
@@ -181,14 +181,18 @@ def as_whole(value) -> int | None:
 def check_whole(value, message: str, *, low: int = 1, high: int | None = None) -> int:
     """``value`` as a Python int in ``[low, high]`` (``high=None``: no upper bound), for the range
     checks that keep their own words: an int, a NumPy integer or a 0-d integer tensor passes; a
-    bool, a float (even ``2.0``), a string or None does not.
+    bool, a float (even ``2.0``), a string, None or a tensor of another shape or dtype does not.
 
     Raises:
-        ValueError: not a whole number, or outside the range; the message is ``message``, the
-            caller's (it names the argument, the rule and the value given).
+        TypeError: not a whole number (the project's type rule: a value of the wrong type is a
+            TypeError); the message is ``message`` plus the type given.
+        ValueError: a whole number outside the range; the message is ``message``, the caller's (it
+            names the argument, the rule and the value given).
     """
     number = as_whole(value)
-    if number is None or number < low or (high is not None and number > high):
+    if number is None:
+        raise TypeError(f"{message} ({type(value).__name__}; pass a whole number)")
+    if number < low or (high is not None and number > high):
         raise ValueError(message)
     return number
 
@@ -313,6 +317,29 @@ def check_repetition_penalty(penalty) -> float:
     if not 0 < penalty < math.inf:                      # also refuses NaN
         raise ValueError(f"repetition_penalty must be > 0 and finite (1.0 = off), got {penalty}")
     return float(penalty)
+
+
+HEAD_READS = ("embedding_dim", "num_heads", "hidden_dim", "token_embed", "blocks")
+
+
+def check_base_model(base, owner: str, generator=None) -> None:
+    """The base a draft head is built on (``MTPHead(base)``, ``MedusaHeads(base)``, ``FeatureDrafter(base)``, ...)
+    must be the target ``TransformerLM`` (or a model with its attributes: a ``FastLM`` snapshot), and the
+    head's ``generator`` None or a CPU ``torch.Generator``; checked before the head reads either.
+
+    Raises:
+        TypeError: ``base`` is not a language model or lacks what a head reads (``embedding_dim``,
+            ``num_heads``, ``hidden_dim``, ``token_embed``, ``blocks``): the message names ``owner``, the
+            missing attributes and the fix; a generator that is not one (``check_generator``).
+        ValueError: a generator on another device (``check_generator``).
+    """
+    check_language_model(base, f"{owner}: base")
+    missing = [attr for attr in HEAD_READS if not hasattr(base, attr)]
+    if missing:
+        raise TypeError(f"{owner}: base ({type(base).__name__}) is not a TransformerLM: a draft head reads its "
+                        f"{', '.join(missing)}; build the head on the target model (e.g. load_model('StoryLM-30M')[0] "
+                        "or a g2c.transformer.TransformerLM)")
+    check_generator(generator)
 
 
 def check_head_on_base(head, base, name: str = "head") -> None:

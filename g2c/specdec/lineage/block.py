@@ -43,7 +43,7 @@ from g2c.attention.multihead import split_heads
 from g2c.kvcache.fast import head_unembed
 from g2c.kvcache.forward import unembed
 from g2c.nn import LayerNorm, Linear
-from g2c.sampling.model import check_whole
+from g2c.sampling.model import check_real, check_whole
 from g2c.transformer import Block
 
 from ..trees import DraftTree, warp_probs
@@ -64,7 +64,9 @@ def block_loss_weights(block_size: int, gamma: float) -> torch.Tensor:
         (B,) float32 on the CPU, positive, non-increasing, summing to 1.
 
     Raises:
-        ValueError: B < 1, or gamma not a finite number > 0 (message names "gamma").
+        TypeError: B not an int, or gamma not a real number (a string, None, a tensor of several
+            values); a 0-d real tensor is a real number, as everywhere in the course.
+        ValueError: B < 1, or gamma not finite and > 0 (message names "gamma").
 
     Example: B = 3, gamma = 1: proportional to [1, e^-1, e^-2] = [0.665, 0.245, 0.090].
 
@@ -74,8 +76,7 @@ def block_loss_weights(block_size: int, gamma: float) -> torch.Tensor:
            (``test_block_loss_weights_by_hand``, ``test_block_loss_weights_sum_to_one``).
     """
     block_size = check_whole(block_size, f"block_loss_weights: block_size must be an int >= 1, got {block_size!r}")
-    if isinstance(gamma, bool) or not isinstance(gamma, (int, float)) or not 0 < gamma < float("inf"):
-        raise ValueError(f"block_loss_weights: gamma must be a finite number > 0, got {gamma!r}")
+    gamma = check_real(gamma, "block_loss_weights: gamma", low=0, low_open=True)   # 0-d tensors pass, as reals do
     # TODO: implement this (module specdec-lineage, see docs/beyond/specdec-lineage.md).
     raise NotImplementedError(
         "module specdec-lineage: block_loss_weights in g2c/specdec/lineage/block.py is not implemented yet. Write it "
@@ -107,7 +108,7 @@ class BlockHead(HeadOnBase):
 
     def __init__(self, base, layers=None, *, block_size: int = 8, context_rows: int = 8, num_blocks: int = 2,
                  injection: str = "rows", generator: torch.Generator | None = None) -> None:
-        super().__init__(base)
+        super().__init__(base, generator=generator)
         if not isinstance(injection, str) or injection not in self.INJECTIONS:
             raise ValueError(f"BlockHead: injection must be 'rows' (context rows) or 'kv' (DFlash's key/value "
                              f"injection into every draft layer), got {injection!r}")

@@ -61,7 +61,7 @@ class MedusaHeads(HeadOnBase):
     """
 
     def __init__(self, base, num_heads: int = 4, *, generator: torch.Generator | None = None) -> None:
-        super().__init__(base)
+        super().__init__(base, generator=generator)
         num_heads = check_whole(num_heads, f"MedusaHeads: num_heads must be an int >= 1, got {num_heads!r}")
         dim = base.embedding_dim
         self.num_heads = num_heads

@@ -20,6 +20,7 @@ from g2c.kvcache import KVCache
 from g2c.kvcache.ragged import masked_cached_attention
 from g2c.kvcache.step import block_rows, block_step
 from g2c.nn import Module, synchronize
+from g2c.sampling.model import check_base_model
 
 from ..generate import draft_room
 from ..sampling.drafters import Drafter
@@ -255,7 +256,8 @@ class HeadOnBase(Module):
     ``config.json`` records) and ``from_config(base, config)`` (what ``load_model`` calls).
     """
 
-    def __init__(self, base) -> None:
+    def __init__(self, base, *, generator=None) -> None:
+        check_base_model(base, type(self).__name__, generator)   # TypeError before a head reads an attribute
         super().__init__()
         self._frozen = {"base": base}
 

@@ -48,7 +48,7 @@ from g2c.kvcache import KVCache
 from g2c.kvcache.fast import head_unembed
 from g2c.kvcache.step import block_rows
 from g2c.nn import LayerNorm, Linear, Module
-from g2c.sampling.model import check_flag
+from g2c.sampling.model import check_base_model, check_flag
 from g2c.transformer import Block
 
 from ..mtp import MTPHead
@@ -80,6 +80,7 @@ class FeatureDrafter(Module):
     """
 
     def __init__(self, base, *, generator: torch.Generator | None = None) -> None:
+        check_base_model(base, type(self).__name__, generator)   # a TypeError naming what is missing
         super().__init__()
         self._frozen = {"base": base}
         dim = base.embedding_dim

@@ -28,7 +28,15 @@ import torch.nn.functional as F
 
 from g2c.nn import LayerNorm, Linear, Module
 from g2c.sampling.generate import as_token_ids
-from g2c.sampling.model import check_count, check_eos_id, eval_mode
+from g2c.sampling.model import (
+    check_base_model,
+    check_count,
+    check_eos_id,
+    check_generator,
+    check_language_model,
+    check_real,
+    eval_mode,
+)
 from g2c.training import AdamW
 from g2c.transformer import Block
 
@@ -81,6 +89,7 @@ class MTPHead(Module):
     """
 
     def __init__(self, base, *, generator: torch.Generator | None = None) -> None:
+        check_base_model(base, "MTPHead", generator)   # a TypeError naming what is missing, before it is read
         super().__init__()
         self._frozen = {"base": base}     # a dict: invisible to parameters()/state_dict()/to()
         dim = base.embedding_dim
@@ -191,9 +200,10 @@ def mtp_propose(base, head: MTPHead, ctx_ids) -> tuple[int, int]:
 
 def _check_pair(base, head) -> None:
     """The head must sit on this base (it reads the base's states and embedding table)."""
-    if not isinstance(head, MTPHead) or head.base is not base:
-        raise ValueError("head must be an MTPHead built on this base (MTPHead(base)); got a head on "
-                         f"{'another model' if isinstance(head, MTPHead) else type(head).__name__}")
+    if not isinstance(head, MTPHead):                       # the type rule: a wrong type is a TypeError
+        raise TypeError(f"head must be an MTPHead built on this base (MTPHead(base)); got {type(head).__name__}")
+    if head.base is not base:
+        raise ValueError("head must be an MTPHead built on this base (MTPHead(base)); got a head on another model")
 
 
 def mtp_metrics(base, head: MTPHead, token_ids: torch.Tensor) -> dict[str, torch.Tensor]:
@@ -214,6 +224,7 @@ def mtp_metrics(base, head: MTPHead, token_ids: torch.Tensor) -> dict[str, torch
         (the base's cross-entropy and top-1 accuracy on the same targets).
 
     Raises:
+        TypeError: head not an MTPHead.
         ValueError: head not built on base; token_ids not (B, T) with T >= 3 (from ``mtp_loss``).
     """
     _check_pair(base, head)
@@ -259,11 +270,19 @@ def train_mtp_head(base, train_ids, *, steps: int = 300, batch_size: int = 16, s
         ahead, same targets).
 
     Raises:
-        ValueError: steps or batch_size < 1; seq_len outside [3, base.max_seq_len]; a stream
-            too short or not 1-D.
+        TypeError: base not a language model; steps, batch_size or seq_len not an int; lr not a real
+            number; a generator that is not one; train_ids not a stream (None, a string).
+        ValueError: steps or batch_size < 1; lr not finite and > 0; seq_len outside [3,
+            base.max_seq_len]; a stream too short or not 1-D.
     """
-    if steps < 1 or batch_size < 1:
-        raise ValueError(f"steps and batch_size must be >= 1, got steps={steps}, batch_size={batch_size}")
+    check_language_model(base, "base")
+    steps, batch_size = check_count(steps, "steps", minimum=1), check_count(batch_size, "batch_size", minimum=1)
+    seq_len = check_count(seq_len, "seq_len", minimum=None)
+    lr = check_real(lr, "lr", low=0, low_open=True)
+    check_generator(generator)
+    if train_ids is None or isinstance(train_ids, (str, bytes)):
+        raise TypeError(f"train_ids must be a 1-D stream of token ids (a tensor or array), got "
+                        f"{type(train_ids).__name__}")
     if not 3 <= seq_len <= base.max_seq_len:
         raise ValueError(f"seq_len must be in [3, base.max_seq_len={base.max_seq_len}] (a target two ahead "
                          f"inside the window), got {seq_len}")
@@ -325,13 +344,16 @@ def mtp_generate(base, head: MTPHead, prompt_ids, max_new_tokens: int, *,
         token for token at any length.
 
     Raises:
-        ValueError: prompt_ids empty, not 1-D, not integer or outside [0, V) ("prompt_ids"); max_new_tokens not
-            an int >= 0 ("max_new_tokens"); head not an ``MTPHead`` on this base ("MTPHead(base)");
-            base.max_seq_len < 2 ("max_seq_len").
+        TypeError: base not a language model; head not an ``MTPHead`` ("MTPHead(base)"); max_new_tokens
+            not an int.
+        ValueError: prompt_ids empty, not 1-D, not integer or outside [0, V) ("prompt_ids"); max_new_tokens
+            below 0 ("max_new_tokens"); head on another base ("MTPHead(base)"); base.max_seq_len < 2
+            ("max_seq_len").
 
     Sources: Gloeckle et al. (2024), section 3.2 (self-speculative decoding with the extra
     heads); Leviathan et al. (2023), section 2 (the verification rule).
     """
+    check_language_model(base, "base")                            # a TypeError before its vocabulary is read
     ids = as_token_ids(prompt_ids, "prompt_ids", vocab_size=base.vocab_size)
     eos_id = check_eos_id(eos_id, base.vocab_size)                # None, or an id the loop can emit
     max_new_tokens = check_count(max_new_tokens, "max_new_tokens")

@@ -173,7 +173,7 @@ class Eagle3Head(HeadOnBase):
     """
 
     def __init__(self, base, layers=None, *, generator: torch.Generator | None = None) -> None:
-        super().__init__(base)
+        super().__init__(base, generator=generator)
         num_layers = len(base.blocks)
         self.layers = fusion_layers(num_layers) if layers is None else check_fusion_layers(layers, num_layers)
         dim = base.embedding_dim

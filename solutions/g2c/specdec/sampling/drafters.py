@@ -310,6 +310,7 @@ def ngram_lookup(context_ids, k: int, *, min_n: int = 1, max_n: int = 3) -> torc
         LongTensor (k',) on the CPU, 0 <= k' <= k; empty when no n-gram matches.
 
     Raises:
+        TypeError: k, min_n or max_n not an int (a float, a bool, a string).
         ValueError: k < 1, min_n < 1 or min_n > max_n (message names the values), or an
             empty / non-1-D context.
 
@@ -332,6 +333,7 @@ def ngram_lookup(context_ids, k: int, *, min_n: int = 1, max_n: int = 3) -> torc
     """
     ids = as_token_ids(context_ids, "context_ids")
     k = check_whole(k, f"k must be an int >= 1 (the most tokens to propose), got {k!r}")
+    min_n, max_n = check_count(min_n, "min_n", minimum=None), check_count(max_n, "max_n", minimum=None)
     if not 1 <= min_n <= max_n:
         raise ValueError(f"need 1 <= min_n <= max_n (prompt_lookup_min/max), got min_n={min_n}, max_n={max_n}")
     # BEGIN SOLUTION
