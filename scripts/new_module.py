@@ -148,6 +148,10 @@ def add_module(module_id: str, title: str, package: str, file: str, *, root: Pat
         raise ValueError(f"title {title!r}: give one line of text (no newline or control character)")
     if not re.fullmatch(r"[a-z0-9][a-z0-9-]*", module_id):
         raise ValueError(f"module id {module_id!r}: use lowercase letters, digits and '-' (e.g. 16, specdec-foo)")
+    registry = root / "g2c" / "course" / "registry.py"      # the id before the package, which it names by default
+    text = registry.read_text(encoding="utf-8")
+    if re.search(rf"""(id=|_m\(|_beyond\()["']{re.escape(module_id)}["']""", text):
+        raise ValueError(f"module id {module_id!r} is already in g2c/course/registry.py: choose a new id")
     for what, name in [("file", file), *(("package", part) for part in package.split("/"))]:
         if not re.fullmatch(r"[a-z_][a-z0-9_]*", name):
             hint = (" (the package defaults to the module id: pass --package NAME, e.g. --package quotes)"
@@ -159,10 +163,6 @@ def add_module(module_id: str, title: str, package: str, file: str, *, root: Pat
     if unknown:
         raise ValueError(f"--requires {','.join(unknown)}: not a module in g2c/course/registry.py "
                          f"(known: {', '.join(known)})")
-    registry = root / "g2c" / "course" / "registry.py"
-    text = registry.read_text(encoding="utf-8")
-    if re.search(rf"""(id=|_m\(|_beyond\()["']{re.escape(module_id)}["']""", text):
-        raise ValueError(f"module id {module_id!r} is already in g2c/course/registry.py")
     paths = plan(module_id, title, package, file, root=root)
     new_init = not (root / paths["init"]).exists()
     if not is_numbered(module_id) and not new_init:

@@ -211,22 +211,58 @@ def _rel(path: Path) -> str:
         return str(path)
 
 
+def pin_edited(name: str) -> bool | None:
+    """Whether ``name``'s entry in ``g2c/assets/pins.json`` differs from the committed one (``git show
+    HEAD:g2c/assets/pins.json``): True or False; None where git cannot say (no git, not a repository:
+    a tarball or a copy)."""
+    import subprocess
+
+    try:
+        done = subprocess.run(["git", "-C", str(REPO_ROOT), "show", f"HEAD:{_rel(PINS_FILE)}"], capture_output=True,
+                              text=True, timeout=10)
+        committed = json.loads(done.stdout)["artifacts"].get(name) if done.returncode == 0 else None
+    except (OSError, subprocess.SubprocessError, ValueError, KeyError, TypeError, AttributeError):
+        return None
+    if done.returncode != 0:
+        return None
+    try:
+        return load_pins().get(name) != committed
+    except ChecksumError:
+        return True
+
+
+def _pin_fix(name: str, fix: str) -> str:
+    """``fix`` for a folder that fails its pins, or, when the pin itself was edited, the fix for that
+    (``--force`` reinstalls the files, which would fail the same edited pin)."""
+    rel = _rel(PINS_FILE)
+    edited = pin_edited(name)
+    if edited:
+        return (f"the pin of {name} in {rel} differs from the committed one (an edited pin): restore it with "
+                f"`git checkout -- {rel}` (./checkpoints.sh --force reinstalls the files, which fail an edited pin "
+                f"the same way), or pin a verified copy on purpose with ./checkpoints.sh --pin {name}")
+    if edited is None:
+        return f"{fix}; if {rel} itself was edited, restore it from the release instead (--force cannot help then)"
+    return fix
+
+
 def _check_pins(name: str, folder: Path, files: dict[str, str], fix: str) -> None:
     """Compare an artifact folder (its manifest's ``files`` and each file's size) with the pins,
-    before any file is hashed. Raises ChecksumError naming the file, both hashes and ``fix``."""
+    before any file is hashed. Raises ChecksumError naming the file, both hashes and ``fix`` (or, for
+    an edited pins file, how to restore it: ``_pin_fix``)."""
     pins = pinned_files(name)
     if set(files) != set(pins):
         raise ChecksumError(f"{folder}/manifest.json lists {', '.join(sorted(files)) or 'no file'}, but the pinned "
                             f"record of {name} ({_rel(PINS_FILE)}) lists {', '.join(sorted(pins))}: it is not the "
-                            f"shipped {name}; {fix}")
+                            f"shipped {name}; {_pin_fix(name, fix)}")
     for fname, pin in pins.items():
         path = folder / fname
         if files[fname] != pin["sha256"]:
             raise ChecksumError(f"{path} is not the pinned {name}/{fname}: {_rel(PINS_FILE)} pins sha256 "
-                                f"{pin['sha256']} ({pin['size']:,} bytes), its manifest says {files[fname]}; {fix}")
+                                f"{pin['sha256']} ({pin['size']:,} bytes), its manifest says {files[fname]}; "
+                                f"{_pin_fix(name, fix)}")
         if path.is_file() and path.stat().st_size != pin["size"]:
             raise ChecksumError(f"{path} has {path.stat().st_size:,} bytes, the pinned {name}/{fname} has "
-                                f"{pin['size']:,} (sha256 {pin['sha256']}); not hashed; {fix}")
+                                f"{pin['size']:,} (sha256 {pin['sha256']}); not hashed; {_pin_fix(name, fix)}")
 
 
 def verify_artifact(name: str, root: Path | None = None, *, pinned: bool | None = None) -> dict:

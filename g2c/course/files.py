@@ -245,8 +245,8 @@ def check_writable(folder: str | os.PathLike, what: str = "output") -> None:
     folder = Path(folder)
     probe = _nearest_existing(folder)
     if not probe.is_dir():
-        raise _cannot(errno.ENOTDIR, f"cannot write the {what} folder {folder}: {probe} is a file, not a folder; "
-                                     "choose another path (or move the file away)", folder, NotADirectoryError)
+        raise _cannot(errno.ENOTDIR, f"{probe} is a file, not a folder: the {what} folder {folder} cannot be "
+                                     "written; choose another path (or move the file away)", folder, NotADirectoryError)
     read_only = _cannot(errno.EACCES, f"cannot write the {what} folder {folder} ({probe} is read-only or not "
                                       "yours): make it writable (chmod u+w, or a writable copy of the checkout) or "
                                       "choose another folder", folder, PermissionError)

@@ -218,15 +218,16 @@ def parse_selection(spec: str | None) -> list[str]:
 
     Grammar (whitespace ignored):
         ``""`` or ``"0"``        -> no modules
-        ``"all"`` or ``"1"``     -> every module
+        ``"all"`` or ``"1"``     -> every module (``all`` may also be an item of a list: ``all,``)
         ``"09,11,specdec"``      -> a comma list of ids and/or ranges
         ``"01-11"``              -> every id whose leading number n satisfies 1 <= n <= 11
                                     (lettered ids such as 03b and 09b included; the ends
                                     need not be registry ids themselves)
 
     Raises:
-        ValueError: an item is neither a known id nor a numeric range; the message lists
-            the valid ids and the grammar.
+        ValueError: an item is neither a known id, ``all`` nor a numeric range; a range that holds no
+            module (``99-100``) or runs backwards; ``1`` inside a list; the message lists the valid ids
+            and the grammar.
     """
     spec = (spec or "").strip().lower()
     if spec in ("", "0"):
@@ -237,16 +238,27 @@ def parse_selection(spec: str | None) -> list[str]:
     for item in (s.strip() for s in spec.split(",")):
         if not item:
             continue
+        if item == "all":                     # 'all,' or 'all,09': every module (an item of a list too)
+            chosen.update(module_ids())
+            continue
         rng = re.fullmatch(r"(\d+)\s*-\s*(\d+)", item)
         if rng:
             lo, hi = int(rng.group(1)), int(rng.group(2))
             if lo > hi:
                 raise ValueError(f"G2C_APPLY_SOLUTIONS: empty range {item!r} (start > end)")
-            chosen.update(m.id for m in MODULES if m.number is not None and lo <= m.number <= hi)
+            hit = [m.id for m in MODULES if m.number is not None and lo <= m.number <= hi]
+            if not hit:
+                numbers = sorted({m.number for m in MODULES if m.number is not None})
+                raise ValueError(f"G2C_APPLY_SOLUTIONS: the range {item!r} holds no module (the numbered modules "
+                                 f"run {numbers[0]:02d}-{numbers[-1]:02d}); use e.g. '01-11'")
+            chosen.update(hit)
             continue
         if item in module_ids():
             chosen.add(item)
             continue
+        if item == "1":
+            raise ValueError("G2C_APPLY_SOLUTIONS: '1' means every module only on its own; in a list, name the "
+                             f"modules (valid ids: {', '.join(module_ids())}) or use 'all'")
         raise ValueError(
             f"G2C_APPLY_SOLUTIONS: unknown module id {item!r}. Valid ids: {', '.join(module_ids())}. "
             "Use 'all', a comma list such as '09,11,specdec', or a range such as '01-11'."

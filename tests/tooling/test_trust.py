@@ -368,9 +368,9 @@ def test_trainer_checkpoint_on_a_full_disk_keeps_the_previous_one(tmp_path, monk
     before = {p.name: p.read_bytes() for p in tmp_path.iterdir()}
     real = torch.save
 
-    def full(obj, f, *a, **k):
-        Path(f).write_bytes(b"\0" * 100)
-        raise _enospc(f)
+    def full(obj, f, *a, **k):                       # save_checked hands torch.save an open file
+        f.write(b"\0" * 100)
+        raise _enospc(f.name)
 
     monkeypatch.setattr(trainer.torch, "save", full)
     with pytest.raises(OSError):

@@ -7,6 +7,7 @@ backward -> clip the global gradient norm -> AdamW step -> advance the step coun
 
 from __future__ import annotations
 
+import errno
 import hashlib
 import math
 import os
@@ -296,13 +297,28 @@ def save_checked(state: dict, path: str | Path) -> None:
 
     A failed save (a full disk: ``OSError`` errno ENOSPC; Ctrl-C) removes its temporaries and
     re-raises, leaving the previous checkpoint and its record as they were; temporaries a killed
-    run left (``<path>.tmp``, ``<path>.tmp.sha256``) are removed by the next save."""
+    run left (``<path>.tmp``, ``<path>.tmp.sha256``) are removed by the next save. ``torch.save``
+    writes through a file object opened here: given a path, its zip writer reports a full disk as
+    a ``RuntimeError`` ("enforce fail at inline_container.cc"), through a file the ``OSError``
+    (errno ENOSPC, or EFBIG past a file-size limit) comes back, with a message naming the file,
+    what happened and that the previous checkpoint is unchanged."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_suffix(path.suffix + ".tmp")
     side_tmp = _checksum_path(tmp)
     try:
-        torch.save(state, tmp)
+        try:
+            with open(tmp, "wb") as f:
+                torch.save(state, f)
+        except (OSError, RuntimeError) as exc:
+            os_error = exc if isinstance(exc, OSError) else exc.__context__
+            if not isinstance(os_error, OSError) and "inline_container" not in str(exc):
+                raise                                           # not a write that failed
+            why = os_error.strerror if isinstance(os_error, OSError) else "the file system refused the write"
+            raise OSError(getattr(os_error, "errno", None) or errno.EIO,
+                          f"could not save the checkpoint {path}: {why} (a full disk or a file-size limit); free "
+                          "some space or choose another folder, then run again: the previous checkpoint is unchanged",
+                          str(path)) from None
         record = f"{_sha256(tmp)} {tmp.stat().st_size} {path.name}\n"
         with open(side_tmp, "w") as f:
             f.write(record)
