@@ -49,8 +49,8 @@ import torch
 
 import g2c.course.solved  # noqa: F401  (first: applies the answer key before course modules load)
 from g2c.assets import load_model
-from g2c.assets.cli import count, device_name, int_list, model_name, output_dir
-from g2c.course.files import atomic_path, atomic_write, write_text_atomic
+from g2c.assets.cli import count, device_name, int_list, model_name, output_dir, output_file
+from g2c.course.files import atomic_path, atomic_write, write_problem, write_text_atomic
 from g2c.specdec.lab.batched import batched_greedy, batched_speculative_generate
 
 PROMPT_SETS = {
@@ -140,10 +140,17 @@ def run_cell(target, drafter, prompts, new_tokens: int, k: int) -> dict:
             "prefill_s": res.start_time - t0, "itl": itl, "outputs": res.outputs}
 
 
+def _prefix(text: str) -> str:
+    """--export-prompts PREFIX: the files PREFIX-<set>.jsonl must be writable (``output_file``), checked at parse
+    time like every output path."""
+    output_file()(f"{text}-{next(iter(PROMPT_SETS))}.jsonl")
+    return text
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--target", type=model_name(ladder_only=True), default="StoryLM-30M")
-    ap.add_argument("--drafter", type=model_name(), default="StoryLM-1M")
+    ap.add_argument("--drafter", type=model_name(standalone=True), default="StoryLM-1M")
     ap.add_argument("--batches", type=int_list(1), help="comma list (default 1,8,32,64; --quick: 1,4)")
     ap.add_argument("--ks", type=int_list(1), help="draft lengths (default 1,2,4; --quick: 1,4)")
     ap.add_argument("--new-tokens", type=count(1), help="new tokens per request (default 32; --quick: 8)")
@@ -151,7 +158,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--device", type=device_name(), default="cpu")
     ap.add_argument("--out", type=output_dir(), default="runs/serving_lab")
     ap.add_argument("--quick", action="store_true", help="CI smoke run: B in {1, 4}, k in {1, 4}, 8 tokens")
-    ap.add_argument("--export-prompts", metavar="PREFIX",
+    ap.add_argument("--export-prompts", metavar="PREFIX", type=_prefix,
                     help="write PREFIX-<set>.jsonl ({\"prompt\": ...} per line) for vllm bench serve, then exit")
     args = ap.parse_args(argv)
     if args.export_prompts:
@@ -214,69 +221,73 @@ def main(argv: list[str] | None = None) -> int:
         if batch == 1:
             itl_keep[(set_name, k)] = cell["itl"]
 
-    with atomic_write(out / "serving_lab.csv", "w", newline="") as f:
-        w = csv.DictWriter(f, fieldnames=list(rows[0]))
-        w.writeheader()
-        w.writerows(rows)
-    header = f"{'prompts':10} {'B':>3} {'config':9} {'tok/s':>8} {'TPOT ms':>8} {'ITL p50':>8} {'ITL p99':>8} " \
-             f"{'tau':>5} {'speedup':>7} {'cpu x':>6} {'I':>6}"
-    print(header)
-    for r in rows:
-        print(f"{r['prompts']:10} {r['batch']:>3} {r['config']:9} {r['throughput_tok_s']:>8.1f} {r['tpot_ms']:>8.2f} "
-              f"{r['itl_p50_ms']:>8.2f} {r['itl_p99_ms']:>8.2f} {r['tau']:>5.2f} {r['speedup']:>7.2f} "
-              f"{r['cpu_speedup']:>6.2f} "
-              f"{r['intensity_flop_per_byte']:>6.1f}")
-    for set_name in PROMPT_SETS:
-        for k in ks:
-            mine = [r for r in rows if r["prompts"] == set_name and r["k"] == k]
-            wall = [r["batch"] for r in mine if r["speedup"] > 1.0]
-            cpu = [r["batch"] for r in mine if r["cpu_speedup"] > 1.0]
-            print(f"{set_name:10} k={k}: speculation pays (speed-up > 1) at B in {cpu or '-'} by CPU time, "
-                  f"{wall or '-'} by wall clock; roofline: verify stops being free near B(k+1) = 2 x ridge = "
-                  f"{2 * machine['ridge']:.0f} tokens per step, B ~ {2 * machine['ridge'] / (k + 1):.1f}")
+    try:                              # a disk that fills during the run: one line, the table printed is the result
+        with atomic_write(out / "serving_lab.csv", "w", newline="") as f:
+            w = csv.DictWriter(f, fieldnames=list(rows[0]))
+            w.writeheader()
+            w.writerows(rows)
+        header = f"{'prompts':10} {'B':>3} {'config':9} {'tok/s':>8} {'TPOT ms':>8} {'ITL p50':>8} {'ITL p99':>8} " \
+                 f"{'tau':>5} {'speedup':>7} {'cpu x':>6} {'I':>6}"
+        print(header)
+        for r in rows:
+            print(f"{r['prompts']:10} {r['batch']:>3} {r['config']:9} {r['throughput_tok_s']:>8.1f} "
+                  f"{r['tpot_ms']:>8.2f} {r['itl_p50_ms']:>8.2f} {r['itl_p99_ms']:>8.2f} {r['tau']:>5.2f} "
+                  f"{r['speedup']:>7.2f} {r['cpu_speedup']:>6.2f} "
+                  f"{r['intensity_flop_per_byte']:>6.1f}")
+        for set_name in PROMPT_SETS:
+            for k in ks:
+                mine = [r for r in rows if r["prompts"] == set_name and r["k"] == k]
+                wall = [r["batch"] for r in mine if r["speedup"] > 1.0]
+                cpu = [r["batch"] for r in mine if r["cpu_speedup"] > 1.0]
+                print(f"{set_name:10} k={k}: speculation pays (speed-up > 1) at B in {cpu or '-'} by CPU time, "
+                      f"{wall or '-'} by wall clock; roofline: verify stops being free near B(k+1) = 2 x ridge = "
+                      f"{2 * machine['ridge']:.0f} tokens per step, B ~ {2 * machine['ridge'] / (k + 1):.1f}")
 
-    import matplotlib
+        import matplotlib
 
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
 
-    fig, axes = plt.subplots(1, len(PROMPT_SETS), figsize=(10, 3.6), sharey=True)
-    for ax, set_name in zip(axes, PROMPT_SETS):
-        for i, k in enumerate(ks):
-            mine = [r for r in rows if r["prompts"] == set_name and r["k"] == k]
-            color = f"C{i}"
-            ax.plot([r["batch"] for r in mine], [r["cpu_speedup"] for r in mine], marker="o", color=color,
-                    label=f"k={k} (CPU time)")
-            ax.plot([r["batch"] for r in mine], [r["speedup"] for r in mine], marker=".", ls=":", color=color,
-                    alpha=0.6, label=f"k={k} (wall clock)")
-        ax.axhline(1.0, color="black", lw=1, ls="--")
-        ax.set_xscale("log", base=2)
-        ax.set_xticks(batches, [str(b) for b in batches])
-        ax.set_xlabel("batch size B")
-        ax.set_title(f"{set_name} prompts")
-    axes[0].set_ylabel("speed-up over plain decoding")
-    axes[0].legend(fontsize=7)
-    fig.suptitle(f"{args.drafter} drafting for {args.target}, {args.threads} CPU thread(s)")
-    fig.tight_layout()
-    with atomic_path(out / "speedup_vs_batch.png") as tmp:
-        fig.savefig(tmp, dpi=110)
+        fig, axes = plt.subplots(1, len(PROMPT_SETS), figsize=(10, 3.6), sharey=True)
+        for ax, set_name in zip(axes, PROMPT_SETS):
+            for i, k in enumerate(ks):
+                mine = [r for r in rows if r["prompts"] == set_name and r["k"] == k]
+                color = f"C{i}"
+                ax.plot([r["batch"] for r in mine], [r["cpu_speedup"] for r in mine], marker="o", color=color,
+                        label=f"k={k} (CPU time)")
+                ax.plot([r["batch"] for r in mine], [r["speedup"] for r in mine], marker=".", ls=":", color=color,
+                        alpha=0.6, label=f"k={k} (wall clock)")
+            ax.axhline(1.0, color="black", lw=1, ls="--")
+            ax.set_xscale("log", base=2)
+            ax.set_xticks(batches, [str(b) for b in batches])
+            ax.set_xlabel("batch size B")
+            ax.set_title(f"{set_name} prompts")
+        axes[0].set_ylabel("speed-up over plain decoding")
+        axes[0].legend(fontsize=7)
+        fig.suptitle(f"{args.drafter} drafting for {args.target}, {args.threads} CPU thread(s)")
+        fig.tight_layout()
+        with atomic_path(out / "speedup_vs_batch.png") as tmp:
+            fig.savefig(tmp, dpi=110)
 
-    fig, ax = plt.subplots(figsize=(6, 3.4))
-    k_hist = max(ks)
-    plain_itl = [1e3 * x for x in itl_keep.get((first, 0), [])]
-    spec_itl = [1e3 * x for x in itl_keep.get((first, k_hist), [])]
-    if plain_itl and spec_itl:
-        top = max(plain_itl + spec_itl)
-        bins = [top * i / 40 for i in range(41)]
-        ax.hist(plain_itl, bins=bins, alpha=0.6, label="plain")
-        ax.hist(spec_itl, bins=bins, alpha=0.6, label=f"speculative k={k_hist}")
-    ax.set_xlabel("inter-token latency (ms)")
-    ax.set_ylabel("tokens")
-    ax.set_title(f"B = 1, {first} prompts: speculation makes ITL bimodal", fontsize=9)
-    ax.legend()
-    fig.tight_layout()
-    with atomic_path(out / "itl_hist.png") as tmp:
-        fig.savefig(tmp, dpi=110)
+        fig, ax = plt.subplots(figsize=(6, 3.4))
+        k_hist = max(ks)
+        plain_itl = [1e3 * x for x in itl_keep.get((first, 0), [])]
+        spec_itl = [1e3 * x for x in itl_keep.get((first, k_hist), [])]
+        if plain_itl and spec_itl:
+            top = max(plain_itl + spec_itl)
+            bins = [top * i / 40 for i in range(41)]
+            ax.hist(plain_itl, bins=bins, alpha=0.6, label="plain")
+            ax.hist(spec_itl, bins=bins, alpha=0.6, label=f"speculative k={k_hist}")
+        ax.set_xlabel("inter-token latency (ms)")
+        ax.set_ylabel("tokens")
+        ax.set_title(f"B = 1, {first} prompts: speculation makes ITL bimodal", fontsize=9)
+        ax.legend()
+        fig.tight_layout()
+        with atomic_path(out / "itl_hist.png") as tmp:
+            fig.savefig(tmp, dpi=110)
+    except OSError as err:
+        print(f"bench/serving_lab.py: error: {write_problem(err, out)}", file=sys.stderr)
+        return 1
     print(f"wrote {out / 'serving_lab.csv'}, {out / 'speedup_vs_batch.png'}, {out / 'itl_hist.png'}")
     return 0
 

@@ -37,7 +37,7 @@ import sys
 import tarfile
 from pathlib import Path
 
-from g2c.assets.cli import count
+from g2c.assets.cli import count, output_dir
 
 ROOT = Path(__file__).resolve().parents[1]
 WORK = ROOT / "runs" / "llama.cpp"
@@ -71,7 +71,8 @@ def _run(cmd: list[str], **kw) -> None:
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--version", default=VERSION, help=f"llama-cpp-python sdist version (default {VERSION})")
-    ap.add_argument("--work", type=Path, default=WORK, help="build folder (default runs/llama.cpp, git-ignored)")
+    ap.add_argument("--work", type=output_dir(as_path=True), default=WORK,
+                    help="build folder (default runs/llama.cpp, git-ignored)")
     ap.add_argument("--jobs", type=count(1), default=2, help="parallel compile jobs (default 2)")
     ap.add_argument("--backend", choices=tuple(BACKENDS), default="cpu",
                     help="cpu (default: what the benchmark compares), metal (Apple GPUs) or cuda (needs the CUDA "

@@ -87,7 +87,7 @@ def train_mtp_head(base, *, steps: int, seed: int):
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--target", type=model_name(ladder_only=True), default="StoryLM-30M")
-    ap.add_argument("--drafter", type=model_name(), default="StoryLM-1M")
+    ap.add_argument("--drafter", type=model_name(standalone=True), default="StoryLM-1M")
     ap.add_argument("--prompts", type=count(1), default=4, help="prompts per set")
     ap.add_argument("--prompt-tokens", type=count(1), default=12, help="open-ended prompt length")
     ap.add_argument("--new-tokens", type=count(1), default=48)

@@ -74,7 +74,7 @@ def timed(fn, device, repeats: int):
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--target", type=model_name(ladder_only=True), default="StoryLM-30M")
-    ap.add_argument("--drafter", type=model_name(), default="StoryLM-1M-distilled",
+    ap.add_argument("--drafter", type=model_name(standalone=True), default="StoryLM-1M-distilled",
                     help="an LM drafter (default: the best shipped)")
     ap.add_argument("--budgets", type=int_list(1), default="4,8,16")
     ap.add_argument("--trees", type=choice_list("chain", "static", "dynamic"), default="chain,static,dynamic")

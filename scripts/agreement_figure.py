@@ -104,21 +104,20 @@ def label_order(label: str) -> tuple[str, float]:
 
 
 def main(argv=None) -> int:
+    from g2c.assets.cli import count, output_file
+
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--root", type=Path, action="append", default=[],
                     help="an artifacts-like tree (runs/budget-<T>) whose drafters to add; repeatable")
     ap.add_argument("--run", type=Path, action="append", default=[], help="a run's drafter.pt (in progress)")
     ap.add_argument("--no-shipped", action="store_true", help="leave out the shipped drafters (artifacts/)")
-    ap.add_argument("--position", type=int, default=1, help="draft position (head / step / slot), default 1")
+    ap.add_argument("--position", type=count(1), default=1, help="draft position (head / step / slot), default 1")
     ap.add_argument("--only", action="append", default=[], metavar="NAME", choices=STATE_READERS,
                     help="plot only this drafter (repeatable; default: every state reader)")
-    ap.add_argument("--out", type=Path, default=ROOT / "runs" / "agreement-vs-tokens.png",
+    ap.add_argument("--out", type=output_file(as_path=True), default=ROOT / "runs" / "agreement-vs-tokens.png",
                     help="the PNG to write (default runs/agreement-vs-tokens.png, outside git; the lesson's "
                     "figures are written with --out docs/img/...)")
     args = ap.parse_args(argv)
-    if args.position < 1:
-        print(f"agreement_figure.py: --position must be >= 1, got {args.position}", file=sys.stderr)
-        return 2
     roots = ([] if args.no_shipped else [ROOT / "artifacts"]) + args.root
     missing = [str(p) for p in [*args.root, *args.run] if not p.exists()]
     if missing:

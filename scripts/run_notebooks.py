@@ -40,6 +40,7 @@ ROOT = Path(__file__).resolve().parent.parent
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
+from g2c.assets.cli import count, output_dir  # noqa: E402
 from g2c.course import MODULES, get_module  # noqa: E402
 from g2c.course.progress import share_cores, usable_cores  # noqa: E402
 
@@ -98,9 +99,10 @@ def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("notebooks", nargs="*",
                     help="module ids, clean notebooks, sources or other .ipynb files (default: every module)")
-    ap.add_argument("--timeout", type=int, default=TIMEOUT_S, help="per-notebook timeout in seconds")
-    ap.add_argument("--save", type=Path, metavar="DIR", help="write each executed notebook to DIR/<stem>.ipynb")
-    ap.add_argument("--jobs", "-j", type=int, default=1, metavar="N",
+    ap.add_argument("--timeout", type=count(1), default=TIMEOUT_S, help="per-notebook timeout in seconds")
+    ap.add_argument("--save", type=output_dir(as_path=True), metavar="DIR",
+                    help="write each executed notebook to DIR/<stem>.ipynb")
+    ap.add_argument("--jobs", "-j", type=count(1), default=1, metavar="N",
                     help="run up to N notebooks at once, each in its own kernel (default 1)")
     args = ap.parse_args(argv)
     try:
@@ -112,9 +114,6 @@ def main(argv: list[str] | None = None) -> int:
     os.environ.update(NOTEBOOK_ENV)
     bindir = str(Path(sys.executable).parent)
     os.environ["PATH"] = bindir + os.pathsep + os.environ.get("PATH", "")
-    if args.jobs < 1:
-        print(f"run_notebooks.py: --jobs must be >= 1, got {args.jobs}", file=sys.stderr)
-        return 2
     # more kernels than notebooks or cores only costs memory (each loads its models): cap, and say so
     cores = usable_cores()
     jobs = min(args.jobs, max(1, len(items)), cores)

@@ -575,6 +575,9 @@ def main(argv: list[str] | None = None) -> int:
                                         else "--variant goes with --train NAME --budget TOKENS"), file=sys.stderr)
         return 2
     source = None
+    if args.source is not None and not args.source.strip():     # '' read as "no --from" installed from git
+        print("checkpoints: error: --from '': an empty path; give the mirror's folder", file=sys.stderr)
+        return 2
     if args.source:
         source = _mirror_root(Path(args.source))
         if source.exists() and not source.is_dir():

@@ -40,18 +40,23 @@ def _named(fn: Callable, name: str) -> Callable:
     return fn
 
 
-def _int(text: str, minimum: int) -> int:
+COUNT_MAX = 2**31 - 1     # torch's thread and size arguments are C ints: a count past this overflowed late
+
+
+def _int(text: str, minimum: int, maximum: int = COUNT_MAX) -> int:
     try:
         value = int(text)
     except (TypeError, ValueError):
         raise argparse.ArgumentTypeError(f"{text!r} is not an integer; use an int >= {minimum}") from None
     if value < minimum:
         raise argparse.ArgumentTypeError(f"{value} is below {minimum}; use an int >= {minimum}")
+    if value > maximum:
+        raise argparse.ArgumentTypeError(f"{value} is above {maximum:,}; use an int in [{minimum}, {maximum:,}]")
     return value
 
 
 def count(minimum: int = 1) -> Callable[[str], int]:
-    """An integer option >= ``minimum`` (token counts, prompts, repeats, threads, steps)."""
+    """An integer option in [``minimum``, 2**31 - 1] (token counts, prompts, repeats, threads, steps)."""
     return _named(lambda text: _int(text, minimum), f"int>={minimum}")
 
 
@@ -64,7 +69,7 @@ def seed() -> Callable[[str], int]:
     room for the benches' seed + i per prompt; past it torch said only "Overflow when unpacking long
     long", without naming the option)."""
     def parse(text: str) -> int:
-        value = _int(text, 0)
+        value = _int(text, 0, maximum=2**64)
         if value > SEED_MAX:
             raise argparse.ArgumentTypeError(f"{value} is above 2**63 - 1; a seed is an int in [0, 2**63 - 1]")
         return value
@@ -144,7 +149,8 @@ def choice_list(*choices: str) -> Callable[[str], str]:
     return _named(parse, "choice list")
 
 
-def _model(text: str, ladder_only: bool, extra: tuple[str, ...] = (), language_models: bool = False) -> str:
+def _model(text: str, ladder_only: bool, extra: tuple[str, ...] = (), language_models: bool = False,
+           standalone: bool = False) -> str:
     from g2c.assets.artifacts import DRAFTERS, artifact_kind, canonical_name, drafter_names, model_names
 
     lms = [n for n in drafter_names() if DRAFTERS[n]["kind"] == "lm"]
@@ -162,23 +168,26 @@ def _model(text: str, ladder_only: bool, extra: tuple[str, ...] = (), language_m
     if artifact_kind(name) != "model":
         raise argparse.ArgumentTypeError(f"{name} is not a model; use "
                                          f"{', '.join(model_names() + drafter_names() + extra)}")
-    if language_models and name in DRAFTERS and DRAFTERS[name]["kind"] != "lm":
+    if (language_models or standalone) and name in DRAFTERS and DRAFTERS[name]["kind"] != "lm":
         base = DRAFTERS[name]["base"]
-        raise argparse.ArgumentTypeError(f"{name} is a draft head on {base}'s states, not a language model; use "
-                                         f"--target {base} --drafter {name}")
+        fix = (f"this option takes a standalone language model: {', '.join(model_names() + tuple(lms))}"
+               if standalone else f"use --target {base} --drafter {name}")
+        raise argparse.ArgumentTypeError(f"{name} is a draft head on {base}'s states, not a language model; {fix}")
     return name
 
 
-def model_name(*, ladder_only: bool = False, extra: tuple[str, ...] = (),
-               language_models: bool = False) -> Callable[[str], str]:
+def model_name(*, ladder_only: bool = False, extra: tuple[str, ...] = (), language_models: bool = False,
+               standalone: bool = False) -> Callable[[str], str]:
     """A shipped model or drafter name, any case, returned canonical (``ladder_only``: a StoryLM
     of the ladder; ``language_models``: a ladder model or a standalone drafter LM, never a draft head, which
     is refused naming the base it reads and the flags that use it), or one of ``extra`` (lower-case keywords
     such as ``"ngram"``, returned lower-case). A mistyped name is refused with the closest names
-    (``did you mean``) and the full list, ``extra`` in it."""
+    (``did you mean``) and the full list, ``extra`` in it. ``standalone``: as ``language_models``, for an
+    option that wraps the model as a drafter itself (the benches' ``--drafter``): a head is refused
+    naming the standalone language models."""
     def parse(text: str) -> str:
         keyword = str(text).strip().lower()
-        return keyword if keyword in extra else _model(text, ladder_only, tuple(extra), language_models)
+        return keyword if keyword in extra else _model(text, ladder_only, tuple(extra), language_models, standalone)
 
     return _named(parse, "model name")
 

@@ -345,7 +345,8 @@ def main(argv: list[str] | None = None) -> int:
     from g2c.assets.cli import model_name, output_file
 
     ap.add_argument("name", nargs="?", type=model_name(), help="a ladder model or StoryLM-1M-distilled")
-    ap.add_argument("out", nargs="?", type=output_file(noun=".gguf file"), help="the .gguf file to write (not inside artifacts/)")
+    ap.add_argument("out", nargs="?", type=output_file(noun=".gguf file"),
+                    help="the .gguf file to write (not inside artifacts/)")
     ap.add_argument("--via", choices=("auto", "converter", "writer"), default="auto")
     ap.add_argument("--outtype", choices=OUTTYPES, default="f32")
     ap.add_argument("--llama-cpp", default=None, help="vendored llama.cpp tree (default runs/llama.cpp/src)")

@@ -245,7 +245,9 @@ def main(argv: list[str] | None = None) -> int:
                    help="also apply the answer key to these prerequisites although you edited them (repeatable)")
     sub.add_parser("graph", help="the module graph: what each module needs")
     sub.add_parser("worked", help="the modules whose exercise files you edited")
-    g.add_argument("--json", default=None, metavar="FILE",
+    from g2c.assets.cli import output_file
+
+    g.add_argument("--json", default=None, metavar="FILE", type=output_file(),
                    help="also write the results to FILE as JSON (rewritten after each module)")
     p = sub.add_parser("prereqs", help="the G2C_APPLY_SOLUTIONS selector of ID's prerequisites")
     p.add_argument("id", metavar="ID")

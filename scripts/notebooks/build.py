@@ -42,6 +42,7 @@ ROOT = Path(__file__).resolve().parents[2]
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
+from g2c.assets.cli import output_dir  # noqa: E402
 from g2c.course import MODULES, get_module  # noqa: E402
 
 SOURCE_DIR = "solutions/notebooks"
@@ -269,7 +270,8 @@ def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("ids", nargs="*", help="module ids (default: every module in the registry)")
     ap.add_argument("--check", action="store_true", help="exit 1 if a clean notebook differs from a fresh build")
-    ap.add_argument("--solved", type=Path, metavar="DIR", help="write the solved twins to DIR instead")
+    ap.add_argument("--solved", type=output_dir(as_path=True), metavar="DIR",
+                    help="write the solved twins to DIR instead")
     ap.add_argument("--rubrics", action="store_true", help="with --solved: keep the rubrics under the answers")
     args = ap.parse_args(argv)
     try:

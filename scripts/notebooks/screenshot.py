@@ -243,19 +243,23 @@ def run(args) -> int:
 
 
 def main(argv: list[str] | None = None) -> int:
+    from g2c.assets.cli import count, output_dir, real
+
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("notebook", help="a module id (its solved twin runs) or an .ipynb path (run as it is)")
-    ap.add_argument("--out", default=str(WORK / "screenshots"), help="folder for the PNGs (default: %(default)s)")
+    ap.add_argument("--out", type=output_dir(), default=str(WORK / "screenshots"),
+                    help="folder for the PNGs (default: %(default)s)")
     ap.add_argument("--click", action="append", metavar="LABEL",
                     help="after the run, click every button with this label (repeatable), e.g. Simulate")
     ap.add_argument("--apply", default="all", metavar="SEL",
                     help="G2C_APPLY_SOLUTIONS for the kernel (default: %(default)s); leave a module out to see "
                          "what a student with that module unwritten sees")
     ap.add_argument("--full", action="store_true", help="run without G2C_QUICK=1 (full-size loops: minutes)")
-    ap.add_argument("--timeout", type=float, default=1200, help="seconds to wait for the cells (default: %(default)s)")
+    ap.add_argument("--timeout", type=real(0, lo_open=True), default=1200,
+                    help="seconds to wait for the cells (default: %(default)s)")
     ap.add_argument("--chromium", help="path of a Chromium executable (default: found on PATH)")
-    ap.add_argument("--width", type=int, default=1280)
-    ap.add_argument("--height", type=int, default=1000)
+    ap.add_argument("--width", type=count(1), default=1280)
+    ap.add_argument("--height", type=count(1), default=1000)
     args = ap.parse_args(argv)
     try:
         from playwright.sync_api import Error as PlaywrightError
