@@ -31,7 +31,7 @@ from __future__ import annotations
 
 import torch
 
-from g2c.sampling.model import check_count
+from g2c.sampling.model import check_count, check_whole
 
 __all__ = ["KVCache"]
 
@@ -55,15 +55,28 @@ class KVCache:
         max_seq_len, num_layers, batch_size, num_heads, head_dim.
 
     Raises:
-        ValueError: a size is < 1 (the message names it).
+        TypeError: a size that is not an int (a float, a bool); dtype not a ``torch.dtype``.
+        ValueError: a size is < 1 (the message names it); dtype not floating point; a device
+            this machine cannot allocate on (an unknown name, CUDA or MPS missing).
     """
 
     def __init__(self, num_layers: int, batch_size: int, num_heads: int, head_dim: int, max_seq_len: int, *,
                  dtype: torch.dtype = torch.float32, device: str | torch.device = "cpu") -> None:
         for name, value in [("num_layers", num_layers), ("batch_size", batch_size), ("num_heads", num_heads),
                             ("head_dim", head_dim), ("max_seq_len", max_seq_len)]:
-            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-                raise ValueError(f"KVCache: {name} must be an int >= 1, got {value!r}")
+            check_count(value, f"KVCache: {name}", minimum=1)
+        num_layers, batch_size, num_heads, head_dim, max_seq_len = (
+            int(v) for v in (num_layers, batch_size, num_heads, head_dim, max_seq_len))
+        if not isinstance(dtype, torch.dtype):
+            raise TypeError(f"KVCache: dtype must be a torch.dtype such as torch.float32, got {type(dtype).__name__} "
+                            f"{dtype!r}")
+        if not dtype.is_floating_point:
+            raise ValueError(f"KVCache: dtype must be floating point (keys and values), got {dtype}")
+        try:
+            torch.empty(0, dtype=dtype, device=device)       # an unknown or missing device: named here, not by torch
+        except (RuntimeError, AssertionError, TypeError, ValueError) as exc:
+            raise ValueError(f"KVCache: cannot allocate on device {device!r} ({str(exc).splitlines()[0][:120]}); use "
+                             "the model's device (KVCache.for_model(model)) or 'cpu'") from None
         self.num_layers = num_layers
         self.batch_size = batch_size
         self.num_heads = num_heads
@@ -164,9 +177,9 @@ class KVCache:
     def _check_append(self, k_new: torch.Tensor, v_new: torch.Tensor, layer: int | None = None) -> int:
         """``append``'s validation (layer index, shapes, capacity); returns T. Provided."""
         name = type(self).__name__
-        if layer is not None and (isinstance(layer, bool) or not isinstance(layer, int)
-                                  or not 0 <= layer < self.num_layers):
-            raise ValueError(f"{name}.append: layer must be an int in [0, {self.num_layers}), got {layer!r}")
+        if layer is not None:
+            layer = check_whole(layer, f"{name}.append: layer must be an int in [0, {self.num_layers}), got {layer!r}",
+                                low=0, high=self.num_layers - 1)
         expected = (self.batch_size, self.num_heads, self.head_dim)
         if (k_new.dim() != 4 or k_new.shape != v_new.shape
                 or (k_new.shape[0], k_new.shape[1], k_new.shape[3]) != expected):
@@ -213,9 +226,8 @@ class KVCache:
             1. (Validation is provided.) Move the pointer; copy nothing
                (``test_kvcache_crop_is_pointer_rollback``).
         """
-        if isinstance(n, bool) or not isinstance(n, int) or not 0 <= n <= self.length:
-            raise ValueError(f"KVCache.crop: n must be an int in [0, length={self.length}] "
-                             f"(crop can only roll back), got {n!r}")
+        n = check_whole(n, f"KVCache.crop: n must be an int in [0, length={self.length}] (crop can only roll back), "
+                           f"got {n!r}", low=0, high=self.length)
         # TODO: implement this (module 16, see docs/modules/16-kv-cache.md).
         raise NotImplementedError(
             "module 16: KVCache.crop in g2c/kvcache/cache.py is not implemented yet. Write it (see "

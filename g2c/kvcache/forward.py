@@ -44,6 +44,7 @@ import torch
 
 from g2c.attention.causal import scaled_dot_product_attention
 from g2c.attention.multihead import merge_heads, split_heads
+from g2c.sampling.generate import as_token_ids
 from g2c.sampling.model import check_score_rows
 
 from .cache import KVCache
@@ -371,8 +372,15 @@ def prefill(model, ids, cache: KVCache | None = None) -> tuple[torch.Tensor, KVC
 
     ``ids`` may be 1-D (one sequence) or (B, T). A new cache is built when none is given;
     a given one is reset first.
+
+    Raises:
+        TypeError: ids not readable as token ids (None, an object).
+        ValueError: a 1-D prompt that ``as_token_ids`` refuses (empty, floats, bools, ids outside
+            the vocabulary); (B, T) ids as ``cached_forward`` checks them.
     """
-    ids = torch.as_tensor(ids)
+    if not isinstance(ids, torch.Tensor) or ids.dim() <= 1:
+        nested = isinstance(ids, (list, tuple)) and bool(ids) and isinstance(ids[0], (list, tuple, torch.Tensor))
+        ids = torch.as_tensor(ids) if nested else as_token_ids(ids, "ids", vocab_size=model.vocab_size)
     if ids.dim() == 1:
         ids = ids.unsqueeze(0)
     if cache is None:

@@ -47,10 +47,12 @@ def make_transaction(model: RecurrentLM, strategy: str, **kwargs) -> StateTransa
     """Build the transaction named ``strategy`` ("snapshot", "replay" or "recompute") on ``model``.
 
     Raises:
+        TypeError: strategy not a string.
         ValueError: an unknown strategy name (the message lists the valid names).
     """
-    if strategy not in _STRATEGIES:
-        raise ValueError(f"unknown state strategy {strategy!r}; choose one of {', '.join(_STRATEGIES)}")
+    if not isinstance(strategy, str) or strategy not in _STRATEGIES:                 # a wrong type: TypeError
+        raise (ValueError if isinstance(strategy, str) else TypeError)(
+            f"unknown state strategy {strategy!r}; choose one of {', '.join(_STRATEGIES)}")
     return _STRATEGIES[strategy](model, **kwargs)
 
 DraftFn = Callable[[torch.Tensor, int], torch.Tensor]      # a drafter callable (ctx, k) -> k ids

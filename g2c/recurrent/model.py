@@ -39,6 +39,7 @@ import torch.nn.functional as F
 
 from g2c.kvcache import KVCache, cached_attention
 from g2c.nn import Embedding, LayerNorm, Linear, Module
+from g2c.sampling.model import check_generator, check_real, check_whole
 from g2c.transformer.block import MLP, Block
 
 from .scan import gla_chunk, gla_recurrent
@@ -185,14 +186,14 @@ class RecurrentLM(Module):
         super().__init__()
         for name, value in [("vocab_size", vocab_size), ("embedding_dim", embedding_dim),
                             ("num_layers", num_layers), ("num_heads", num_heads), ("max_seq_len", max_seq_len)]:
-            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-                raise ValueError(f"RecurrentLM: {name} must be an int >= 1, got {value!r}")
+            check_whole(value, f"RecurrentLM: {name} must be an int >= 1, got {value!r}")
         if embedding_dim % num_heads:
             raise ValueError(f"RecurrentLM: embedding_dim {embedding_dim} is not divisible by num_heads {num_heads}")
         layout = "R" * num_layers if layout is None else layout
         if not isinstance(layout, str) or len(layout) != num_layers or set(layout) - set("RA"):
-            raise ValueError(f"RecurrentLM: layout must be {num_layers} letters from 'RA' (R recurrent, "
-                             f"A attention), e.g. {('RA' * num_layers)[:num_layers]!r}; got {layout!r}")
+            raise (ValueError if isinstance(layout, str) else TypeError)(
+                f"RecurrentLM: layout must be {num_layers} letters from 'RA' (R recurrent, A attention), e.g. "
+                f"{('RA' * num_layers)[:num_layers]!r}; got {layout!r}")
         self.vocab_size, self.embedding_dim, self.num_layers = vocab_size, embedding_dim, num_layers
         self.num_heads, self.head_dim, self.max_seq_len = num_heads, embedding_dim // num_heads, max_seq_len
         self.layout = layout
@@ -281,6 +282,15 @@ class RecurrentLM(Module):
         return self._logits(x)
 
 
+def _check_seeded(model, generator, who: str) -> None:
+    if not isinstance(model, RecurrentLM):
+        raise TypeError(f"{who}: model must be a RecurrentLM, got {type(model).__name__}")
+    if generator is None:
+        raise TypeError(f"{who}: generator must be a seeded torch.Generator (the draw must be reproducible), "
+                        "got None; use torch.Generator().manual_seed(seed)")
+    check_generator(generator)
+
+
 @torch.no_grad()
 def fan_in_init_(model: RecurrentLM, *, generator: torch.Generator, gain: float = 1.0) -> RecurrentLM:
     """Redraw an untrained model's weights so that its greedy chain is varied; returns it.
@@ -295,8 +305,15 @@ def fan_in_init_(model: RecurrentLM, *, generator: torch.Generator, gain: float 
     Args:
         model: a ``RecurrentLM``, changed in place.
         generator: ``torch.Generator`` on the CPU (required: the draw must be reproducible).
-        gain: scale of the weights (default 1.0).
+        gain: scale of the weights (default 1.0), finite and > 0.
+
+    Raises:
+        TypeError: model not a ``RecurrentLM``, generator not a ``torch.Generator`` (None
+            included), gain not a real number.
+        ValueError: gain not finite and > 0; a generator on another device than the CPU.
     """
+    _check_seeded(model, generator, "fan_in_init_")
+    gain = check_real(gain, "fan_in_init_: gain", low=0, low_open=True)
     for name, p in model.named_parameters():
         if p.dim() != 2:
             continue
@@ -319,10 +336,12 @@ def perturbed_twin(model: RecurrentLM, *, sigma: float, generator: torch.Generat
         generator: ``torch.Generator`` on the CPU.
 
     Raises:
-        ValueError: sigma < 0.
+        TypeError: model not a ``RecurrentLM``, generator not a ``torch.Generator``, sigma not a
+            real number.
+        ValueError: sigma < 0 or not finite; a generator on another device than the CPU.
     """
-    if not sigma >= 0:
-        raise ValueError(f"perturbed_twin: sigma must be >= 0, got {sigma}")
+    _check_seeded(model, generator, "perturbed_twin")
+    sigma = check_real(sigma, "perturbed_twin: sigma", low=0)
     twin = RecurrentLM(**model.config)
     twin.load_state_dict(model.state_dict())
     for _, p in twin.named_parameters():

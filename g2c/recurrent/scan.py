@@ -32,6 +32,8 @@ from __future__ import annotations
 
 import torch
 
+from g2c.sampling.model import check_count
+
 __all__ = ["gla_chunk", "gla_fold", "gla_recurrent", "readout_flops", "update_flops"]
 
 
@@ -138,7 +140,13 @@ def update_flops(num_heads: int, head_dim: int, num_positions: int) -> int:
 
     Per head and position: scale S by a (d^2 multiplies), form k^T v (d^2 multiplies), add
     (d^2 adds): 3 d^2. The chunked form does the same work up to a constant.
+
+    Raises:
+        TypeError / ValueError: a count that is not an int >= 0 (``check_count``).
     """
+    num_heads, head_dim, num_positions = (check_count(v, f"update_flops: {n}") for n, v in
+                                          (("num_heads", num_heads), ("head_dim", head_dim),
+                                           ("num_positions", num_positions)))
     return 3 * num_heads * head_dim * head_dim * num_positions
 
 
@@ -148,7 +156,16 @@ def readout_flops(num_heads: int, head_dim: int, num_queries: int, num_keys: int
     Per head: q S_0 for every query (2 d^2 each) plus, for each causal (query, key) pair,
     q . k and the weighted value (4 d). The queries sit at the last ``num_queries`` of
     ``num_keys`` positions.
+
+    Raises:
+        TypeError / ValueError: a count that is not an int >= 0 (``check_count``); more queries than keys.
     """
+    num_heads, head_dim, num_queries, num_keys = (check_count(v, f"readout_flops: {n}") for n, v in
+                                                  (("num_heads", num_heads), ("head_dim", head_dim),
+                                                   ("num_queries", num_queries), ("num_keys", num_keys)))
+    if num_queries > num_keys:
+        raise ValueError(f"readout_flops: the {num_queries} queries sit at the last positions of the {num_keys} "
+                         "keys; num_queries must be <= num_keys")
     first = num_keys - num_queries
     pairs = sum(first + i + 1 for i in range(num_queries))
     return num_heads * (2 * head_dim * head_dim * num_queries + 4 * head_dim * pairs)

@@ -38,7 +38,7 @@ from dataclasses import dataclass, fields
 import torch
 
 from g2c.kvcache import cached_attention
-from g2c.sampling.model import check_count, check_token_ids
+from g2c.sampling.model import check_count, check_token_ids, check_whole
 
 from .model import RecurrenceInputs, RecurrentLM, new_kv_cache
 from .scan import readout_flops, update_flops
@@ -207,9 +207,9 @@ class StateTransaction:
             raise RuntimeError(f"{self.name}: commit() needs an open round with an advanced block "
                                "(begin(), advance(tokens), then commit(num_accepted))")
         T = self._block.shape[1]
-        if isinstance(num_accepted, bool) or not isinstance(num_accepted, int) or not 0 <= num_accepted < T:
-            raise ValueError(f"{self.name}: num_accepted must be an int in [0, {T - 1}] for a block of {T} tokens "
-                             f"(the last emitted token + {T - 1} drafts), got {num_accepted!r}")
+        num_accepted = check_whole(num_accepted, f"{self.name}: num_accepted must be an int in [0, {T - 1}] for a "
+                                                 f"block of {T} tokens (the last emitted token + {T - 1} drafts), got "
+                                                 f"{num_accepted!r}", low=0, high=T - 1)
         return num_accepted + 1
 
     def _check_rollback(self) -> None:

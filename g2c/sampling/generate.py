@@ -36,14 +36,17 @@ def as_token_ids(ids, name: str = "prompt_ids", *, vocab_size: int | None = None
     id must lie in [0, V): a negative id would otherwise index from the end of a table.
 
     Raises:
-        ValueError: text instead of ids ("encode it first"), not 1-D, empty, not integer token ids,
-            a tensor on the meta device (no values to read), or (with ``vocab_size``) an id outside
-            ``[0, V)``; the message names ``name`` (and the range).
+        ValueError: text instead of ids ("encode it first"), not 1-D, empty, not integer token ids
+            (a bool in a list too), a tensor on the meta device (no values to read), a negative id,
+            or (with ``vocab_size``) an id outside ``[0, V)``; the message names ``name`` (and the
+            range).
         TypeError: not a sequence torch can read as one tensor (None, a list holding None, ragged
             rows, an id too large for int64).
     """
     if isinstance(ids, (str, bytes)):
         raise ValueError(f"{name} must be token ids, got text {ids[:40]!r}: encode it first (tokenizer.encode(text))")
+    if isinstance(ids, (list, tuple)) and any(isinstance(i, bool) for i in ids):   # torch reads [True, 1] as [1, 1]
+        raise ValueError(f"{name} must hold integer token ids, got a bool in {ids!r:.40}")
     try:
         t = torch.as_tensor(ids)
     except (TypeError, ValueError, RuntimeError, OverflowError):                # None, [1, None], [[1], [2, 3]]
@@ -59,6 +62,8 @@ def as_token_ids(ids, name: str = "prompt_ids", *, vocab_size: int | None = None
     t = t.to(device="cpu", dtype=torch.long, copy=True)       # the caller's tensor is never the loop's
     if vocab_size is not None:
         check_token_ids(t, vocab_size, name)
+    elif int(t.min()) < 0:                                    # no vocabulary to check against, but never negative
+        raise ValueError(f"{name} holds token id {int(t.min())}; token ids are >= 0")
     return t
 
 

@@ -31,7 +31,7 @@ from dataclasses import dataclass
 import torch
 
 from g2c.sampling.generate import as_token_ids
-from g2c.sampling.model import check_count, check_eos_id, check_language_model, eval_mode
+from g2c.sampling.model import check_count, check_eos_id, check_language_model, check_whole, eval_mode
 
 from .verify import greedy_verify
 
@@ -119,13 +119,12 @@ def draft_greedy(drafter, ctx_ids, k: int) -> torch.Tensor:
         caller moves the draft to the target's device before verifying it.
 
     Raises:
-        TypeError: the drafter lacks ``vocab_size``, ``max_seq_len`` or ``device``.
+        TypeError: the drafter lacks ``vocab_size``, ``max_seq_len`` or ``device``; k not an int.
         ValueError: empty or non-1-D context ("ctx_ids"), an id outside [0, V), or k < 1.
     """
     check_language_model(drafter, "drafter")
     ids = as_token_ids(ctx_ids, "ctx_ids", vocab_size=drafter.vocab_size)
-    if isinstance(k, bool) or not isinstance(k, int) or k < 1:
-        raise ValueError(f"k must be >= 1 draft tokens, got {k}")
+    k = check_whole(k, f"k must be >= 1 draft tokens, got {k!r}")
     with eval_mode(drafter):
         for _ in range(k):
             window = ids[-drafter.max_seq_len:].unsqueeze(0).to(drafter.device)  # (1, T)
@@ -162,7 +161,13 @@ def draft_room(k: int, context_len: int, window: int) -> int:
 
     Returns:
         int in [0, k].
+
+    Raises:
+        TypeError: an argument that is not an int (a float, a bool, a string; ``check_count``).
+        ValueError: k or context_len below 0, window below 1.
     """
+    k, context_len = check_count(k, "draft_room: k"), check_count(context_len, "draft_room: context_len")
+    window = check_count(window, "draft_room: window", minimum=1)
     return max(0, min(k, window - context_len))
 
 
@@ -196,10 +201,10 @@ def speculative_generate(target, drafter, prompt_ids, max_new_tokens: int, *, k:
     Raises:
         TypeError: target or drafter lacks ``vocab_size``, ``max_seq_len`` or ``device``
             (``check_language_model(model, "target")``: "target (...) does not satisfy
-            g2c.sampling.LanguageModel: missing max_seq_len").
+            g2c.sampling.LanguageModel: missing max_seq_len"); k not an int ("k must be >= 1").
         ValueError: prompt_ids empty, not 1-D, not integer ("integer token ids") or with an
             id outside [0, V) (``as_token_ids`` with ``vocab_size``; every message names
-            "prompt_ids"); k < 1 or not an int ("k must be >= 1"); max_new_tokens < 0
+            "prompt_ids"); k < 1 ("k must be >= 1"); max_new_tokens < 0
             ("max_new_tokens"); the drafter's vocab_size differs from the target's
             ("vocab_size"); a target window ``max_seq_len`` < 2 cannot score even one draft
             ("max_seq_len").

@@ -36,6 +36,7 @@ from g2c.sampling.model import (
     check_generator,
     check_language_model,
     check_real,
+    check_token_ids,
     eval_mode,
 )
 from g2c.training import AdamW
@@ -147,7 +148,8 @@ def mtp_loss(mtp_logits: torch.Tensor, token_ids: torch.Tensor) -> torch.Tensor:
         scalar float32: mean cross-entropy over B·(T-2) positions.
 
     Raises:
-        ValueError: shapes do not line up (B and T-1), or T < 3.
+        ValueError: shapes do not line up (B and T-1), or T < 3; token_ids not integer or outside
+            [0, V) (V = the logits' last dimension).
 
     Steps:
         1. Keep rows 0..T-3 of the logits and the targets ``token_ids[:, 2:]`` (both B, T-2).
@@ -159,6 +161,9 @@ def mtp_loss(mtp_logits: torch.Tensor, token_ids: torch.Tensor) -> torch.Tensor:
                          f"{tuple(mtp_logits.shape)} and {tuple(token_ids.shape)}")
     if token_ids.shape[1] < 3:
         raise ValueError(f"mtp_loss needs T >= 3 tokens per row (a target two ahead), got T={token_ids.shape[1]}")
+    if token_ids.dtype.is_floating_point or token_ids.dtype == torch.bool:       # targets index the vocabulary
+        raise ValueError(f"mtp_loss: token_ids must hold integer token ids, got dtype {token_ids.dtype}")
+    check_token_ids(token_ids.reshape(-1), mtp_logits.shape[-1], "mtp_loss: token_ids")
     # TODO: implement this (module specdec, see docs/beyond/specdec.md).
     raise NotImplementedError(
         "module specdec: mtp_loss in g2c/specdec/mtp.py is not implemented yet. Write it (see "

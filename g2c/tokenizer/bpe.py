@@ -14,6 +14,7 @@ merges to text — the merge loop — and decoding are the exercises.
 from __future__ import annotations
 
 import json
+import operator
 import re
 from collections.abc import Iterable
 from functools import lru_cache
@@ -24,6 +25,17 @@ from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
 __all__ = ["EOT", "BPETokenizer", "bytes_to_unicode"]
 
 EOT = "<|endoftext|>"
+
+
+def _token_id(i) -> int:
+    """One token id as an int: an int, a NumPy integer or a 0-d integer tensor; a bool, a float or a
+    string is a TypeError (``int(1.7)`` would quietly read token 1)."""
+    if isinstance(i, bool) or getattr(i, "dtype", None) is not None and str(i.dtype) in ("bool", "torch.bool"):
+        raise TypeError(f"ids must be token ids (ints), got a bool {i!r}")
+    try:
+        return operator.index(i)
+    except TypeError:
+        raise TypeError(f"ids must be token ids (ints), got {type(i).__name__} {i!r:.40}") from None
 
 
 @lru_cache(maxsize=1)
@@ -251,6 +263,8 @@ class BPETokenizer:
             prefix that cuts a character) become U+FFFD.
 
         Raises:
+            TypeError: text instead of ids, or an id that is not an int (a float, a bool, a string:
+                never truncated, ``1.7`` is not token 1).
             ValueError: an id is outside the vocabulary: "ids holds token id 400, outside the
                 vocabulary [0, V)" (negative ids too: -1 is refused, not read as V-1).
                 Checked before the exercise code runs (provided).
@@ -261,7 +275,9 @@ class BPETokenizer:
                and decode the bytes as UTF-8 with ``errors="replace"``
                (``test_decode_roundtrips_unicode``).
         """
-        ids = [int(i) for i in ids]
+        if isinstance(ids, (str, bytes)):
+            raise TypeError(f"decode takes token ids (a list of ints or a 1-D tensor), got text {ids[:40]!r}")
+        ids = [_token_id(i) for i in ids]
         for i in ids:
             if not 0 <= i < self.vocab_size or i not in self.inverse:
                 raise ValueError(f"ids holds token id {i}, outside the vocabulary [0, {self.vocab_size})")

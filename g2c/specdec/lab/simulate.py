@@ -21,7 +21,7 @@ from dataclasses import dataclass
 
 import torch
 
-from g2c.sampling.model import check_whole
+from g2c.sampling.model import check_generator, check_real, check_whole
 
 from ..theory import expected_tokens_per_pass
 
@@ -42,6 +42,11 @@ class Rounds:
 
     Properties ``tau`` (mean emitted per round = tokens per target pass) and ``speedup``
     (tau / (1 + k c), the per-token convention of ``theory.speedup_per_token``).
+
+    Raises:
+        TypeError: k not an int, c not a real number, accepted or emitted not a tensor.
+        ValueError: k < 1, c < 0 or not finite; accepted or emitted not 1-D integer tensors of one
+            length; an accepted count outside [0, k]; an emitted count outside [1, accepted + 1].
     """
 
     accepted: torch.Tensor
@@ -49,6 +54,28 @@ class Rounds:
     k: int
     c: float = 0.0
     source: str = ""
+
+    def __post_init__(self) -> None:
+        """Refuse rounds no run could give (a ValueError naming the field), or the wrong types (TypeError)."""
+        self.k = check_whole(self.k, f"Rounds: k must be an int >= 1 (the draft length), got {self.k!r}")
+        self.c = check_real(self.c, "Rounds: c", low=0)
+        for name in ("accepted", "emitted"):
+            t = getattr(self, name)
+            if not isinstance(t, torch.Tensor):
+                raise TypeError(f"Rounds: {name} must be a 1-D integer tensor, got {type(t).__name__}")
+            if t.dim() != 1 or t.dtype.is_floating_point or t.dtype == torch.bool:
+                raise ValueError(f"Rounds: {name} must be a 1-D integer tensor, got {t.dtype} of shape "
+                                 f"{tuple(t.shape)}")
+        acc, emi = self.accepted, self.emitted
+        if acc.shape != emi.shape:
+            raise ValueError(f"Rounds: accepted and emitted hold one count per round, got {acc.numel()} and "
+                             f"{emi.numel()}")
+        if acc.numel() and (int(acc.min()) < 0 or int(acc.max()) > self.k):
+            raise ValueError(f"Rounds: accepted must lie in [0, k={self.k}], got {acc.tolist()[:8]}")
+        if emi.numel() and (bool((emi < 1).any()) or bool((emi > acc + 1).any())):
+            raise ValueError("Rounds: each round emits 1 to accepted + 1 tokens (fewer only when a budget or the "
+                             f"end of a sequence cut it), got emitted {emi.tolist()[:8]} for accepted "
+                             f"{acc.tolist()[:8]}")
 
     @property
     def num_rounds(self) -> int:
@@ -86,9 +113,10 @@ def simulate_rounds(alpha: float, k: int, c: float, num_rounds: int, *, generato
         ``Rounds`` with accepted, emitted LongTensors (R,) on the CPU and the given k, c.
 
     Raises:
-        ValueError: alpha outside [0, 1] ("alpha"), k not an int >= 1 ("k"), c < 0 ("c"),
-            num_rounds not an int >= 1 ("num_rounds").
-        TypeError: generator is not a ``torch.Generator`` ("generator").
+        ValueError: alpha outside [0, 1] ("alpha"), k < 1 ("k"), c < 0 or not finite ("c"),
+            num_rounds < 1 ("num_rounds"); a generator on another device than the CPU.
+        TypeError: alpha or c not a real number, k or num_rounds not an int; generator is not a
+            ``torch.Generator`` ("generator").
 
     Steps:
         1. Draw the k accept/reject outcomes of every round at once: uniforms (R, k) from
@@ -99,15 +127,13 @@ def simulate_rounds(alpha: float, k: int, c: float, num_rounds: int, *, generato
         3. emitted = accepted + 1: never forget the target's own token
            (``test_simulate_rounds_mean_converges_to_tau``).
     """
-    if isinstance(alpha, bool) or not isinstance(alpha, (int, float)) or not 0.0 <= alpha <= 1.0:
-        raise ValueError(f"alpha must be a probability in [0, 1], got {alpha!r}")
+    alpha = check_real(alpha, "alpha (a probability)", low=0, high=1)
     k = check_whole(k, f"k must be an int >= 1 (draft tokens per round), got {k!r}")
-    if isinstance(c, bool) or not isinstance(c, (int, float)) or not c >= 0:
-        raise ValueError(f"c (draft cost per draft token, in target steps) must be >= 0, got {c!r}")
+    c = check_real(c, "c (draft cost per draft token, in target steps)", low=0)
     num_rounds = check_whole(num_rounds, f"num_rounds must be an int >= 1, got {num_rounds!r}")
-    if not isinstance(generator, torch.Generator):
-        raise TypeError(f"generator must be a torch.Generator (seeded for reproducible rounds), "
-                        f"got {type(generator).__name__}")
+    if generator is None:
+        raise TypeError("generator must be a torch.Generator (seeded for reproducible rounds), got None")
+    check_generator(generator)
     # TODO: implement this (module specdec-lab, see docs/beyond/specdec-lab.md).
     raise NotImplementedError(
         "module specdec-lab: simulate_rounds in g2c/specdec/lab/simulate.py is not implemented yet. Write it (see "
@@ -165,6 +191,12 @@ class PassRecorder:
                       k=k, c=float(c), source=source)
 
 
+def _check_rounds(rounds) -> None:
+    if not isinstance(rounds, Rounds):
+        raise TypeError(f"rounds must be a Rounds (simulate_rounds(...) or PassRecorder.rounds(k)), got "
+                        f"{type(rounds).__name__}")
+
+
 def per_position_acceptance(rounds: Rounds) -> tuple[torch.Tensor, torch.Tensor]:
     """Measured acceptance at each draft position, given that the position was reached. Provided.
 
@@ -177,6 +209,7 @@ def per_position_acceptance(rounds: Rounds) -> tuple[torch.Tensor, torch.Tensor]
         (rates, reached): float32 (k,) and int64 (k,); rates[i] is NaN where no round
         reached position i + 1.
     """
+    _check_rounds(rounds)
     acc = rounds.accepted
     reached = torch.stack([(acc >= i - 1).sum() for i in range(1, rounds.k + 1)])    # (k,)
     passed = torch.stack([(acc >= i).sum() for i in range(1, rounds.k + 1)])         # (k,)
@@ -193,6 +226,7 @@ def fit_alpha(rounds: Rounds) -> float:
     trials). This is NOT ``SpecStats.acceptance_rate`` (accepted / drafted), which also
     counts the aborted tail as drafted. Returns NaN with no trials.
     """
+    _check_rounds(rounds)
     acc = rounds.accepted
     trials = (acc + (acc < rounds.k).long()).sum()
     return float(acc.sum()) / float(trials) if int(trials) else float("nan")

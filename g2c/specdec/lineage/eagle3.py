@@ -34,7 +34,7 @@ import torch
 from g2c.kvcache.fast import head_unembed
 from g2c.kvcache.forward import unembed
 from g2c.nn import LayerNorm, Linear
-from g2c.sampling.model import check_count
+from g2c.sampling.model import check_count, check_whole
 from g2c.transformer import Block
 
 from .eagle2 import FeatureTreeDrafter
@@ -84,9 +84,10 @@ def check_fusion_layers(layers, num_layers: int) -> tuple[int, ...]:
     ``layers`` may be any iterable (a generator too): it is read once, then checked.
 
     Raises:
-        TypeError: not an iterable of ints ("block indices (ints)": a float, a bool).
-        ValueError: not exactly 3, a repeat ("duplicate"), or an index outside [0, num_layers).
+        TypeError: not an iterable of ints ("block indices (ints)": a float, a bool); num_layers not an int.
+        ValueError: not exactly 3, a repeat ("duplicate"), or an index outside [0, num_layers); num_layers < 1.
     """
+    num_layers = check_whole(num_layers, f"check_fusion_layers: num_layers must be an int >= 1, got {num_layers!r}")
     if isinstance(layers, (str, bytes)) or not isinstance(layers, Iterable):
         raise TypeError(f"EAGLE-3 fusion layers must be 3 block indices (ints), got {type(layers).__name__}")
     layers = tuple(layers)                                              # read once, then check
@@ -138,8 +139,7 @@ def ttt_attention_mask(num_positions: int, steps: int) -> torch.Tensor:
            (``test_ttt_mask_steps``).
     """
     for name, value in (("num_positions", num_positions), ("steps", steps)):
-        if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-            raise ValueError(f"ttt_attention_mask: {name} must be an int >= 1, got {value!r}")
+        check_whole(value, f"ttt_attention_mask: {name} must be an int >= 1, got {value!r}")
     # TODO: implement this (module specdec-lineage, see docs/beyond/specdec-lineage.md).
     raise NotImplementedError(
         "module specdec-lineage: ttt_attention_mask in g2c/specdec/lineage/eagle3.py is not implemented yet. Write it"

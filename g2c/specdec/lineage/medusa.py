@@ -139,13 +139,13 @@ def _check_choices(choices, num_heads: int, vocab_size: int | None = None) -> li
 
     ``choices`` may be any iterable (a generator too): it is read once, into a list, before
     anything is checked, so validation never consumes what the tree is built from."""
-    if isinstance(choices, (str, bytes)) or not isinstance(choices, Iterable):
-        raise ValueError(f"medusa_tree: choices must be a list of rank paths (tuples of ints such as (0,) or "
-                         f"(0, 1)), got {choices!r:.80}")
+    if isinstance(choices, (str, bytes)) or not isinstance(choices, Iterable):          # a wrong type: TypeError
+        raise TypeError(f"medusa_tree: choices must be a list of rank paths (tuples of ints such as (0,) or "
+                        f"(0, 1)), got {choices!r:.80}")
     choices = list(choices)                                         # read a one-shot iterable once
     if not all(isinstance(c, (tuple, list)) for c in choices):
-        raise ValueError(f"medusa_tree: choices must be a list of rank paths (tuples of ints such as (0,) or "
-                         f"(0, 1)), got {choices!r:.80}")
+        raise TypeError(f"medusa_tree: choices must be a list of rank paths (tuples of ints such as (0,) or "
+                        f"(0, 1)), got {choices!r:.80}")
     if any(isinstance(r, bool) or not isinstance(r, int) for c in choices for r in c):
         raise TypeError("medusa_tree: ranks must be ints (0 = the head's most probable token)")
     choices = [tuple(c) for c in choices]
@@ -183,7 +183,8 @@ def medusa_tree(head_probs: torch.Tensor, choices) -> DraftTree:
         ValueError: head_probs not (K, V) or not float distributions (``check_prob_rows``); a path
             deeper than K, unsorted, without its prefix, or with a negative rank (validated for
             you); a rank >= V.
-        TypeError: head_probs not a tensor; a rank that is not an int (validated for you).
+        TypeError: head_probs not a tensor; choices not a list of rank paths (a string); a rank that
+            is not an int (validated for you).
 
     ``choices`` may be any iterable, a generator too: the provided check reads it once.
 
@@ -324,9 +325,9 @@ class MedusaDrafter(TreeDrafter):
             drafted tokens), the tree carrying their rows (``build_static_tree(..., sample=True)``).
 
     Raises:
-        TypeError: heads is not ``MedusaHeads``; a rank that is not an int. ValueError: choices empty,
-            not rank paths, deeper than K, unsorted, missing a prefix, or with a rank >= V; draft_mode
-            not "top" or "sample".
+        TypeError: heads is not ``MedusaHeads``; choices not rank paths (a string); a rank that is not
+            an int; draft_mode not a string. ValueError: choices empty, deeper than K, unsorted,
+            missing a prefix, or with a rank >= V; draft_mode not "top" or "sample".
     """
 
     def __init__(self, heads: MedusaHeads, choices=None, *, draft_mode: str = "top") -> None:

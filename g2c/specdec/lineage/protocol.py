@@ -85,9 +85,10 @@ DRAFT_MODES = ("top", "sample")
 
 def check_draft_mode(draft_mode, who: str) -> str:
     """``draft_mode`` must be "top" (the drafter's top ranks) or "sample" (drawn from its q). Provided."""
-    if draft_mode not in DRAFT_MODES:
-        raise ValueError(f"{who}: draft_mode must be 'top' (the drafter's top ranks, deterministic) or 'sample' "
-                         f"(children drawn without replacement from its q at T > 0), got {draft_mode!r}")
+    if not isinstance(draft_mode, str) or draft_mode not in DRAFT_MODES:             # a wrong type: TypeError
+        raise (ValueError if isinstance(draft_mode, str) else TypeError)(
+            f"{who}: draft_mode must be 'top' (the drafter's top ranks, deterministic) or 'sample' (children drawn "
+            f"without replacement from its q at T > 0), got {draft_mode!r}")
     return draft_mode
 
 

@@ -205,7 +205,7 @@ class ControlledTarget(Target):
         self.inner = inner
         self.model = inner.model
         self.penalty = check_repetition_penalty(repetition_penalty)
-        self.keep_logprobs = bool(logprobs)
+        self.keep_logprobs = check_logprobs(logprobs)
         self.logprobs: list[float] = []
         self._raw: torch.Tensor | None = None
         self._draft = None

@@ -219,6 +219,7 @@ def verify_round(draft_ids: torch.Tensor, draft_probs: torch.Tensor | None, targ
         the first rejection) or the bonus token (after a full match, from row k').
 
     Raises:
+        TypeError: sampler not a ``Sampler``; draft_ids neither a tensor nor a ``TreeDraft`` (provided).
         ValueError: as ``greedy_verify`` / ``speculative_verify`` for mismatched shapes; at T > 0
             a target row holding NaN or -inf for every token (``_check_target_rows``, provided).
 
@@ -236,6 +237,12 @@ def verify_round(draft_ids: torch.Tensor, draft_probs: torch.Tensor | None, targ
     Provided first line: a tree draft (``g2c.specdec.trees.TreeDraft``, from a tree drafter) carries
     its own acceptance walk, the tree verifiers of specdec-trees; the rest of the round is the same.
     """
+    if not isinstance(sampler, Sampler):                   # the warpers object, not a temperature
+        raise TypeError(f"sampler must be a g2c.specdec.sampling.Sampler (e.g. Sampler(temperature)), got "
+                        f"{type(sampler).__name__} {sampler!r:.40}")
+    if not isinstance(draft_ids, torch.Tensor) and not callable(getattr(draft_ids, "accept", None)):
+        raise TypeError(f"draft_ids must be a 1-D int64 tensor (or a tree drafter's TreeDraft), got "
+                        f"{type(draft_ids).__name__}")
     if not sampler.greedy:                                 # a row with nothing to sample: named, not torch's error
         _check_target_rows(target_logits)
     if not isinstance(draft_ids, torch.Tensor):            # a TreeDraft: it walks its own tree

@@ -36,7 +36,7 @@ from __future__ import annotations
 
 import torch
 
-from g2c.sampling.model import check_count
+from g2c.sampling.model import check_count, check_whole
 
 from .tree import DraftTree
 
@@ -48,9 +48,8 @@ __all__ = ["cached_tree_forward", "commit_tree_kv", "target_layer_pass", "tree_a
 
 def _check_parents(ctx_len: int, parents: torch.Tensor) -> torch.Tensor:
     """Validate (C, parents); return parents as a CPU LongTensor (n,). Provided."""
-    if isinstance(ctx_len, bool) or not isinstance(ctx_len, int) or ctx_len < 1:
-        raise ValueError(f"tree_attention_mask: ctx_len must be an int >= 1 (the root is the last context token), "
-                         f"got {ctx_len!r}")
+    ctx_len = check_whole(ctx_len, f"tree_attention_mask: ctx_len must be an int >= 1 (the root is the last context "
+                                   f"token), got {ctx_len!r}")
     parents = torch.as_tensor(parents)
     if parents.dim() != 1 or parents.dtype.is_floating_point:
         raise ValueError(f"tree_attention_mask: parents must be a 1-D integer tensor (n,), got shape "
@@ -223,7 +222,14 @@ def tree_rows(tree: DraftTree, length: int, *, device: str | torch.device = "cpu
         (positions (1 + n,) int64 on the CPU: the root at ``length``, node i at length + depth_i;
         allowed (1 + n, length + 1 + n) bool on ``device``: every row reads the cached rows, then
         the root and its own ancestors, itself included, from your ``tree_attention_mask``).
+
+    Raises:
+        TypeError: tree not a ``DraftTree``; length not an int.
+        ValueError: length below 0.
     """
+    if not isinstance(tree, DraftTree):
+        raise TypeError(f"tree_rows: tree must be a DraftTree, got {type(tree).__name__}")
+    length = check_count(length, "tree_rows: length")
     positions = length + torch.cat([torch.zeros(1, dtype=torch.long), tree.depths])
     block = tree_attention_mask(1, tree.parents, device=device) == 0                       # (1+n, 1+n)
     cached = torch.ones(1 + tree.num_nodes, length, dtype=torch.bool, device=device)

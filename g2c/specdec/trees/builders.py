@@ -28,7 +28,14 @@ from collections.abc import Iterable
 
 import torch
 
-from g2c.sampling.model import check_count, check_whole
+from g2c.sampling.model import (
+    check_count,
+    check_generator,
+    check_language_model,
+    check_prob_rows,
+    check_real,
+    check_whole,
+)
 
 from .attention import tree_logits
 from .tree import DraftTree
@@ -82,11 +89,14 @@ def warp_probs(probs: torch.Tensor, temperature: float) -> torch.Tensor:
         temperature: T > 0 (1 returns the rows unchanged).
 
     Raises:
-        ValueError: temperature not a finite number > 0.
+        TypeError: temperature not a real number; probs not a tensor.
+        ValueError: temperature not a finite number > 0; probs not floating point, or (as a row or
+            rows) not distributions (``check_prob_rows``: logits, NaN, a sum off 1).
     """
-    if not 0.0 < temperature < float("inf"):
-        raise ValueError(f"warp_probs: temperature must be a finite number > 0 (sampled drafting), "
-                         f"got {temperature!r}")
+    temperature = check_real(temperature, "warp_probs: temperature (sampled drafting)", low=0, low_open=True)
+    if not isinstance(probs, torch.Tensor):
+        raise TypeError(f"warp_probs: probs must be a tensor (..., V) of probabilities, got {type(probs).__name__}")
+    check_prob_rows(probs.reshape(-1, probs.shape[-1]) if probs.dim() else probs, "warp_probs: probs")
     if temperature == 1.0:
         return probs
     # in logs: p ** (1 / T) underflows to 0 everywhere at a small T (0 / 0); log 0 = -inf stays a 0
@@ -103,7 +113,9 @@ def sample_children(q: torch.Tensor, k: int, *, generator: torch.Generator | Non
         generator: CPU ``torch.Generator`` (None: torch's global one).
 
     Raises:
-        ValueError: q not 1-D, or k not an int >= 0.
+        TypeError: q not a tensor, k not an int, a generator that is not one (``check_generator``).
+        ValueError: q not 1-D, not floating point or not a distribution (NaN, a negative entry, a sum
+            off 1, all zero: ``check_prob_rows``), or k below 0.
 
     Returns:
         (tokens, rows): the drawn tokens in draw order (fewer than k when q has fewer than k
@@ -112,10 +124,14 @@ def sample_children(q: torch.Tensor, k: int, *, generator: torch.Generator | Non
         run on these rows is exact; verifying every sibling against the unmodified q is not
         (``tests/test_specdec_trees.py`` plants that mistake and catches it).
     """
+    if not isinstance(q, torch.Tensor):
+        raise TypeError(f"sample_children: q must be a (V,) tensor of probabilities, got {type(q).__name__}")
     message = f"sample_children: q must be one row (V,) and k an int >= 0, got q of shape {tuple(q.shape)} and k={k!r}"
     if q.dim() != 1:
         raise ValueError(message)
     k = check_whole(k, message, low=0)
+    check_prob_rows(q.unsqueeze(0), "sample_children: q")                  # logits or a dead row: never drawn from
+    check_generator(generator)
     rest = q.detach().float().cpu().clamp(min=0.0).clone()                  # (V,)
     tokens: list[int] = []
     rows: list[torch.Tensor] = []
@@ -132,6 +148,19 @@ def sample_children(q: torch.Tensor, k: int, *, generator: torch.Generator | Non
 
 
 # -- builders -------------------------------------------------------------------------------
+def _check_builder(drafter, sample, temperature, generator, who: str) -> None:
+    """A builder's collaborators: a language model (or an object with ``tree_probs``), a bool ``sample``, a real
+    temperature (> 0 when sampling), a generator or None; TypeError / ValueError naming the argument."""
+    if not callable(getattr(drafter, "tree_probs", None)):
+        check_language_model(drafter, f"{who}: drafter")
+    if not isinstance(sample, bool):
+        raise TypeError(f"{who}: sample must be True or False, got {type(sample).__name__} {sample!r}")
+    temperature = check_real(temperature, f"{who}: temperature")
+    if sample and not temperature > 0.0:
+        raise ValueError(f"{who}: sampled drafting needs temperature > 0, got {temperature!r}")
+    check_generator(generator)
+
+
 def _drafter_probs(drafter, ctx_ids: torch.Tensor, tree: DraftTree) -> torch.Tensor:
     """(n+1, V) float32 CPU drafter probabilities: row 0 after the context, row i+1 after node i.
 
@@ -166,12 +195,13 @@ def build_static_tree(drafter, ctx_ids, choices: list[tuple[int, ...]], *, sampl
 
     Raises:
         ValueError: choices unsorted, not closed under prefixes, or with a negative rank, or a
-            rank >= V (``check_choices``); temperature not > 0 when sampling.
-        TypeError: choices not an iterable of rank paths of ints.
+            rank >= V (``check_choices``); temperature not finite, or not > 0 when sampling.
+        TypeError: choices not an iterable of rank paths of ints; drafter not a language model (and
+            without ``tree_probs``); sample not a bool; temperature not a real number; a generator
+            that is not one.
     """
     choices = check_choices(choices, "build_static_tree")
-    if sample and not temperature > 0.0:
-        raise ValueError(f"build_static_tree: sampled drafting needs temperature > 0, got {temperature!r}")
+    _check_builder(drafter, sample, temperature, generator, "build_static_tree")
     index: dict[tuple[int, ...], int] = {}
     tokens: list[int] = []
     parents: list[int] = []
@@ -241,11 +271,11 @@ def build_dynamic_tree(drafter, ctx_ids, num_nodes: int, *, width: int = 4,
     runs a few passes and the budget goes deep; in an entropic one it spreads wide.
 
     Raises:
-        ValueError: num_nodes < 0, width < 1 or max_depth < 1, or one of them not a whole number (a
-            Python or NumPy int); temperature not > 0 when sampling.
+        TypeError: num_nodes, width or max_depth not a whole number (a Python or NumPy int); the
+            collaborators as ``build_static_tree``.
+        ValueError: num_nodes < 0, width < 1 or max_depth < 1; temperature not > 0 when sampling.
     """
-    if sample and not temperature > 0.0:
-        raise ValueError(f"build_dynamic_tree: sampled drafting needs temperature > 0, got {temperature!r}")
+    _check_builder(drafter, sample, temperature, generator, "build_dynamic_tree")
     num_nodes = check_whole(num_nodes, f"build_dynamic_tree: num_nodes must be an int >= 0, got {num_nodes!r}", low=0)
     width = check_whole(width, f"build_dynamic_tree: width must be >= 1, got {width!r}")
     max_depth = num_nodes if max_depth is None else check_whole(

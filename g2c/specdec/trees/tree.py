@@ -90,9 +90,11 @@ class DraftTree:
     Attributes (computed): ``depths`` (n,) int64, ``num_nodes``, ``max_depth``.
 
     Raises:
-        ValueError: tokens/parents not 1-D integers of the same length; a parent index not in
-            [-1, i) (the message names the node and says parents must come first); or
-            proposal_probs not (n, V).
+        TypeError: tokens or parents not readable as integers (None, text); proposal_probs not a
+            tensor.
+        ValueError: tokens/parents not 1-D integers of the same length; a negative token id; a
+            parent index not in [-1, i) (the message names the node and says parents must come
+            first); or proposal_probs not (n, V).
     """
 
     tokens: torch.Tensor
@@ -106,6 +108,8 @@ class DraftTree:
         if tokens.numel() != parents.numel():
             raise ValueError(f"DraftTree: tokens has {tokens.numel()} entries but parents has {parents.numel()}; "
                              "give one parent per node")
+        if tokens.numel() and int(tokens.min()) < 0:        # an index from the end of every table it meets
+            raise ValueError(f"DraftTree: tokens holds the id {int(tokens.min())}; token ids are >= 0")
         depths = torch.zeros_like(parents)
         for i, p in enumerate(parents.tolist()):
             if not -1 <= p < i:
@@ -114,7 +118,9 @@ class DraftTree:
             depths[i] = 1 if p < 0 else depths[p] + 1
         if self.proposal_probs is not None:
             q = self.proposal_probs
-            if not isinstance(q, torch.Tensor) or q.dim() != 2 or q.shape[0] != tokens.numel():
+            if not isinstance(q, torch.Tensor):
+                raise TypeError(f"DraftTree: proposal_probs must be an (n, V) tensor or None, got {type(q).__name__}")
+            if q.dim() != 2 or q.shape[0] != tokens.numel():
                 shape = tuple(q.shape) if isinstance(q, torch.Tensor) else type(q).__name__
                 raise ValueError(f"DraftTree: proposal_probs must be (n, V) = ({tokens.numel()}, V), got {shape}")
         object.__setattr__(self, "tokens", tokens)

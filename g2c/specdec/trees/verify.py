@@ -624,8 +624,9 @@ def tree_speculative_generate(target, drafter, prompt_ids, max_new_tokens: int, 
                             f"num_nodes must be an int >= 1 (the draft nodes per target pass), got {num_nodes!r}")
     temperature = check_temperature(temperature)
     check_generator(generator)
-    if tree not in ("chain", "static", "dynamic"):
-        raise ValueError(f"tree must be 'chain', 'static' or 'dynamic', got {tree!r}")
+    if not isinstance(tree, str) or tree not in ("chain", "static", "dynamic"):   # a wrong type: TypeError
+        raise (ValueError if isinstance(tree, str) else TypeError)(
+            f"tree must be 'chain', 'static' or 'dynamic', got {tree!r}")
     if choices is not None and tree != "static":           # never ignored in silence
         raise ValueError(f"choices shape a static tree only (tree='static'); with tree={tree!r} they would be "
                          "ignored: drop them or pass tree='static'")

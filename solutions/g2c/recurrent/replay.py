@@ -13,6 +13,8 @@ from __future__ import annotations
 
 import torch
 
+from g2c.sampling.model import check_whole
+
 from .model import RecurrenceInputs, RecurrentLM
 from .scan import gla_chunk, gla_fold
 from .transaction import StateTransaction
@@ -42,8 +44,7 @@ class ReplayTransaction(StateTransaction):
 
     def __init__(self, model: RecurrentLM, *, batch: int = 1, capacity: int = 32) -> None:
         super().__init__(model, batch=batch)
-        if isinstance(capacity, bool) or not isinstance(capacity, int) or capacity < 1:
-            raise ValueError(f"replay: capacity must be an int >= 1 buffer positions, got {capacity!r}")
+        capacity = check_whole(capacity, f"replay: capacity must be an int >= 1 buffer positions, got {capacity!r}")
         self.capacity = capacity
         self.max_prefill_block = capacity
         H, d = model.num_heads, model.head_dim

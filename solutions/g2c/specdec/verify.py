@@ -35,6 +35,7 @@ def _check_block(draft_ids: torch.Tensor, rows: torch.Tensor, name: str, *, extr
     """Validate a draft (k,) and a score table of k + ``extra_rows`` rows; return k. Provided.
 
     Raises:
+        TypeError: draft_ids or ``rows`` not a tensor (a list: wrap it with ``torch.tensor``).
         ValueError: draft_ids is not a non-empty 1-D integer tensor ("draft_ids must be ...");
             ``rows`` is not (k + extra_rows, V) ("<name> must have shape (n, V)"); a draft id
             lies outside the vocabulary ("draft_ids holds token id x, outside the vocabulary
@@ -45,16 +46,22 @@ def _check_block(draft_ids: torch.Tensor, rows: torch.Tensor, name: str, *, extr
             within ``g2c.sampling.model.prob_tolerance`` ("<name> must hold probabilities").
             The table checks are the shared ``check_score_rows`` / ``check_prob_rows``.
     """
-    if not isinstance(draft_ids, torch.Tensor) or draft_ids.dim() != 1 or draft_ids.numel() == 0:
-        shape = tuple(draft_ids.shape) if isinstance(draft_ids, torch.Tensor) else type(draft_ids).__name__
-        raise ValueError(f"draft_ids must be a non-empty 1-D tensor of k token ids, got shape {shape}")
+    if not isinstance(draft_ids, torch.Tensor):                                    # the type rule: a TypeError
+        raise TypeError(f"draft_ids must be a non-empty 1-D tensor of k token ids, got {type(draft_ids).__name__}; "
+                        "wrap a list with torch.tensor(ids)")
+    if draft_ids.dim() != 1 or draft_ids.numel() == 0:
+        raise ValueError(f"draft_ids must be a non-empty 1-D tensor of k token ids, got shape "
+                         f"{tuple(draft_ids.shape)}")
     if draft_ids.dtype.is_floating_point or draft_ids.dtype.is_complex or draft_ids.dtype == torch.bool:
         raise ValueError(f"draft_ids must hold integer token ids, got dtype {draft_ids.dtype}")
     k = draft_ids.numel()
     num_rows = k + extra_rows
-    if not isinstance(rows, torch.Tensor) or rows.dim() != 2 or rows.shape[0] != num_rows:
-        shape = tuple(rows.shape) if isinstance(rows, torch.Tensor) else type(rows).__name__
-        raise ValueError(f"{name} must have shape ({num_rows}, V) for a draft of k={k} tokens, got {shape}")
+    if not isinstance(rows, torch.Tensor):
+        raise TypeError(f"{name} must be a ({num_rows}, V) tensor for a draft of k={k} tokens, got "
+                        f"{type(rows).__name__}")
+    if rows.dim() != 2 or rows.shape[0] != num_rows:
+        raise ValueError(f"{name} must have shape ({num_rows}, V) for a draft of k={k} tokens, got "
+                         f"{tuple(rows.shape)}")
     check_token_ids(draft_ids, rows.shape[1], "draft_ids")
     (check_prob_rows if name.endswith("_probs") else check_score_rows)(rows, name)
     return k
@@ -89,6 +96,7 @@ def greedy_verify(draft_ids: torch.Tensor, target_logits: torch.Tensor) -> tuple
         token when every draft matched.
 
     Raises:
+        TypeError: draft_ids or target_logits not a tensor (``_check_block``).
         ValueError: draft_ids is not a non-empty 1-D integer tensor ("draft_ids"), a draft id
             is outside [0, V) ("draft_ids ... outside the vocabulary [0, V)"), or
             target_logits is not (k+1, V) ("target_logits must have shape (k+1, V)"); all
@@ -149,6 +157,7 @@ def speculative_verify(draft_ids: torch.Tensor, target_probs: torch.Tensor, draf
         (num_accepted, token): the accepted prefix length and the correction or bonus token.
 
     Raises:
+        TypeError: a table or the draft not a tensor, as ``greedy_verify``.
         ValueError: bad shapes or draft ids outside [0, V), as ``greedy_verify``
             (``_check_block`` for both tables; draft_probs must be (k, V)); and when
             draft_probs and target_probs have different V, a message containing

@@ -106,13 +106,13 @@ class BlockHead(HeadOnBase):
     def __init__(self, base, layers=None, *, block_size: int = 8, context_rows: int = 8, num_blocks: int = 2,
                  injection: str = "rows", generator: torch.Generator | None = None) -> None:
         super().__init__(base, generator=generator)
-        if not isinstance(injection, str) or injection not in self.INJECTIONS:
-            raise ValueError(f"BlockHead: injection must be 'rows' (context rows) or 'kv' (DFlash's key/value "
-                             f"injection into every draft layer), got {injection!r}")
+        if not isinstance(injection, str) or injection not in self.INJECTIONS:           # a wrong type: TypeError
+            raise (ValueError if isinstance(injection, str) else TypeError)(
+                f"BlockHead: injection must be 'rows' (context rows) or 'kv' (DFlash's key/value injection into every "
+                f"draft layer), got {injection!r}")
         self.injection = injection
         for name, value in (("block_size", block_size), ("context_rows", context_rows), ("num_blocks", num_blocks)):
-            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-                raise ValueError(f"BlockHead: {name} must be an int >= 1, got {value!r}")
+            check_whole(value, f"BlockHead: {name} must be an int >= 1, got {value!r}")
         num_layers = len(base.blocks)
         self.layers = fusion_layers(num_layers) if layers is None else check_fusion_layers(layers, num_layers)
         self.block_size, self.context_rows = block_size, context_rows
