@@ -19,7 +19,11 @@ every torch call the way CUDA or MPS would:
 * ops that the MPS backend has not implemented in the torch versions the course supports
   (``NOT_ON_MPS``: ``isin``, ``index_copy``; "The operator 'aten::isin.Tensor_Tensor_out' is
   not currently implemented for the MPS device", pytorch/pytorch#77764) raise
-  ``UnsupportedOnDevice``.
+  ``UnsupportedOnDevice``;
+* ``scaled_dot_product_attention(..., is_causal=True)`` in float16/bfloat16 raises
+  ``SilentOnDevice``: MPS in released torch applied that causal mask once per group of four
+  queries, with no error (pytorch/pytorch#195910, "correctness (silent)"); code that runs there
+  passes an explicit mask (``g2c.attention.multihead.fused_causal_trusted``).
 
 Two switches serve ``pytest --fake-device`` (tests/conftest.py), which runs whole test files
 under the mode: ``params_on_device=True`` treats every parameter (a leaf tensor with
@@ -59,6 +63,10 @@ class Float64OnDevice(RuntimeError):
 
 class UnsupportedOnDevice(RuntimeError):
     """An op or dtype the MPS backend does not support (an int64 scan, an unimplemented op)."""
+
+
+class SilentOnDevice(RuntimeError):
+    """A call that MPS answers without an error but wrongly (a known silent correctness bug of released torch)."""
 
 
 NOT_ON_MPS = {torch.isin, torch.Tensor.index_copy, torch.Tensor.index_copy_, torch.index_copy}
@@ -218,6 +226,12 @@ class FakeAccelerator(TorchFunctionMode):
         if accel and strict and func in NOT_ON_MPS:
             raise UnsupportedOnDevice(f"{name} is not implemented for the MPS device (pytorch/pytorch#77764); "
                                       "compute it on the CPU or with other ops")
+        if accel and strict and func is torch.nn.functional.scaled_dot_product_attention and kwargs.get("is_causal") \
+                and any(t.dtype in (torch.float16, torch.bfloat16) for t in accel):
+            raise SilentOnDevice("scaled_dot_product_attention(is_causal=True) in float16/bfloat16 on MPS applied the "
+                                 "causal mask once per group of four queries in released torch "
+                                 "(pytorch/pytorch#195910, no error: future keys leak); pass an explicit causal "
+                                 "attn_mask there")
         if accel and strict and func in _SCANS:
             dtype = kwargs.get("dtype") or args[0].dtype
             if dtype in _SCAN_DTYPES:

@@ -52,7 +52,7 @@ def test_kvcache_shapes_and_nbytes():
 def test_kvcache_rejects_bad_sizes():
     with pytest.raises(ValueError, match="max_seq_len"):
         KVCache(1, 1, 1, 1, 0)
-    with pytest.raises(ValueError, match="num_heads"):
+    with pytest.raises(TypeError, match="num_heads"):         # a wrong type is a TypeError (the type rule)
         KVCache(1, 1, 1.5, 1, 4)
 
 

@@ -19,6 +19,7 @@ from device_mocks import (  # noqa: E402
     DeviceMismatch,
     FakeAccelerator,
     Float64OnDevice,
+    SilentOnDevice,
     UnsupportedOnDevice,
     device_of,
     fake_device_active,
@@ -48,6 +49,39 @@ def test_ops_mps_lacks_are_refused_on_the_device():
         with pytest.raises(UnsupportedOnDevice, match=r"index_copy"):
             to_accel(torch.zeros(3)).index_copy(0, to_accel(torch.tensor([1])), to_accel(torch.ones(1)))
         assert (to_accel(a).unsqueeze(-1) == to_accel(b)).any(-1).tolist() == [False, True, False]   # the MPS way
+
+
+def test_fused_causal_attention_in_half_precision_takes_an_explicit_mask_on_the_device(monkeypatch):
+    # torch's is_causal=True on MPS in float16/bfloat16 masked once per group of four queries in released
+    # versions (pytorch/pytorch#195910, a silent correctness bug): the fake device refuses the call in half
+    # precision, module 08's fused path passes an explicit mask there and keeps is_causal where it is trusted.
+    from types import SimpleNamespace
+
+    import torch.nn.functional as F
+
+    import g2c.attention.multihead as mh
+    from g2c.attention import MultiHeadAttention
+
+    q = torch.randn(1, 2, 8, 4, generator=torch.Generator().manual_seed(0)).to(torch.bfloat16)
+    with FakeAccelerator():
+        with pytest.raises(SilentOnDevice, match=r"once per group of four queries .*pytorch/pytorch#195910"):
+            F.scaled_dot_product_attention(to_accel(q), to_accel(q), to_accel(q), is_causal=True)   # the wrong code
+        F.scaled_dot_product_attention(to_accel(q.float()), to_accel(q.float()), to_accel(q.float()), is_causal=True)
+    cases = [("2.13.0", torch.float16, "mps", False), ("2.13.0", torch.bfloat16, "mps", False),
+             ("2.14.0", torch.float16, "mps", True), ("2.13.0", torch.float32, "mps", True),
+             ("2.13.0", torch.float16, "cuda", True), ("2.13.0", torch.float16, "cpu", True),
+             ("2.14.0", torch.float16, "meta", False)]                   # meta: the fake device, never trusted
+    for version, dtype, device, trusted in cases:
+        monkeypatch.setattr(torch, "__version__", torch.torch_version.TorchVersion(version))
+        assert mh.fused_causal_trusted(SimpleNamespace(dtype=dtype, device=torch.device(device))) is trusted
+    monkeypatch.undo()
+    attn = MultiHeadAttention(8, 2, generator=torch.Generator().manual_seed(1)).to(dtype=torch.bfloat16)
+    x = torch.randn(2, 8, 8, generator=torch.Generator().manual_seed(2)).to(torch.bfloat16)
+    want = attn(x)                                                       # the course kernel, on the CPU
+    attn.fused = True
+    with FakeAccelerator(params_on_device=True, library_only=(str(Path(mh.__file__).parents[1]),)):
+        got = attn(to_accel(x))                                          # refused if is_causal reached the device
+    torch.testing.assert_close(got.cpu().float(), want.float(), atol=2e-2, rtol=2e-2)    # bfloat16 round-off
 
 
 def test_float64_and_mixing_are_still_caught():
@@ -127,11 +161,12 @@ def test_the_lesson_lists_every_rule_the_fake_device_enforces():
 
     lesson = (Path(__file__).resolve().parents[2] / "docs" / "beyond" / "specdec.md").read_text(encoding="utf-8")
     rules = lesson[lesson.index("## The device rules"):lesson.index("## Pitfalls")]
-    for error in ("DeviceMismatch", "Float64OnDevice", "UnsupportedOnDevice"):
+    for error in ("DeviceMismatch", "Float64OnDevice", "UnsupportedOnDevice", "SilentOnDevice"):
         assert f"`{error}`" in rules
     for func in device_mocks.NOT_ON_MPS | device_mocks._SCANS:
         assert func.__name__.rstrip("_") in rules, f"{func.__name__} is refused by the fake device, not in the lesson"
     for dtype in device_mocks._SCAN_DTYPES:
         assert str(dtype).removeprefix("torch.") in rules
-    for word in ("float64", "complex128", "torch.Generator", ".numpy()", "0-dim", "x[i] = cpu_row"):
+    for word in ("float64", "complex128", "torch.Generator", ".numpy()", "0-dim", "x[i] = cpu_row", "is_causal=True",
+                 "bfloat16"):
         assert word in rules

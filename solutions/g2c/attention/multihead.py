@@ -15,7 +15,24 @@ from g2c.nn import Dropout, Linear, Module
 
 from .causal import scaled_dot_product_attention
 
-__all__ = ["MultiHeadAttention", "merge_heads", "split_heads"]
+__all__ = ["MultiHeadAttention", "fused_causal_trusted", "merge_heads", "split_heads"]
+
+# torch's scaled_dot_product_attention(..., is_causal=True) on MPS in float16/bfloat16 applied the causal mask once per
+# group of four queries in released versions before this one, so three queries in four read future keys with no error
+# (pytorch/pytorch#195910, labelled "correctness (silent)"); 2.14.0 gives the masked result (a user's measurement on
+# that issue's downstream report, YuE #176). Older torch on MPS gets an explicit mask instead.
+MPS_HALF_CAUSAL_FIXED = (2, 14)
+
+
+def fused_causal_trusted(q: torch.Tensor) -> bool:
+    """Whether torch's fused ``is_causal=True`` may be used for queries ``q`` (B, H, T, d). Provided.
+
+    Yes on the CPU and on CUDA, and in float32 anywhere; in float16/bfloat16 on MPS only from torch
+    ``MPS_HALF_CAUSAL_FIXED`` on; on any other device (an accelerator the course has not checked, the
+    tests' fake one) no: the caller passes an explicit causal mask, the same maths in every case."""
+    if q.dtype not in (torch.float16, torch.bfloat16) or q.device.type in ("cpu", "cuda"):
+        return True
+    return q.device.type == "mps" and torch.__version__ >= MPS_HALF_CAUSAL_FIXED
 
 
 def split_heads(x: torch.Tensor, num_heads: int) -> torch.Tensor:
@@ -66,6 +83,8 @@ class MultiHeadAttention(Module):
         fused: when True, the forward pass calls
             ``torch.nn.functional.scaled_dot_product_attention`` instead of the course
             function (an opt-in speed path, tested equal to the course path). Default False.
+            On MPS in float16/bfloat16 with a torch before 2.14 its causal mask is passed
+            explicitly (``fused_causal_trusted``: torch's own was wrong there, silently).
 
     Raises:
         ValueError: D not divisible by H.
@@ -83,8 +102,16 @@ class MultiHeadAttention(Module):
         self.dropout = Dropout(dropout)
 
     def _attend(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
-        """The attention kernel on (B, H, T, d) tensors: course function or torch's fused one."""
+        """The attention kernel on (B, H, T, d) tensors: course function or torch's fused one.
+
+        The fused path's causal mask is torch's ``is_causal`` where that is trusted
+        (``fused_causal_trusted``), else an explicit boolean mask with the same top-left alignment
+        (query i reads keys 0..i): older torch on MPS in half precision let three queries in four read
+        future keys without an error (pytorch/pytorch#195910)."""
         if self.fused:
+            if self.causal and not fused_causal_trusted(q):
+                allowed = torch.ones(q.shape[-2], k.shape[-2], dtype=torch.bool, device=q.device).tril()  # (T, S)
+                return F.scaled_dot_product_attention(q, k, v, attn_mask=allowed)
             return F.scaled_dot_product_attention(q, k, v, is_causal=self.causal)
         return scaled_dot_product_attention(q, k, v, causal=self.causal)
 
