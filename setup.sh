@@ -12,6 +12,22 @@ cd "$(dirname "$0")"
 
 TORCH_VERSION="2.13.0"
 
+# A read-only checkout made pip fail half-way (an OSError deep in an editable install): probe first, with a real
+# file (root passes permission bits on a read-only mount), and say what to do.
+writable() {
+    local probe
+    probe=$(mktemp "$1/.g2c-probe.XXXXXX" 2>/dev/null) || return 1
+    rm -f "$probe"
+}
+for dir in . .venv; do
+    if [ -d "$dir" ] && ! writable "$dir"; then
+        echo "setup.sh: cannot write $(cd "$dir" && pwd): setup installs into .venv/ and g2c.egg-info/ inside the" \
+             "checkout; make it writable (chmod -R u+w '$(pwd)') or copy the checkout somewhere writable and run" \
+             "./setup.sh there" >&2
+        exit 1
+    fi
+done
+
 if [ ! -x .venv/bin/python ]; then
     PY="${PYTHON:-python3}"
     if ! "$PY" -c 'import sys; sys.exit(0 if sys.version_info >= (3, 11) else 1)'; then

@@ -319,11 +319,11 @@ def test_load_model_rejects_unsupported_dtype():
         load_model("StoryLM-1M", device="cpu", dtype=torch.float64)
 
 
-@pytest.mark.parametrize("layer", [-1, 2, 1.0, True])
-def test_kvcache_append_refuses_a_layer_outside_the_cache(layer):
+@pytest.mark.parametrize("layer, error", [(-1, ValueError), (2, ValueError), (1.0, TypeError), (True, TypeError)])
+def test_kvcache_append_refuses_a_layer_outside_the_cache(layer, error):
     cache = KVCache(2, 1, 2, 4, 8)
     kv = torch.zeros(1, 2, 1, 4)
-    with pytest.raises(ValueError, match=r"layer must be an int in \[0, 2\)"):
+    with pytest.raises(error, match=r"layer must be an int in \[0, 2\)"):     # a wrong type: TypeError
         cache.append(layer, kv, kv)
 
 

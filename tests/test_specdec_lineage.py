@@ -635,8 +635,9 @@ def test_bad_drafters_and_choices_are_refused_in_one_line():
         lineage_generate(target, MedusaDrafter(heads), "Once upon", 4)
     with pytest.raises(ValueError, match=r"width must be an int in \[1, 32\]"):
         EagleTreeDrafter(FeatureDrafter(target), width=1000)
-    for bad, match in (([0, 1], "rank paths"), ([], "empty"), ([(V,)], "vocabulary size")):
-        with pytest.raises(ValueError, match=match):
+    for bad, error, match in (([0, 1], TypeError, "rank paths"), ([], ValueError, "empty"),
+                              ([(V,)], ValueError, "vocabulary size")):      # ints, not paths: a wrong type
+        with pytest.raises(error, match=match):
             MedusaDrafter(heads, bad)
     with pytest.raises(TypeError, match="ints"):
         MedusaDrafter(heads, [(0.7,)])

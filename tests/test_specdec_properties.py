@@ -187,7 +187,7 @@ def test_speculative_generate_rejects_non_integer_prompt_and_k():
     target = drafter = TableLM(torch.eye(4))
     with pytest.raises(ValueError, match="integer token ids"):
         speculative_generate(target, drafter, torch.tensor([1.7, 2.0]), 3)
-    with pytest.raises(ValueError, match="k must be >= 1"):
+    with pytest.raises(TypeError, match="k must be >= 1"):          # a float is a wrong type, never truncated
         speculative_generate(target, drafter, [1], 3, k=2.5)
 
 

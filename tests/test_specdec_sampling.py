@@ -646,7 +646,7 @@ def test_speculative_sample_equals_generate_at_the_window_edge(k):
 @pytest.mark.parametrize("build, error, match", [
     (lambda: HeuristicK(grow=-1), ValueError, r"grow must be an int >= 1 .*got -1; for a fixed draft length use"),
     (lambda: HeuristicK(shrink=0), ValueError, r"shrink must be an int >= 1 .*got 0"),
-    (lambda: HeuristicK(grow=1.5), ValueError, r"grow must be an int >= 1 .*got 1\.5"),
+    (lambda: HeuristicK(grow=1.5), TypeError, r"grow must be an int >= 1 .*got 1\.5"),
     (lambda: CostModelK(c=float("nan")), ValueError, r"c must be a finite number >= 0, got nan"),
     (lambda: CostModelK(c="0.1"), TypeError, r"c must be a real number, got str"),
     (lambda: CostModelK(prior_weight=-2.0), ValueError, r"prior_weight must be a finite number >= 0, got -2\.0"),

@@ -43,14 +43,14 @@ def _named(fn: Callable, name: str) -> Callable:
 COUNT_MAX = 2**31 - 1     # torch's thread and size arguments are C ints: a count past this overflowed late
 
 
-def _int(text: str, minimum: int, maximum: int = COUNT_MAX) -> int:
+def _int(text: str, minimum: int, maximum: int | None = COUNT_MAX) -> int:
     try:
         value = int(text)
     except (TypeError, ValueError):
         raise argparse.ArgumentTypeError(f"{text!r} is not an integer; use an int >= {minimum}") from None
     if value < minimum:
         raise argparse.ArgumentTypeError(f"{value} is below {minimum}; use an int >= {minimum}")
-    if value > maximum:
+    if maximum is not None and value > maximum:
         raise argparse.ArgumentTypeError(f"{value} is above {maximum:,}; use an int in [{minimum}, {maximum:,}]")
     return value
 
@@ -69,7 +69,7 @@ def seed() -> Callable[[str], int]:
     room for the benches' seed + i per prompt; past it torch said only "Overflow when unpacking long
     long", without naming the option)."""
     def parse(text: str) -> int:
-        value = _int(text, 0, maximum=2**64)
+        value = _int(text, 0, maximum=None)
         if value > SEED_MAX:
             raise argparse.ArgumentTypeError(f"{value} is above 2**63 - 1; a seed is an int in [0, 2**63 - 1]")
         return value

@@ -225,9 +225,9 @@ def parse_selection(spec: str | None) -> list[str]:
                                     need not be registry ids themselves)
 
     Raises:
-        ValueError: an item is neither a known id, ``all`` nor a numeric range; a range that holds no
-            module (``99-100``) or runs backwards; ``1`` inside a list; the message lists the valid ids
-            and the grammar.
+        ValueError: an item is neither a known id, ``all`` nor a numeric range; a range that runs
+            backwards; ``1`` inside a list; the message lists the valid ids and the grammar. (A range
+            between modules, ``12-15``, selects none: the ends need not be ids.)
     """
     spec = (spec or "").strip().lower()
     if spec in ("", "0"):
@@ -246,12 +246,7 @@ def parse_selection(spec: str | None) -> list[str]:
             lo, hi = int(rng.group(1)), int(rng.group(2))
             if lo > hi:
                 raise ValueError(f"G2C_APPLY_SOLUTIONS: empty range {item!r} (start > end)")
-            hit = [m.id for m in MODULES if m.number is not None and lo <= m.number <= hi]
-            if not hit:
-                numbers = sorted({m.number for m in MODULES if m.number is not None})
-                raise ValueError(f"G2C_APPLY_SOLUTIONS: the range {item!r} holds no module (the numbered modules "
-                                 f"run {numbers[0]:02d}-{numbers[-1]:02d}); use e.g. '01-11'")
-            chosen.update(hit)
+            chosen.update(m.id for m in MODULES if m.number is not None and lo <= m.number <= hi)
             continue
         if item in module_ids():
             chosen.add(item)

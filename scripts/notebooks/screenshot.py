@@ -264,7 +264,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         from playwright.sync_api import Error as PlaywrightError
     except ImportError:
-        print("screenshot.py needs playwright: pip install -e '.[browser]' (or pip install playwright)",
+        print("screenshot.py: error: needs playwright: pip install -e '.[browser]' (or pip install playwright)",
               file=sys.stderr)
         return 2
     try:

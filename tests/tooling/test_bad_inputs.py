@@ -39,6 +39,27 @@ Covered, generated from the tables below (a new entry point is covered once it i
   error line, exit 2 (1 for ./checkpoints.sh's unknown name and the exports' runtime checks).
   Unwritable outputs, full disks and interrupted writes: tests/tooling/test_trust.py.
 
+* Issue 57's families, each closed where the value enters:
+  - a decode that is not prefix-monotone (a byte decode showing a cut character as U+FFFD): stop strings
+    cut where plain decoding cuts, through the engine, the tree preset and the lineage loop, k = 1 and 4
+    (``StopRule.cut`` decodes every prefix);
+  - every output path option of every script (``OUTPUT_OPTIONS``; ``test_every_output_option_of_every_
+    script_is_listed_and_typed`` fails until a new one is listed and typed) x ``BAD_OUTPUTS`` (6 classes: a
+    folder that cannot exist, a path under a file, a name too long, a NUL, an empty path, a path inside the
+    shipped artifacts): one error line, exit 2, before any work (``g2c.assets.cli.output_file`` /
+    ``output_dir`` -> ``g2c.course.files.check_output_path``, a real write probe; ``shipped_problem``); a
+    list of only commas (``roofline --paths ,``); a disk that fills after the work;
+  - messages that named the wrong cause (an export under a file, into the shipped artifacts, an edited pin,
+    ``G2C_APPLY_SOLUTIONS='all,'``, a module id that exists, an interrupted GGUF read-back);
+  - controls handed to the wrong object (the stateful preset names ``speculative_sample``);
+  - raw library errors and wrong types reported as wrong values (``ngram_lookup(min_n=1.5)``, a head on
+    ``object()``, ``block_loss_weights``'s gamma, ``check_whole``'s TypeError; ``torch.save`` past a
+    file-size limit, the real call in a child process);
+  - a read-only checkout stops ``./setup.sh`` before pip;
+  - MPS's silent causal mask in half precision (pytorch/pytorch#195910): tests/tooling/test_fake_device.py.
+  The trial that found them (>= 900 inputs over every surface, classified clear / unclear / silent) is
+  ``tests/tooling/trial_bad_inputs.py``.
+
 Every error must be a ValueError/TypeError on one line naming the argument, the rule and the fix.
 The type rule: a Python value of the wrong type (a float, bool, string or None where an int or a
 number is needed; a non-tensor where a tensor is needed) is a TypeError; a tensor of the wrong
@@ -1031,7 +1052,7 @@ def test_numpy_scalars_count_as_ints_and_reals():
     for controller in (HeuristicK(np.int64(3)), CostModelK(np.int64(3), k_max=np.int64(8))):
         k = controller.next_k()
         assert k == 3 and type(k) is int
-    with pytest.raises(ValueError, match=r"k must be >= 1 draft tokens per target pass \(an int\), got 2\.0"):
+    with pytest.raises(TypeError, match=r"k must be >= 1 draft tokens per target pass \(an int\), got 2\.0"):
         speculative_sample(target, LMDrafter(draft), [1, 2, 3], 5, k=2.0)   # floats stay refused
     with pytest.raises(ValueError, match=r"num_nodes must be an int >= 1 .*got True"):
         tree_speculative_generate(target, draft, [1, 2, 3], 5, num_nodes=True)
@@ -1075,7 +1096,7 @@ def test_numpy_ints_reach_every_count_check():
     head = FeatureDrafter(target, generator=torch.Generator().manual_seed(3))
     assert EagleTreeDrafter(head, width=np.int64(2)).width == 2
     assert type(CachedTarget(target, refill_tokens=np.int32(5)).scorer.refill_tokens) is int
-    with pytest.raises(ValueError, match=r"k must be an int >= 1 \(draft tokens per round\), got 2\.0"):
+    with pytest.raises(TypeError, match=r"k must be an int >= 1 \(draft tokens per round\), got 2\.0"):
         batched_speculative_generate(target, draft, [prompt], 6, k=2.0)
     with pytest.raises(ValueError, match=r"refill_tokens must be an int in \[1, max_seq_len=32\], got np\.int64\(33\)"):
         cached_generate(target, prompt, 3, refill_tokens=np.int64(33))
@@ -1375,3 +1396,266 @@ def test_a_drafter_that_writes_into_its_context_never_changes_the_callers_prompt
     assert as_token_ids(prompt) is not prompt and as_token_ids(prompt).data_ptr() != prompt.data_ptr()
     speculative_sample(_lm(0), Vandal(), prompt, 4, k=2, temperature=0.0)
     assert prompt.tolist() == [1, 2, 5]
+
+
+# -- issue 57: the residue (one family per test; tests/tooling/trial_bad_inputs.py is the trial) ------------
+
+LEAD, CONT = 26, 27                       # the two bytes of "é" (0xC3 0xA9); V = 32 below
+
+
+def byte_decode(ids) -> str:
+    """A byte-level decode: a cut character shows as U+FFFD until its next byte comes (not prefix-monotone)."""
+    raw = bytes(0xC3 if t == LEAD else 0xA9 if t == CONT else 0x61 + int(t) % 26 for t in ids)
+    return raw.decode("utf-8", errors="replace")
+
+
+@pytest.mark.parametrize("k", [1, 4])
+@pytest.mark.parametrize("preset", ["engine", "tree", "lineage"])
+def test_a_stop_string_is_found_with_a_decode_that_is_not_prefix_monotone(preset, k):
+    """StopRule.cut decoded the round's prefixes only when the round's whole text held a stop string: with a
+    byte decode, "b c \\ufffd" (plain decoding's stop) became "b c é d" and the run went on (silent)."""
+    import torch
+    from specdec_mocks import TableLM, chain_table
+
+    from g2c.sampling import generate
+    from g2c.specdec.lineage import MedusaDrafter, MedusaHeads, lineage_generate
+    from g2c.specdec.sampling.drafters import LMDrafter
+    from g2c.specdec.sampling.loop import speculative_sample
+    from g2c.specdec.trees.verify import tree_speculative_generate
+
+    next_of = [(v + 1) % 32 for v in range(32)]
+    next_of[2], next_of[LEAD], next_of[CONT] = LEAD, CONT, 3
+    model = TableLM(chain_table(next_of, generator=torch.Generator().manual_seed(0)), max_seq_len=32)
+    plain = generate(model, [0], 12, temperature=0.0)[1:].tolist()
+    want = next(plain[:i + 1] for i in range(12) if "\ufffd" in byte_decode(plain[:i + 1]))
+    assert want == [1, 2, LEAD] and "\ufffd" not in byte_decode(plain)
+    stops = {"stop_strings": ["\ufffd"], "decode": byte_decode, "temperature": 0.0}
+    if preset == "engine":
+        ids, _ = speculative_sample(model, LMDrafter(model), [0], 12, k=k, **stops)
+    elif preset == "tree":
+        ids, _ = tree_speculative_generate(model, model, [0], 12, num_nodes=k, **stops)
+    else:      # Medusa reads a TransformerLM's states; its decode shows a token as "?" while it is the last one
+        lm = _lm(1)
+        lm_plain = generate(lm, [1, 2], 12, temperature=0.0)[2:].tolist()
+        special = next(b for a, b in zip(lm_plain, lm_plain[1:]) if a != b)        # 12, then other tokens
+
+        def decode(ids):
+            return "".join(chr(97 + int(t)) for t in ids[:-1]) + ("?" if int(ids[-1]) == special else chr(97 + ids[-1]))
+
+        cut = next(i + 1 for i in range(12) if "?" in decode(lm_plain[:i + 1]))
+        assert 1 < cut < 12 and "?" not in decode(lm_plain)
+        ids, _ = lineage_generate(lm, MedusaDrafter(MedusaHeads(lm, 2)), [1, 2], 12, num_nodes=k + 1,
+                                  **{**stops, "stop_strings": ["?"], "decode": decode})
+        assert ids[2:].tolist() == lm_plain[:cut]
+        return
+    assert ids[1:].tolist() == want
+
+
+OUTPUT_OPTIONS = {          # script -> (argv before the path, option or None for a positional, writes a folder)
+    "bench/specdec.py": [([], "--out", False)],
+    "bench/lineage.py": [([], "--figure", False), ([], "--json", False)],
+    "bench/roofline.py": [([], "--plot", False)],
+    "bench/serving_lab.py": [([], "--out", True), ([], "--export-prompts", False)],
+    "bench/setup_llamacpp.py": [([], "--work", True)],
+    "g2c/assets/export.py": [(["StoryLM-1M"], "--hf", True)],
+    "g2c/assets/gguf.py": [(["StoryLM-1M"], None, False)],
+    "scripts/agreement_figure.py": [([], "--out", False)],
+    "scripts/run_notebooks.py": [([], "--save", True)],
+    "scripts/notebooks/build.py": [([], "--solved", True)],
+    "scripts/notebooks/screenshot.py": [(["03"], "--out", True)],
+}
+
+
+def _output_option_lines() -> set[tuple[str, str]]:
+    """(script, option) of every add_argument whose type is output_file/output_dir or whose name says it writes."""
+    found = set()
+    for script in {*SCRIPTS, "scripts/agreement_figure.py", "scripts/run_notebooks.py", "scripts/notebooks/build.py",
+                   "scripts/notebooks/screenshot.py", "scripts/new_module.py", "scripts/model_card.py"}:
+        text = (REPO_ROOT / script).read_text()
+        for m in re.finditer(r'add_argument\(\s*"([^"]+)"[^)]*?(output_file|output_dir|_prefix)', text, re.S):
+            found.add((script, m.group(1)))
+    return found
+
+
+def test_every_output_option_of_every_script_is_listed_and_typed():
+    listed = {(s, opt or "out") for s, rows in OUTPUT_OPTIONS.items() for _, opt, _ in rows}
+    assert _output_option_lines() == listed, "an output path option must use cli.output_file/output_dir and be listed"
+
+
+BAD_OUTPUTS = {             # class -> (path for a file, path for a folder, the one error line's match)
+    "a folder that cannot exist": ("/proc/g2c-57/x.png", "/proc/g2c-57/x", r"cannot write the output folder .*/proc"),
+    "under a file": ("README.md/x.png", "README.md/x", r"README\.md is a file, not a folder"),
+    "a name too long": ("runs/" + "n" * 300 + ".png", "runs/" + "n" * 300, r"has \d+ bytes and this file system takes "
+                                                                            r"at most"),
+    "a NUL character": ("x\x00.png", "x\x00", r"holds a NUL character"),
+    "an empty path": ("", "", r"an empty path"),
+    "inside the shipped artifacts": ("artifacts/models/StoryLM-1M/model.safetensors", "artifacts/models/StoryLM-1M",
+                                     r"inside the shipped artifacts \(artifacts/models/StoryLM-1M\)"),
+}
+
+
+@pytest.mark.parametrize("case", sorted(BAD_OUTPUTS))
+@pytest.mark.parametrize("script, row", [(s, i) for s, rows in OUTPUT_OPTIONS.items() for i in range(len(rows))])
+def test_every_output_option_refuses_a_path_no_writer_could_use(script, row, case, monkeypatch):
+    """Issue 57: lineage --figure, roofline --plot and serving_lab --out took a folder that cannot exist and
+    ended in a traceback after the work; an export into artifacts/ overwrote a shipped model. Every output
+    option goes through g2c.assets.cli.output_file/output_dir (g2c.course.files.check_output_path)."""
+    monkeypatch.chdir(REPO_ROOT)
+    pre, option, folder = OUTPUT_OPTIONS[script][row]
+    file_path, folder_path, match = BAD_OUTPUTS[case]
+    path = folder_path if folder else file_path
+    if option == "--export-prompts" and case == "inside the shipped artifacts":
+        path = "artifacts/models/StoryLM-1M/prompts"
+    if case == "an empty path" and option in ("--export-prompts", "--plot"):
+        return                                                 # a prefix '' writes '-endings.jsonl'; --plot '': no plot
+    argv = pre + ([f"{option}={path}"] if option else [path])
+    rc, out, err = _run(script, argv)
+    assert rc == 2, (rc, out, err)
+    errors = [line for line in err.splitlines() if "error" in line]
+    assert len(errors) == 1 and re.search(match, errors[0]), err
+    assert "Traceback" not in err
+
+
+def test_roofline_paths_of_only_commas_is_a_usage_error():
+    rc, out, err = _run("bench/roofline.py", ["--paths", ","])                       # was StopIteration
+    assert rc == 2 and re.search(r"argument --paths: an empty list: choose from teaching", err), err
+
+
+def test_a_late_write_failure_is_one_line_after_the_run(monkeypatch, capsys, tmp_path):
+    """A disk that fills while the run works: the benches' write is one line naming the file and the fix."""
+    import errno
+
+    module = _load("bench/lineage.py")
+
+    def full(*a, **k):
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    monkeypatch.setattr(module, "write_text_atomic", full)
+    assert module.save_json(tmp_path / "x.json", {}) == 1
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "the disk is full while writing" in err and "Traceback" not in err
+
+
+def test_wrong_cause_messages_name_the_real_cause(monkeypatch, tmp_path):
+    """Issue 57's wrong causes: an export into a file's 'folder' was told to make it writable; an edited pin was
+    told to run --force; 'all,' was refused while recommending 'all'; an existing numeric module id was told
+    its package name is not an identifier."""
+    import subprocess
+    import sys
+
+    import g2c.assets.artifacts as artifacts
+    from g2c.assets.export import export_hf
+    from g2c.course.registry import module_ids, parse_selection
+
+    (tmp_path / "afile").write_text("x")
+    with pytest.raises(NotADirectoryError, match=r"afile is a file, not a folder"):
+        export_hf("StoryLM-1M", tmp_path / "afile" / "out")
+    before = {p.name: p.stat().st_mtime_ns for p in artifacts.artifact_dir("StoryLM-1M").iterdir()}
+    with pytest.raises(ValueError, match=r"inside the shipped artifacts .*checkpoints\.sh installs"):
+        export_hf("StoryLM-1M", artifacts.artifact_dir("StoryLM-1M"), overwrite=True)
+    assert {p.name: p.stat().st_mtime_ns for p in artifacts.artifact_dir("StoryLM-1M").iterdir()} == before
+    monkeypatch.setattr(artifacts, "pin_edited", lambda name: True)
+    fix = artifacts._pin_fix("StoryLM-1M", "run ./checkpoints.sh --force")
+    assert "git checkout -- g2c/assets/pins.json" in fix and "--force reinstalls the files, which fail" in fix
+    monkeypatch.setattr(artifacts, "pin_edited", lambda name: None)               # no git to ask
+    assert "if g2c/assets/pins.json itself was edited" in artifacts._pin_fix("StoryLM-1M", "run --force")
+    assert parse_selection("all,") == module_ids() == parse_selection("09,all")
+    with pytest.raises(ValueError, match=r"'1' means every module only on its own"):
+        parse_selection("1,03")
+    done = subprocess.run([sys.executable, "scripts/new_module.py", "16", "Dup", "--no-record"], cwd=REPO_ROOT,
+                          capture_output=True, text=True)
+    assert done.returncode == 1 and "module id '16' is already in g2c/course/registry.py" in done.stderr
+
+
+def test_an_interrupted_gguf_read_back_says_the_file_is_complete_but_unchecked(monkeypatch, tmp_path, capsys):
+    import g2c.assets.gguf as gguf
+
+    def stop(*a, **k):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(gguf, "export_gguf", lambda *a, **k: (tmp_path / "m.gguf").write_bytes(b"x") and
+                        tmp_path / "m.gguf")
+    monkeypatch.setattr(gguf, "check_gguf", stop)
+    assert gguf.main(["StoryLM-1M", str(tmp_path / "m.gguf")]) == 130
+    err = capsys.readouterr().err
+    assert "complete but unchecked" in err and "--check" in err and "no partial file" not in err
+
+
+@pytest.mark.parametrize("control, value", [("repetition_penalty", 1.5), ("stop_strings", ["x"]), ("stop_ids", [3]),
+                                            ("logprobs", True), ("temperature", 0.7)])
+def test_a_control_handed_to_the_stateful_preset_names_the_call_that_takes_it(control, value):
+    """It failed inside the transaction's constructor ("unexpected keyword argument")."""
+    from g2c.recurrent import greedy_drafter, speculative_generate_stateful
+
+    rec = _recurrent()
+    with pytest.raises(TypeError, match=rf"takes no sampling controls \({control}\); the engine takes them: "
+                                        r"speculative_sample\(TransactionTarget"):
+        speculative_generate_stateful(rec, greedy_drafter(rec), [1, 2], 3, **{control: value})
+
+
+def test_library_errors_and_wrong_types_are_named_where_the_value_enters():
+    """Raw library errors (ngram_lookup(min_n=1.5): "'float' object cannot be interpreted as an integer";
+    MedusaHeads(object(), 2): an AttributeError) and a wrong type reported as a wrong value."""
+    import torch
+
+    from g2c.sampling.model import check_whole
+    from g2c.specdec import MTPHead
+    from g2c.specdec.lineage import MedusaHeads
+    from g2c.specdec.lineage.block import block_loss_weights
+    from g2c.specdec.sampling import FeatureDrafter, ngram_lookup
+
+    with pytest.raises(TypeError, match=r"min_n must be an int, got float 1\.5"):
+        ngram_lookup([1, 2, 3, 1, 2], 2, min_n=1.5)
+    for head in (MedusaHeads, MTPHead, FeatureDrafter):
+        with pytest.raises(TypeError, match=r"base \(object\) does not satisfy g2c\.sampling\.LanguageModel"):
+            head(object(), 2) if head is MedusaHeads else head(object())
+    with pytest.raises(TypeError, match=r"generator must be a torch\.Generator or None, got int 3"):
+        MTPHead(_lm(), generator=3)
+    with pytest.raises(TypeError, match=r"gamma must be a real number, got str"):
+        block_loss_weights(4, "2")
+    torch.testing.assert_close(block_loss_weights(4, torch.tensor(2.0)), block_loss_weights(4, 2.0))   # a 0-d real
+    with pytest.raises(TypeError, match=r"k must be >= 1, got 2\.5 \(float; pass a whole number\)"):
+        check_whole(2.5, "k must be >= 1, got 2.5")
+    with pytest.raises(ValueError, match=r"^k must be >= 1, got 0$"):
+        check_whole(0, "k must be >= 1, got 0")
+
+
+def test_a_checkpoint_save_past_a_file_size_limit_is_one_oserror(tmp_path):
+    """torch.save onto a full disk raised "[enforce fail at inline_container.cc:...]": a RuntimeError. The real
+    torch.save, in a child process under a 4 KiB file-size limit (no root needed)."""
+    import subprocess
+    import sys
+
+    code = ("import resource, signal, sys, torch\n"
+            "from g2c.pretraining.trainer import save_checked\n"
+            "signal.signal(signal.SIGXFSZ, signal.SIG_IGN)\n"
+            "resource.setrlimit(resource.RLIMIT_FSIZE, (4096, 4096))\n"
+            f"save_checked({{'w': torch.zeros(100000)}}, {str(tmp_path / 'c.pt')!r})\n")
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                          env={**__import__("os").environ, "G2C_APPLY_SOLUTIONS": "all", "G2C_QUIET": "1"})
+    last = done.stderr.strip().splitlines()[-1]
+    assert done.returncode == 1 and last.startswith("OSError: [Errno 27] could not save the checkpoint"), done.stderr
+    assert "the previous checkpoint is unchanged" in last and "inline_container" not in done.stderr
+    assert not list(tmp_path.iterdir())                                          # no temporary left
+
+
+def test_a_read_only_checkout_stops_setup_before_pip(tmp_path):
+    """./setup.sh in a read-only checkout failed inside pip (an OSError deep in an editable install). Root passes
+    permission bits, so the write probe's mktemp is made to fail as on a read-only mount."""
+    import shutil
+    import subprocess
+
+    shim = tmp_path / "bin"
+    shim.mkdir()
+    (shim / "mktemp").write_text("#!/bin/sh\necho 'mktemp: Read-only file system' >&2\nexit 1\n")
+    (shim / "mktemp").chmod(0o755)
+    (shim / "pip").write_text("#!/bin/sh\necho pip ran >&2\nexit 3\n")
+    (shim / "pip").chmod(0o755)
+    copy = tmp_path / "co"
+    copy.mkdir()
+    shutil.copy(REPO_ROOT / "setup.sh", copy / "setup.sh")
+    done = subprocess.run(["bash", "setup.sh"], cwd=copy, capture_output=True, text=True,
+                          env={"PATH": f"{shim}:/usr/bin:/bin", "HOME": str(tmp_path)})
+    assert done.returncode == 1 and done.stderr.count("\n") == 1, done.stderr
+    assert f"setup.sh: cannot write {copy}" in done.stderr and "copy the checkout somewhere writable" in done.stderr
+    assert not (copy / ".venv").exists()

@@ -576,8 +576,8 @@ def test_block_head_kv_injection_feeds_the_features_to_every_layer():
     assert head.config()["injection"] == "kv" and "injection" not in rows.config()
     assert BlockHead.from_config(base, head.config()).injection == "kv"
     assert BlockHead.from_config(base, rows.config()).injection == "rows"
-    for bad in ("keys", "KV", None, 1):
-        with pytest.raises(ValueError, match="injection must be 'rows'"):
+    for bad, error in (("keys", ValueError), ("KV", ValueError), (None, TypeError), (1, TypeError)):
+        with pytest.raises(error, match="injection must be 'rows'"):                 # a wrong type: TypeError
             BlockHead(base, injection=bad)
     # bad calls are refused by name (issue 29's break-test found raw errors here)
     with torch.no_grad():
@@ -737,12 +737,15 @@ def test_agreement_figure_reads_the_recorded_budgets_and_keeps_only_the_named_dr
     assert out.stat().st_size > 1000
     with pytest.raises(SystemExit):                            # argparse: not a state-reading drafter
         fig.main(["--only", "StoryLM-1M"])
-    # a helper's trial: an unwritable --out, a position no drafter has, and one only some have
+    # a helper's trial: an unwritable --out, a position no drafter has, and one only some have; the --out is
+    # refused at parse time (issue 57: g2c.assets.cli.output_file), before any drafter is read
     (tmp_path / "file").write_text("keep")
     for bad, why in ((tmp_path / "file" / "fig.png", "file is a file, not a folder"),
-                     (Path("/proc/no/fig.png"), "cannot write /proc/no/fig.png: ")):
-        assert fig.main(["--no-shipped", "--root", str(roots[0]), "--out", str(bad)]) == 1
-        assert why in capsys.readouterr().err
+                     (Path("/proc/no/fig.png"), "cannot write the output folder /proc/no: /proc takes no new files")):
+        with pytest.raises(SystemExit) as info:
+            fig.main(["--no-shipped", "--root", str(roots[0]), "--out", str(bad)])
+        err = capsys.readouterr().err
+        assert info.value.code == 2 and "argument --out: " in err and why in err, err
     assert (tmp_path / "file").read_text() == "keep" and out.stat().st_size > 1000
     two = ["--no-shipped", "--root", str(roots[0]), "--only", "StoryLM-30M-EAGLE", "--only", "StoryLM-30M-Medusa"]
     assert fig.main([*two, "--position", "9", "--out", str(out)]) == 1

@@ -32,6 +32,8 @@ import pytest
 import torch
 from hypothesis import HealthCheck, Phase, given, settings
 from hypothesis import strategies as st
+from test_bad_inputs import OUTPUT_OPTIONS  # at import time: a @given test may not import a module of @given tests
+from trial_bad_inputs import late_write, run_script
 
 from g2c.course import REPO_ROOT
 
@@ -235,7 +237,12 @@ def _tree(tokens_good):
     tokens, good = tokens_good
     if not isinstance(tokens, torch.Tensor) or tokens.dtype.is_floating_point or tokens.dtype == torch.bool:
         return None, False
-    return DraftTree(tokens, torch.tensor([-1, 0])), good
+    tree, exc = outcome(lambda: DraftTree(tokens, torch.tensor([-1, 0])))
+    if exc is not None:                           # a negative id is refused where the tree is built (issue 57)
+        assert_clear(exc)
+        assert not good
+        return None, False
+    return tree, good
 
 
 @FAST
@@ -447,3 +454,84 @@ def test_fuzz_every_loop(loops, data):
             assert all(0 <= t < vocab for t in row)
 
     judge(good_prompt and good_budget and good_knobs, lambda: loops[name][0](prompt, budget, **extra), check)
+
+
+# -- issue 57: decodes that are not prefix-monotone, and every output path of every script ---------------
+
+BYTES = [0x61 + i for i in range(20)] + [0xC3, 0xE2, 0x82, 0xA9, 0xAC, 0x80]   # ASCII, 2/3-byte leads, continuations
+
+
+@settings(max_examples=60, deadline=None, phases=PHASES,
+          suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow])
+@given(seed=st.integers(0, 2**16), k=st.integers(1, 4), tree=st.booleans(), data=st.data())
+def test_fuzz_stop_strings_with_a_decode_that_is_not_prefix_monotone(seed, k, tree, data):
+    """A byte-level decode shows a cut character as U+FFFD and the next byte replaces it, so the text of a
+    prefix need not be a prefix of the text. Generated chains, byte tables and stop strings (a piece of some
+    prefix's text, U+FFFD included): the engine and the tree preset stop on plain decoding's token, the one
+    after which the decoded new text first holds a stop string (issue 57: a round's whole text was checked)."""
+    from specdec_mocks import TableLM, chain_table, random_next_of
+
+    from g2c.sampling import generate
+    from g2c.specdec.sampling.drafters import LMDrafter
+    from g2c.specdec.sampling.loop import speculative_sample
+    from g2c.specdec.trees.verify import tree_speculative_generate
+
+    vocab, n = 24, 14
+    g = torch.Generator().manual_seed(seed)
+    model = TableLM(chain_table(random_next_of(vocab, g), generator=g), max_seq_len=32)
+    table = [BYTES[int(i)] for i in torch.randint(0, len(BYTES), (vocab,), generator=g)]
+
+    def decode(ids):
+        return bytes(table[int(t)] for t in ids).decode("utf-8", errors="replace")
+
+    plain = generate(model, [0], n, temperature=0.0)[1:].tolist()
+    j = data.draw(st.integers(1, n))
+    text = decode(plain[:j])
+    a = data.draw(st.integers(0, len(text) - 1))
+    stop = data.draw(st.one_of(st.just("\ufffd"), st.just(text[a:a + data.draw(st.integers(1, 3))])))
+    want = next((plain[:i + 1] for i in range(n) if stop in decode(plain[:i + 1])), plain)
+    controls = {"stop_strings": [stop], "decode": decode, "temperature": 0.0}
+    if tree:
+        ids, _ = tree_speculative_generate(model, model, [0], n, num_nodes=k, **controls)
+    else:
+        ids, _ = speculative_sample(model, LMDrafter(model), [0], n, k=k, **controls)
+    assert ids[1:].tolist() == want, (stop, [decode(plain[:i + 1]) for i in range(n)])
+
+
+SEGMENTS = st.sampled_from(("x", "x.png", "n" * 300, "a\x00b", "", ".", "sub", "afile", "~"))
+
+
+@settings(max_examples=60, deadline=None, phases=PHASES,
+          suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow])
+@given(data=st.data())
+def test_fuzz_every_output_option_of_every_script(tmp_path_factory, data):
+    """Generated paths (under a file, through /proc and /sys, inside the shipped artifacts, a NUL, a name the
+    file system refuses, empty parts, a plain good path) into every output option of every script
+    (``test_bad_inputs.OUTPUT_OPTIONS``): the script refuses at parse time with one error line and exit 2,
+    or it accepts, and then the write the script makes after its work (``atomic_path``) succeeds there."""
+    import os
+
+    tmp = tmp_path_factory.mktemp("out")
+    (tmp / "afile").write_text("x")
+    script = data.draw(st.sampled_from(sorted(OUTPUT_OPTIONS)))
+    pre, option, folder = data.draw(st.sampled_from(OUTPUT_OPTIONS[script]))
+    base = data.draw(st.sampled_from((str(tmp), "/proc", "/sys", str(REPO_ROOT / "artifacts" / "models"),
+                                      str(tmp / "afile"))))
+    path = os.path.join(base, *data.draw(st.lists(SEGMENTS, min_size=0, max_size=3)))
+    if option == "--export-prompts" or (option == "--plot" and path == ""):
+        return                                           # a prefix, and --plot '' (no plot): their own tests
+    argv = pre + ([f"{option}={path}"] if option else [path])
+    cwd = os.getcwd()
+    os.chdir(REPO_ROOT)
+    try:
+        rc, out, err, reached = run_script(REPO_ROOT, script, argv)
+    finally:
+        os.chdir(cwd)
+    refused = rc == 2 and not reached
+    if refused:
+        errors = [line for line in err.splitlines() if "error" in line]
+        assert len(errors) == 1 and "Traceback" not in err, err
+        return
+    assert path.startswith(str(tmp)) and "\x00" not in path, f"accepted {path!r}: {out[-300:]} {err[-300:]}"
+    problem = late_write(path, folder)
+    assert problem is None, f"{script} {option} accepted {path!r} but the write after the work fails: {problem}"

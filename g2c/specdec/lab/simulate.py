@@ -17,6 +17,7 @@ Shape letters: R rounds, k draft length.
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 import torch
@@ -127,7 +128,13 @@ def simulate_rounds(alpha: float, k: int, c: float, num_rounds: int, *, generato
         3. emitted = accepted + 1: never forget the target's own token
            (``test_simulate_rounds_mean_converges_to_tau``).
     """
-    alpha = check_real(alpha, "alpha (a probability)", low=0, high=1)
+    try:
+        a = check_real(alpha, "alpha (a probability)")                       # a wrong type: TypeError
+    except ValueError:
+        a = math.nan                                                          # NaN or inf: the message below
+    if not 0.0 <= a <= 1.0:
+        raise ValueError(f"alpha must be a probability in [0, 1], got {alpha!r}")
+    alpha = a
     k = check_whole(k, f"k must be an int >= 1 (draft tokens per round), got {k!r}")
     c = check_real(c, "c (draft cost per draft token, in target steps)", low=0)
     num_rounds = check_whole(num_rounds, f"num_rounds must be an int >= 1, got {num_rounds!r}")

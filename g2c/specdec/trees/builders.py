@@ -24,6 +24,7 @@ Shape letters: n nodes, C context length, V vocabulary.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Iterable
 
 import torch
@@ -93,7 +94,13 @@ def warp_probs(probs: torch.Tensor, temperature: float) -> torch.Tensor:
         ValueError: temperature not a finite number > 0; probs not floating point, or (as a row or
             rows) not distributions (``check_prob_rows``: logits, NaN, a sum off 1).
     """
-    temperature = check_real(temperature, "warp_probs: temperature (sampled drafting)", low=0, low_open=True)
+    try:
+        t = check_real(temperature, "warp_probs: temperature")              # a wrong type: TypeError
+    except ValueError:
+        t = math.nan                                                         # NaN or inf: the message below
+    if not 0.0 < t < math.inf:
+        raise ValueError(f"warp_probs: temperature must be a finite number > 0 (sampled drafting), got {temperature!r}")
+    temperature = t
     if not isinstance(probs, torch.Tensor):
         raise TypeError(f"warp_probs: probs must be a tensor (..., V) of probabilities, got {type(probs).__name__}")
     check_prob_rows(probs.reshape(-1, probs.shape[-1]) if probs.dim() else probs, "warp_probs: probs")
