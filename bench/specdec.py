@@ -54,7 +54,7 @@ import torch
 
 import g2c.course.solved  # noqa: F401  (first: applies the answer key before course modules load)
 from g2c.assets.artifacts import DRAFTERS, ArtifactError, canonical_name, load_model, model_names
-from g2c.assets.cli import draft_room_problem, output_file, seed
+from g2c.assets.cli import COUNT_MAX, draft_room_problem, output_file, seed
 from g2c.assets.data import load_token_stream, validation_prompts
 from g2c.kvcache import cached_generate
 from g2c.kvcache import forward_rows as _forward_rows
@@ -128,13 +128,16 @@ def parse_args(argv: list[str] | None):
     except ValueError:
         ap.error(f"--ks {args.ks}: give comma-separated draft lengths, e.g. 1,2,4,8")
     for flag, value in (("--ks", min(ks)), ("--prompts", args.prompts), ("--prompt-tokens", args.prompt_tokens),
-                        ("--new-tokens", args.new_tokens), ("--repeats", args.repeats)):
-        if value < 1:
+                        ("--new-tokens", args.new_tokens), ("--repeats", args.repeats), ("--threads", args.threads)):
+        if value is not None and value < 1:
             ap.error(f"{flag} {value}: use 1 or more")
     if args.mtp_steps < 0:
         ap.error(f"--mtp-steps {args.mtp_steps}: use 0 (no MTP row) or more")
-    if args.threads is not None and args.threads < 1:
-        ap.error(f"--threads {args.threads}: use 1 or more")
+    for flag, value in (("--prompts", args.prompts), ("--prompt-tokens", args.prompt_tokens),
+                        ("--new-tokens", args.new_tokens), ("--repeats", args.repeats), ("--threads", args.threads),
+                        ("--mtp-steps", args.mtp_steps)):
+        if value is not None and value > COUNT_MAX:   # torch's sizes and thread counts are C ints
+            ap.error(f"{flag} {value}: use at most {COUNT_MAX:,} (2**31 - 1)")
     if not args.temperature > 0:
         ap.error(f"--temperature {args.temperature}: the sampled rows need a temperature > 0")
     if args.dtype != "float32" and args.seed_table:

@@ -256,6 +256,13 @@ def graph_problems(module_id: str, root: Path = ROOT, *, pristine: bool = True) 
     return problems
 
 
+def _jobs(text: str) -> int:
+    sys.path.insert(0, str(ROOT))
+    from g2c.assets.cli import count
+
+    return count(1)(text)
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     mode = ap.add_mutually_exclusive_group(required=True)
@@ -267,7 +274,7 @@ def main(argv: list[str] | None = None) -> int:
     mode.add_argument("--graph", nargs="*", metavar="ID",
                       help="check the module graph (default: every module): closure solved -> pristine counts, "
                            "module solved too -> every test passes")
-    ap.add_argument("--jobs", "-j", type=int, default=1, metavar="N",
+    ap.add_argument("--jobs", "-j", type=_jobs, default=1, metavar="N",
                     help="run up to N pytest processes at once (./test.sh: one per core); same results")
     ap.add_argument("--solved-only", action="store_true",
                     help="with --graph: only the second run (module solved too -> every test passes); the first, "

@@ -24,6 +24,7 @@ left alone (the scaffold generator names them) and do not stop it.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import os
 import re
 import shutil
@@ -34,7 +35,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from g2c.course.files import write_problem, write_text_atomic  # noqa: E402
+from g2c.course.files import check_output_path, write_problem, write_text_atomic  # noqa: E402
 
 REGISTRY = ROOT / "g2c" / "course" / "registry.py"
 END_OF_MODULES = "\n)\n\n\ndef module_ids()"
@@ -164,6 +165,13 @@ def add_module(module_id: str, title: str, package: str, file: str, *, root: Pat
         raise ValueError(f"--requires {','.join(unknown)}: not a module in g2c/course/registry.py "
                          f"(known: {', '.join(known)})")
     paths = plan(module_id, title, package, file, root=root)
+    # names the file system takes, before a file is written (a 300-character id failed half-way, its rollback too)
+    for key in ("init", "solution", "test", "lesson", "notebook_source", "scaffold", "notebook"):
+        try:
+            check_output_path(root / paths[key], what=f"module's {key.replace('_', ' ')}")
+        except OSError as exc:
+            raise ValueError(f"{exc.strerror or exc}; nothing was written (a shorter id, --package or --file)") \
+                from None
     new_init = not (root / paths["init"]).exists()
     if not is_numbered(module_id) and not new_init:
         raise ValueError(f"a Beyond module owns its own folder, and g2c/{package}/ exists already; "
@@ -254,8 +262,9 @@ def check_generated(root: Path, paths: dict[str, str]) -> None:
 
 
 def _roll_back(root: Path, records: dict[str, bytes | None], created: list[str], new_dirs: list[Path]) -> None:
-    for rel in created:
-        (root / rel).unlink(missing_ok=True)
+    for rel in created:                       # each step on its own: one that fails never stops the rest
+        with contextlib.suppress(OSError):
+            (root / rel).unlink(missing_ok=True)
     for rel, data in records.items():
         if data is None:
             (root / rel).unlink(missing_ok=True)

@@ -19,8 +19,8 @@ import math
 import re
 from collections.abc import Callable
 
-__all__ = ["choice_list", "count", "device_name", "draft_room_problem", "int_list", "model_list", "model_name",
-           "output_dir", "output_file", "real", "seed"]
+__all__ = ["COUNT_MAX", "choice_list", "count", "device_name", "draft_room_problem", "int_list", "model_list",
+           "model_name", "output_dir", "output_file", "real", "seed"]
 
 
 def draft_room_problem(k: int, window: int, *, whose: str, nodes: bool = False) -> str | None:

@@ -310,8 +310,8 @@ def main(argv: list[str] | None = None) -> int:
     if args.width > 1 and not args.drafter.lower().endswith(("-eagle", "-eagle3")):
         return fail(f"--width {args.width} grows an EAGLE-2 tree; it needs --drafter StoryLM-30M-EAGLE or "
                     "StoryLM-30M-EAGLE3")
-    if args.max_new_tokens < 0:
-        return fail(f"--max-new-tokens {args.max_new_tokens}: the number of tokens to add must be 0 or more")
+    if not 0 <= args.max_new_tokens <= 2**31 - 1:
+        return fail(f"--max-new-tokens {args.max_new_tokens}: the number of tokens to add must be 0 to 2**31 - 1")
     if not 0.0 <= args.temperature < float("inf"):   # also refuses nan
         return fail(f"--temperature {args.temperature}: use 0 for greedy decoding or a finite value > 0 to sample")
     if args.top_k is not None and args.top_k < 1:

@@ -846,7 +846,9 @@ SCRIPT_OPTIONS: dict[str, dict[str, tuple]] = {
     "scripts/notebooks/build.py": {"--solved": (OUTDIR,)},
     "scripts/notebooks/screenshot.py": {"--out": (OUTDIR, ["03"]), "--timeout": (REAL, ["03"]),
                                         "--width": (COUNT, ["03"]), "--height": (COUNT, ["03"])},
-    "scripts/new_module.py": {"ID": (TEXT,), "--requires": (LIST, ["x-new", "T"]), "--file": (TEXT, ["x-new", "T"])},
+    "scripts/new_module.py": {"ID": (TEXT, [], ["T", "--no-record"]),
+                              "--requires": (LIST, ["x-new", "T", "--no-record"]),
+                              "--file": (TEXT, ["x-new", "T", "--no-record"])},
     "scripts/contract.py": {"--jobs": (COUNT, ["--check"])},
     "g2c/specdec/__main__.py": {"--k": (COUNT,), "--target": (MODEL,), "--max-new-tokens": (COUNT,),
                                 "--temperature": (REAL,), "--top-p": (REAL,), "--top-k": (COUNT,)},
@@ -970,26 +972,57 @@ def late_write(path: str, folder: bool) -> str | None:
         return f"{type(exc).__name__}: {exc}"
 
 
+@contextlib.contextmanager
+def restored(repo: Path):
+    """Put the copy's source back after a case that may add a module (scripts/new_module.py): every file under
+    g2c/, solutions/, tests/, docs/, notebooks/ and the README as it was, new ones removed."""
+    roots = [repo / d for d in ("g2c", "solutions", "tests", "docs", "notebooks")]
+    before = {p: p.read_bytes() for r in roots for p in r.rglob("*") if p.is_file() and "__pycache__" not in p.parts}
+    before[repo / "README.md"] = (repo / "README.md").read_bytes()
+    try:
+        yield
+    finally:
+        for r in roots:
+            for p in sorted(r.rglob("*"), key=lambda p: -len(p.parts)):
+                if "__pycache__" in p.parts:
+                    continue
+                if p.is_file() and p not in before:
+                    p.unlink()
+                elif p.is_dir() and not any(p.iterdir()):
+                    p.rmdir()
+        for p, data in before.items():
+            if not p.is_file() or p.read_bytes() != data:
+                p.parent.mkdir(parents=True, exist_ok=True)
+                p.write_bytes(data)
+
+
 def script_cases(repo: Path) -> list[Case]:
     cases = []
     for script, options in SCRIPT_OPTIONS.items():
         for option, spec in options.items():
             kind = spec[0]
             pre = spec[1] if len(spec) > 1 else []
+            post = spec[2] if len(spec) > 2 else []
             for value, desc, cause in option_values(kind, repo):
                 bad = None if desc == "zero" else not (script.endswith("checkpoints.py") and desc == "a draft head")
+                if script.endswith("new_module.py") and option == "--file" and value == "specdec":
+                    bad = False                                       # a valid file name: the module is added
                 if option.isupper():                                  # a positional argument
-                    argv = pre + [value]
+                    argv = pre + [value] + post
                 else:
-                    argv = pre + [f"{option}={value}"]
+                    argv = pre + [f"{option}={value}"] + post
                 if script == "g2c/course/__main__.py grade":
                     argv = pre + [f"{option}={value}"]
                     argv = argv[:1] + argv[2:] + argv[1:2] if False else argv
 
-                def thunk(script=script, argv=argv, kind=kind, value=value):
-                    rc, out, err, reached = run_script(repo, script, argv)
+                def thunk(script=script, argv=argv, kind=kind, value=value, option=option):
+                    with restored(repo) if script == "scripts/new_module.py" else contextlib.nullcontext():
+                        rc, out, err, reached = run_script(repo, script, argv)
                     if (reached or rc in (0, None)) and kind in (OUTFILE, OUTDIR):
-                        problem = late_write(value, kind == OUTDIR)
+                        if option == "--plot" and value == "":
+                            return rc, out, err, reached                   # '': no plot, documented
+                        target = f"{value}-endings.jsonl" if option == "--export-prompts" else value
+                        problem = late_write(target, kind == OUTDIR)
                         if problem is not None:
                             raise RuntimeError(f"accepted at parse time; the write after the work fails: {problem}")
                     return rc, out, err, reached
@@ -1019,10 +1052,10 @@ def shell_cases(repo: Path) -> list[Case]:
     for value, cause in (("all,", None), ("bogus", r"unknown module id"), ("03-", None), ("11-03", r"range"),
                          ("03,,bogus", None), ("1,03", None), ("ALL", None), (" all ", None), ("all,bogus", None),
                          ("99-100", None), ("specdec-", None)):
-        good = value in ("all,", "ALL", " all ")
+        good = value in ("all,", "ALL", " all ") or (None if value == "99-100" else False)   # 99-100: none, as 12-15
         cases.append(Case("shell", f"G2C_APPLY_SOLUTIONS={value!r}", proc(repo, [py, "-c", "import g2c.sampling"],
                                                                          {"G2C_APPLY_SOLUTIONS": value}),
-                          bad=not good, expect=cause, kind="script"))
+                          bad=None if good is None else not good, expect=cause, kind="script"))
     for args in (["99"], ["--progres"], ["-3"], ["03", "--solve"], ["--submit", "--out", "/proc/x/y.zip"],
                  ["--author", "x"], ["tests/test_nope.py"], ["03", "--solve", "bogus"]):
         cases.append(Case("shell", f"./test.sh {' '.join(args)}", proc(repo, ["./test.sh", *args]), kind="script"))
