@@ -581,8 +581,8 @@ def test_block_head_kv_injection_feeds_the_features_to_every_layer():
             BlockHead(base, injection=bad)
     # bad calls are refused by name (issue 29's break-test found raw errors here)
     with torch.no_grad():
-        for bad in (True, 2.0, "2", 0, 5):
-            with pytest.raises(ValueError, match="block_size must be an int in"):
+        for bad, error in ((True, TypeError), (2.0, TypeError), ("2", TypeError), (0, ValueError), (5, ValueError)):
+            with pytest.raises(error, match="block_size must be an int in"):         # a wrong type: TypeError
                 head(states, anchors, bad)
         with pytest.raises(ValueError, match=r"D = 16"):
             head(torch.randn(2, 3, 4, 8), anchors)
