@@ -143,6 +143,9 @@ def run_cell(target, drafter, prompts, new_tokens: int, k: int) -> dict:
 def _prefix(text: str) -> str:
     """--export-prompts PREFIX: the files PREFIX-<set>.jsonl must be writable (``output_file``), checked at parse
     time like every output path."""
+    if not text.strip():
+        raise argparse.ArgumentTypeError("an empty prefix; give one such as runs/prompts (writes "
+                                         "runs/prompts-<set>.jsonl)")
     output_file()(f"{text}-{next(iter(PROMPT_SETS))}.jsonl")
     return text
 
