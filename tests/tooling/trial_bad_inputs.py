@@ -1005,8 +1005,10 @@ def script_cases(repo: Path) -> list[Case]:
             post = spec[2] if len(spec) > 2 else []
             for value, desc, cause in option_values(kind, repo):
                 bad = None if desc == "zero" else not (script.endswith("checkpoints.py") and desc == "a draft head")
-                if script.endswith("new_module.py") and option == "--file" and value == "specdec":
-                    bad = False                                       # a valid file name: the module is added
+                if script.endswith("new_module.py") and (option, value) in (("--file", "specdec"), ("--requires", "")):
+                    bad = False                                       # a valid file name, no prerequisites: added
+                if script.endswith("new_module.py") and (option, value) == ("--requires", ","):
+                    bad = None                                        # read as no prerequisites
                 if (option, value) == ("--plot", "") or (option, desc) == ("--export-prompts", "a folder for a file"):
                     bad = None                                        # --plot '': no plot; prefix 'docs': docs-*.jsonl
                 if option.isupper():                                  # a positional argument
