@@ -1054,7 +1054,7 @@ def test_numpy_scalars_count_as_ints_and_reals():
         assert k == 3 and type(k) is int
     with pytest.raises(TypeError, match=r"k must be >= 1 draft tokens per target pass \(an int\), got 2\.0"):
         speculative_sample(target, LMDrafter(draft), [1, 2, 3], 5, k=2.0)   # floats stay refused
-    with pytest.raises(ValueError, match=r"num_nodes must be an int >= 1 .*got True"):
+    with pytest.raises(TypeError, match=r"num_nodes must be an int >= 1 .*got True"):
         tree_speculative_generate(target, draft, [1, 2, 3], 5, num_nodes=True)
 
 
@@ -1100,7 +1100,7 @@ def test_numpy_ints_reach_every_count_check():
         batched_speculative_generate(target, draft, [prompt], 6, k=2.0)
     with pytest.raises(ValueError, match=r"refill_tokens must be an int in \[1, max_seq_len=32\], got np\.int64\(33\)"):
         cached_generate(target, prompt, 3, refill_tokens=np.int64(33))
-    with pytest.raises(ValueError, match=r"width must be an int in \[1, \d+\] .*got True"):
+    with pytest.raises(TypeError, match=r"width must be an int in \[1, \d+\] .*got True"):
         EagleTreeDrafter(head, width=True)
     from g2c.sampling.model import as_whole
     from g2c.specdec.lineage import BlockDrafter, BlockHead, MedusaHeads
