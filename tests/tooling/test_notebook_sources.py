@@ -192,4 +192,6 @@ def test_run_notebooks_caps_jobs_at_the_notebooks_and_cores(tmp_path, monkeypatc
     assert runner.main([str(path), "--jobs", "999", "--timeout", "120"]) == 0
     out = capsys.readouterr().out
     assert "--jobs 999 capped at 1 (1 notebook(s)" in out and "ok    " in out, out
-    assert runner.main([str(path), "--jobs", "0"]) == 2                          # below 1: refused
+    with pytest.raises(SystemExit) as info:                                      # below 1: refused at parse time
+        runner.main([str(path), "--jobs", "0"])
+    assert info.value.code == 2 and "argument --jobs/-j: 0 is below 1" in capsys.readouterr().err
