@@ -102,6 +102,17 @@ def test_fused_step_refuses_ids_outside_the_vocabulary_and_leaves_the_pointer():
     assert cache.length == 0
 
 
+
+def test_fused_step_reads_non_contiguous_ids_as_the_teaching_path_does():
+    # a column slice of a (B, T) batch is not contiguous: the fast check must read it as it is
+    model = _tiny_lm()
+    fast = fast_model(model)
+    ids = torch.tensor([[27, 20, 16, 8, 5], [20, 17, 17, 29, 3]])[:, :4]
+    assert not ids.is_contiguous()
+    want = forward_rows(model, ids.contiguous(), KVCache.for_model(model, batch_size=2))
+    got = forward_rows(fast, ids, KVCache.for_model(fast, batch_size=2))
+    torch.testing.assert_close(got, want, rtol=1e-5, atol=1e-5)
+
 # ---- operation counts (deterministic; a CPU with oneDNN fixes the kernel choice) --------------------
 def _counts(model, rows: int):
     cache = KVCache.for_model(model)

@@ -220,7 +220,7 @@ def _check_ids(ids: torch.Tensor, vocab_size: int) -> None:
     """``check_token_ids`` (its message), read on the CPU without a dispatch for a few ids there."""
     if ids.device.type == "cpu" and ids.numel() <= 64 and not ids.dtype.is_floating_point \
             and ids.dtype != torch.bool:
-        values = ids.view(-1).tolist()
+        values = ids.reshape(-1).tolist()
         if min(values) >= 0 and max(values) < vocab_size:
             return
     check_token_ids(ids, vocab_size, "ids")
