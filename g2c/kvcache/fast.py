@@ -630,9 +630,13 @@ def fast_model(model, *, dtype: torch.dtype | str | None = None, pack: bool = Tr
     Raises:
         TypeError: ``model`` is neither a ``TransformerLM`` nor a course ``Module`` (names
             the ``TransformerLM`` attributes it lacks).
+        TypeError: ``dtype`` neither a ``torch.dtype``, a string nor None ("dtype must be a torch.dtype").
         ValueError: an unknown dtype (lists the accepted ones); an unknown backend ("backend must
             be one of auto, fused, compiled, plain").
     """
+    if dtype is not None and not isinstance(dtype, (str, torch.dtype)):
+        raise TypeError(f"fast_model: dtype must be a torch.dtype, a name such as 'bfloat16' or None, "
+                        f"got {type(dtype).__name__} {dtype!r}")
     if isinstance(dtype, str):
         if dtype.lower() not in _DTYPE_NAMES:
             raise ValueError(f"fast_model: unknown dtype {dtype!r}; use one of {', '.join(_DTYPE_NAMES)}")

@@ -1659,3 +1659,13 @@ def test_a_read_only_checkout_stops_setup_before_pip(tmp_path):
     assert done.returncode == 1 and done.stderr.count("\n") == 1, done.stderr
     assert f"setup.sh: cannot write {copy}" in done.stderr and "copy the checkout somewhere writable" in done.stderr
     assert not (copy / ".venv").exists()
+
+
+@pytest.mark.parametrize("bad", [3, 1.5, ["float32"]])
+def test_fast_model_names_a_wrong_dtype_type(bad):
+    from g2c.kvcache.fast import fast_model
+
+    with pytest.raises(TypeError, match=r"fast_model: dtype must be a torch.dtype"):   # was a ValueError
+        fast_model(_lm(), dtype=bad)
+    with pytest.raises(ValueError, match=r"unknown dtype 'float8'"):
+        fast_model(_lm(), dtype="float8")
