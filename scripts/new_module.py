@@ -115,13 +115,17 @@ def templates(module_id: str, title: str, package: str, file: str, paths: dict[s
             "def test_scale_multiplies():\n"
             "    torch.testing.assert_close(scale(torch.ones(2, 3), 2.5), torch.full((2, 3), 2.5))\n"),
         "lesson": (
-            f"# {module_id}: {plain}\n\n## The question\n\nWhat problem does this module solve, in one paragraph?\n\n"
+            f"# {module_id}: {plain}\n\n## Before you start\n\n- **Have done** the modules it needs (the answer key stands in "
+            f"for those you have not edited).\n- **You write** `scale` in `g2c/{package}/{file}.py`.\n- **Grade** with "
+            f"`./test.sh {module_id}`; `python scripts/pristine_counts.py {module_id}` prints what passes on the "
+            "untouched scaffold.\n\n## The question\n\nWhat problem does this module solve, in one paragraph?\n\n"
             "## The idea\n\nThe concept, with the maths and its source (paper, section).\n\n"
             f"## What you build\n\n| exercise | file | tests |\n|---|---|---|\n"
             f"| `scale` | `g2c/{package}/{file}.py` | `{paths['test']}` |\n\n"
             f"## Grade it\n\n```bash\n./test.sh {module_id}\n```\n\n"
             "## Pitfalls\n\n- ...\n\n"
-            "## What to expect\n\nNumbers on the shipped ladder, with the command and thread count.\n\n"
+            "## What to expect\n\nOne sentence per measured result, linking its table, command and thread count in "
+            "docs/performance.md.\n\n"
             "## Reading\n\n- ...\n"),
         "notebook_source": (
             "# %% [markdown]\n"
