@@ -7,6 +7,7 @@ Not a test file (pytest does not collect it: the standing guards are ``test_bad_
     .venv/bin/python tests/tooling/trial_bad_inputs.py                 # this checkout (copied first)
     .venv/bin/python tests/tooling/trial_bad_inputs.py --repo /tmp/main-copy --list unclear,silent
     .venv/bin/python tests/tooling/trial_bad_inputs.py --only api       # one surface: api, scripts, shell, faults
+    .venv/bin/python tests/tooling/trial_bad_inputs.py --only blocks    # the building blocks only (part of api)
 
 The checkout is copied to a temporary folder first (``repo_copy.copy_repo``; nothing is written in the
 real one) and every case runs there, with the answer key applied (``G2C_APPLY_SOLUTIONS=all``: bad input
@@ -337,13 +338,12 @@ def api_cases(repo: Path) -> list[Case]:
         {"ids": torch.tensor([[1, 2, 3]])},
         {"ids": [(torch.tensor([[1, V]]), "id = V"), (torch.zeros(1, 9, dtype=torch.long), "longer than positions"),
                  (torch.tensor([[1.0, 2.0]]), "float dtype"), ([1, 2], "list"), (torch.tensor([[-1, 2]]), "negative")]})
-    add("lm.cross_entropy", lambda **k: LM.cross_entropy(k["l"], k["t"]),
-        {"l": torch.randn(2, 3, V), "t": torch.tensor([[1, 2, 3], [0, 1, 2]])},
-        {"l": [(torch.randn(2, 3), "2-D"), (torch.ones(2, 3, V, dtype=torch.long), "int logits"),
-               (torch.randn(2, 4, V), "wrong T"), ([1.0], "list")],
-         "t": [(torch.tensor([[1, 2, V], [0, 1, 2]]), "target = V"), (torch.tensor([[1, 2, -5], [0, 1, 2]]),
-                                                                         "negative target"),
-               (torch.ones(2, 3), "float targets"), (torch.tensor([1, 2, 3]), "1-D")]})
+    add("lm.cross_entropy", lambda **k: LM.cross_entropy(k["l"], k["t"]),      # documented: (N, V) and (N,)
+        {"l": torch.randn(3, V), "t": torch.tensor([1, 2, 3])},
+        {"l": [(torch.randn(2, 3, V), "3-D"), (torch.ones(3, V, dtype=torch.long), "int logits"),
+               (torch.randn(4, V), "wrong N"), ([1.0], "list")],
+         "t": [(torch.tensor([1, 2, V]), "target = V"), (torch.tensor([1, 2, -5]), "negative target"),
+               (torch.ones(3), "float targets"), (torch.tensor([[1, 2, 3]]), "2-D")]})
     add("lm.log_softmax", lambda **k: LM.log_softmax(k["l"]), {"l": torch.randn(2, V)},
         {"l": [([1.0, 2.0], "list"), (torch.ones(2, 3, dtype=torch.long), "int dtype"),
                (torch.randn(0, V), "empty rows"), (torch.randn(2, 0), "empty vocab")]})
@@ -438,8 +438,8 @@ def api_cases(repo: Path) -> list[Case]:
     add("sampling.as_token_ids", lambda **k: S.as_token_ids(k["ids"], vocab_size=V), {"ids": [1, 2]},
         {"ids": ids_bad(V)})
     add("sampling.next_token_logits", lambda **k: S.next_token_logits(k["m"], k["ids"]),
-        {"m": target, "ids": torch.tensor([[1, 2]])},
-        {"m": model_bad(), "ids": [(torch.tensor([1, 2]), "1-D"), (torch.tensor([[1, V]]), "id = V")]})
+        {"m": target, "ids": torch.tensor([1, 2])},           # documented: ids 1-D (one sequence)
+        {"m": model_bad(), "ids": [(torch.tensor([[1, 2]]), "2-D"), (torch.tensor([1, V]), "id = V")]})
 
     # -- the loops: every loop x prompts, budgets, knobs
     loops = {
@@ -1190,6 +1190,8 @@ def main(argv: list[str] | None = None) -> int:
     cases: list[Case] = []
     if "api" in surfaces:
         cases += api_cases(repo)
+    elif "blocks" in surfaces:                 # the building blocks alone (a part of the api cases)
+        cases += [c for c in api_cases(repo) if c.surface == "blocks"]
     if "scripts" in surfaces:
         cases += script_cases(repo)
     if "shell" in surfaces:
@@ -1207,7 +1209,7 @@ def main(argv: list[str] | None = None) -> int:
     total = Counter(o.cls for o in outcomes)
     bad = [o for o in outcomes if o.case.bad]
     print(f"trial of {args.repo}: {len(outcomes)} inputs ({len(bad)} bad, {len(outcomes) - len(bad)} good controls)")
-    for surface in surfaces + (["blocks"] if "api" in surfaces else []):
+    for surface in [s for s in surfaces if s != "blocks"] + (["blocks"] if {"api", "blocks"} & set(surfaces) else []):
         row = {cls: by[(surface, cls)] for cls in ("clear", "unclear", "silent", "ok", "refused-good")}
         print(f"  {surface:8s} " + ", ".join(f"{c} {n}" for c, n in row.items()))
     print("  total    " + ", ".join(f"{c} {total[c]}" for c in ("clear", "unclear", "silent", "ok", "refused-good")))
