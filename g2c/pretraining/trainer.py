@@ -22,6 +22,7 @@ import torch
 from tqdm.auto import tqdm
 
 from g2c.nn import Module, eval_mode, resolve_device
+from g2c.nn.module import check_int, check_real
 from g2c.training import AdamW, clip_grad_norm_, cosine_with_warmup
 
 from .objective import get_lm_batch, lm_cross_entropy
@@ -55,7 +56,14 @@ class TrainConfig:
         eval_batches: validation batches per evaluation (the same batches every time).
         seed: seeds the batch sampler, the dropout RNG and the validation batches.
         bf16: run the forward pass under bfloat16 autocast.
-        device: "auto", "cpu", "cuda", "mps".
+        device: "auto", "cpu", "cuda", "mps" (checked by ``resolve_device`` when a ``Trainer`` starts).
+
+    Raises:
+        TypeError: a field of the wrong type (a bool or a float where a count goes, a string where a
+            rate goes, ``bf16`` not a bool, ``device`` not a string); the message names the field.
+        ValueError: a field out of range (a count < 1, ``warmup_steps`` outside [0, max_steps],
+            ``max_lr`` <= 0, ``min_lr`` outside [0, max_lr], a beta outside [0, 1), ``grad_clip`` <= 0,
+            NaN or infinity anywhere); the message names the field, the rule and the value.
     """
 
     batch_size: int = 16
@@ -72,6 +80,32 @@ class TrainConfig:
     seed: int = 0
     bf16: bool = False
     device: str = "cpu"
+
+    def __post_init__(self) -> None:
+        # Provided: every field is checked (and normalised to a Python int/float) where it enters, so a bad
+        # value stops here with its name instead of deep inside a training step (or not at all).
+        w = "TrainConfig"
+        self.batch_size = check_int(self.batch_size, "batch_size", where=w)
+        self.context = check_int(self.context, "context", where=w)
+        self.max_steps = check_int(self.max_steps, "max_steps", where=w)
+        self.warmup_steps = check_int(self.warmup_steps, "warmup_steps", minimum=0, maximum=self.max_steps, where=w)
+        self.max_lr = check_real(self.max_lr, "max_lr", low=0.0, low_open=True, where=w)
+        self.min_lr = check_real(self.min_lr, "min_lr", low=0.0, high=self.max_lr, where=w)
+        self.weight_decay = check_real(self.weight_decay, "weight_decay", low=0.0, where=w)
+        if isinstance(self.betas, (str, bytes)) or not hasattr(self.betas, "__len__") or len(self.betas) != 2:
+            raise TypeError(f"{w}: betas must be a pair (beta1, beta2) of reals in [0, 1), got "
+                            f"{type(self.betas).__name__} {self.betas!r:.60}")
+        self.betas = tuple(check_real(b, f"betas[{i}]", low=0.0, high=1.0, high_open=True, where=w)
+                           for i, b in enumerate(self.betas))
+        self.grad_clip = check_real(self.grad_clip, "grad_clip", low=0.0, low_open=True, where=w)
+        self.eval_every = check_int(self.eval_every, "eval_every", minimum=0, where=w)
+        self.eval_batches = check_int(self.eval_batches, "eval_batches", where=w)
+        self.seed = check_int(self.seed, "seed", minimum=0, where=w)
+        if not isinstance(self.bf16, bool):
+            raise TypeError(f"{w}: bf16 must be True or False, got {type(self.bf16).__name__} {self.bf16!r:.60}")
+        if not isinstance(self.device, str):
+            raise TypeError(f"{w}: device must be a string ('auto', 'cpu', 'cuda', 'cuda:N', 'mps'), "
+                            f"got {type(self.device).__name__} {self.device!r:.60}")
 
 
 class Trainer:

@@ -1669,3 +1669,75 @@ def test_fast_model_names_a_wrong_dtype_type(bad):
         fast_model(_lm(), dtype=bad)
     with pytest.raises(ValueError, match=r"unknown dtype 'float8'"):
         fast_model(_lm(), dtype="float8")
+
+
+# -- issue 57, the building blocks of modules 03-11 (the trial's "blocks" surface): each value is checked where it
+# enters, by ``g2c.nn.module.check_int`` / ``check_real`` (module 03b's and 06's own copies: they need no module 03),
+# from provided code (constructors, config ``__post_init__``, provided lines before an exercise body)
+
+_NOT_INTS = [(True, "bool"), (2.5, "float"), ("3", "str"), (None, "NoneType"), ([2], "list")]
+
+
+@pytest.mark.parametrize("field, bad, exc, match", [
+    *[(f, v, TypeError, rf"TrainConfig: {f} must be an int >= {lo}, got {t}") for f, lo in
+      [("batch_size", 1), ("context", 1), ("max_steps", 1), ("eval_batches", 1), ("eval_every", 0), ("seed", 0)]
+      for v, t in _NOT_INTS],
+    ("batch_size", 0, ValueError, r"TrainConfig: batch_size must be an int >= 1, got 0"),
+    ("warmup_steps", 11, ValueError, r"TrainConfig: warmup_steps must be an int >= 0 and <= 10, got 11"),
+    ("warmup_steps", -1, ValueError, r"warmup_steps must be an int >= 0"),
+    ("max_lr", float("nan"), ValueError, r"TrainConfig: max_lr must be a finite number in \(0, inf\), got nan"),
+    ("max_lr", 0.0, ValueError, r"max_lr must be a finite number in \(0, inf\)"),
+    ("max_lr", "1e-3", TypeError, r"TrainConfig: max_lr must be a real number .* got str '1e-3'"),
+    ("max_lr", True, TypeError, r"max_lr must be a real number"),
+    ("min_lr", 1.0, ValueError, r"TrainConfig: min_lr must be a finite number in \[0, 0.001\], got 1.0"),
+    ("weight_decay", float("inf"), ValueError, r"weight_decay must be a finite number"),
+    ("grad_clip", 0.0, ValueError, r"grad_clip must be a finite number in \(0, inf\)"),
+    ("grad_clip", None, TypeError, r"grad_clip must be a real number"),
+    ("betas", (0.9,), TypeError, r"TrainConfig: betas must be a pair"),
+    ("betas", "0.9", TypeError, r"TrainConfig: betas must be a pair"),
+    ("betas", (1.0, 0.999), ValueError, r"TrainConfig: betas\[0\] must be a finite number in \[0, 1\)"),
+    ("betas", (0.9, float("nan")), ValueError, r"betas\[1\] must be a finite number"),
+    ("bf16", "no", TypeError, r"TrainConfig: bf16 must be True or False, got str"),
+    ("device", None, TypeError, r"TrainConfig: device must be a string"),
+])
+def test_train_config_checks_every_field_where_it_enters(field, bad, exc, match):
+    from g2c.pretraining import TrainConfig
+
+    good = dict(batch_size=2, context=8, max_steps=10, warmup_steps=2, max_lr=1e-3, min_lr=1e-4)
+    with pytest.raises(exc, match=match):
+        TrainConfig(**{**good, field: bad})
+
+
+def test_train_config_keeps_good_values_and_normalises_them():
+    import numpy as np
+    import torch
+
+    from g2c.pretraining import TrainConfig
+
+    c = TrainConfig(batch_size=np.int64(4), context=torch.tensor(8), max_steps=10, warmup_steps=10, max_lr=1,
+                    min_lr=0, betas=[0.9, 0.95], eval_every=0)
+    assert (c.batch_size, c.context, c.warmup_steps, c.max_lr, c.min_lr, c.betas) == (4, 8, 10, 1.0, 0.0, (0.9, 0.95))
+    assert type(c.batch_size) is int and type(c.context) is int and type(c.max_lr) is float
+
+
+@pytest.mark.parametrize("field, bad, exc, match", [
+    *[(f, v, TypeError, rf"StoryLMConfig: {f} must be an int >= 1, got {t}") for f in
+      ["vocab_size", "embedding_dim", "num_layers", "num_heads", "max_seq_len"] for v, t in _NOT_INTS],
+    *[(f, 0, ValueError, rf"StoryLMConfig: {f} must be an int >= 1, got 0") for f in
+      ["vocab_size", "embedding_dim", "num_layers", "num_heads", "max_seq_len"]],
+    ("hidden_dim", -1, ValueError, r"StoryLMConfig: hidden_dim must be an int >= 1 or None, got -1"),
+    ("hidden_dim", 2.5, TypeError, r"StoryLMConfig: hidden_dim must be an int >= 1 or None, got float 2.5"),
+    ("num_heads", 3, ValueError, r"StoryLMConfig: num_heads=3 does not divide embedding_dim=128"),
+    ("dropout", 1.0, ValueError, r"StoryLMConfig: dropout must be a finite number in \[0, 1\), got 1.0"),
+    ("dropout", float("nan"), ValueError, r"dropout must be a finite number"),
+    ("dropout", "0.1", TypeError, r"StoryLMConfig: dropout must be a real number"),
+    ("name", 3, TypeError, r"StoryLMConfig: name must be a string"),
+    ("name", None, TypeError, r"StoryLMConfig: name must be a string"),
+    ("name", " ", ValueError, r"StoryLMConfig: name must be a non-empty string"),
+])
+def test_story_lm_config_checks_every_field_where_it_enters(field, bad, exc, match):
+    from g2c.transformer import LADDER, StoryLMConfig
+
+    with pytest.raises(exc, match=match):
+        StoryLMConfig(**{"name": "x", field: bad})
+    assert StoryLMConfig.from_dict(LADDER["StoryLM-1M"].to_dict()).to_dict() == LADDER["StoryLM-1M"].to_dict()
