@@ -13,6 +13,7 @@ import torch
 import torch.nn.functional as F
 
 from g2c.nn import Dropout, Linear, Module
+from g2c.nn.module import check_int, check_real
 
 from .causal import scaled_dot_product_attention
 
@@ -92,12 +93,17 @@ class MultiHeadAttention(Module):
             explicitly (``fused_causal_trusted``: torch's own was wrong there, silently).
 
     Raises:
-        ValueError: D not divisible by H.
+        TypeError: ``dim`` or ``num_heads`` not an int (a bool, a float, a tensor), ``dropout`` not a
+            real number; the message names the argument.
+        ValueError: a size < 1, D not divisible by H, ``dropout`` outside [0, 1) or NaN.
     """
 
     def __init__(self, dim: int, num_heads: int, *, causal: bool = True, dropout: float = 0.0,
                  generator: torch.Generator | None = None) -> None:
         super().__init__()
+        dim = check_int(dim, "dim", where="MultiHeadAttention")
+        num_heads = check_int(num_heads, "num_heads", where="MultiHeadAttention")
+        dropout = check_real(dropout, "dropout", low=0.0, high=1.0, high_open=True, where="MultiHeadAttention")
         if dim % num_heads:
             raise ValueError(f"embedding dim {dim} is not divisible by num_heads {num_heads}")
         self.dim, self.num_heads, self.causal = dim, num_heads, causal

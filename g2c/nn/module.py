@@ -210,7 +210,7 @@ def check_int(value, name: str, *, minimum: int | None = 1, maximum: int | None 
 
     Raises:
         TypeError: not a whole number ("<where>: <name> must be an int >= 1, got float 2.5").
-        ValueError: a whole number outside the range ("... must be an int >= 1, got 0").
+        ValueError: a whole number outside the range ("<where>: <name> must be >= 1, got 0").
     """
     if value is None and none_ok:
         return None
@@ -227,7 +227,9 @@ def check_int(value, name: str, *, minimum: int | None = 1, maximum: int | None 
     if number is None:
         raise TypeError(f"{prefix}{name} must be {rule}, got {type(value).__name__} {_show(value)}")
     if (minimum is not None and number < minimum) or (maximum is not None and number > maximum):
-        raise ValueError(f"{prefix}{name} must be {rule}, got {number}")
+        span = " and ".join(([f">= {minimum}"] if minimum is not None else []) +
+                            ([f"<= {maximum}"] if maximum is not None else []))
+        raise ValueError(f"{prefix}{name} must be {span}, got {number}")
     return number
 
 

@@ -1682,9 +1682,9 @@ _NOT_INTS = [(True, "bool"), (2.5, "float"), ("3", "str"), (None, "NoneType"), (
     *[(f, v, TypeError, rf"TrainConfig: {f} must be an int >= {lo}, got {t}") for f, lo in
       [("batch_size", 1), ("context", 1), ("max_steps", 1), ("eval_batches", 1), ("eval_every", 0), ("seed", 0)]
       for v, t in _NOT_INTS],
-    ("batch_size", 0, ValueError, r"TrainConfig: batch_size must be an int >= 1, got 0"),
-    ("warmup_steps", 11, ValueError, r"TrainConfig: warmup_steps must be an int >= 0 and <= 10, got 11"),
-    ("warmup_steps", -1, ValueError, r"warmup_steps must be an int >= 0"),
+    ("batch_size", 0, ValueError, r"TrainConfig: batch_size must be >= 1, got 0"),
+    ("warmup_steps", 11, ValueError, r"TrainConfig: warmup_steps must be >= 0 and <= 10, got 11"),
+    ("warmup_steps", -1, ValueError, r"warmup_steps must be >= 0"),
     ("max_lr", float("nan"), ValueError, r"TrainConfig: max_lr must be a finite number in \(0, inf\), got nan"),
     ("max_lr", 0.0, ValueError, r"max_lr must be a finite number in \(0, inf\)"),
     ("max_lr", "1e-3", TypeError, r"TrainConfig: max_lr must be a real number .* got str '1e-3'"),
@@ -1723,9 +1723,9 @@ def test_train_config_keeps_good_values_and_normalises_them():
 @pytest.mark.parametrize("field, bad, exc, match", [
     *[(f, v, TypeError, rf"StoryLMConfig: {f} must be an int >= 1, got {t}") for f in
       ["vocab_size", "embedding_dim", "num_layers", "num_heads", "max_seq_len"] for v, t in _NOT_INTS],
-    *[(f, 0, ValueError, rf"StoryLMConfig: {f} must be an int >= 1, got 0") for f in
+    *[(f, 0, ValueError, rf"StoryLMConfig: {f} must be >= 1, got 0") for f in
       ["vocab_size", "embedding_dim", "num_layers", "num_heads", "max_seq_len"]],
-    ("hidden_dim", -1, ValueError, r"StoryLMConfig: hidden_dim must be an int >= 1 or None, got -1"),
+    ("hidden_dim", -1, ValueError, r"StoryLMConfig: hidden_dim must be >= 1, got -1"),
     ("hidden_dim", 2.5, TypeError, r"StoryLMConfig: hidden_dim must be an int >= 1 or None, got float 2.5"),
     ("num_heads", 3, ValueError, r"StoryLMConfig: num_heads=3 does not divide embedding_dim=128"),
     ("dropout", 1.0, ValueError, r"StoryLMConfig: dropout must be a finite number in \[0, 1\), got 1.0"),
@@ -1741,3 +1741,78 @@ def test_story_lm_config_checks_every_field_where_it_enters(field, bad, exc, mat
     with pytest.raises(exc, match=match):
         StoryLMConfig(**{"name": "x", field: bad})
     assert StoryLMConfig.from_dict(LADDER["StoryLM-1M"].to_dict()).to_dict() == LADDER["StoryLM-1M"].to_dict()
+
+
+def _constructors():
+    import torch
+
+    from g2c.attention import CausalSelfAttention, MultiHeadAttention
+    from g2c.nn import Dropout, Embedding, LayerNorm, Linear
+    from g2c.recurrent import GatedLinearAttention
+    from g2c.transformer import MLP, Block, TransformerLM
+
+    lm = dict(vocab_size=16, embedding_dim=8, num_layers=1, num_heads=2, max_seq_len=16)
+    return {   # name -> (build(**kw), good kwargs, {argument: kind}); kind: size, prob, pos (> 0), nonneg, real
+        "Linear": (Linear, dict(in_features=4, out_features=3), {"in_features": "size", "out_features": "size",
+                                                                  "init_std": "nonneg"}),
+        "Embedding": (Embedding, dict(num_embeddings=5, embedding_dim=3), {"num_embeddings": "size",
+                                                                           "embedding_dim": "size", "init_std": "nonneg"}),
+        "LayerNorm": (LayerNorm, dict(dim=4), {"dim": "size", "eps": "nonneg"}),
+        "Dropout": (Dropout, dict(p=0.1), {"p": "prob"}),
+        "CausalSelfAttention": (CausalSelfAttention, dict(dim=8), {"dim": "size"}),
+        "MultiHeadAttention": (MultiHeadAttention, dict(dim=8, num_heads=2), {"dim": "size", "num_heads": "size",
+                                                                             "dropout": "prob"}),
+        "MLP": (MLP, dict(dim=8, hidden_dim=16), {"dim": "size", "hidden_dim": "size", "dropout": "prob"}),
+        "Block": (Block, dict(dim=8, num_heads=2, hidden_dim=16), {"dim": "size", "num_heads": "size",
+                                                                   "hidden_dim": "size", "dropout": "prob"}),
+        "TransformerLM": (TransformerLM, lm, {**dict.fromkeys(lm, "size"), "hidden_dim": "size", "dropout": "prob"}),
+        "GatedLinearAttention": (GatedLinearAttention, dict(dim=8, num_heads=2), {"dim": "size", "num_heads": "size",
+                                                                                 "decay_bias": "real"}),
+    }, torch
+
+
+_BAD_BY_KIND = {   # kind -> [(value, exception, what the message says after "must be ")]
+    "size": [(True, TypeError, "an int >= 1"), (2.5, TypeError, "an int >= 1"), ("3", TypeError, "an int >= 1"),
+             ("tensor2", TypeError, "an int >= 1"), (0, ValueError, ">= 1, got 0"), (-1, ValueError, ">= 1, got -1")],
+    "prob": [(True, TypeError, "a real number"), ("0.1", TypeError, "a real number"), (None, TypeError, "a real number"),
+             (1.0, ValueError, r"a finite number in \[0, 1\)"), (float("nan"), ValueError, "a finite number")],
+    "nonneg": [(True, TypeError, "a real number"), (-0.5, ValueError, r"a finite number in \[0, inf\)"),
+               (float("inf"), ValueError, "a finite number")],
+    "real": [(True, TypeError, "a real number"), ("2", TypeError, "a real number"), (float("nan"), ValueError,
+                                                                                     "a finite number")],
+}
+
+
+@pytest.mark.parametrize("layer", ["Linear", "Embedding", "LayerNorm", "Dropout", "CausalSelfAttention",
+                                   "MultiHeadAttention", "MLP", "Block", "TransformerLM", "GatedLinearAttention"])
+def test_building_block_constructors_check_every_size_and_rate(layer):
+    table, torch = _constructors()
+    build, good, args = table[layer]
+    build(**good)                                                            # the good control builds
+    for arg, kind in args.items():
+        for value, exc, rule in _BAD_BY_KIND[kind]:
+            value = torch.tensor([1, 2]) if value == "tensor2" else value
+            with pytest.raises(exc, match=rf"^{layer}: {re.escape(arg)}.* must be {rule}"):
+                build(**{**good, arg: value})
+
+
+@pytest.mark.parametrize("layer, kw, match", [
+    ("MultiHeadAttention", dict(dim=8, num_heads=3), r"embedding dim 8 is not divisible by num_heads 3"),
+    ("Block", dict(dim=8, num_heads=3, hidden_dim=16), r"Block: num_heads=3 does not divide dim=8"),
+    ("GatedLinearAttention", dict(dim=8, num_heads=3), r"dim 8 is not divisible by num_heads 3"),
+    ("TransformerLM", dict(vocab_size=16, embedding_dim=8, num_layers=1, num_heads=3, max_seq_len=16),
+     r"not divisible by num_heads 3"),
+])
+def test_heads_that_do_not_divide_the_width_are_refused(layer, kw, match):
+    build = _constructors()[0][layer][0]
+    with pytest.raises(ValueError, match=match):
+        build(**kw)
+
+
+def test_building_blocks_take_numpy_and_0d_tensor_sizes():
+    import numpy as np
+
+    table, torch = _constructors()
+    lin = table["Linear"][0](np.int64(4), torch.tensor(3))
+    assert lin.weight.shape == (3, 4) and type(lin.in_features) is int
+    assert table["Dropout"][0](np.float32(0.25)).p == 0.25

@@ -13,6 +13,7 @@ import math
 import torch
 
 from g2c.nn import Linear, Module
+from g2c.nn.module import check_int
 
 __all__ = ["CausalSelfAttention", "causal_mask", "scaled_dot_product_attention"]
 
@@ -95,6 +96,7 @@ class CausalSelfAttention(Module):
 
     def __init__(self, dim: int, *, causal: bool = True, generator: torch.Generator | None = None) -> None:
         super().__init__()
+        dim = check_int(dim, "dim", where="CausalSelfAttention")
         self.causal = causal
         self.query = Linear(dim, dim, generator=generator)
         self.key = Linear(dim, dim, generator=generator)
