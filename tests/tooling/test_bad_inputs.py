@@ -1816,3 +1816,75 @@ def test_building_blocks_take_numpy_and_0d_tensor_sizes():
     lin = table["Linear"][0](np.int64(4), torch.tensor(3))
     assert lin.weight.shape == (3, 4) and type(lin.in_features) is int
     assert table["Dropout"][0](np.float32(0.25)).p == 0.25
+
+
+def _param():
+    import torch
+
+    return torch.zeros(3, requires_grad=True)
+
+
+@pytest.mark.parametrize("call, exc, match", [
+    *[(lambda v=v, a=a: __import__("g2c.training", fromlist=["x"]).cosine_with_warmup(
+        **{"step": 3, "warmup_steps": 2, "max_steps": 10, "max_lr": 1e-3, **{a: v}}), TypeError,
+       rf"cosine_with_warmup: {a} must be an int, got {t}")
+      for a in ("step", "warmup_steps", "max_steps") for v, t in _NOT_INTS],
+    *[(lambda v=v, a=a: __import__("g2c.training", fromlist=["x"]).cosine_with_warmup(
+        3, **{"warmup_steps": 2, "max_steps": 10, "max_lr": 1e-3, **{a: v}}), exc,
+       rf"cosine_with_warmup: {a} must be a {'real number' if exc is TypeError else 'finite number'}")
+      for a in ("max_lr", "min_lr") for v, exc in [(True, TypeError), ("1", TypeError), (float("nan"), ValueError),
+                                                   (float("inf"), ValueError)]],
+    *[(lambda v=v, a=a: __import__("g2c.training", fromlist=["x"]).clip_grad_norm_([_param()], **{"max_norm": 1.0,
+                                                                                              a: v}), exc,
+       rf"clip_grad_norm_: {a} must be a {'real number' if exc is TypeError else 'finite number'}")
+      for a in ("max_norm", "eps") for v, exc in [(True, TypeError), ("1", TypeError), (None, TypeError),
+                                                  (float("nan"), ValueError), (float("inf"), ValueError)]],
+    (lambda: __import__("g2c.training", fromlist=["x"]).clip_grad_norm_([_param()], 1.0, eps=-1.0), ValueError,
+     r"clip_grad_norm_: eps must be a finite number >= 0, got -1.0"),
+    (lambda: __import__("g2c.training", fromlist=["x"]).clip_grad_norm_(3, 1.0), TypeError,
+     r"clip_grad_norm_: params must be an iterable of tensors, got int"),
+    (lambda: __import__("g2c.training", fromlist=["x"]).clip_grad_norm_([1.0], 1.0), TypeError,
+     r"clip_grad_norm_: params must be tensors, got \['float'\]"),
+    *[(lambda v=v, a=a: __import__("g2c.training", fromlist=["x"]).AdamW([_param()], **{a: v}), exc,
+       rf"AdamW: {re.escape(a)} must be a {'real number' if exc is TypeError else 'finite number'}")
+      for a in ("lr", "eps", "weight_decay") for v, exc in [(True, TypeError), ("1", TypeError), (None, TypeError),
+                                                            (float("nan"), ValueError), (float("inf"), ValueError)]],
+    (lambda: __import__("g2c.training", fromlist=["x"]).AdamW(None), TypeError, r"AdamW: params must be an iterable"),
+    (lambda: __import__("g2c.training", fromlist=["x"]).AdamW([3.0]), TypeError, r"AdamW: params must be tensors"),
+    (lambda: __import__("g2c.training", fromlist=["x"]).AdamW([_param()], betas="0.9"), TypeError,
+     r"AdamW: betas must be a pair"),
+    (lambda: __import__("g2c.training", fromlist=["x"]).AdamW([_param()], betas=(float("nan"), 0.9)), ValueError,
+     r"AdamW: betas\[0\] must be a finite number"),
+])
+def test_training_controls_check_their_arguments_where_they_enter(call, exc, match):
+    with pytest.raises(exc, match=match):
+        call()
+
+
+def test_training_controls_keep_their_good_values():
+    import numpy as np
+    import torch
+
+    from g2c.training import AdamW
+
+    opt = AdamW(iter([_param()]), lr=0, eps=0.0, weight_decay=np.float32(0.0), betas=[0.5, torch.tensor(0.9)])
+    assert (opt.lr, opt.eps, opt.weight_decay, opt.betas) == (0.0, 0.0, 0.0, (0.5, pytest.approx(0.9)))
+    assert type(opt.weight_decay) is float and len(opt.params) == 1
+
+
+@pytest.mark.parametrize("bad, exc, match", [
+    ("1.0", TypeError, r"perplexity: loss must be a real number .* got str '1.0'"),
+    (True, TypeError, r"perplexity: loss must be a real number .* got bool True"),
+    (None, TypeError, r"perplexity: loss must be a real number"),
+    ("2 losses", TypeError, r"perplexity: loss must be a real number .* got Tensor"),
+    (float("nan"), ValueError, r"perplexity: loss must be a finite number >= 0 .*got nan"),
+    (float("inf"), ValueError, r"perplexity: loss must be a finite number >= 0"),
+    (-0.5, ValueError, r"perplexity: loss must be a finite number >= 0 .*got -0.5"),
+])
+def test_perplexity_checks_its_loss(bad, exc, match):
+    import torch
+
+    from g2c.lm import perplexity
+
+    with pytest.raises(exc, match=match):
+        perplexity(torch.tensor([1.0, 2.0]) if bad == "2 losses" else bad)

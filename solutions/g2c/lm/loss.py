@@ -6,6 +6,7 @@ Shape letters: N rows (positions), V vocabulary.
 from __future__ import annotations
 
 import math
+import numbers
 
 import torch
 
@@ -67,9 +68,24 @@ def perplexity(loss: float | torch.Tensor) -> float:
     A perplexity of P means the model is, on average, as unsure as a uniform choice
     among P tokens; a uniform model over V tokens has perplexity V.
 
+    Args:
+        loss: a mean cross-entropy in nats, >= 0: a Python or NumPy real, or a one-element float tensor.
+
+    Raises:
+        TypeError: ``loss`` is not a real number (a string, a bool, None, a tensor of several losses).
+        ValueError: ``loss`` is negative, NaN or infinite (no cross-entropy is).
+
     Steps:
         1. Exponentiate (``test_perplexity_of_uniform_model_is_vocab_size``).
     """
+    # Provided: the loss is checked where it enters (a string or a bool would exponentiate silently).
+    if isinstance(loss, torch.Tensor) and loss.numel() == 1 and loss.dtype.is_floating_point:
+        loss = float(loss)
+    if isinstance(loss, bool) or not isinstance(loss, numbers.Real):
+        raise TypeError(f"perplexity: loss must be a real number (a mean cross-entropy in nats, >= 0) or a "
+                        f"one-element float tensor, got {type(loss).__name__} {' '.join(repr(loss).split())[:60]}")
+    if not (math.isfinite(loss) and loss >= 0):
+        raise ValueError(f"perplexity: loss must be a finite number >= 0 (a mean cross-entropy in nats), got {loss}")
     # BEGIN SOLUTION
     return math.exp(float(loss))
     # END SOLUTION
