@@ -1888,3 +1888,142 @@ def test_perplexity_checks_its_loss(bad, exc, match):
 
     with pytest.raises(exc, match=match):
         perplexity(torch.tensor([1.0, 2.0]) if bad == "2 losses" else bad)
+
+
+def _stream_and_model():
+    import numpy as np
+    import torch
+
+    from g2c.transformer import TransformerLM
+
+    return np.arange(200) % 16, TransformerLM(16, 8, 1, 2, 16, generator=torch.Generator().manual_seed(0)), torch
+
+
+@pytest.mark.parametrize("case, exc, match", [
+    ("batch_size=True", TypeError, r"get_lm_batch: batch_size must be an int >= 1, got bool True"),
+    ("batch_size=2.0", TypeError, r"get_lm_batch: batch_size must be an int >= 1, got float 2.0"),
+    ("context=torch.tensor([1, 2])", TypeError, r"get_lm_batch: context must be an int >= 1, got Tensor"),
+    ("context=0", ValueError, r"get_lm_batch: context must be >= 1, got 0"),
+    ("ids=[1.5] * 50", TypeError, r"get_lm_batch: ids must be a tensor or a NumPy array of token ids, got list"),
+    ("ids='abc'", TypeError, r"get_lm_batch: ids must be a tensor or a NumPy array of token ids, got str"),
+    ("ids=np.arange(50) / 2", TypeError, r"get_lm_batch: ids must hold integer token ids, got dtype float64"),
+    ("generator=3", TypeError, r"get_lm_batch: generator must be a torch.Generator or None, got int 3"),
+    ("generator=cuda", ValueError, r"get_lm_batch: generator is on cuda:0; the window starts are drawn on the CPU"),
+])
+def test_get_lm_batch_checks_its_arguments(case, exc, match):
+    import numpy as np
+
+    from g2c.pretraining import get_lm_batch
+
+    stream, _, torch = _stream_and_model()
+
+    class Elsewhere(torch.Generator):
+        @property
+        def device(self):
+            return torch.device("cuda:0")
+
+    kw = dict(ids=stream, batch_size=2, context=8, generator=torch.Generator().manual_seed(0))
+    name, text = case.split("=", 1)
+    kw[name] = Elsewhere() if text == "cuda" else eval(text, {"np": np, "torch": torch})  # noqa: S307 - the table
+    with pytest.raises(exc, match=match):
+        get_lm_batch(kw.pop("ids"), kw.pop("batch_size"), kw.pop("context"), **kw)
+
+
+@pytest.mark.parametrize("call, exc, match", [
+    (lambda s, m: __import__("g2c.pretraining", fromlist=["x"]).split_stream(s, True), TypeError,
+     r"val_fraction must be a real number in \(0, 1\), got bool True"),
+    (lambda s, m: __import__("g2c.pretraining", fromlist=["x"]).split_stream("abc", 0.1), TypeError,
+     r"split_stream: ids must be a tensor or a NumPy array"),
+    (lambda s, m: __import__("g2c.pretraining", fromlist=["x"]).stream_loss(m, s, context=True), TypeError,
+     r"stream_loss: context must be an int >= 1, got bool True"),
+    (lambda s, m: __import__("g2c.pretraining", fromlist=["x"]).stream_loss(m, s, context=0), ValueError,
+     r"stream_loss: context must be >= 1, got 0"),
+    (lambda s, m: __import__("g2c.pretraining", fromlist=["x"]).stream_loss(m, s, context=8, batch_size=-5),
+     ValueError, r"stream_loss: batch_size must be >= 1, got -5"),
+    (lambda s, m: __import__("g2c.pretraining", fromlist=["x"]).Trainer(object(), s), TypeError,
+     r"Trainer: model must be a course Module"),
+    (lambda s, m: __import__("g2c.pretraining", fromlist=["x"]).Trainer(m, None), TypeError,
+     r"Trainer \(train_ids\): ids must be a tensor or a NumPy array of token ids, got NoneType"),
+    (lambda s, m: __import__("g2c.pretraining", fromlist=["x"]).Trainer(m, s, config="fast"), TypeError,
+     r"Trainer: config must be a TrainConfig or None, got str"),
+])
+def test_pretraining_helpers_check_their_arguments(call, exc, match):
+    stream, model, _ = _stream_and_model()
+    with pytest.raises(exc, match=match):
+        call(stream, model)
+
+
+@pytest.mark.parametrize("call, exc, match", [
+    (lambda: __import__("g2c.nn", fromlist=["x"]).time_call(lambda: 1, warmup=2.5), TypeError,
+     r"time_call: warmup must be an int, got float 2.5"),
+    (lambda: __import__("g2c.nn", fromlist=["x"]).time_call(lambda: 1, repeats=True), TypeError,
+     r"time_call: repeats must be an int, got bool True"),
+    (lambda: __import__("g2c.nn", fromlist=["x"]).time_call(lambda: 1, repeats=0), ValueError,
+     r"time_call: repeats must be an int >= 1, got 0"),
+    (lambda: __import__("g2c.nn", fromlist=["x"]).time_call(3), TypeError, r"time_call: fn must be a callable"),
+    (lambda: __import__("g2c.nn", fromlist=["x"]).resolve_device(None), TypeError,
+     r"resolve_device: device must be a string .* or a torch.device, got NoneType None"),
+    (lambda: __import__("g2c.nn", fromlist=["x"]).resolve_device(3), TypeError,
+     r"resolve_device: device must be a string"),
+])
+def test_nn_helpers_check_their_arguments(call, exc, match):
+    with pytest.raises(exc, match=match):
+        call()
+
+
+@pytest.mark.parametrize("name, kw, exc, match", [
+    ("sample_from_logits", dict(temperature=True), TypeError, r"temperature must be a real number"),
+    ("sample_from_logits", dict(top_k=2.5), TypeError, r"top_k must be an int >= 1, got float 2.5"),
+    ("sample_from_logits", dict(top_p=True), TypeError, r"top_p must be a real number in \(0, 1\] or None"),
+    ("sample_from_logits", dict(generator=object()), TypeError, r"generator must be a torch.Generator or None"),
+    ("sample_from_logits", dict(logits="nan"), ValueError, r"logits holds NaN at sample_from_logits"),
+    ("sample_from_logits", dict(logits="-inf"), ValueError, r"logits is all -inf at sample_from_logits"),
+    ("sample_from_logits", dict(logits="int"), ValueError, r"sample_from_logits: logits must be a floating-point"),
+    ("sample_from_logits", dict(logits=[1.0, 2.0]), TypeError, r"sample_from_logits: logits must be a float tensor"),
+    ("sample_from_logits", dict(logits="empty"), ValueError, r"sample_from_logits: logits must have at least one"),
+    ("top_k_filter", dict(k="2"), TypeError, r"top_k must be an int, got str '2'"),
+    ("top_k_filter", dict(logits="int"), ValueError, r"top_k_filter: logits must be a floating-point tensor"),
+    ("top_p_filter", dict(p=True), TypeError, r"top_p must be a real number in \(0, 1\], got bool True"),
+    ("top_p_filter", dict(p=1e-46), ValueError, r"top_p=1e-46 rounds to 0 in float32"),
+    ("top_p_filter", dict(logits=[1.0]), TypeError, r"top_p_filter: logits must be a float tensor"),
+    ("apply_temperature", dict(temperature=True), TypeError, r"temperature must be a real number > 0, got bool"),
+    ("apply_repetition_penalty", dict(penalty=float("nan")), ValueError, r"repetition_penalty must be > 0 and finite"),
+    ("apply_repetition_penalty", dict(penalty=True), TypeError, r"repetition_penalty must be a real number > 0"),
+    ("apply_repetition_penalty", dict(previous_ids="neg"), ValueError, r"previous_ids holds token id -1, outside"),
+    ("apply_repetition_penalty", dict(previous_ids=[1, 2]), TypeError, r"previous_ids must be a tensor"),
+])
+def test_sampling_steps_check_their_arguments(name, kw, exc, match):
+    import torch
+
+    import g2c.sampling as S
+
+    named = {"nan": torch.full((16,), float("nan")), "-inf": torch.full((16,), float("-inf")),
+             "int": torch.ones(16, dtype=torch.long), "empty": torch.randn(0)}
+    logits = kw.pop("logits", torch.randn(16))
+    logits = named[logits] if isinstance(logits, str) else logits
+    if kw.get("previous_ids") == "neg":
+        kw["previous_ids"] = torch.tensor([-1])
+    calls = {
+        "sample_from_logits": lambda: S.sample_from_logits(logits, **kw),
+        "top_k_filter": lambda: S.top_k_filter(logits, kw.get("k", 3)),
+        "top_p_filter": lambda: S.top_p_filter(logits, kw.get("p", 0.9)),
+        "apply_temperature": lambda: S.apply_temperature(logits, kw.get("temperature", 0.7)),
+        "apply_repetition_penalty": lambda: S.apply_repetition_penalty(logits, kw.get("previous_ids", torch.tensor([1])),
+                                                                       kw.get("penalty", 1.2)),
+    }
+    with pytest.raises(exc, match=match):
+        calls[name]()
+
+
+def test_next_token_logits_checks_its_model_and_ids():
+    import torch
+
+    from g2c.sampling import next_token_logits
+
+    _, model, _ = _stream_and_model()
+    with pytest.raises(TypeError, match=r"model \(object\) does not satisfy g2c.sampling.LanguageModel"):
+        next_token_logits(object(), torch.tensor([1, 2]))
+    with pytest.raises(TypeError, match=r"next_token_logits: ids must be a 1-D tensor of token ids, got list"):
+        next_token_logits(model, [1, 2])
+    with pytest.raises(ValueError, match=r"next_token_logits: ids must be 1-D \(one sequence\), got shape \(1, 2\)"):
+        next_token_logits(model, torch.tensor([[1, 2]]))

@@ -24,7 +24,7 @@ from g2c.nn import Module, eval_mode, resolve_device
 from g2c.nn.module import check_int, check_real
 from g2c.training import AdamW, clip_grad_norm_, cosine_with_warmup
 
-from .objective import get_lm_batch, lm_cross_entropy
+from .objective import check_stream, get_lm_batch, lm_cross_entropy
 
 __all__ = ["TrainConfig", "Trainer", "load_checked", "no_decay_params", "save_checked", "stream_loss"]
 
@@ -124,6 +124,8 @@ class Trainer:
             of the weights at that point.
 
     Raises:
+        TypeError: ``model`` is not a model (no ``parameters``/``to``, not callable), ``config`` is not a
+            ``TrainConfig``, a stream is not a tensor or NumPy array of integer ids.
         ValueError: context larger than the model's window, or streams too short.
 
     Warns:
@@ -133,6 +135,15 @@ class Trainer:
     """
 
     def __init__(self, model: Module, train_ids, val_ids=None, config: TrainConfig | None = None) -> None:
+        if config is not None and not isinstance(config, TrainConfig):
+            raise TypeError(f"Trainer: config must be a TrainConfig or None, got {type(config).__name__} {config!r:.60}")
+        if not (callable(model) and callable(getattr(model, "parameters", None))
+                and callable(getattr(model, "to", None))):
+            raise TypeError(f"Trainer: model must be a course Module (ids (B, T) -> logits (B, T, V)), "
+                            f"got {type(model).__name__} {' '.join(repr(model).split())[:60]}")
+        check_stream(train_ids, "Trainer (train_ids)")
+        if val_ids is not None:
+            check_stream(val_ids, "Trainer (val_ids)")
         self.config = config or TrainConfig()
         c = self.config
         max_len = getattr(model, "max_seq_len", c.context)
@@ -416,8 +427,15 @@ def stream_loss(model: Module, ids, *, context: int, batch_size: int = 16, bf16:
         bf16: use bfloat16 autocast on the model's device.
 
     Raises:
-        ValueError: the stream is shorter than context + 1.
+        TypeError: ``ids`` not a tensor or NumPy array of integer ids; ``context`` or ``batch_size``
+            not an int; ``bf16`` not a bool.
+        ValueError: ``context`` or ``batch_size`` < 1, or the stream is shorter than context + 1.
     """
+    check_stream(ids, "stream_loss")
+    context = check_int(context, "context", where="stream_loss")
+    batch_size = check_int(batch_size, "batch_size", where="stream_loss")
+    if not isinstance(bf16, bool):
+        raise TypeError(f"stream_loss: bf16 must be True or False, got {type(bf16).__name__} {bf16!r:.60}")
     n_windows = (len(ids) - 1) // context
     if n_windows < 1:
         raise ValueError(f"stream of {len(ids)} tokens is shorter than context + 1 = {context + 1}")
