@@ -12,7 +12,7 @@ import math
 
 import torch
 
-from .module import Module, check_int, check_real
+from .module import Module, check_features, check_int, check_real
 
 __all__ = ["Dropout", "Embedding", "GELU", "LayerNorm", "Linear"]
 
@@ -68,7 +68,12 @@ class Linear(Module):
                (``test_linear_matches_torch``)
             2. Add the bias if there is one (it broadcasts over the leading dimensions).
                (``test_linear_without_bias``)
+
+        Raises (checked before your code runs):
+            TypeError: x is not a tensor.
+            ValueError: x is not floating point or its last dimension is not ``in_features``.
         """
+        check_features(x, self.in_features, "x", "Linear")
         # TODO: implement this (module 03, see docs/modules/03-nn.md).
         raise NotImplementedError(
             "module 03: Linear.forward in g2c/nn/layers.py is not implemented yet. Write it (see "
@@ -113,8 +118,8 @@ class Embedding(Module):
             (..., embedding_dim) float32.
 
         Raises:
-            TypeError: ``ids`` is not an integer tensor; the message says the layer expects
-                "integer ids" and names the dtype.
+            TypeError: ``ids`` is not a tensor (checked before your code runs), or not an integer
+                tensor; the message says the layer expects "integer ids" and names the dtype.
             IndexError: an id is negative or >= num_embeddings; the message gives the range
                 as "[0, num_embeddings)" (e.g. "[0, 5)") and the smallest and largest id.
 
@@ -123,6 +128,8 @@ class Embedding(Module):
             2. Index the weight with the ids; indexing keeps the autograd graph, so the
                rows that were used receive gradient (``test_embedding_matches_torch``).
         """
+        if not isinstance(ids, torch.Tensor):
+            raise TypeError(f"Embedding expects integer ids as a tensor, got {type(ids).__name__}")
         # TODO: implement this (module 03, see docs/modules/03-nn.md).
         raise NotImplementedError(
             "module 03: Embedding.forward in g2c/nn/layers.py is not implemented yet. Write it (see "
@@ -172,7 +179,12 @@ class LayerNorm(Module):
             2. Biased variance over the last dimension, (..., 1) (``test_layernorm_uses_biased_variance``).
             3. Normalise with ``eps`` inside the square root, then apply weight and bias
                (``test_layernorm_matches_torch``).
+
+        Raises (checked before your code runs):
+            TypeError: x is not a tensor.
+            ValueError: x is not floating point or its last dimension is not ``dim``.
         """
+        check_features(x, self.dim, "x", "LayerNorm")
         # TODO: implement this (module 03, see docs/modules/03-nn.md).
         raise NotImplementedError(
             "module 03: LayerNorm.forward in g2c/nn/layers.py is not implemented yet. Write it (see "

@@ -190,6 +190,21 @@ def _show(value) -> str:
     return text if len(text) <= 60 else text[:57] + "..."
 
 
+def check_features(x, size: int, name: str, where: str) -> None:
+    """``x`` must be a floating-point tensor (..., size): the input of a layer with a fixed width.
+
+    Raises:
+        TypeError: not a tensor ("<where>: <name> must be a float tensor (..., 4), got list").
+        ValueError: not floating point, or a last dimension other than ``size`` (the message names both).
+    """
+    if not isinstance(x, torch.Tensor):
+        raise TypeError(f"{where}: {name} must be a float tensor (..., {size}), got {type(x).__name__}")
+    if not x.dtype.is_floating_point:
+        raise ValueError(f"{where}: {name} must be floating point, got dtype {x.dtype}")
+    if x.dim() == 0 or x.shape[-1] != size:
+        raise ValueError(f"{where}: {name} must be (..., {size}), got shape {tuple(x.shape)}")
+
+
 def check_int(value, name: str, *, minimum: int | None = 1, maximum: int | None = None,
               none_ok: bool = False, where: str | None = None) -> int | None:
     """An integer argument (a size, a count, a step) as a Python int.

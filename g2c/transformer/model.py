@@ -94,7 +94,9 @@ class TransformerLM(Module):
 
     def _check_ids(self, ids: torch.Tensor) -> None:
         bad_dtype = isinstance(ids, torch.Tensor) and (ids.dtype.is_floating_point or ids.dtype == torch.bool)
-        if not isinstance(ids, torch.Tensor) or ids.dim() != 2 or bad_dtype:
+        if not isinstance(ids, torch.Tensor):
+            raise TypeError(f"TransformerLM expects integer ids of shape (B, T) as a tensor; got {type(ids).__name__}")
+        if ids.dim() != 2 or bad_dtype:
             shape = tuple(ids.shape) if isinstance(ids, torch.Tensor) else type(ids).__name__
             raise ValueError(f"TransformerLM expects integer ids of shape (B, T); got {shape}")
         if ids.shape[1] < 1:
@@ -113,6 +115,7 @@ class TransformerLM(Module):
             (B, T, D) float32.
 
         Raises:
+            TypeError: ids is not a tensor.
             ValueError: ids not 2-D integers, T = 0, or T > max_seq_len.
 
         Steps:

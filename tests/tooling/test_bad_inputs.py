@@ -2027,3 +2027,75 @@ def test_next_token_logits_checks_its_model_and_ids():
         next_token_logits(model, [1, 2])
     with pytest.raises(ValueError, match=r"next_token_logits: ids must be 1-D \(one sequence\), got shape \(1, 2\)"):
         next_token_logits(model, torch.tensor([[1, 2]]))
+
+
+@pytest.mark.parametrize("case, exc, match", [
+    ("A.causal_mask(2.5)", TypeError, r"causal_mask: num_queries must be an int, got float 2.5"),
+    ("A.causal_mask(True)", TypeError, r"causal_mask: num_queries must be an int, got bool True"),
+    ("A.causal_mask(3, torch.tensor(5.0))", TypeError, r"causal_mask: num_keys must be an int or None, got Tensor"),
+    ("A.causal_mask(3, 2)", ValueError, r"causal_mask needs 1 <= num_queries <= num_keys, got 3, 2"),
+    ("A.split_heads(torch.randn(1, 3, 8), True)", TypeError, r"split_heads: num_heads must be an int >= 1, got bool"),
+    ("A.split_heads(torch.randn(1, 3, 8), 0)", ValueError, r"split_heads: num_heads must be >= 1, got 0"),
+    ("A.split_heads([1.0], 2)", TypeError, r"split_heads: x must be a tensor \(B, T, D\), got list"),
+    ("A.merge_heads('x')", TypeError, r"merge_heads: x must be a tensor \(B, H, T, d\), got str"),
+    ("A.merge_heads(torch.randn(2, 3, 4))", ValueError, r"merge_heads: x must be \(B, H, T, d\), got shape \(2, 3, 4\)"),
+    ("A.scaled_dot_product_attention(q.long(), q, q)", ValueError,
+     r"scaled_dot_product_attention: q must be floating point, got dtype torch.int64"),
+    ("A.scaled_dot_product_attention([1.0], q, q)", TypeError, r"scaled_dot_product_attention: q must be a float tensor"),
+    ("LM.log_softmax([1.0, 2.0])", TypeError, r"log_softmax: logits must be a float tensor \(\.\.\., V\), got list"),
+    ("LM.log_softmax(torch.ones(2, 3, dtype=torch.long))", ValueError, r"log_softmax: logits must be floating point"),
+    ("LM.log_softmax(torch.randn(2, 0))", ValueError, r"log_softmax: logits must have a vocabulary dimension"),
+    ("LM.cross_entropy(torch.randn(3, 16), torch.tensor([1, 2, 16]))", ValueError,
+     r"cross_entropy: target 16 is outside \[0, 16\)"),
+    ("LM.cross_entropy(torch.randn(3, 16), torch.tensor([1, 2, -5]))", ValueError,
+     r"cross_entropy: target -5 is outside \[0, 16\)"),
+    ("LM.cross_entropy(torch.randn(3, 16), torch.ones(3))", ValueError,
+     r"cross_entropy: targets must be integer class ids, got dtype torch.float32"),
+    ("LM.cross_entropy(torch.ones(3, 16, dtype=torch.long), torch.tensor([1, 2, 3]))", ValueError,
+     r"cross_entropy: logits must be floating point"),
+    ("LM.cross_entropy(torch.randn(0, 16), torch.zeros(0, dtype=torch.long))", ValueError,
+     r"cross_entropy: no rows \(N = 0\)"),
+    ("LM.cross_entropy(torch.randn(3, 16), [1, 2, 3])", TypeError, r"cross_entropy: targets must be a tensor"),
+    ("PT.lm_cross_entropy([1.0], torch.tensor([[1]]))", TypeError, r"lm_cross_entropy: logits must be a float tensor"),
+    ("PT.lm_cross_entropy(torch.randn(1, 2, 16), [[1, 2]])", TypeError, r"lm_cross_entropy: targets must be a tensor"),
+    ("NN.Linear(3, 2)(torch.randn(2, 4))", ValueError, r"Linear: x must be \(\.\.\., 3\), got shape \(2, 4\)"),
+    ("NN.Linear(3, 2)(torch.ones(2, 3, dtype=torch.long))", ValueError, r"Linear: x must be floating point"),
+    ("NN.Linear(3, 2)([1.0, 2.0, 3.0])", TypeError, r"Linear: x must be a float tensor \(\.\.\., 3\), got list"),
+    ("NN.LayerNorm(4)('x')", TypeError, r"LayerNorm: x must be a float tensor \(\.\.\., 4\), got str"),
+    ("NN.LayerNorm(4)(torch.randn(2, 5))", ValueError, r"LayerNorm: x must be \(\.\.\., 4\), got shape \(2, 5\)"),
+    ("NN.Embedding(5, 3)([1, 2])", TypeError, r"Embedding expects integer ids as a tensor, got list"),
+    ("A.MultiHeadAttention(8, 2)(torch.randn(1, 3, 7))", ValueError,
+     r"MultiHeadAttention: x must be \(\.\.\., 8\), got shape \(1, 3, 7\)"),
+    ("A.MultiHeadAttention(8, 2)(torch.randn(3, 8))", ValueError,
+     r"MultiHeadAttention: x must be \(B, T, 8\), got shape \(3, 8\)"),
+    ("E.embed_tokens_and_positions([1, 2], NN.Embedding(16, 4), NN.Embedding(8, 4))", TypeError,
+     r"embed_tokens_and_positions: ids must be an integer tensor \(B, T\), got list"),
+    ("T.TransformerLM(16, 8, 1, 2, 16).hidden_states([[1, 2]])", TypeError,       # forward's provided check
+     r"TransformerLM expects integer ids of shape \(B, T\) as a tensor; got list"),
+])
+def test_block_functions_and_forwards_check_their_inputs(case, exc, match):
+    import torch
+
+    import g2c.attention as A
+    import g2c.embeddings as E
+    import g2c.lm as LM
+    import g2c.nn as NN
+    import g2c.pretraining as PT
+    import g2c.transformer as T
+
+    q = torch.randn(1, 2, 3, 4)
+    with pytest.raises(exc, match=match):
+        eval(case, {"A": A, "E": E, "LM": LM, "NN": NN, "PT": PT, "T": T, "torch": torch, "q": q})  # noqa: S307
+
+
+def test_trainer_refuses_a_stream_outside_the_models_vocabulary():
+    import numpy as np
+
+    from g2c.pretraining import TrainConfig, Trainer
+
+    _, model, _ = _stream_and_model()
+    cfg = TrainConfig(batch_size=2, context=8, max_steps=2, warmup_steps=1)
+    with pytest.raises(ValueError, match=r"train_ids holds token id 16, outside the model's vocabulary \[0, 16\)"):
+        Trainer(model, np.array([1, 16] * 40), config=cfg)
+    with pytest.raises(ValueError, match=r"val_ids holds token id -1, outside"):
+        Trainer(model, np.arange(80) % 16, np.array([-1] + [1] * 40), config=cfg)

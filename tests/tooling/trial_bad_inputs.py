@@ -367,7 +367,7 @@ def api_cases(repo: Path) -> list[Case]:
     mha = A.MultiHeadAttention(8, 2)
     add("attention.MultiHeadAttention.__call__", lambda **k: mha(k["x"]), {"x": torch.randn(1, 3, 8)},
         {"x": [(torch.randn(1, 3, 7), "wrong width"), (torch.randn(3, 8), "2-D"), (torch.ones(1, 3, 8).long(),
-                                                                                   "int")]})
+                                                                                   "int dtype")]})
     add("attention.CausalSelfAttention", lambda **k: A.CausalSelfAttention(k["d"]), {"d": 8}, {"d": int_bad(1)})
 
     # -- module 09: the transformer

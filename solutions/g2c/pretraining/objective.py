@@ -14,6 +14,7 @@ import numpy as np
 import torch
 
 from g2c.lm import cross_entropy
+from g2c.lm.loss import check_scores
 from g2c.nn.module import check_int, check_real
 
 __all__ = ["get_lm_batch", "lm_cross_entropy", "split_stream"]
@@ -131,13 +132,18 @@ def lm_cross_entropy(logits: torch.Tensor, targets: torch.Tensor) -> torch.Tenso
         scalar float32 tensor.
 
     Raises:
-        ValueError: logits not 3-D or the (B, T) shapes differ.
+        TypeError: ``logits`` or ``targets`` is not a tensor.
+        ValueError: logits not 3-D or not floating point, or the (B, T) shapes differ; through
+            ``cross_entropy``: targets not integer ids or outside [0, V).
 
     Steps:
         1. Validate (``test_lm_cross_entropy_rejects_mismatched_shapes``).
         2. Flatten to (B·T, V) and (B·T,) and reuse module 06's ``cross_entropy``
            (``test_lm_cross_entropy_matches_torch``).
     """
+    check_scores(logits, "lm_cross_entropy")
+    if not isinstance(targets, torch.Tensor):
+        raise TypeError(f"lm_cross_entropy: targets must be a tensor of token ids (B, T), got {type(targets).__name__}")
     if logits.dim() != 3 or tuple(logits.shape[:2]) != tuple(targets.shape):
         raise ValueError(f"lm_cross_entropy expects logits (B, T, V) and targets (B, T); "
                          f"got {tuple(logits.shape)} and {tuple(targets.shape)}")

@@ -126,7 +126,9 @@ class Trainer:
     Raises:
         TypeError: ``model`` is not a model (no ``parameters``/``to``, not callable), ``config`` is not a
             ``TrainConfig``, a stream is not a tensor or NumPy array of integer ids.
-        ValueError: context larger than the model's window, or streams too short.
+        ValueError: context larger than the model's window, streams too short, or a stream holding an
+            id outside the model's vocabulary [0, vocab_size) (one pass over each stream, here, instead
+            of an IndexError at some later step).
 
     Warns:
         RuntimeWarning: ``config.bf16`` on a CPU whose oneDNN has no bfloat16 kernels (an AVX2 CPU
@@ -152,6 +154,11 @@ class Trainer:
         for name, ids in (("train_ids", train_ids), ("val_ids", val_ids)):
             if ids is not None and len(ids) < c.context + 1:
                 raise ValueError(f"{name} has {len(ids)} tokens, fewer than context + 1 = {c.context + 1}")
+            vocab = getattr(model, "vocab_size", None)
+            if ids is not None and isinstance(vocab, int) and (int(ids.min()) < 0 or int(ids.max()) >= vocab):
+                bad = int(ids.min()) if int(ids.min()) < 0 else int(ids.max())
+                raise ValueError(f"{name} holds token id {bad}, outside the model's vocabulary [0, {vocab}): "
+                                 "the stream and the model come from different tokenizers")
         self.device = resolve_device(c.device)
         if c.bf16 and self.device.type == "cpu" and not torch.ops.mkldnn._is_mkldnn_bf16_supported():
             warnings.warn("TrainConfig.bf16=True on a CPU without bfloat16 products (no AVX-512 BF16 or ARM BF16): "
