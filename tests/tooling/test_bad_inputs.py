@@ -1755,8 +1755,8 @@ def _constructors():
     return {   # name -> (build(**kw), good kwargs, {argument: kind}); kind: size, prob, pos (> 0), nonneg, real
         "Linear": (Linear, dict(in_features=4, out_features=3), {"in_features": "size", "out_features": "size",
                                                                   "init_std": "nonneg"}),
-        "Embedding": (Embedding, dict(num_embeddings=5, embedding_dim=3), {"num_embeddings": "size",
-                                                                           "embedding_dim": "size", "init_std": "nonneg"}),
+        "Embedding": (Embedding, dict(num_embeddings=5, embedding_dim=3),
+                      {"num_embeddings": "size", "embedding_dim": "size", "init_std": "nonneg"}),
         "LayerNorm": (LayerNorm, dict(dim=4), {"dim": "size", "eps": "nonneg"}),
         "Dropout": (Dropout, dict(p=0.1), {"p": "prob"}),
         "CausalSelfAttention": (CausalSelfAttention, dict(dim=8), {"dim": "size"}),
@@ -1774,7 +1774,8 @@ def _constructors():
 _BAD_BY_KIND = {   # kind -> [(value, exception, what the message says after "must be ")]
     "size": [(True, TypeError, "an int >= 1"), (2.5, TypeError, "an int >= 1"), ("3", TypeError, "an int >= 1"),
              ("tensor2", TypeError, "an int >= 1"), (0, ValueError, ">= 1, got 0"), (-1, ValueError, ">= 1, got -1")],
-    "prob": [(True, TypeError, "a real number"), ("0.1", TypeError, "a real number"), (None, TypeError, "a real number"),
+    "prob": [(True, TypeError, "a real number"), ("0.1", TypeError, "a real number"),
+             (None, TypeError, "a real number"),
              (1.0, ValueError, r"a finite number in \[0, 1\)"), (float("nan"), ValueError, "a finite number")],
     "nonneg": [(True, TypeError, "a real number"), (-0.5, ValueError, r"a finite number in \[0, inf\)"),
                (float("inf"), ValueError, "a finite number")],
@@ -2008,8 +2009,8 @@ def test_sampling_steps_check_their_arguments(name, kw, exc, match):
         "top_k_filter": lambda: S.top_k_filter(logits, kw.get("k", 3)),
         "top_p_filter": lambda: S.top_p_filter(logits, kw.get("p", 0.9)),
         "apply_temperature": lambda: S.apply_temperature(logits, kw.get("temperature", 0.7)),
-        "apply_repetition_penalty": lambda: S.apply_repetition_penalty(logits, kw.get("previous_ids", torch.tensor([1])),
-                                                                       kw.get("penalty", 1.2)),
+        "apply_repetition_penalty": lambda: S.apply_repetition_penalty(
+            logits, kw.get("previous_ids", torch.tensor([1])), kw.get("penalty", 1.2)),
     }
     with pytest.raises(exc, match=match):
         calls[name]()
@@ -2038,10 +2039,12 @@ def test_next_token_logits_checks_its_model_and_ids():
     ("A.split_heads(torch.randn(1, 3, 8), 0)", ValueError, r"split_heads: num_heads must be >= 1, got 0"),
     ("A.split_heads([1.0], 2)", TypeError, r"split_heads: x must be a tensor \(B, T, D\), got list"),
     ("A.merge_heads('x')", TypeError, r"merge_heads: x must be a tensor \(B, H, T, d\), got str"),
-    ("A.merge_heads(torch.randn(2, 3, 4))", ValueError, r"merge_heads: x must be \(B, H, T, d\), got shape \(2, 3, 4\)"),
+    ("A.merge_heads(torch.randn(2, 3, 4))", ValueError,
+     r"merge_heads: x must be \(B, H, T, d\), got shape \(2, 3, 4\)"),
     ("A.scaled_dot_product_attention(q.long(), q, q)", ValueError,
      r"scaled_dot_product_attention: q must be floating point, got dtype torch.int64"),
-    ("A.scaled_dot_product_attention([1.0], q, q)", TypeError, r"scaled_dot_product_attention: q must be a float tensor"),
+    ("A.scaled_dot_product_attention([1.0], q, q)", TypeError,
+     r"scaled_dot_product_attention: q must be a float tensor"),
     ("LM.log_softmax([1.0, 2.0])", TypeError, r"log_softmax: logits must be a float tensor \(\.\.\., V\), got list"),
     ("LM.log_softmax(torch.ones(2, 3, dtype=torch.long))", ValueError, r"log_softmax: logits must be floating point"),
     ("LM.log_softmax(torch.randn(2, 0))", ValueError, r"log_softmax: logits must have a vocabulary dimension"),

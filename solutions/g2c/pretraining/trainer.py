@@ -138,7 +138,8 @@ class Trainer:
 
     def __init__(self, model: Module, train_ids, val_ids=None, config: TrainConfig | None = None) -> None:
         if config is not None and not isinstance(config, TrainConfig):
-            raise TypeError(f"Trainer: config must be a TrainConfig or None, got {type(config).__name__} {config!r:.60}")
+            raise TypeError(f"Trainer: config must be a TrainConfig or None, got {type(config).__name__} "
+                            f"{config!r:.60}")
         if not (callable(model) and callable(getattr(model, "parameters", None))
                 and callable(getattr(model, "to", None))):
             raise TypeError(f"Trainer: model must be a course Module (ids (B, T) -> logits (B, T, V)), "
