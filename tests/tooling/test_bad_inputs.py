@@ -56,7 +56,14 @@ Covered, generated from the tables below (a new entry point is covered once it i
     ``object()``, ``block_loss_weights``'s gamma, ``check_whole``'s TypeError; ``torch.save`` past a
     file-size limit, the real call in a child process);
   - a read-only checkout stops ``./setup.sh`` before pip;
-  - MPS's silent causal mask in half precision (pytorch/pytorch#195910): tests/tooling/test_fake_device.py.
+  - MPS's silent causal mask in half precision (pytorch/pytorch#195910): tests/tooling/test_fake_device.py;
+  - the building blocks of modules 03-11 (the trial's ``blocks`` surface): ``TrainConfig``/``StoryLMConfig``
+    fields, the constructors of every layer, the training controls, ``get_lm_batch``/``split_stream``/
+    ``stream_loss``/``Trainer``, ``time_call``/``resolve_device``, the losses, the attention helpers, the
+    forwards' inputs and module 11's warpers: sizes are ints (no bool, float or tensor of several elements),
+    rates finite reals in range, each checked where it enters in provided code (``g2c.nn.module.check_int``,
+    ``check_real``, ``check_features``; module 03b's ``check_int_arg``/``check_real_arg``, module 06's
+    ``check_scores``: those modules need no module 03).
   The trial that found them (>= 900 inputs over every surface, classified clear / unclear / silent) is
   ``tests/tooling/trial_bad_inputs.py``.
 

@@ -23,7 +23,9 @@ is judged on the complete code). Surfaces:
 * ``shell``: ``./test.sh``, ``./notebook.sh``, ``./checkpoints.sh``, ``./datasets.sh`` and the environment
   variables the course reads, in subprocesses;
 * ``faults``: damaged artifacts, edited pins, writes into the shipped artifacts, interrupted exports,
-  full disks, read-only checkouts.
+  full disks, read-only checkouts;
+* ``blocks``: the api cases of the building blocks of modules 03-11 (layers, configs, training controls,
+  losses, attention helpers, warpers), reported on their own line; ``--only blocks`` runs them alone.
 
 Classes: ``clear`` (a bad input refused by a ValueError/TypeError/IndexError raised by the course's own
 code, one line; a script's one ``error`` line and a nonzero exit, no traceback; and, where the case names
@@ -264,8 +266,9 @@ def api_cases(repo: Path) -> list[Case]:
 
     def add(name, call, base: dict, params: dict):
         """A control (call(**base)) and, per param, call(**base | {param: bad}). A list where the control passes a
-        tensor may be taken (converted) or refused; the building blocks of modules 03-10 (the student's own
-        layers, no validation by design) are the separate surface "blocks", outside the trial's target."""
+        tensor may be taken (converted) or refused; the building blocks of modules 03-11 (the student's own
+        layers and steps, checked in their provided code: constructors, config ``__post_init__``, the provided
+        lines before an exercise body) are the separate surface "blocks", outside the trial's target."""
         surface = "blocks" if name.startswith(BLOCKS) else "api"
         cases.append(Case(surface, f"{name} (good)", lambda: call(**base), bad=False))
         for param, values in params.items():
