@@ -13,6 +13,7 @@ import torch
 import torch.nn.functional as F
 
 from g2c.nn import Dropout, Linear, Module
+from g2c.nn.module import check_features, check_int, check_real
 
 from .causal import scaled_dot_product_attention
 
@@ -42,11 +43,15 @@ def split_heads(x: torch.Tensor, num_heads: int) -> torch.Tensor:
     Head h gets the columns ``h*d : (h+1)*d``.
 
     Raises:
-        ValueError: x is not 3-D or D is not divisible by H.
+        TypeError: x is not a tensor; ``num_heads`` is not an int (a bool, a float).
+        ValueError: x is not 3-D, ``num_heads`` < 1 or D is not divisible by H.
 
     Steps:
         1. Reshape to (B, T, H, d), then move H before T (``test_split_heads_layout``).
     """
+    if not isinstance(x, torch.Tensor):
+        raise TypeError(f"split_heads: x must be a tensor (B, T, D), got {type(x).__name__}")
+    num_heads = check_int(num_heads, "num_heads", where="split_heads")
     if x.dim() != 3 or x.shape[-1] % num_heads:
         raise ValueError(f"split_heads needs (B, T, D) with D divisible by H={num_heads}; got {tuple(x.shape)}")
     # TODO: implement this (module 08, see docs/modules/08-multihead-attention.md).
@@ -60,10 +65,18 @@ def split_heads(x: torch.Tensor, num_heads: int) -> torch.Tensor:
 def merge_heads(x: torch.Tensor) -> torch.Tensor:
     """(B, H, T, d) -> (B, T, H*d): the inverse of ``split_heads``.
 
+    Raises:
+        TypeError: x is not a tensor.
+        ValueError: x is not 4-D.
+
     Steps:
         1. Move H back after T, make the memory contiguous, flatten the last two
            dimensions (``test_merge_heads_inverts_split``).
     """
+    if not isinstance(x, torch.Tensor):
+        raise TypeError(f"merge_heads: x must be a tensor (B, H, T, d), got {type(x).__name__}")
+    if x.dim() != 4:
+        raise ValueError(f"merge_heads: x must be (B, H, T, d), got shape {tuple(x.shape)}")
     # TODO: implement this (module 08, see docs/modules/08-multihead-attention.md).
     raise NotImplementedError(
         "module 08: merge_heads in g2c/attention/multihead.py is not implemented yet. Write it (see "
@@ -92,12 +105,17 @@ class MultiHeadAttention(Module):
             explicitly (``fused_causal_trusted``: torch's own was wrong there, silently).
 
     Raises:
-        ValueError: D not divisible by H.
+        TypeError: ``dim`` or ``num_heads`` not an int (a bool, a float, a tensor), ``dropout`` not a
+            real number; the message names the argument.
+        ValueError: a size < 1, D not divisible by H, ``dropout`` outside [0, 1) or NaN.
     """
 
     def __init__(self, dim: int, num_heads: int, *, causal: bool = True, dropout: float = 0.0,
                  generator: torch.Generator | None = None) -> None:
         super().__init__()
+        dim = check_int(dim, "dim", where="MultiHeadAttention")
+        num_heads = check_int(num_heads, "num_heads", where="MultiHeadAttention")
+        dropout = check_real(dropout, "dropout", low=0.0, high=1.0, high_open=True, where="MultiHeadAttention")
         if dim % num_heads:
             raise ValueError(f"embedding dim {dim} is not divisible by num_heads {num_heads}")
         self.dim, self.num_heads, self.causal = dim, num_heads, causal
@@ -128,7 +146,14 @@ class MultiHeadAttention(Module):
             2. ``split_heads`` each to (B, H, T, d).
             3. ``self._attend`` (all heads at once), ``merge_heads`` back to (B, T, D).
             4. Output projection, then dropout (``test_mha_matches_torch_reference``).
+
+        Raises (checked before your code runs):
+            TypeError: x is not a tensor.
+            ValueError: x is not floating point or not (B, T, D) with D = ``dim``.
         """
+        check_features(x, self.dim, "x", "MultiHeadAttention")
+        if x.dim() != 3:
+            raise ValueError(f"MultiHeadAttention: x must be (B, T, {self.dim}), got shape {tuple(x.shape)}")
         # TODO: implement this (module 08, see docs/modules/08-multihead-attention.md).
         raise NotImplementedError(
             "module 08: MultiHeadAttention.forward in g2c/attention/multihead.py is not implemented yet. Write it "

@@ -9,6 +9,8 @@ Shape letters used across the course: B batch, T time, D width, H heads, V vocab
 
 from __future__ import annotations
 
+import math
+import operator
 from collections.abc import Iterator
 from contextlib import contextmanager
 
@@ -178,3 +180,111 @@ def eval_mode(*models) -> Iterator[None]:
     finally:
         for model, mode in reversed(saved):
             model.train(mode)
+
+
+# -- argument checks shared by the building blocks (provided; later modules call them where a value enters) --
+
+def _show(value) -> str:
+    """A value for an error message: one line, at most 60 characters."""
+    text = " ".join(repr(value).split())
+    return text if len(text) <= 60 else text[:57] + "..."
+
+
+def check_features(x, size: int, name: str, where: str) -> None:
+    """``x`` must be a floating-point tensor (..., size): the input of a layer with a fixed width.
+
+    Raises:
+        TypeError: not a tensor ("<where>: <name> must be a float tensor (..., 4), got list").
+        ValueError: not floating point, or a last dimension other than ``size`` (the message names both).
+    """
+    if not isinstance(x, torch.Tensor):
+        raise TypeError(f"{where}: {name} must be a float tensor (..., {size}), got {type(x).__name__}")
+    if not x.dtype.is_floating_point:
+        raise ValueError(f"{where}: {name} must be floating point, got dtype {x.dtype}")
+    if x.dim() == 0 or x.shape[-1] != size:
+        raise ValueError(f"{where}: {name} must be (..., {size}), got shape {tuple(x.shape)}")
+
+
+def check_int(value, name: str, *, minimum: int | None = 1, maximum: int | None = None,
+              none_ok: bool = False, where: str | None = None) -> int | None:
+    """An integer argument (a size, a count, a step) as a Python int.
+
+    A Python int, a NumPy integer or a 0-d integer tensor passes; a bool (``True`` is not a size), a
+    float (even ``2.0``), a string, a list, a tensor of another shape or dtype does not, nor None
+    unless ``none_ok``.
+
+    Args:
+        value: the argument as given.
+        name: its name in the caller's signature (the message names it).
+        minimum, maximum: the accepted range, inclusive (None: no bound).
+        none_ok: None is accepted (and returned).
+        where: the caller (``"TransformerLM"``), put in front of the message.
+
+    Returns:
+        The value as a Python int (or None).
+
+    Raises:
+        TypeError: not a whole number ("<where>: <name> must be an int >= 1, got float 2.5").
+        ValueError: a whole number outside the range ("<where>: <name> must be >= 1, got 0").
+    """
+    if value is None and none_ok:
+        return None
+    rule = "an int" + (f" >= {minimum}" if minimum is not None else "") + \
+        (f" and <= {maximum}" if maximum is not None else "") + (" or None" if none_ok else "")
+    prefix = f"{where}: " if where else ""
+    number = None
+    if not isinstance(value, bool) and not (isinstance(value, torch.Tensor)
+                                            and (value.dim() != 0 or value.dtype == torch.bool)):
+        try:
+            number = operator.index(value)
+        except TypeError:
+            number = None
+    if number is None:
+        raise TypeError(f"{prefix}{name} must be {rule}, got {type(value).__name__} {_show(value)}")
+    if (minimum is not None and number < minimum) or (maximum is not None and number > maximum):
+        span = " and ".join(([f">= {minimum}"] if minimum is not None else []) +
+                            ([f"<= {maximum}"] if maximum is not None else []))
+        raise ValueError(f"{prefix}{name} must be {span}, got {number}")
+    return number
+
+
+def check_real(value, name: str, *, low: float | None = None, high: float | None = None,
+               low_open: bool = False, high_open: bool = False, none_ok: bool = False,
+               where: str | None = None) -> float | None:
+    """A real-number argument (a rate, a probability, an epsilon) as a finite Python float.
+
+    A Python int or float, a NumPy real scalar or a 0-d real tensor passes; a bool, a string, a
+    complex number, a list or a tensor with several elements does not, nor None unless ``none_ok``.
+    NaN and infinities are refused: no building block has a use for them.
+
+    Args:
+        value, name, none_ok, where: as in ``check_int``.
+        low, high: the accepted range (None: no bound); ``low_open``/``high_open`` exclude the bound.
+
+    Returns:
+        The value as a Python float (or None).
+
+    Raises:
+        TypeError: not a real number ("<where>: <name> must be a real number in [0, 1), got str '0.5'").
+        ValueError: NaN, infinite or outside the range ("... must be a finite number in [0, 1), got 1.0").
+    """
+    if value is None and none_ok:
+        return None
+    lo = "-inf" if low is None else f"{low:g}"
+    hi = "inf" if high is None else f"{high:g}"
+    span = f"{'(' if low_open or low is None else '['}{lo}, {hi}{')' if high_open or high is None else ']'}"
+    prefix = f"{where}: " if where else ""
+    number = value
+    if isinstance(number, torch.Tensor) and number.dim() == 0 and number.dtype != torch.bool \
+            and not number.dtype.is_complex:
+        number = number.item()
+    elif getattr(number, "ndim", None) == 0 and hasattr(number, "item") and not isinstance(number, torch.Tensor):
+        number = number.item()                                                       # a NumPy scalar
+    if isinstance(number, bool) or not isinstance(number, (int, float)):
+        raise TypeError(f"{prefix}{name} must be a real number in {span}{' or None' if none_ok else ''}, "
+                        f"got {type(value).__name__} {_show(value)}")
+    number = float(number)
+    if not math.isfinite(number) or (low is not None and (number < low or (low_open and number == low))) \
+            or (high is not None and (number > high or (high_open and number == high))):
+        raise ValueError(f"{prefix}{name} must be a finite number in {span}, got {number!r}")
+    return number

@@ -19,6 +19,7 @@ from typing import Any
 import torch
 
 from .device import synchronize
+from .module import check_int
 
 __all__ = ["TimingResult", "time_call"]
 
@@ -79,15 +80,22 @@ def time_call(fn: Callable[[], Any], *, device: str | torch.device = "cpu", warm
         thread count and the last call's return value.
 
     Raises:
+        TypeError: ``fn`` is not callable; ``warmup`` or ``repeats`` is not an int (a bool, a float,
+            a string: "time_call: warmup must be an int, got float 2.5").
         ValueError: warmup < 0 or repeats < 1.
 
     To pin the thread count, call ``torch.set_num_threads(n)`` first (the benchmarks take
     ``--threads N``); the result records whatever was in force.
     """
-    if isinstance(warmup, bool) or not isinstance(warmup, int) or warmup < 0:
-        raise ValueError(f"warmup must be an int >= 0, got {warmup!r}")
-    if isinstance(repeats, bool) or not isinstance(repeats, int) or repeats < 1:
-        raise ValueError(f"repeats must be an int >= 1, got {repeats!r}")
+    if not callable(fn):
+        raise TypeError(f"time_call: fn must be a callable with no arguments (e.g. a lambda), got "
+                        f"{type(fn).__name__} {fn!r:.60}")
+    warmup = check_int(warmup, "warmup", minimum=None, where="time_call")      # the type here, the range below
+    repeats = check_int(repeats, "repeats", minimum=None, where="time_call")
+    if warmup < 0:
+        raise ValueError(f"time_call: warmup must be an int >= 0, got {warmup!r}")
+    if repeats < 1:
+        raise ValueError(f"time_call: repeats must be an int >= 1, got {repeats!r}")
     result = None
     for _ in range(warmup):
         result = fn()

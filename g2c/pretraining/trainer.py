@@ -22,9 +22,10 @@ import torch
 from tqdm.auto import tqdm
 
 from g2c.nn import Module, eval_mode, resolve_device
+from g2c.nn.module import check_int, check_real
 from g2c.training import AdamW, clip_grad_norm_, cosine_with_warmup
 
-from .objective import get_lm_batch, lm_cross_entropy
+from .objective import check_stream, get_lm_batch, lm_cross_entropy
 
 __all__ = ["TrainConfig", "Trainer", "load_checked", "no_decay_params", "save_checked", "stream_loss"]
 
@@ -55,7 +56,14 @@ class TrainConfig:
         eval_batches: validation batches per evaluation (the same batches every time).
         seed: seeds the batch sampler, the dropout RNG and the validation batches.
         bf16: run the forward pass under bfloat16 autocast.
-        device: "auto", "cpu", "cuda", "mps".
+        device: "auto", "cpu", "cuda", "mps" (checked by ``resolve_device`` when a ``Trainer`` starts).
+
+    Raises:
+        TypeError: a field of the wrong type (a bool or a float where a count goes, a string where a
+            rate goes, ``bf16`` not a bool, ``device`` not a string); the message names the field.
+        ValueError: a field out of range (a count < 1, ``warmup_steps`` outside [0, max_steps],
+            ``max_lr`` <= 0, ``min_lr`` outside [0, max_lr], a beta outside [0, 1), ``grad_clip`` <= 0,
+            NaN or infinity anywhere); the message names the field, the rule and the value.
     """
 
     batch_size: int = 16
@@ -72,6 +80,32 @@ class TrainConfig:
     seed: int = 0
     bf16: bool = False
     device: str = "cpu"
+
+    def __post_init__(self) -> None:
+        # Provided: every field is checked (and normalised to a Python int/float) where it enters, so a bad
+        # value stops here with its name instead of deep inside a training step (or not at all).
+        w = "TrainConfig"
+        self.batch_size = check_int(self.batch_size, "batch_size", where=w)
+        self.context = check_int(self.context, "context", where=w)
+        self.max_steps = check_int(self.max_steps, "max_steps", where=w)
+        self.warmup_steps = check_int(self.warmup_steps, "warmup_steps", minimum=0, maximum=self.max_steps, where=w)
+        self.max_lr = check_real(self.max_lr, "max_lr", low=0.0, low_open=True, where=w)
+        self.min_lr = check_real(self.min_lr, "min_lr", low=0.0, high=self.max_lr, where=w)
+        self.weight_decay = check_real(self.weight_decay, "weight_decay", low=0.0, where=w)
+        if isinstance(self.betas, (str, bytes)) or not hasattr(self.betas, "__len__") or len(self.betas) != 2:
+            raise TypeError(f"{w}: betas must be a pair (beta1, beta2) of reals in [0, 1), got "
+                            f"{type(self.betas).__name__} {self.betas!r:.60}")
+        self.betas = tuple(check_real(b, f"betas[{i}]", low=0.0, high=1.0, high_open=True, where=w)
+                           for i, b in enumerate(self.betas))
+        self.grad_clip = check_real(self.grad_clip, "grad_clip", low=0.0, low_open=True, where=w)
+        self.eval_every = check_int(self.eval_every, "eval_every", minimum=0, where=w)
+        self.eval_batches = check_int(self.eval_batches, "eval_batches", where=w)
+        self.seed = check_int(self.seed, "seed", minimum=0, where=w)
+        if not isinstance(self.bf16, bool):
+            raise TypeError(f"{w}: bf16 must be True or False, got {type(self.bf16).__name__} {self.bf16!r:.60}")
+        if not isinstance(self.device, str):
+            raise TypeError(f"{w}: device must be a string ('auto', 'cpu', 'cuda', 'cuda:N', 'mps'), "
+                            f"got {type(self.device).__name__} {self.device!r:.60}")
 
 
 class Trainer:
@@ -91,7 +125,11 @@ class Trainer:
             of the weights at that point.
 
     Raises:
-        ValueError: context larger than the model's window, or streams too short.
+        TypeError: ``model`` is not a model (no ``parameters``/``to``, not callable), ``config`` is not a
+            ``TrainConfig``, a stream is not a tensor or NumPy array of integer ids.
+        ValueError: context larger than the model's window, streams too short, or a stream holding an
+            id outside the model's vocabulary [0, vocab_size) (one pass over each stream, here, instead
+            of an IndexError at some later step).
 
     Warns:
         RuntimeWarning: ``config.bf16`` on a CPU whose oneDNN has no bfloat16 kernels (an AVX2 CPU
@@ -100,6 +138,16 @@ class Trainer:
     """
 
     def __init__(self, model: Module, train_ids, val_ids=None, config: TrainConfig | None = None) -> None:
+        if config is not None and not isinstance(config, TrainConfig):
+            raise TypeError(f"Trainer: config must be a TrainConfig or None, got {type(config).__name__} "
+                            f"{config!r:.60}")
+        if not (callable(model) and callable(getattr(model, "parameters", None))
+                and callable(getattr(model, "to", None))):
+            raise TypeError(f"Trainer: model must be a course Module (ids (B, T) -> logits (B, T, V)), "
+                            f"got {type(model).__name__} {' '.join(repr(model).split())[:60]}")
+        check_stream(train_ids, "Trainer (train_ids)")
+        if val_ids is not None:
+            check_stream(val_ids, "Trainer (val_ids)")
         self.config = config or TrainConfig()
         c = self.config
         max_len = getattr(model, "max_seq_len", c.context)
@@ -108,6 +156,11 @@ class Trainer:
         for name, ids in (("train_ids", train_ids), ("val_ids", val_ids)):
             if ids is not None and len(ids) < c.context + 1:
                 raise ValueError(f"{name} has {len(ids)} tokens, fewer than context + 1 = {c.context + 1}")
+            vocab = getattr(model, "vocab_size", None)
+            if ids is not None and isinstance(vocab, int) and (int(ids.min()) < 0 or int(ids.max()) >= vocab):
+                bad = int(ids.min()) if int(ids.min()) < 0 else int(ids.max())
+                raise ValueError(f"{name} holds token id {bad}, outside the model's vocabulary [0, {vocab}): "
+                                 "the stream and the model come from different tokenizers")
         self.device = resolve_device(c.device)
         if c.bf16 and self.device.type == "cpu" and not torch.ops.mkldnn._is_mkldnn_bf16_supported():
             warnings.warn("TrainConfig.bf16=True on a CPU without bfloat16 products (no AVX-512 BF16 or ARM BF16): "
@@ -373,8 +426,15 @@ def stream_loss(model: Module, ids, *, context: int, batch_size: int = 16, bf16:
         bf16: use bfloat16 autocast on the model's device.
 
     Raises:
-        ValueError: the stream is shorter than context + 1.
+        TypeError: ``ids`` not a tensor or NumPy array of integer ids; ``context`` or ``batch_size``
+            not an int; ``bf16`` not a bool.
+        ValueError: ``context`` or ``batch_size`` < 1, or the stream is shorter than context + 1.
     """
+    check_stream(ids, "stream_loss")
+    context = check_int(context, "context", where="stream_loss")
+    batch_size = check_int(batch_size, "batch_size", where="stream_loss")
+    if not isinstance(bf16, bool):
+        raise TypeError(f"stream_loss: bf16 must be True or False, got {type(bf16).__name__} {bf16!r:.60}")
     n_windows = (len(ids) - 1) // context
     if n_windows < 1:
         raise ValueError(f"stream of {len(ids)} tokens is shorter than context + 1 = {context + 1}")

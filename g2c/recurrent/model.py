@@ -39,6 +39,8 @@ import torch.nn.functional as F
 
 from g2c.kvcache import KVCache, cached_attention
 from g2c.nn import Embedding, LayerNorm, Linear, Module
+from g2c.nn.module import check_int
+from g2c.nn.module import check_real as check_finite
 from g2c.sampling.model import check_generator, check_real, check_whole
 from g2c.transformer.block import MLP, Block
 
@@ -89,12 +91,17 @@ class GatedLinearAttention(Module):
         proj: ``Linear(D, D)``, the output projection.
 
     Raises:
-        ValueError: D not divisible by H.
+        TypeError: ``dim`` or ``num_heads`` not an int (a bool, a float, a tensor), ``decay_bias`` not
+            a real number; the message names the argument.
+        ValueError: a size < 1, D not divisible by H, ``decay_bias`` NaN or infinite.
     """
 
     def __init__(self, dim: int, num_heads: int, *, decay_bias: float = 2.0,
                  generator: torch.Generator | None = None) -> None:
         super().__init__()
+        dim = check_int(dim, "dim", where="GatedLinearAttention")
+        num_heads = check_int(num_heads, "num_heads", where="GatedLinearAttention")
+        decay_bias = check_finite(decay_bias, "decay_bias", where="GatedLinearAttention")
         if dim % num_heads:
             raise ValueError(f"GatedLinearAttention: dim {dim} is not divisible by num_heads {num_heads}")
         self.dim, self.num_heads, self.head_dim = dim, num_heads, dim // num_heads

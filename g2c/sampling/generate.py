@@ -21,7 +21,7 @@ from .model import (
     check_top_p,
     eval_mode,
 )
-from .warpers import apply_repetition_penalty, apply_temperature, top_k_filter, top_p_filter
+from .warpers import apply_repetition_penalty, apply_temperature, check_logits, top_k_filter, top_p_filter
 
 __all__ = ["as_token_ids", "check_generation_args", "generate", "next_token_logits", "sample_from_logits"]
 
@@ -102,9 +102,15 @@ def next_token_logits(model, ids: torch.Tensor) -> torch.Tensor:
     logits stay there (float32).
 
     Raises:
-        ValueError: the model returned NaN or only -inf for this step (``check_score_rows``): the
-            message names the position, so a broken model stops the loop instead of emitting
-            token 0."""
+        TypeError: ``model`` is not a ``LanguageModel`` (``check_language_model``); ``ids`` is not a tensor.
+        ValueError: ``ids`` is not 1-D, or the model returned NaN or only -inf for this step
+            (``check_score_rows``): the message names the position, so a broken model stops the
+            loop instead of emitting token 0."""
+    check_language_model(model)
+    if not isinstance(ids, torch.Tensor):
+        raise TypeError(f"next_token_logits: ids must be a 1-D tensor of token ids, got {type(ids).__name__}")
+    if ids.dim() != 1:
+        raise ValueError(f"next_token_logits: ids must be 1-D (one sequence), got shape {tuple(ids.shape)}")
     ctx = ids[-model.max_seq_len:].unsqueeze(0).to(model.device)            # (1, T)
     logits = model(ctx)[0, -1].float()                                      # (V,)
     check_score_rows(logits, "logits", where=f"the step scoring position {ids.numel()}")  # NaN / all -inf
@@ -135,6 +141,13 @@ def sample_from_logits(logits: torch.Tensor, *, temperature: float = 1.0, top_k:
     Returns:
         int, a token id in [0, V).
 
+    Raises:
+        TypeError: ``logits`` not a tensor; ``temperature``/``top_p`` not a real number, ``top_k`` not
+            an int or None, ``generator`` not a ``torch.Generator`` or None.
+        ValueError: logits not floating point, empty, holding NaN or only -inf; temperature < 0, NaN
+            or infinite; top_k < 1; top_p outside (0, 1]; a generator not on the CPU. Checked
+            before your code runs (the same checks as ``generate``'s, for a direct call).
+
     Steps:
         1. temperature == 0: return the argmax (``test_generate_greedy_is_argmax_chain``).
         2. Scale with ``apply_temperature``; if any scaled logit is +inf or NaN, return the
@@ -142,6 +155,12 @@ def sample_from_logits(logits: torch.Tensor, *, temperature: float = 1.0, top_k:
         3. Otherwise top-k, top-p, softmax on the CPU and sample
            (``test_generate_seeded_is_reproducible``).
     """
+    check_logits(logits, "sample_from_logits")                   # provided: every value checked where it enters
+    temperature = check_temperature(temperature)
+    top_k = None if top_k is None else check_count(top_k, "top_k", minimum=1)
+    top_p = check_top_p(top_p)
+    check_generator(generator)
+    check_score_rows(logits, "logits", where="sample_from_logits")
     # TODO: implement this (module 11, see docs/modules/11-sampling.md).
     raise NotImplementedError(
         "module 11: sample_from_logits in g2c/sampling/generate.py is not implemented yet. Write it (see "

@@ -10,6 +10,8 @@ from __future__ import annotations
 
 import torch
 
+from .schedule import check_real_arg
+
 __all__ = ["AdamW"]
 
 
@@ -37,15 +39,30 @@ class AdamW:
             gains, by the usual GPT recipe).
 
     Raises:
-        ValueError: empty parameter list, negative lr/eps/weight_decay, or betas out of range.
+        TypeError: ``params`` not an iterable of tensors; ``lr``, ``eps``, ``weight_decay`` or a beta not a
+            real number; ``betas`` not a pair.
+        ValueError: empty parameter list, negative lr/eps/weight_decay, NaN or infinity, or betas out of range.
     """
 
     def __init__(self, params, *, lr: float = 1e-3, betas: tuple[float, float] = (0.9, 0.999),
                  eps: float = 1e-8, weight_decay: float = 0.01, no_decay=()) -> None:
+        if isinstance(params, torch.Tensor) or not hasattr(params, "__iter__") or isinstance(params, (str, bytes)):
+            raise TypeError(f"AdamW: params must be an iterable of tensors (e.g. model.parameters()), "
+                            f"got {type(params).__name__}")
         self.params = list(params)
         skip = {id(p) for p in no_decay}
         if not self.params:
             raise ValueError("AdamW got an empty parameter list")
+        if not all(isinstance(p, torch.Tensor) for p in self.params):
+            raise TypeError("AdamW: params must be tensors, got "
+                            f"{sorted({type(p).__name__ for p in self.params if not isinstance(p, torch.Tensor)})}")
+        lr, eps = check_real_arg(lr, "lr", "AdamW", low=None), check_real_arg(eps, "eps", "AdamW", low=None)
+        weight_decay = check_real_arg(weight_decay, "weight_decay", "AdamW", low=None)   # ranges: below
+        if isinstance(betas, (str, bytes)) or not hasattr(betas, "__len__") or len(betas) != 2:
+            raise TypeError(f"AdamW: betas must be a pair (beta1, beta2) of reals in [0, 1), got "
+                            f"{type(betas).__name__} {betas!r:.60}")
+        betas = (check_real_arg(betas[0], "betas[0]", "AdamW", low=None),
+                 check_real_arg(betas[1], "betas[1]", "AdamW", low=None))
         if lr < 0 or eps < 0 or weight_decay < 0:
             raise ValueError(f"AdamW needs lr, eps, weight_decay >= 0; got lr={lr}, eps={eps}, "
                              f"weight_decay={weight_decay}")

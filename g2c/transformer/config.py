@@ -10,6 +10,8 @@ from dataclasses import asdict, dataclass, fields
 
 import torch
 
+from g2c.nn.module import check_int, check_real
+
 from .model import TransformerLM
 
 __all__ = ["LADDER", "StoryLMConfig"]
@@ -28,6 +30,12 @@ class StoryLMConfig:
         max_seq_len: context window in tokens.
         dropout: training-time dropout.
         hidden_dim: MLP width; None means 4·D (GPT-2's).
+
+    Raises:
+        TypeError: ``name`` not a string, a size not an int (a bool, a float, a string: the message
+            names the field), ``dropout`` not a real number.
+        ValueError: ``name`` empty, a size < 1, ``num_heads`` not dividing ``embedding_dim``,
+            ``dropout`` outside [0, 1) or NaN.
     """
 
     name: str
@@ -38,6 +46,23 @@ class StoryLMConfig:
     max_seq_len: int = 256
     dropout: float = 0.0
     hidden_dim: int | None = None
+
+    def __post_init__(self) -> None:
+        # Every field is checked here, where it enters, and normalised to a Python int/float (a NumPy
+        # integer from a loaded array would not survive ``to_dict``'s JSON).
+        w = "StoryLMConfig"
+        if not isinstance(self.name, str):
+            raise TypeError(f"{w}: name must be a string such as 'StoryLM-5M', got {type(self.name).__name__} "
+                            f"{self.name!r:.60}")
+        if not self.name.strip():
+            raise ValueError(f"{w}: name must be a non-empty string such as 'StoryLM-5M', got {self.name!r}")
+        for key in ("vocab_size", "embedding_dim", "num_layers", "num_heads", "max_seq_len"):
+            object.__setattr__(self, key, check_int(getattr(self, key), key, where=w))
+        object.__setattr__(self, "hidden_dim", check_int(self.hidden_dim, "hidden_dim", none_ok=True, where=w))
+        object.__setattr__(self, "dropout", check_real(self.dropout, "dropout", low=0.0, high=1.0, high_open=True,
+                                                       where=w))
+        if self.embedding_dim % self.num_heads:
+            raise ValueError(f"{w}: num_heads={self.num_heads} does not divide embedding_dim={self.embedding_dim}")
 
     def build(self, *, generator: torch.Generator | None = None, dropout: float | None = None) -> TransformerLM:
         """A freshly initialised ``TransformerLM`` of this shape (float32, CPU).

@@ -56,7 +56,14 @@ Covered, generated from the tables below (a new entry point is covered once it i
     ``object()``, ``block_loss_weights``'s gamma, ``check_whole``'s TypeError; ``torch.save`` past a
     file-size limit, the real call in a child process);
   - a read-only checkout stops ``./setup.sh`` before pip;
-  - MPS's silent causal mask in half precision (pytorch/pytorch#195910): tests/tooling/test_fake_device.py.
+  - MPS's silent causal mask in half precision (pytorch/pytorch#195910): tests/tooling/test_fake_device.py;
+  - the building blocks of modules 03-11 (the trial's ``blocks`` surface): ``TrainConfig``/``StoryLMConfig``
+    fields, the constructors of every layer, the training controls, ``get_lm_batch``/``split_stream``/
+    ``stream_loss``/``Trainer``, ``time_call``/``resolve_device``, the losses, the attention helpers, the
+    forwards' inputs and module 11's warpers: sizes are ints (no bool, float or tensor of several elements),
+    rates finite reals in range, each checked where it enters in provided code (``g2c.nn.module.check_int``,
+    ``check_real``, ``check_features``; module 03b's ``check_int_arg``/``check_real_arg``, module 06's
+    ``check_scores``: those modules need no module 03).
   The trial that found them (>= 900 inputs over every surface, classified clear / unclear / silent) is
   ``tests/tooling/trial_bad_inputs.py``.
 
@@ -1669,3 +1676,436 @@ def test_fast_model_names_a_wrong_dtype_type(bad):
         fast_model(_lm(), dtype=bad)
     with pytest.raises(ValueError, match=r"unknown dtype 'float8'"):
         fast_model(_lm(), dtype="float8")
+
+
+# -- issue 57, the building blocks of modules 03-11 (the trial's "blocks" surface): each value is checked where it
+# enters, by ``g2c.nn.module.check_int`` / ``check_real`` (module 03b's and 06's own copies: they need no module 03),
+# from provided code (constructors, config ``__post_init__``, provided lines before an exercise body)
+
+_NOT_INTS = [(True, "bool"), (2.5, "float"), ("3", "str"), (None, "NoneType"), ([2], "list")]
+
+
+@pytest.mark.parametrize("field, bad, exc, match", [
+    *[(f, v, TypeError, rf"TrainConfig: {f} must be an int >= {lo}, got {t}") for f, lo in
+      [("batch_size", 1), ("context", 1), ("max_steps", 1), ("eval_batches", 1), ("eval_every", 0), ("seed", 0)]
+      for v, t in _NOT_INTS],
+    ("batch_size", 0, ValueError, r"TrainConfig: batch_size must be >= 1, got 0"),
+    ("warmup_steps", 11, ValueError, r"TrainConfig: warmup_steps must be >= 0 and <= 10, got 11"),
+    ("warmup_steps", -1, ValueError, r"warmup_steps must be >= 0"),
+    ("max_lr", float("nan"), ValueError, r"TrainConfig: max_lr must be a finite number in \(0, inf\), got nan"),
+    ("max_lr", 0.0, ValueError, r"max_lr must be a finite number in \(0, inf\)"),
+    ("max_lr", "1e-3", TypeError, r"TrainConfig: max_lr must be a real number .* got str '1e-3'"),
+    ("max_lr", True, TypeError, r"max_lr must be a real number"),
+    ("min_lr", 1.0, ValueError, r"TrainConfig: min_lr must be a finite number in \[0, 0.001\], got 1.0"),
+    ("weight_decay", float("inf"), ValueError, r"weight_decay must be a finite number"),
+    ("grad_clip", 0.0, ValueError, r"grad_clip must be a finite number in \(0, inf\)"),
+    ("grad_clip", None, TypeError, r"grad_clip must be a real number"),
+    ("betas", (0.9,), TypeError, r"TrainConfig: betas must be a pair"),
+    ("betas", "0.9", TypeError, r"TrainConfig: betas must be a pair"),
+    ("betas", (1.0, 0.999), ValueError, r"TrainConfig: betas\[0\] must be a finite number in \[0, 1\)"),
+    ("betas", (0.9, float("nan")), ValueError, r"betas\[1\] must be a finite number"),
+    ("bf16", "no", TypeError, r"TrainConfig: bf16 must be True or False, got str"),
+    ("device", None, TypeError, r"TrainConfig: device must be a string"),
+])
+def test_train_config_checks_every_field_where_it_enters(field, bad, exc, match):
+    from g2c.pretraining import TrainConfig
+
+    good = dict(batch_size=2, context=8, max_steps=10, warmup_steps=2, max_lr=1e-3, min_lr=1e-4)
+    with pytest.raises(exc, match=match):
+        TrainConfig(**{**good, field: bad})
+
+
+def test_train_config_keeps_good_values_and_normalises_them():
+    import numpy as np
+    import torch
+
+    from g2c.pretraining import TrainConfig
+
+    c = TrainConfig(batch_size=np.int64(4), context=torch.tensor(8), max_steps=10, warmup_steps=10, max_lr=1,
+                    min_lr=0, betas=[0.9, 0.95], eval_every=0)
+    assert (c.batch_size, c.context, c.warmup_steps, c.max_lr, c.min_lr, c.betas) == (4, 8, 10, 1.0, 0.0, (0.9, 0.95))
+    assert type(c.batch_size) is int and type(c.context) is int and type(c.max_lr) is float
+
+
+@pytest.mark.parametrize("field, bad, exc, match", [
+    *[(f, v, TypeError, rf"StoryLMConfig: {f} must be an int >= 1, got {t}") for f in
+      ["vocab_size", "embedding_dim", "num_layers", "num_heads", "max_seq_len"] for v, t in _NOT_INTS],
+    *[(f, 0, ValueError, rf"StoryLMConfig: {f} must be >= 1, got 0") for f in
+      ["vocab_size", "embedding_dim", "num_layers", "num_heads", "max_seq_len"]],
+    ("hidden_dim", -1, ValueError, r"StoryLMConfig: hidden_dim must be >= 1, got -1"),
+    ("hidden_dim", 2.5, TypeError, r"StoryLMConfig: hidden_dim must be an int >= 1 or None, got float 2.5"),
+    ("num_heads", 3, ValueError, r"StoryLMConfig: num_heads=3 does not divide embedding_dim=128"),
+    ("dropout", 1.0, ValueError, r"StoryLMConfig: dropout must be a finite number in \[0, 1\), got 1.0"),
+    ("dropout", float("nan"), ValueError, r"dropout must be a finite number"),
+    ("dropout", "0.1", TypeError, r"StoryLMConfig: dropout must be a real number"),
+    ("name", 3, TypeError, r"StoryLMConfig: name must be a string"),
+    ("name", None, TypeError, r"StoryLMConfig: name must be a string"),
+    ("name", " ", ValueError, r"StoryLMConfig: name must be a non-empty string"),
+])
+def test_story_lm_config_checks_every_field_where_it_enters(field, bad, exc, match):
+    from g2c.transformer import LADDER, StoryLMConfig
+
+    with pytest.raises(exc, match=match):
+        StoryLMConfig(**{"name": "x", field: bad})
+    assert StoryLMConfig.from_dict(LADDER["StoryLM-1M"].to_dict()).to_dict() == LADDER["StoryLM-1M"].to_dict()
+
+
+def _constructors():
+    import torch
+
+    from g2c.attention import CausalSelfAttention, MultiHeadAttention
+    from g2c.nn import Dropout, Embedding, LayerNorm, Linear
+    from g2c.recurrent import GatedLinearAttention
+    from g2c.transformer import MLP, Block, TransformerLM
+
+    lm = dict(vocab_size=16, embedding_dim=8, num_layers=1, num_heads=2, max_seq_len=16)
+    return {   # name -> (build(**kw), good kwargs, {argument: kind}); kind: size, prob, pos (> 0), nonneg, real
+        "Linear": (Linear, dict(in_features=4, out_features=3), {"in_features": "size", "out_features": "size",
+                                                                  "init_std": "nonneg"}),
+        "Embedding": (Embedding, dict(num_embeddings=5, embedding_dim=3),
+                      {"num_embeddings": "size", "embedding_dim": "size", "init_std": "nonneg"}),
+        "LayerNorm": (LayerNorm, dict(dim=4), {"dim": "size", "eps": "nonneg"}),
+        "Dropout": (Dropout, dict(p=0.1), {"p": "prob"}),
+        "CausalSelfAttention": (CausalSelfAttention, dict(dim=8), {"dim": "size"}),
+        "MultiHeadAttention": (MultiHeadAttention, dict(dim=8, num_heads=2), {"dim": "size", "num_heads": "size",
+                                                                             "dropout": "prob"}),
+        "MLP": (MLP, dict(dim=8, hidden_dim=16), {"dim": "size", "hidden_dim": "size", "dropout": "prob"}),
+        "Block": (Block, dict(dim=8, num_heads=2, hidden_dim=16), {"dim": "size", "num_heads": "size",
+                                                                   "hidden_dim": "size", "dropout": "prob"}),
+        "TransformerLM": (TransformerLM, lm, {**dict.fromkeys(lm, "size"), "hidden_dim": "size", "dropout": "prob"}),
+        "GatedLinearAttention": (GatedLinearAttention, dict(dim=8, num_heads=2), {"dim": "size", "num_heads": "size",
+                                                                                 "decay_bias": "real"}),
+    }, torch
+
+
+_BAD_BY_KIND = {   # kind -> [(value, exception, what the message says after "must be ")]
+    "size": [(True, TypeError, "an int >= 1"), (2.5, TypeError, "an int >= 1"), ("3", TypeError, "an int >= 1"),
+             ("tensor2", TypeError, "an int >= 1"), (0, ValueError, ">= 1, got 0"), (-1, ValueError, ">= 1, got -1")],
+    "prob": [(True, TypeError, "a real number"), ("0.1", TypeError, "a real number"),
+             (None, TypeError, "a real number"),
+             (1.0, ValueError, r"a finite number in \[0, 1\)"), (float("nan"), ValueError, "a finite number")],
+    "nonneg": [(True, TypeError, "a real number"), (-0.5, ValueError, r"a finite number in \[0, inf\)"),
+               (float("inf"), ValueError, "a finite number")],
+    "real": [(True, TypeError, "a real number"), ("2", TypeError, "a real number"), (float("nan"), ValueError,
+                                                                                     "a finite number")],
+}
+
+
+@pytest.mark.parametrize("layer", ["Linear", "Embedding", "LayerNorm", "Dropout", "CausalSelfAttention",
+                                   "MultiHeadAttention", "MLP", "Block", "TransformerLM", "GatedLinearAttention"])
+def test_building_block_constructors_check_every_size_and_rate(layer):
+    table, torch = _constructors()
+    build, good, args = table[layer]
+    build(**good)                                                            # the good control builds
+    for arg, kind in args.items():
+        for value, exc, rule in _BAD_BY_KIND[kind]:
+            value = torch.tensor([1, 2]) if value == "tensor2" else value
+            with pytest.raises(exc, match=rf"^{layer}: {re.escape(arg)}.* must be {rule}"):
+                build(**{**good, arg: value})
+
+
+@pytest.mark.parametrize("layer, kw, match", [
+    ("MultiHeadAttention", dict(dim=8, num_heads=3), r"embedding dim 8 is not divisible by num_heads 3"),
+    ("Block", dict(dim=8, num_heads=3, hidden_dim=16), r"Block: num_heads=3 does not divide dim=8"),
+    ("GatedLinearAttention", dict(dim=8, num_heads=3), r"dim 8 is not divisible by num_heads 3"),
+    ("TransformerLM", dict(vocab_size=16, embedding_dim=8, num_layers=1, num_heads=3, max_seq_len=16),
+     r"not divisible by num_heads 3"),
+])
+def test_heads_that_do_not_divide_the_width_are_refused(layer, kw, match):
+    build = _constructors()[0][layer][0]
+    with pytest.raises(ValueError, match=match):
+        build(**kw)
+
+
+def test_building_blocks_take_numpy_and_0d_tensor_sizes():
+    import numpy as np
+
+    table, torch = _constructors()
+    lin = table["Linear"][0](np.int64(4), torch.tensor(3))
+    assert lin.weight.shape == (3, 4) and type(lin.in_features) is int
+    assert table["Dropout"][0](np.float32(0.25)).p == 0.25
+
+
+def _param():
+    import torch
+
+    return torch.zeros(3, requires_grad=True)
+
+
+@pytest.mark.parametrize("call, exc, match", [
+    *[(lambda v=v, a=a: __import__("g2c.training", fromlist=["x"]).cosine_with_warmup(
+        **{"step": 3, "warmup_steps": 2, "max_steps": 10, "max_lr": 1e-3, **{a: v}}), TypeError,
+       rf"cosine_with_warmup: {a} must be an int, got {t}")
+      for a in ("step", "warmup_steps", "max_steps") for v, t in _NOT_INTS],
+    *[(lambda v=v, a=a: __import__("g2c.training", fromlist=["x"]).cosine_with_warmup(
+        3, **{"warmup_steps": 2, "max_steps": 10, "max_lr": 1e-3, **{a: v}}), exc,
+       rf"cosine_with_warmup: {a} must be a {'real number' if exc is TypeError else 'finite number'}")
+      for a in ("max_lr", "min_lr") for v, exc in [(True, TypeError), ("1", TypeError), (float("nan"), ValueError),
+                                                   (float("inf"), ValueError)]],
+    *[(lambda v=v, a=a: __import__("g2c.training", fromlist=["x"]).clip_grad_norm_([_param()], **{"max_norm": 1.0,
+                                                                                              a: v}), exc,
+       rf"clip_grad_norm_: {a} must be a {'real number' if exc is TypeError else 'finite number'}")
+      for a in ("max_norm", "eps") for v, exc in [(True, TypeError), ("1", TypeError), (None, TypeError),
+                                                  (float("nan"), ValueError), (float("inf"), ValueError)]],
+    (lambda: __import__("g2c.training", fromlist=["x"]).clip_grad_norm_([_param()], 1.0, eps=-1.0), ValueError,
+     r"clip_grad_norm_: eps must be a finite number >= 0, got -1.0"),
+    (lambda: __import__("g2c.training", fromlist=["x"]).clip_grad_norm_(3, 1.0), TypeError,
+     r"clip_grad_norm_: params must be an iterable of tensors, got int"),
+    (lambda: __import__("g2c.training", fromlist=["x"]).clip_grad_norm_([1.0], 1.0), TypeError,
+     r"clip_grad_norm_: params must be tensors, got \['float'\]"),
+    *[(lambda v=v, a=a: __import__("g2c.training", fromlist=["x"]).AdamW([_param()], **{a: v}), exc,
+       rf"AdamW: {re.escape(a)} must be a {'real number' if exc is TypeError else 'finite number'}")
+      for a in ("lr", "eps", "weight_decay") for v, exc in [(True, TypeError), ("1", TypeError), (None, TypeError),
+                                                            (float("nan"), ValueError), (float("inf"), ValueError)]],
+    (lambda: __import__("g2c.training", fromlist=["x"]).AdamW(None), TypeError, r"AdamW: params must be an iterable"),
+    (lambda: __import__("g2c.training", fromlist=["x"]).AdamW([3.0]), TypeError, r"AdamW: params must be tensors"),
+    (lambda: __import__("g2c.training", fromlist=["x"]).AdamW([_param()], betas="0.9"), TypeError,
+     r"AdamW: betas must be a pair"),
+    (lambda: __import__("g2c.training", fromlist=["x"]).AdamW([_param()], betas=(float("nan"), 0.9)), ValueError,
+     r"AdamW: betas\[0\] must be a finite number"),
+])
+def test_training_controls_check_their_arguments_where_they_enter(call, exc, match):
+    with pytest.raises(exc, match=match):
+        call()
+
+
+def test_training_controls_keep_their_good_values():
+    import numpy as np
+    import torch
+
+    from g2c.training import AdamW
+
+    opt = AdamW(iter([_param()]), lr=0, eps=0.0, weight_decay=np.float32(0.0), betas=[0.5, torch.tensor(0.9)])
+    assert (opt.lr, opt.eps, opt.weight_decay, opt.betas) == (0.0, 0.0, 0.0, (0.5, pytest.approx(0.9)))
+    assert type(opt.weight_decay) is float and len(opt.params) == 1
+
+
+@pytest.mark.parametrize("bad, exc, match", [
+    ("1.0", TypeError, r"perplexity: loss must be a real number .* got str '1.0'"),
+    (True, TypeError, r"perplexity: loss must be a real number .* got bool True"),
+    (None, TypeError, r"perplexity: loss must be a real number"),
+    ("2 losses", TypeError, r"perplexity: loss must be a real number .* got Tensor"),
+    (float("nan"), ValueError, r"perplexity: loss must be a finite number >= 0 .*got nan"),
+    (float("inf"), ValueError, r"perplexity: loss must be a finite number >= 0"),
+    (-0.5, ValueError, r"perplexity: loss must be a finite number >= 0 .*got -0.5"),
+])
+def test_perplexity_checks_its_loss(bad, exc, match):
+    import torch
+
+    from g2c.lm import perplexity
+
+    with pytest.raises(exc, match=match):
+        perplexity(torch.tensor([1.0, 2.0]) if bad == "2 losses" else bad)
+
+
+def _stream_and_model():
+    import numpy as np
+    import torch
+
+    from g2c.transformer import TransformerLM
+
+    return np.arange(200) % 16, TransformerLM(16, 8, 1, 2, 16, generator=torch.Generator().manual_seed(0)), torch
+
+
+@pytest.mark.parametrize("case, exc, match", [
+    ("batch_size=True", TypeError, r"get_lm_batch: batch_size must be an int >= 1, got bool True"),
+    ("batch_size=2.0", TypeError, r"get_lm_batch: batch_size must be an int >= 1, got float 2.0"),
+    ("context=torch.tensor([1, 2])", TypeError, r"get_lm_batch: context must be an int >= 1, got Tensor"),
+    ("context=0", ValueError, r"get_lm_batch: context must be >= 1, got 0"),
+    ("ids=[1.5] * 50", TypeError, r"get_lm_batch: ids must be a tensor or a NumPy array of token ids, got list"),
+    ("ids='abc'", TypeError, r"get_lm_batch: ids must be a tensor or a NumPy array of token ids, got str"),
+    ("ids=np.arange(50) / 2", TypeError, r"get_lm_batch: ids must hold integer token ids, got dtype float64"),
+    ("generator=3", TypeError, r"get_lm_batch: generator must be a torch.Generator or None, got int 3"),
+    ("generator=cuda", ValueError, r"get_lm_batch: generator is on cuda:0; the window starts are drawn on the CPU"),
+])
+def test_get_lm_batch_checks_its_arguments(case, exc, match):
+    import numpy as np
+
+    from g2c.pretraining import get_lm_batch
+
+    stream, _, torch = _stream_and_model()
+
+    class Elsewhere(torch.Generator):
+        @property
+        def device(self):
+            return torch.device("cuda:0")
+
+    kw = dict(ids=stream, batch_size=2, context=8, generator=torch.Generator().manual_seed(0))
+    name, text = case.split("=", 1)
+    kw[name] = Elsewhere() if text == "cuda" else eval(text, {"np": np, "torch": torch})  # noqa: S307 - the table
+    with pytest.raises(exc, match=match):
+        get_lm_batch(kw.pop("ids"), kw.pop("batch_size"), kw.pop("context"), **kw)
+
+
+@pytest.mark.parametrize("call, exc, match", [
+    (lambda s, m: __import__("g2c.pretraining", fromlist=["x"]).split_stream(s, True), TypeError,
+     r"val_fraction must be a real number in \(0, 1\), got bool True"),
+    (lambda s, m: __import__("g2c.pretraining", fromlist=["x"]).split_stream("abc", 0.1), TypeError,
+     r"split_stream: ids must be a tensor or a NumPy array"),
+    (lambda s, m: __import__("g2c.pretraining", fromlist=["x"]).stream_loss(m, s, context=True), TypeError,
+     r"stream_loss: context must be an int >= 1, got bool True"),
+    (lambda s, m: __import__("g2c.pretraining", fromlist=["x"]).stream_loss(m, s, context=0), ValueError,
+     r"stream_loss: context must be >= 1, got 0"),
+    (lambda s, m: __import__("g2c.pretraining", fromlist=["x"]).stream_loss(m, s, context=8, batch_size=-5),
+     ValueError, r"stream_loss: batch_size must be >= 1, got -5"),
+    (lambda s, m: __import__("g2c.pretraining", fromlist=["x"]).Trainer(object(), s), TypeError,
+     r"Trainer: model must be a course Module"),
+    (lambda s, m: __import__("g2c.pretraining", fromlist=["x"]).Trainer(m, None), TypeError,
+     r"Trainer \(train_ids\): ids must be a tensor or a NumPy array of token ids, got NoneType"),
+    (lambda s, m: __import__("g2c.pretraining", fromlist=["x"]).Trainer(m, s, config="fast"), TypeError,
+     r"Trainer: config must be a TrainConfig or None, got str"),
+])
+def test_pretraining_helpers_check_their_arguments(call, exc, match):
+    stream, model, _ = _stream_and_model()
+    with pytest.raises(exc, match=match):
+        call(stream, model)
+
+
+@pytest.mark.parametrize("call, exc, match", [
+    (lambda: __import__("g2c.nn", fromlist=["x"]).time_call(lambda: 1, warmup=2.5), TypeError,
+     r"time_call: warmup must be an int, got float 2.5"),
+    (lambda: __import__("g2c.nn", fromlist=["x"]).time_call(lambda: 1, repeats=True), TypeError,
+     r"time_call: repeats must be an int, got bool True"),
+    (lambda: __import__("g2c.nn", fromlist=["x"]).time_call(lambda: 1, repeats=0), ValueError,
+     r"time_call: repeats must be an int >= 1, got 0"),
+    (lambda: __import__("g2c.nn", fromlist=["x"]).time_call(3), TypeError, r"time_call: fn must be a callable"),
+    (lambda: __import__("g2c.nn", fromlist=["x"]).resolve_device(None), TypeError,
+     r"resolve_device: device must be a string .* or a torch.device, got NoneType None"),
+    (lambda: __import__("g2c.nn", fromlist=["x"]).resolve_device(3), TypeError,
+     r"resolve_device: device must be a string"),
+])
+def test_nn_helpers_check_their_arguments(call, exc, match):
+    with pytest.raises(exc, match=match):
+        call()
+
+
+@pytest.mark.parametrize("name, kw, exc, match", [
+    ("sample_from_logits", dict(temperature=True), TypeError, r"temperature must be a real number"),
+    ("sample_from_logits", dict(top_k=2.5), TypeError, r"top_k must be an int >= 1, got float 2.5"),
+    ("sample_from_logits", dict(top_p=True), TypeError, r"top_p must be a real number in \(0, 1\] or None"),
+    ("sample_from_logits", dict(generator=object()), TypeError, r"generator must be a torch.Generator or None"),
+    ("sample_from_logits", dict(logits="nan"), ValueError, r"logits holds NaN at sample_from_logits"),
+    ("sample_from_logits", dict(logits="-inf"), ValueError, r"logits is all -inf at sample_from_logits"),
+    ("sample_from_logits", dict(logits="int"), ValueError, r"sample_from_logits: logits must be a floating-point"),
+    ("sample_from_logits", dict(logits=[1.0, 2.0]), TypeError, r"sample_from_logits: logits must be a float tensor"),
+    ("sample_from_logits", dict(logits="empty"), ValueError, r"sample_from_logits: logits must have at least one"),
+    ("top_k_filter", dict(k="2"), TypeError, r"top_k must be an int, got str '2'"),
+    ("top_k_filter", dict(logits="int"), ValueError, r"top_k_filter: logits must be a floating-point tensor"),
+    ("top_p_filter", dict(p=True), TypeError, r"top_p must be a real number in \(0, 1\], got bool True"),
+    ("top_p_filter", dict(p=1e-46), ValueError, r"top_p=1e-46 rounds to 0 in float32"),
+    ("top_p_filter", dict(logits=[1.0]), TypeError, r"top_p_filter: logits must be a float tensor"),
+    ("apply_temperature", dict(temperature=True), TypeError, r"temperature must be a real number > 0, got bool"),
+    ("apply_repetition_penalty", dict(penalty=float("nan")), ValueError, r"repetition_penalty must be > 0 and finite"),
+    ("apply_repetition_penalty", dict(penalty=True), TypeError, r"repetition_penalty must be a real number > 0"),
+    ("apply_repetition_penalty", dict(previous_ids="neg"), ValueError, r"previous_ids holds token id -1, outside"),
+    ("apply_repetition_penalty", dict(previous_ids=[1, 2]), TypeError, r"previous_ids must be a tensor"),
+])
+def test_sampling_steps_check_their_arguments(name, kw, exc, match):
+    import torch
+
+    import g2c.sampling as S
+
+    named = {"nan": torch.full((16,), float("nan")), "-inf": torch.full((16,), float("-inf")),
+             "int": torch.ones(16, dtype=torch.long), "empty": torch.randn(0)}
+    logits = kw.pop("logits", torch.randn(16))
+    logits = named[logits] if isinstance(logits, str) else logits
+    if kw.get("previous_ids") == "neg":
+        kw["previous_ids"] = torch.tensor([-1])
+    calls = {
+        "sample_from_logits": lambda: S.sample_from_logits(logits, **kw),
+        "top_k_filter": lambda: S.top_k_filter(logits, kw.get("k", 3)),
+        "top_p_filter": lambda: S.top_p_filter(logits, kw.get("p", 0.9)),
+        "apply_temperature": lambda: S.apply_temperature(logits, kw.get("temperature", 0.7)),
+        "apply_repetition_penalty": lambda: S.apply_repetition_penalty(
+            logits, kw.get("previous_ids", torch.tensor([1])), kw.get("penalty", 1.2)),
+    }
+    with pytest.raises(exc, match=match):
+        calls[name]()
+
+
+def test_next_token_logits_checks_its_model_and_ids():
+    import torch
+
+    from g2c.sampling import next_token_logits
+
+    _, model, _ = _stream_and_model()
+    with pytest.raises(TypeError, match=r"model \(object\) does not satisfy g2c.sampling.LanguageModel"):
+        next_token_logits(object(), torch.tensor([1, 2]))
+    with pytest.raises(TypeError, match=r"next_token_logits: ids must be a 1-D tensor of token ids, got list"):
+        next_token_logits(model, [1, 2])
+    with pytest.raises(ValueError, match=r"next_token_logits: ids must be 1-D \(one sequence\), got shape \(1, 2\)"):
+        next_token_logits(model, torch.tensor([[1, 2]]))
+
+
+@pytest.mark.parametrize("case, exc, match", [
+    ("A.causal_mask(2.5)", TypeError, r"causal_mask: num_queries must be an int, got float 2.5"),
+    ("A.causal_mask(True)", TypeError, r"causal_mask: num_queries must be an int, got bool True"),
+    ("A.causal_mask(3, torch.tensor(5.0))", TypeError, r"causal_mask: num_keys must be an int or None, got Tensor"),
+    ("A.causal_mask(3, 2)", ValueError, r"causal_mask needs 1 <= num_queries <= num_keys, got 3, 2"),
+    ("A.split_heads(torch.randn(1, 3, 8), True)", TypeError, r"split_heads: num_heads must be an int >= 1, got bool"),
+    ("A.split_heads(torch.randn(1, 3, 8), 0)", ValueError, r"split_heads: num_heads must be >= 1, got 0"),
+    ("A.split_heads([1.0], 2)", TypeError, r"split_heads: x must be a tensor \(B, T, D\), got list"),
+    ("A.merge_heads('x')", TypeError, r"merge_heads: x must be a tensor \(B, H, T, d\), got str"),
+    ("A.merge_heads(torch.randn(2, 3, 4))", ValueError,
+     r"merge_heads: x must be \(B, H, T, d\), got shape \(2, 3, 4\)"),
+    ("A.scaled_dot_product_attention(q.long(), q, q)", ValueError,
+     r"scaled_dot_product_attention: q must be floating point, got dtype torch.int64"),
+    ("A.scaled_dot_product_attention([1.0], q, q)", TypeError,
+     r"scaled_dot_product_attention: q must be a float tensor"),
+    ("LM.log_softmax([1.0, 2.0])", TypeError, r"log_softmax: logits must be a float tensor \(\.\.\., V\), got list"),
+    ("LM.log_softmax(torch.ones(2, 3, dtype=torch.long))", ValueError, r"log_softmax: logits must be floating point"),
+    ("LM.log_softmax(torch.randn(2, 0))", ValueError, r"log_softmax: logits must have a vocabulary dimension"),
+    ("LM.cross_entropy(torch.randn(3, 16), torch.tensor([1, 2, 16]))", ValueError,
+     r"cross_entropy: target 16 is outside \[0, 16\)"),
+    ("LM.cross_entropy(torch.randn(3, 16), torch.tensor([1, 2, -5]))", ValueError,
+     r"cross_entropy: target -5 is outside \[0, 16\)"),
+    ("LM.cross_entropy(torch.randn(3, 16), torch.ones(3))", ValueError,
+     r"cross_entropy: targets must be integer class ids, got dtype torch.float32"),
+    ("LM.cross_entropy(torch.ones(3, 16, dtype=torch.long), torch.tensor([1, 2, 3]))", ValueError,
+     r"cross_entropy: logits must be floating point"),
+    ("LM.cross_entropy(torch.randn(0, 16), torch.zeros(0, dtype=torch.long))", ValueError,
+     r"cross_entropy: no rows \(N = 0\)"),
+    ("LM.cross_entropy(torch.randn(3, 16), [1, 2, 3])", TypeError, r"cross_entropy: targets must be a tensor"),
+    ("PT.lm_cross_entropy([1.0], torch.tensor([[1]]))", TypeError, r"lm_cross_entropy: logits must be a float tensor"),
+    ("PT.lm_cross_entropy(torch.randn(1, 2, 16), [[1, 2]])", TypeError, r"lm_cross_entropy: targets must be a tensor"),
+    ("NN.Linear(3, 2)(torch.randn(2, 4))", ValueError, r"Linear: x must be \(\.\.\., 3\), got shape \(2, 4\)"),
+    ("NN.Linear(3, 2)(torch.ones(2, 3, dtype=torch.long))", ValueError, r"Linear: x must be floating point"),
+    ("NN.Linear(3, 2)([1.0, 2.0, 3.0])", TypeError, r"Linear: x must be a float tensor \(\.\.\., 3\), got list"),
+    ("NN.LayerNorm(4)('x')", TypeError, r"LayerNorm: x must be a float tensor \(\.\.\., 4\), got str"),
+    ("NN.LayerNorm(4)(torch.randn(2, 5))", ValueError, r"LayerNorm: x must be \(\.\.\., 4\), got shape \(2, 5\)"),
+    ("NN.Embedding(5, 3)([1, 2])", TypeError, r"Embedding expects integer ids as a tensor, got list"),
+    ("A.MultiHeadAttention(8, 2)(torch.randn(1, 3, 7))", ValueError,
+     r"MultiHeadAttention: x must be \(\.\.\., 8\), got shape \(1, 3, 7\)"),
+    ("A.MultiHeadAttention(8, 2)(torch.randn(3, 8))", ValueError,
+     r"MultiHeadAttention: x must be \(B, T, 8\), got shape \(3, 8\)"),
+    ("E.embed_tokens_and_positions([1, 2], NN.Embedding(16, 4), NN.Embedding(8, 4))", TypeError,
+     r"embed_tokens_and_positions: ids must be an integer tensor \(B, T\), got list"),
+    ("T.TransformerLM(16, 8, 1, 2, 16).hidden_states([[1, 2]])", TypeError,       # forward's provided check
+     r"TransformerLM expects integer ids of shape \(B, T\) as a tensor; got list"),
+])
+def test_block_functions_and_forwards_check_their_inputs(case, exc, match):
+    import torch
+
+    import g2c.attention as A
+    import g2c.embeddings as E
+    import g2c.lm as LM
+    import g2c.nn as NN
+    import g2c.pretraining as PT
+    import g2c.transformer as T
+
+    q = torch.randn(1, 2, 3, 4)
+    with pytest.raises(exc, match=match):
+        eval(case, {"A": A, "E": E, "LM": LM, "NN": NN, "PT": PT, "T": T, "torch": torch, "q": q})  # noqa: S307
+
+
+def test_trainer_refuses_a_stream_outside_the_models_vocabulary():
+    import numpy as np
+
+    from g2c.pretraining import TrainConfig, Trainer
+
+    _, model, _ = _stream_and_model()
+    cfg = TrainConfig(batch_size=2, context=8, max_steps=2, warmup_steps=1)
+    with pytest.raises(ValueError, match=r"train_ids holds token id 16, outside the model's vocabulary \[0, 16\)"):
+        Trainer(model, np.array([1, 16] * 40), config=cfg)
+    with pytest.raises(ValueError, match=r"val_ids holds token id -1, outside"):
+        Trainer(model, np.arange(80) % 16, np.array([-1] + [1] * 40), config=cfg)

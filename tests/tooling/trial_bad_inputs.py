@@ -7,6 +7,7 @@ Not a test file (pytest does not collect it: the standing guards are ``test_bad_
     .venv/bin/python tests/tooling/trial_bad_inputs.py                 # this checkout (copied first)
     .venv/bin/python tests/tooling/trial_bad_inputs.py --repo /tmp/main-copy --list unclear,silent
     .venv/bin/python tests/tooling/trial_bad_inputs.py --only api       # one surface: api, scripts, shell, faults
+    .venv/bin/python tests/tooling/trial_bad_inputs.py --only blocks    # the building blocks only (part of api)
 
 The checkout is copied to a temporary folder first (``repo_copy.copy_repo``; nothing is written in the
 real one) and every case runs there, with the answer key applied (``G2C_APPLY_SOLUTIONS=all``: bad input
@@ -22,7 +23,9 @@ is judged on the complete code). Surfaces:
 * ``shell``: ``./test.sh``, ``./notebook.sh``, ``./checkpoints.sh``, ``./datasets.sh`` and the environment
   variables the course reads, in subprocesses;
 * ``faults``: damaged artifacts, edited pins, writes into the shipped artifacts, interrupted exports,
-  full disks, read-only checkouts.
+  full disks, read-only checkouts;
+* ``blocks``: the api cases of the building blocks of modules 03-11 (layers, configs, training controls,
+  losses, attention helpers, warpers), reported on their own line; ``--only blocks`` runs them alone.
 
 Classes: ``clear`` (a bad input refused by a ValueError/TypeError/IndexError raised by the course's own
 code, one line; a script's one ``error`` line and a nonzero exit, no traceback; and, where the case names
@@ -263,8 +266,9 @@ def api_cases(repo: Path) -> list[Case]:
 
     def add(name, call, base: dict, params: dict):
         """A control (call(**base)) and, per param, call(**base | {param: bad}). A list where the control passes a
-        tensor may be taken (converted) or refused; the building blocks of modules 03-10 (the student's own
-        layers, no validation by design) are the separate surface "blocks", outside the trial's target."""
+        tensor may be taken (converted) or refused; the building blocks of modules 03-11 (the student's own
+        layers and steps, checked in their provided code: constructors, config ``__post_init__``, the provided
+        lines before an exercise body) are the separate surface "blocks", outside the trial's target."""
         surface = "blocks" if name.startswith(BLOCKS) else "api"
         cases.append(Case(surface, f"{name} (good)", lambda: call(**base), bad=False))
         for param, values in params.items():
@@ -284,7 +288,7 @@ def api_cases(repo: Path) -> list[Case]:
         {"i": int_bad(1), "o": int_bad(1), "s": real_bad(0, lo_open=False)})
     add("nn.Embedding", lambda **k: NN.Embedding(k["n"], k["d"]), {"n": 5, "d": 3}, {"n": int_bad(1), "d": int_bad(1)})
     add("nn.LayerNorm", lambda **k: NN.LayerNorm(k["d"], eps=k["eps"]), {"d": 4, "eps": 1e-5},
-        {"d": int_bad(1), "eps": real_bad(0, lo_open=True)})
+        {"d": int_bad(1), "eps": real_bad(0)})           # eps = 0 is a good value (test_nn's biased-variance test)
     add("nn.Dropout", lambda **k: NN.Dropout(k["p"]), {"p": 0.1}, {"p": real_bad(0, 1, hi_open=True)})
     add("nn.resolve_device", lambda **k: NN.resolve_device(k["d"]), {"d": "cpu"},
         {"d": [("tpu", "unknown"), (3, "int"), ("cuda:abc", "bad index"), ("cuda", "unavailable cuda"),
@@ -308,7 +312,7 @@ def api_cases(repo: Path) -> list[Case]:
                                                  weight_decay=k["wd"]),
         {"p": params, "lr": 1e-3, "b": (0.9, 0.999), "eps": 1e-8, "wd": 0.01},
         {"p": [([], "no params"), (None, "None"), (3, "int"), ([torch.randn(3)], "a tensor without grad")],
-         "lr": real_bad(0), "eps": real_bad(0, lo_open=True), "wd": real_bad(0),
+         "lr": real_bad(0), "eps": real_bad(0), "wd": real_bad(0),     # eps = 0 is good (test_training uses it)
          "b": [((0.9,), "one beta"), ((1.0, 0.999), "beta1 = 1"), ((0.9, -0.1), "negative beta2"), ("0.9", "str"),
                (None, "None"), ((float("nan"), 0.9), "nan beta")]})
     add("training.clip_grad_norm_", lambda **k: TRN.clip_grad_norm_(k["p"], k["m"], eps=k["eps"]),
@@ -337,13 +341,12 @@ def api_cases(repo: Path) -> list[Case]:
         {"ids": torch.tensor([[1, 2, 3]])},
         {"ids": [(torch.tensor([[1, V]]), "id = V"), (torch.zeros(1, 9, dtype=torch.long), "longer than positions"),
                  (torch.tensor([[1.0, 2.0]]), "float dtype"), ([1, 2], "list"), (torch.tensor([[-1, 2]]), "negative")]})
-    add("lm.cross_entropy", lambda **k: LM.cross_entropy(k["l"], k["t"]),
-        {"l": torch.randn(2, 3, V), "t": torch.tensor([[1, 2, 3], [0, 1, 2]])},
-        {"l": [(torch.randn(2, 3), "2-D"), (torch.ones(2, 3, V, dtype=torch.long), "int logits"),
-               (torch.randn(2, 4, V), "wrong T"), ([1.0], "list")],
-         "t": [(torch.tensor([[1, 2, V], [0, 1, 2]]), "target = V"), (torch.tensor([[1, 2, -5], [0, 1, 2]]),
-                                                                         "negative target"),
-               (torch.ones(2, 3), "float targets"), (torch.tensor([1, 2, 3]), "1-D")]})
+    add("lm.cross_entropy", lambda **k: LM.cross_entropy(k["l"], k["t"]),      # documented: (N, V) and (N,)
+        {"l": torch.randn(3, V), "t": torch.tensor([1, 2, 3])},
+        {"l": [(torch.randn(2, 3, V), "3-D"), (torch.ones(3, V, dtype=torch.long), "int logits"),
+               (torch.randn(4, V), "wrong N"), ([1.0], "list")],
+         "t": [(torch.tensor([1, 2, V]), "target = V"), (torch.tensor([1, 2, -5]), "negative target"),
+               (torch.ones(3), "float targets"), (torch.tensor([[1, 2, 3]]), "2-D")]})
     add("lm.log_softmax", lambda **k: LM.log_softmax(k["l"]), {"l": torch.randn(2, V)},
         {"l": [([1.0, 2.0], "list"), (torch.ones(2, 3, dtype=torch.long), "int dtype"),
                (torch.randn(0, V), "empty rows"), (torch.randn(2, 0), "empty vocab")]})
@@ -367,7 +370,7 @@ def api_cases(repo: Path) -> list[Case]:
     mha = A.MultiHeadAttention(8, 2)
     add("attention.MultiHeadAttention.__call__", lambda **k: mha(k["x"]), {"x": torch.randn(1, 3, 8)},
         {"x": [(torch.randn(1, 3, 7), "wrong width"), (torch.randn(3, 8), "2-D"), (torch.ones(1, 3, 8).long(),
-                                                                                   "int")]})
+                                                                                   "int dtype")]})
     add("attention.CausalSelfAttention", lambda **k: A.CausalSelfAttention(k["d"]), {"d": 8}, {"d": int_bad(1)})
 
     # -- module 09: the transformer
@@ -438,8 +441,8 @@ def api_cases(repo: Path) -> list[Case]:
     add("sampling.as_token_ids", lambda **k: S.as_token_ids(k["ids"], vocab_size=V), {"ids": [1, 2]},
         {"ids": ids_bad(V)})
     add("sampling.next_token_logits", lambda **k: S.next_token_logits(k["m"], k["ids"]),
-        {"m": target, "ids": torch.tensor([[1, 2]])},
-        {"m": model_bad(), "ids": [(torch.tensor([1, 2]), "1-D"), (torch.tensor([[1, V]]), "id = V")]})
+        {"m": target, "ids": torch.tensor([1, 2])},           # documented: ids 1-D (one sequence)
+        {"m": model_bad(), "ids": [(torch.tensor([[1, 2]]), "2-D"), (torch.tensor([1, V]), "id = V")]})
 
     # -- the loops: every loop x prompts, budgets, knobs
     loops = {
@@ -1190,6 +1193,8 @@ def main(argv: list[str] | None = None) -> int:
     cases: list[Case] = []
     if "api" in surfaces:
         cases += api_cases(repo)
+    elif "blocks" in surfaces:                 # the building blocks alone (a part of the api cases)
+        cases += [c for c in api_cases(repo) if c.surface == "blocks"]
     if "scripts" in surfaces:
         cases += script_cases(repo)
     if "shell" in surfaces:
@@ -1207,7 +1212,7 @@ def main(argv: list[str] | None = None) -> int:
     total = Counter(o.cls for o in outcomes)
     bad = [o for o in outcomes if o.case.bad]
     print(f"trial of {args.repo}: {len(outcomes)} inputs ({len(bad)} bad, {len(outcomes) - len(bad)} good controls)")
-    for surface in surfaces + (["blocks"] if "api" in surfaces else []):
+    for surface in [s for s in surfaces if s != "blocks"] + (["blocks"] if {"api", "blocks"} & set(surfaces) else []):
         row = {cls: by[(surface, cls)] for cls in ("clear", "unclear", "silent", "ok", "refused-good")}
         print(f"  {surface:8s} " + ", ".join(f"{c} {n}" for c, n in row.items()))
     print("  total    " + ", ".join(f"{c} {total[c]}" for c in ("clear", "unclear", "silent", "ok", "refused-good")))

@@ -13,6 +13,20 @@ import math
 import torch
 
 from g2c.nn import Linear, Module
+from g2c.nn.module import check_int
+
+
+def check_float_tensor(x, name: str, where: str) -> None:
+    """``x`` must be a floating-point tensor. Provided (attention works on float activations).
+
+    Raises:
+        TypeError: not a tensor ("<where>: <name> must be a float tensor, got list").
+        ValueError: an integer, bool or complex dtype ("... must be floating point, got dtype torch.int64").
+    """
+    if not isinstance(x, torch.Tensor):
+        raise TypeError(f"{where}: {name} must be a float tensor, got {type(x).__name__}")
+    if not x.dtype.is_floating_point:
+        raise ValueError(f"{where}: {name} must be floating point, got dtype {x.dtype}")
 
 __all__ = ["CausalSelfAttention", "causal_mask", "scaled_dot_product_attention"]
 
@@ -34,12 +48,15 @@ def causal_mask(num_queries: int, num_keys: int | None = None, *, device=None) -
         (T, S) bool.
 
     Raises:
+        TypeError: T or S is not an int (a bool, a float, a tensor).
         ValueError: T < 1 or S < T.
 
     Steps:
         1. Compare a column of query positions with a row of key positions
            (``test_causal_mask_is_lower_triangular``).
     """
+    num_queries = check_int(num_queries, "num_queries", minimum=None, where="causal_mask")   # the types; the
+    num_keys = check_int(num_keys, "num_keys", minimum=None, none_ok=True, where="causal_mask")  # range below
     num_keys = num_queries if num_keys is None else num_keys
     if num_queries < 1 or num_keys < num_queries:
         raise ValueError(f"causal_mask needs 1 <= num_queries <= num_keys, got {num_queries}, {num_keys}")
@@ -65,13 +82,19 @@ def scaled_dot_product_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tens
         (..., T, d_v), the dtype of q.
 
     Raises:
-        ValueError: the last dimensions of q and k differ, or k and v have different S.
+        TypeError: q, k or v is not a tensor.
+        ValueError: q, k or v is not floating point; the last dimensions of q and k differ, or k
+            and v have different S. (Leading dimensions broadcast, as in ``torch.matmul``.)
 
     Steps:
         1. Scores q @ kᵀ scaled by 1/sqrt(d): (..., T, S) (``test_sdpa_matches_torch_noncausal``).
         2. If causal, fill disallowed scores with -inf (``test_sdpa_matches_torch_causal``).
         3. Softmax over the keys (last dimension), then weight the values.
     """
+    for name, t in (("q", q), ("k", k), ("v", v)):
+        check_float_tensor(t, name, "scaled_dot_product_attention")
+        if t.dim() < 2:
+            raise ValueError(f"scaled_dot_product_attention: {name} must be (..., T, d), got shape {tuple(t.shape)}")
     if q.shape[-1] != k.shape[-1] or k.shape[-2] != v.shape[-2]:
         raise ValueError(f"attention shapes do not fit: q {tuple(q.shape)}, k {tuple(k.shape)}, v {tuple(v.shape)}")
     # BEGIN SOLUTION
@@ -95,6 +118,7 @@ class CausalSelfAttention(Module):
 
     def __init__(self, dim: int, *, causal: bool = True, generator: torch.Generator | None = None) -> None:
         super().__init__()
+        dim = check_int(dim, "dim", where="CausalSelfAttention")
         self.causal = causal
         self.query = Linear(dim, dim, generator=generator)
         self.key = Linear(dim, dim, generator=generator)

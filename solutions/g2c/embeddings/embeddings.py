@@ -27,6 +27,7 @@ def embed_tokens_and_positions(ids: torch.Tensor, token_embed: Embedding, pos_em
         (B, T, D) float32.
 
     Raises:
+        TypeError: ``ids`` is not a tensor (checked before your code runs).
         ValueError: ``ids`` is not 2-D ("expected ids of shape (B, T), got (4,)"), or
             T > ``pos_embed.num_embeddings``, the context window ("sequence length T=5
             exceeds the context window max_seq_len=4", then the fix: crop to the window).
@@ -38,6 +39,8 @@ def embed_tokens_and_positions(ids: torch.Tensor, token_embed: Embedding, pos_em
            and add them; broadcasting shares them across the batch
            (``test_embed_adds_positions``).
     """
+    if not isinstance(ids, torch.Tensor):                  # provided: a list has no shape to check
+        raise TypeError(f"embed_tokens_and_positions: ids must be an integer tensor (B, T), got {type(ids).__name__}")
     # BEGIN SOLUTION
     if ids.dim() != 2:
         raise ValueError(f"expected ids of shape (B, T), got {tuple(ids.shape)}")

@@ -21,6 +21,8 @@ def resolve_device(device: str | torch.device = "auto") -> torch.device:
         torch.device.
 
     Raises:
+        TypeError: ``device`` is neither a string nor a ``torch.device`` (None, an int): checked
+            before your code runs.
         ValueError: the string is not a device name torch understands:
             "unknown device 'gpu0': use 'auto', 'cpu', 'cuda', 'cuda:N' or 'mps'".
         RuntimeError: the requested device is not available on this machine; the message
@@ -35,6 +37,9 @@ def resolve_device(device: str | torch.device = "auto") -> torch.device:
         2. Otherwise parse with ``torch.device`` and check availability of CUDA/MPS
            (``test_resolve_device_rejects_unavailable``).
     """
+    if not isinstance(device, (str, torch.device)):       # provided: the type, where the value enters
+        raise TypeError(f"resolve_device: device must be a string ('auto', 'cpu', 'cuda', 'cuda:N', 'mps') or a "
+                        f"torch.device, got {type(device).__name__} {device!r:.60}")
     # BEGIN SOLUTION
     if isinstance(device, str) and device.strip().lower() == "auto":
         if torch.cuda.is_available():

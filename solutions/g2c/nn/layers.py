@@ -11,7 +11,7 @@ import math
 
 import torch
 
-from .module import Module
+from .module import Module, check_features, check_int, check_real
 
 __all__ = ["Dropout", "Embedding", "GELU", "LayerNorm", "Linear"]
 
@@ -33,11 +33,21 @@ class Linear(Module):
     Attributes:
         weight: (out_features, in_features) float32.
         bias: (out_features,) float32, or None.
+
+    Raises:
+        TypeError: a size that is not an int (a bool, a float, a tensor), ``init_std`` not a real
+            number, ``bias`` not a bool; the message names the argument.
+        ValueError: a size < 1, ``init_std`` negative, NaN or infinite.
     """
 
     def __init__(self, in_features: int, out_features: int, *, bias: bool = True,
                  init_std: float = 0.02, generator: torch.Generator | None = None) -> None:
         super().__init__()
+        in_features = check_int(in_features, "in_features", where="Linear")
+        out_features = check_int(out_features, "out_features", where="Linear")
+        init_std = check_real(init_std, "init_std", low=0.0, where="Linear")
+        if not isinstance(bias, bool):
+            raise TypeError(f"Linear: bias must be True or False, got {type(bias).__name__} {bias!r:.60}")
         self.in_features = in_features
         self.out_features = out_features
         self.weight = _normal((out_features, in_features), init_std, generator)
@@ -57,7 +67,12 @@ class Linear(Module):
                (``test_linear_matches_torch``)
             2. Add the bias if there is one (it broadcasts over the leading dimensions).
                (``test_linear_without_bias``)
+
+        Raises (checked before your code runs):
+            TypeError: x is not a tensor.
+            ValueError: x is not floating point or its last dimension is not ``in_features``.
         """
+        check_features(x, self.in_features, "x", "Linear")
         # BEGIN SOLUTION
         y = x @ self.weight.t()
         if self.bias is not None:
@@ -77,11 +92,18 @@ class Embedding(Module):
 
     Attributes:
         weight: (num_embeddings, embedding_dim) float32.
+
+    Raises:
+        TypeError: a size that is not an int, ``init_std`` not a real number.
+        ValueError: a size < 1, ``init_std`` negative, NaN or infinite.
     """
 
     def __init__(self, num_embeddings: int, embedding_dim: int, *, init_std: float = 0.02,
                  generator: torch.Generator | None = None) -> None:
         super().__init__()
+        num_embeddings = check_int(num_embeddings, "num_embeddings", where="Embedding")
+        embedding_dim = check_int(embedding_dim, "embedding_dim", where="Embedding")
+        init_std = check_real(init_std, "init_std", low=0.0, where="Embedding")
         self.num_embeddings = num_embeddings
         self.embedding_dim = embedding_dim
         self.weight = _normal((num_embeddings, embedding_dim), init_std, generator)
@@ -96,8 +118,8 @@ class Embedding(Module):
             (..., embedding_dim) float32.
 
         Raises:
-            TypeError: ``ids`` is not an integer tensor; the message says the layer expects
-                "integer ids" and names the dtype.
+            TypeError: ``ids`` is not a tensor (checked before your code runs), or not an integer
+                tensor; the message says the layer expects "integer ids" and names the dtype.
             IndexError: an id is negative or >= num_embeddings; the message gives the range
                 as "[0, num_embeddings)" (e.g. "[0, 5)") and the smallest and largest id.
 
@@ -106,6 +128,8 @@ class Embedding(Module):
             2. Index the weight with the ids; indexing keeps the autograd graph, so the
                rows that were used receive gradient (``test_embedding_matches_torch``).
         """
+        if not isinstance(ids, torch.Tensor):
+            raise TypeError(f"Embedding expects integer ids as a tensor, got {type(ids).__name__}")
         # BEGIN SOLUTION
         if ids.dtype not in (torch.int64, torch.int32, torch.int16, torch.uint8, torch.int8):
             raise TypeError(f"Embedding expects integer ids, got dtype {ids.dtype}")
@@ -129,10 +153,16 @@ class LayerNorm(Module):
     Attributes:
         weight: (D,) float32, starts at 1.
         bias: (D,) float32, starts at 0.
+
+    Raises:
+        TypeError: ``dim`` not an int, ``eps`` not a real number.
+        ValueError: ``dim`` < 1, ``eps`` negative, NaN or infinite.
     """
 
     def __init__(self, dim: int, *, eps: float = 1e-5) -> None:
         super().__init__()
+        dim = check_int(dim, "dim", where="LayerNorm")
+        eps = check_real(eps, "eps", low=0.0, where="LayerNorm")        # 0 is allowed (exact normalisation)
         self.dim = dim
         self.eps = eps
         self.weight = torch.ones(dim, requires_grad=True)
@@ -152,7 +182,12 @@ class LayerNorm(Module):
             2. Biased variance over the last dimension, (..., 1) (``test_layernorm_uses_biased_variance``).
             3. Normalise with ``eps`` inside the square root, then apply weight and bias
                (``test_layernorm_matches_torch``).
+
+        Raises (checked before your code runs):
+            TypeError: x is not a tensor.
+            ValueError: x is not floating point or its last dimension is not ``dim``.
         """
+        check_features(x, self.dim, "x", "LayerNorm")
         # BEGIN SOLUTION
         mean = x.mean(dim=-1, keepdim=True)                      # (..., 1)
         var = (x - mean).pow(2).mean(dim=-1, keepdim=True)       # (..., 1)
@@ -194,13 +229,13 @@ class Dropout(Module):
         generator: optional ``torch.Generator`` for the mask (the default RNG otherwise).
 
     Raises:
-        ValueError: ``p`` outside [0, 1).
+        TypeError: ``p`` not a real number (a bool, a string, a tensor of several elements).
+        ValueError: ``p`` outside [0, 1), or NaN.
     """
 
     def __init__(self, p: float = 0.0, *, generator: torch.Generator | None = None) -> None:
         super().__init__()
-        if not 0.0 <= p < 1.0:
-            raise ValueError(f"Dropout probability must be in [0, 1), got {p}")
+        p = check_real(p, "p (the dropout probability)", low=0.0, high=1.0, high_open=True, where="Dropout")
         self.p = p
         self.generator = generator
 

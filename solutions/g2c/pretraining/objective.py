@@ -14,8 +14,30 @@ import numpy as np
 import torch
 
 from g2c.lm import cross_entropy
+from g2c.lm.loss import check_scores
+from g2c.nn.module import check_int, check_real
 
 __all__ = ["get_lm_batch", "lm_cross_entropy", "split_stream"]
+
+
+def check_stream(ids, where: str) -> None:
+    """``ids`` must be a token stream: a tensor or a NumPy array (a ``uint16`` memmap too) of integer ids.
+    Provided; the one check ``get_lm_batch``, ``split_stream`` and ``stream_loss`` share (the shape is
+    each caller's own rule: a 2-D stream is a ValueError there).
+
+    Raises:
+        TypeError: a list, a string, None or any other object ("<where>: ids must be a tensor or a NumPy
+            array of token ids, got str"), or a float, bool or complex dtype ("... integer token ids,
+            got dtype float32").
+    """
+    if isinstance(ids, torch.Tensor):
+        bad = ids.dtype.is_floating_point or ids.dtype.is_complex or ids.dtype == torch.bool
+    elif isinstance(ids, np.ndarray):
+        bad = not np.issubdtype(ids.dtype, np.integer)
+    else:
+        raise TypeError(f"{where}: ids must be a tensor or a NumPy array of token ids, got {type(ids).__name__}")
+    if bad:
+        raise TypeError(f"{where}: ids must hold integer token ids, got dtype {ids.dtype}")
 
 
 def split_stream(ids, val_fraction: float = 0.05):
@@ -32,8 +54,11 @@ def split_stream(ids, val_fraction: float = 0.05):
         (train, val): views of ``ids``; ``len(train) + len(val) == N``.
 
     Raises:
-        ValueError: val_fraction outside (0, 1), or a part would hold fewer than 2 ids.
+        TypeError: ``ids`` not a tensor or NumPy array of integer ids; ``val_fraction`` not a real number.
+        ValueError: val_fraction outside (0, 1) or NaN, or a part would hold fewer than 2 ids.
     """
+    check_stream(ids, "split_stream")
+    val_fraction = check_real(val_fraction, "val_fraction", low=0.0, high=1.0, low_open=True, high_open=True)
     if not 0.0 < val_fraction < 1.0:
         raise ValueError(f"val_fraction must be in (0, 1), got {val_fraction}")
     n_val = int(round(len(ids) * val_fraction))
@@ -58,7 +83,10 @@ def get_lm_batch(ids, batch_size: int, context: int, *,
         and y the continuation of x by one position.
 
     Raises:
-        ValueError: B or T < 1, ids not 1-D, or the stream is shorter than T + 1.
+        TypeError: ``ids`` not a tensor or NumPy array of integer ids; B or T not an int (a bool, a
+            float); ``generator`` not a ``torch.Generator`` or None.
+        ValueError: B or T < 1, ids not 1-D, the stream is shorter than T + 1, or the generator is
+            not on the CPU (the window starts are drawn there).
 
     Steps:
         1. Validate (``test_get_lm_batch_rejects_short_stream``).
@@ -67,9 +95,16 @@ def get_lm_batch(ids, batch_size: int, context: int, *,
         3. Gather x = ids[s : s + T] and y = ids[s + 1 : s + T + 1] for each start, as int64
            (``test_get_lm_batch_targets_are_shifted``).
     """
+    check_stream(ids, "get_lm_batch")
+    batch_size = check_int(batch_size, "batch_size", where="get_lm_batch")
+    context = check_int(context, "context", where="get_lm_batch")
+    if generator is not None and not isinstance(generator, torch.Generator):
+        raise TypeError(f"get_lm_batch: generator must be a torch.Generator or None, got {type(generator).__name__} "
+                        f"{' '.join(repr(generator).split())[:60]}; use torch.Generator().manual_seed(seed)")
+    if generator is not None and generator.device.type != "cpu":
+        raise ValueError(f"get_lm_batch: generator is on {generator.device}; the window starts are drawn on the CPU: "
+                         "use torch.Generator().manual_seed(seed)")
     n = len(ids)
-    if batch_size < 1 or context < 1:
-        raise ValueError(f"batch_size and context must be >= 1, got {batch_size}, {context}")
     if getattr(ids, "ndim", 1) != 1:
         raise ValueError(f"ids must be a 1-D stream, got shape {tuple(ids.shape)}")
     if n < context + 1:
@@ -97,13 +132,18 @@ def lm_cross_entropy(logits: torch.Tensor, targets: torch.Tensor) -> torch.Tenso
         scalar float32 tensor.
 
     Raises:
-        ValueError: logits not 3-D or the (B, T) shapes differ.
+        TypeError: ``logits`` or ``targets`` is not a tensor.
+        ValueError: logits not 3-D or not floating point, or the (B, T) shapes differ; through
+            ``cross_entropy``: targets not integer ids or outside [0, V).
 
     Steps:
         1. Validate (``test_lm_cross_entropy_rejects_mismatched_shapes``).
         2. Flatten to (B·T, V) and (B·T,) and reuse module 06's ``cross_entropy``
            (``test_lm_cross_entropy_matches_torch``).
     """
+    check_scores(logits, "lm_cross_entropy")
+    if not isinstance(targets, torch.Tensor):
+        raise TypeError(f"lm_cross_entropy: targets must be a tensor of token ids (B, T), got {type(targets).__name__}")
     if logits.dim() != 3 or tuple(logits.shape[:2]) != tuple(targets.shape):
         raise ValueError(f"lm_cross_entropy expects logits (B, T, V) and targets (B, T); "
                          f"got {tuple(logits.shape)} and {tuple(targets.shape)}")

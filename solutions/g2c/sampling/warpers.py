@@ -6,7 +6,46 @@ softmax gives them probability exactly 0. Shape letters: V vocabulary.
 
 from __future__ import annotations
 
+import numbers
+
 import torch
+
+from g2c.nn.module import check_int
+
+from .model import check_repetition_penalty, check_token_ids, check_top_p
+
+
+def check_logits(logits, where: str) -> None:
+    """``logits`` must be a floating-point tensor (..., V) with V >= 1. Provided; every warper and
+    ``sample_from_logits`` call it where the logits enter.
+
+    Raises:
+        TypeError: not a tensor ("<where>: logits must be a float tensor (..., V), got list").
+        ValueError: an integer, bool or complex dtype, or no token at all (V = 0 or no dimension).
+    """
+    if not isinstance(logits, torch.Tensor):
+        raise TypeError(f"{where}: logits must be a float tensor (..., V), got {type(logits).__name__}")
+    if not logits.dtype.is_floating_point:
+        raise ValueError(f"{where}: logits must be a floating-point tensor (..., V), got dtype {logits.dtype}")
+    if logits.dim() == 0 or logits.shape[-1] == 0:
+        raise ValueError(f"{where}: logits must have at least one token, got shape {tuple(logits.shape)}")
+
+
+def as_real(value, name: str, rule: str) -> float:
+    """``value`` as a Python float: an int, a float, a NumPy real or a 0-d real tensor (the range is each
+    caller's own check). Provided.
+
+    Raises:
+        TypeError: a bool, a string, None, a complex number or a tensor of several elements
+            ("<name> must be a real number <rule>, got str '0.5'").
+    """
+    if isinstance(value, torch.Tensor) and value.dim() == 0 and value.dtype != torch.bool \
+            and not value.dtype.is_complex:
+        value = value.item()
+    if isinstance(value, bool) or not isinstance(value, numbers.Real):
+        raise TypeError(f"{name} must be a real number {rule}, got {type(value).__name__} "
+                        f"{' '.join(repr(value).split())[:60]}")
+    return float(value)
 
 __all__ = ["apply_repetition_penalty", "apply_temperature", "top_k_filter", "top_p_filter"]
 
@@ -27,12 +66,16 @@ def apply_temperature(logits: torch.Tensor, temperature: float) -> torch.Tensor:
         turns that into the argmax (the T -> 0 limit).
 
     Raises:
-        ValueError: temperature <= 0, NaN or infinite ("temperature must be > 0 ...").
+        TypeError: ``logits`` not a tensor; ``temperature`` not a real number (a bool, a string).
+        ValueError: temperature <= 0, NaN or infinite ("temperature must be > 0 ..."); logits not
+            floating point or with no token (``check_logits``).
 
     Steps:
         1. Upcast to float32 and divide (``test_temperature_scales_logits``,
            ``test_temperature_computes_in_float32``).
     """
+    check_logits(logits, "apply_temperature")
+    temperature = as_real(temperature, "temperature", "> 0")
     if not 0 < temperature < float("inf"):
         raise ValueError(f"temperature must be > 0 and finite here (use temperature=0.0 in generate for "
                          f"greedy), got {temperature}")
@@ -52,12 +95,15 @@ def top_k_filter(logits: torch.Tensor, k: int) -> torch.Tensor:
         k: >= 1; k >= V keeps everything.
 
     Raises:
-        ValueError: k < 1.
+        TypeError: ``logits`` not a tensor; ``k`` not an int (a bool, a float, a tensor of several elements).
+        ValueError: k < 1; logits not floating point or with no token (``check_logits``).
 
     Steps:
         1. The k-th largest value per row (``torch.topk``), kept as (..., 1).
         2. Mask strictly smaller logits with -inf (``test_top_k_keeps_ties``).
     """
+    check_logits(logits, "top_k_filter")
+    k = check_int(k, "top_k", minimum=None)                    # the type; the range keeps its words:
     if k < 1:
         raise ValueError(f"top_k must be >= 1, got {k}")
     # BEGIN SOLUTION
@@ -78,7 +124,9 @@ def top_p_filter(logits: torch.Tensor, p: float) -> torch.Tensor:
         p: in (0, 1]; p = 1 keeps everything; the top token is always kept.
 
     Raises:
-        ValueError: p outside (0, 1].
+        TypeError: ``logits`` not a tensor; ``p`` not a real number.
+        ValueError: p outside (0, 1] or NaN, or so small that float32 rounds it to 0
+            (``g2c.sampling.model.check_top_p``); logits not floating point or with no token.
 
     Steps:
         1. Sort probabilities descending and take the cumulative sum.
@@ -86,6 +134,8 @@ def top_p_filter(logits: torch.Tensor, p: float) -> torch.Tensor:
            (so the crossing token stays: ``test_top_p_keeps_the_crossing_token``).
         3. Scatter the removal mask back to vocabulary order and fill with -inf.
     """
+    check_logits(logits, "top_p_filter")
+    p = check_top_p(as_real(p, "top_p", "in (0, 1]"))       # also refuses a p that is 0 in float32
     if not 0.0 < p <= 1.0:
         raise ValueError(f"top_p must be in (0, 1], got {p}")
     # BEGIN SOLUTION
@@ -116,13 +166,18 @@ def apply_repetition_penalty(logits: torch.Tensor, previous_ids: torch.Tensor, p
         new (V,) tensor (the input is not modified).
 
     Raises:
-        ValueError: penalty <= 0.
+        TypeError: ``logits`` or ``previous_ids`` not a tensor; ``penalty`` not a real number.
+        ValueError: penalty <= 0, NaN or infinite; a previous id outside [0, V) or of a float dtype
+            (``check_token_ids``); logits not floating point or with no token.
 
     Steps:
         1. Gather the logits of the previous ids.
         2. Divide positive / multiply negative ones, scatter them back into a copy
            (``test_repetition_penalty_moves_seen_tokens_down``).
     """
+    check_logits(logits, "apply_repetition_penalty")
+    penalty = check_repetition_penalty(as_real(penalty, "repetition_penalty", "> 0"))   # > 0 and finite
+    check_token_ids(previous_ids, logits.shape[-1], "previous_ids")
     if penalty <= 0:
         raise ValueError(f"repetition_penalty must be > 0, got {penalty}")
     # BEGIN SOLUTION

@@ -13,6 +13,7 @@ import torch
 
 from g2c.attention import MultiHeadAttention
 from g2c.nn import GELU, Dropout, LayerNorm, Linear, Module
+from g2c.nn.module import check_int, check_real
 
 __all__ = ["MLP", "Block"]
 
@@ -23,6 +24,9 @@ class MLP(Module):
     def __init__(self, dim: int, hidden_dim: int, *, dropout: float = 0.0,
                  generator: torch.Generator | None = None) -> None:
         super().__init__()
+        dim = check_int(dim, "dim", where="MLP")
+        hidden_dim = check_int(hidden_dim, "hidden_dim", where="MLP")
+        dropout = check_real(dropout, "dropout", low=0.0, high=1.0, high_open=True, where="MLP")
         self.fc = Linear(dim, hidden_dim, generator=generator)
         self.act = GELU()
         self.proj = Linear(hidden_dim, dim, generator=generator)
@@ -44,6 +48,10 @@ class Block(Module):
         dropout: residual dropout inside attention and MLP.
         generator: optional ``torch.Generator`` for the initialisation.
 
+    Raises:
+        TypeError: a size that is not an int, ``dropout`` not a real number (the message names it).
+        ValueError: a size < 1, H not dividing D, ``dropout`` outside [0, 1) or NaN.
+
     Attributes:
         ln_1, attn, ln_2, mlp: the four sub-layers, named as in GPT-2.
     """
@@ -51,6 +59,12 @@ class Block(Module):
     def __init__(self, dim: int, num_heads: int, *, hidden_dim: int, causal: bool = True,
                  dropout: float = 0.0, generator: torch.Generator | None = None) -> None:
         super().__init__()
+        dim = check_int(dim, "dim", where="Block")
+        num_heads = check_int(num_heads, "num_heads", where="Block")
+        hidden_dim = check_int(hidden_dim, "hidden_dim", where="Block")
+        dropout = check_real(dropout, "dropout", low=0.0, high=1.0, high_open=True, where="Block")
+        if dim % num_heads:
+            raise ValueError(f"Block: num_heads={num_heads} does not divide dim={dim}")
         self.ln_1 = LayerNorm(dim)
         self.attn = MultiHeadAttention(dim, num_heads, causal=causal, dropout=dropout, generator=generator)
         self.ln_2 = LayerNorm(dim)

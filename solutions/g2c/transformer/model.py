@@ -16,6 +16,7 @@ import torch
 
 from g2c.embeddings import embed_tokens_and_positions
 from g2c.nn import Dropout, Embedding, LayerNorm, Module
+from g2c.nn.module import check_int, check_real
 
 from .block import Block
 
@@ -44,17 +45,23 @@ class TransformerLM(Module):
         vocab_size, embedding_dim, num_layers, num_heads, hidden_dim, max_seq_len.
 
     Raises:
-        ValueError: a size is not positive or D is not divisible by H.
+        TypeError: a size that is not an int (a bool, a float, a tensor), ``dropout`` not a real
+            number; the message names the argument.
+        ValueError: a size is not positive (``hidden_dim`` may be None), D is not divisible by H,
+            ``dropout`` outside [0, 1) or NaN.
     """
 
     def __init__(self, vocab_size: int, embedding_dim: int, num_layers: int, num_heads: int,
                  max_seq_len: int, *, hidden_dim: int | None = None, dropout: float = 0.0,
                  generator: torch.Generator | None = None) -> None:
         super().__init__()
-        for name, value in [("vocab_size", vocab_size), ("embedding_dim", embedding_dim),
-                            ("num_layers", num_layers), ("num_heads", num_heads), ("max_seq_len", max_seq_len)]:
-            if int(value) < 1:
-                raise ValueError(f"TransformerLM: {name} must be >= 1, got {value}")
+        w = "TransformerLM"
+        vocab_size, embedding_dim, num_layers, num_heads, max_seq_len = (
+            check_int(value, name, where=w) for name, value in
+            [("vocab_size", vocab_size), ("embedding_dim", embedding_dim), ("num_layers", num_layers),
+             ("num_heads", num_heads), ("max_seq_len", max_seq_len)])
+        hidden_dim = check_int(hidden_dim, "hidden_dim", none_ok=True, where=w)
+        dropout = check_real(dropout, "dropout", low=0.0, high=1.0, high_open=True, where=w)
         if embedding_dim % num_heads:
             raise ValueError(f"TransformerLM: embedding_dim {embedding_dim} is not divisible by num_heads {num_heads}")
         self.vocab_size = vocab_size
@@ -86,7 +93,9 @@ class TransformerLM(Module):
 
     def _check_ids(self, ids: torch.Tensor) -> None:
         bad_dtype = isinstance(ids, torch.Tensor) and (ids.dtype.is_floating_point or ids.dtype == torch.bool)
-        if not isinstance(ids, torch.Tensor) or ids.dim() != 2 or bad_dtype:
+        if not isinstance(ids, torch.Tensor):
+            raise TypeError(f"TransformerLM expects integer ids of shape (B, T) as a tensor; got {type(ids).__name__}")
+        if ids.dim() != 2 or bad_dtype:
             shape = tuple(ids.shape) if isinstance(ids, torch.Tensor) else type(ids).__name__
             raise ValueError(f"TransformerLM expects integer ids of shape (B, T); got {shape}")
         if ids.shape[1] < 1:
@@ -105,6 +114,7 @@ class TransformerLM(Module):
             (B, T, D) float32.
 
         Raises:
+            TypeError: ids is not a tensor.
             ValueError: ids not 2-D integers, T = 0, or T > max_seq_len.
 
         Steps:
