@@ -1397,7 +1397,7 @@ def _grade_all(subs, run: ClassRun, *, folder, out, jobs, echo, watch, said, war
                               f"not graded: the class run stopped after {stopped_by[0]}'s grading changed the "
                               "teacher's environment")
         except Exception as exc:  # one broken submission never stops the class
-            rec = _not_graded(sub, f"{type(exc).__name__}: {exc}")
+            rec = _not_graded(sub, one_line(f"{type(exc).__name__}: {exc}", 600))
             rec["status"] = "error"
         with lock:
             running.discard(sub.name)

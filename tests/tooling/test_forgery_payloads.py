@@ -294,6 +294,8 @@ def test_forger_junit_rewriting_the_report_after_pytest_is_forged(world):
 def test_fast_forger_with_a_no_op_runtest_is_forged(world):
     r = assert_forged(world, "d-fast-forger")
     assert "must have failed" in r["error"], r["error"]
+    # its tests' own time (first outcome to end, the grader's clock) is far under the class median: flagged too
+    assert any(f.startswith("module 03 was graded in ") for f in r["flags"]), r["flags"]
     assert_nothing_outside_changed(world)
 
 
