@@ -30,10 +30,7 @@ import secrets
 import statistics
 from pathlib import Path
 
-from .progress import CHECKS_ENV, CHECKS_MARKER  # the grader's variable; the line that starts a check block
-
-__all__ = ["CHECKS_ENV", "CHECKS_MARKER", "FLAG_PATTERNS", "flags", "make_checks", "must_pass", "slow_fast_flags",
-           "verify"]
+__all__ = ["FLAG_PATTERNS", "flags", "make_checks", "must_pass", "slow_fast_flags", "verify"]
 
 # What makes a teacher look at an exercise file: (pattern, what it means). Flagged only when neither the
 # scaffold nor the answer key of that file has it.

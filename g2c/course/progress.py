@@ -129,8 +129,8 @@ class ModuleResult:
     ``recorded`` is how many tests the course's contract records for the module's files
     (``tests/pristine.json``); ``warnings`` say why the result is not a valid grade (the test
     files differ from the recorded ones, or fewer tests ran than recorded). ``checks`` holds the
-    outcome of each check test ``grade-class`` appended to the copy it grades in (``G2C_GRADE_CHECKS``,
-    ``g2c/course/forgery.py``), counted apart from everything else; ``seconds`` the pytest run's wall time (in a
+    outcome of each check test ``grade-class`` added to the run (``gradeplugin.py``, ``g2c/course/forgery.py``),
+    counted apart from everything else; ``seconds`` the pytest run's wall time (in a
     class grading run: from its first test's outcome to its end, as the grader saw them arrive).
     """
 
@@ -297,30 +297,8 @@ def file_sha256(path: Path) -> str:
     return hashlib.sha256(path.read_bytes()).hexdigest()
 
 
-CHECKS_ENV = "G2C_GRADE_CHECKS"          # set by grade-class: {test file: [names of its appended check tests]}
-CHECKS_MARKER = b"\n# -- grade-class check tests"   # the copy's test file: the course's bytes, then this
 GRADE_FDS_ENV = "G2C_GRADE_FDS"         # gradeplugin's two descriptors (check tests in, outcomes out)
 NAMESPACE_ENV = "G2C_GRADE_NAMESPACE"   # "1": the grader runs in grade-class's namespace sandbox
-
-
-def grade_checks() -> dict[str, set[str]]:
-    """The check tests grade-class appended to this copy's test files (``G2C_GRADE_CHECKS``; {} outside a class
-    run): test file -> names. A malformed value means none."""
-    try:
-        raw = json.loads(os.environ.get(CHECKS_ENV) or "{}")
-        return {str(f): {str(n) for n in names} for f, names in raw.items()} if isinstance(raw, dict) else {}
-    except (ValueError, TypeError, AttributeError):
-        return {}
-
-
-def recorded_sha256(path: Path, rel: str, checks: dict[str, set[str]] | None = None) -> str:
-    """The sha256 of a test file as the course recorded it: when grade-class appended its check tests to this
-    copy (``checks`` names them), of the part before them."""
-    data = path.read_bytes()
-    checks = grade_checks() if checks is None else checks
-    if rel in checks and CHECKS_MARKER in data:
-        data = data[:data.index(CHECKS_MARKER)]
-    return hashlib.sha256(data).hexdigest()
 
 
 def split_checks(xml_text: str, checks: dict[str, set[str]]) -> tuple[str, dict[str, str]]:
@@ -383,7 +361,7 @@ def test_file_problems(module, root: Path = REPO_ROOT) -> list[str]:
             continue
         if not path.is_file():
             problems.append(f"{rel} is missing")
-        elif recorded_sha256(path, rel) != want:
+        elif file_sha256(path) != want:
             problems.append(f"{rel} differs from the course's recorded test file")
     return problems
 
@@ -547,7 +525,7 @@ def _pytest(files: list[str], selection: list[str], root: Path, python: str, ech
                 raise RuntimeError(f"pytest's report is unreadable (exit code {returncode}):\n{output}") from None
             xml_text, forged = "<testsuites/>", ["pytest's report file was replaced by something unreadable"]
         names = {f: {c[0] for c in items} for f, items in (checks or {}).items()}
-        text, found = split_checks(xml_text, names if checks is not None else grade_checks())
+        text, found = split_checks(xml_text, names)
         counts = parse_junit(text)
         if checks is not None:
             streamed, found, bad, incomplete = fold_stream(lines, checks, finished=True)

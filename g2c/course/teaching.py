@@ -75,7 +75,7 @@ from pathlib import Path
 
 from . import forgery, integrity, sandbox
 from .files import check_writable, write_problem, write_text_atomic
-from .progress import CHECKS_ENV, GRADE_FDS_ENV, NAMESPACE_ENV
+from .progress import GRADE_FDS_ENV, NAMESPACE_ENV
 from .registry import MODULES, REPO_ROOT, get_module, module_for_file, module_ids, parse_selection, selector_for
 
 FORMAT = 1
@@ -715,15 +715,15 @@ KEPT_ENV = ("PATH", "LANG", "LANGUAGE", "TZ", "TERM", "SYSTEMROOT", "COMSPEC", "
 KEPT_ENV_PREFIXES = ("LC_", "G2C_", "OMP_", "MKL_", "OPENBLAS_", "CUDA_", "HF_", "TORCH", "PYTORCH_", "NVIDIA_")
 
 
-def grade_env(overlay: Path, *, home: str | None = None, tmp: str | None = None,
-              checks: dict[str, list[str]] | None = None) -> dict[str, str]:
+def grade_env(overlay: Path, *, home: str | None = None, tmp: str | None = None) -> dict[str, str]:
     """The environment of a submission's grading run: its overlay first on the import path, a private ``HOME``
-    and ``TMPDIR``, no bytecode written, the names of the check tests appended to its copy, and of the
-    teacher's environment only ``KEPT_ENV`` (no selection of the teacher's shell, ``G2C_APPLY_SOLUTIONS`` or
-    ``G2C_REPLACE_EDITED``, leaks in)."""
+    and ``TMPDIR``, no bytecode written, and of the teacher's environment only ``KEPT_ENV`` (no selection of the
+    teacher's shell, ``G2C_APPLY_SOLUTIONS`` or ``G2C_REPLACE_EDITED``, leaks in). Nothing of the run's check
+    tests is in it: the grader gets them over a pipe (``grader.py``)."""
     env = {k: v for k, v in os.environ.items()
            if (k in KEPT_ENV or k.startswith(KEPT_ENV_PREFIXES))
-           and k not in ("G2C_APPLY_SOLUTIONS", "G2C_REPLACE_EDITED", CHECKS_ENV, GRADE_FDS_ENV, NAMESPACE_ENV)}
+           and k not in ("G2C_APPLY_SOLUTIONS", "G2C_REPLACE_EDITED", "G2C_GRADE_CHECKS", GRADE_FDS_ENV,
+                         NAMESPACE_ENV)}
     env.update(PYTHONPATH=str(overlay), G2C_QUIET="1", PYTHONIOENCODING="utf-8", PYTHONDONTWRITEBYTECODE="1",
                PYTHONNOUSERSITE="1")
     env.setdefault("PATH", os.defpath)
@@ -731,8 +731,6 @@ def grade_env(overlay: Path, *, home: str | None = None, tmp: str | None = None,
         env["HOME"] = home
     if tmp:
         env["TMPDIR"] = tmp
-    if checks:
-        env[CHECKS_ENV] = json.dumps(checks)
     return env
 
 
