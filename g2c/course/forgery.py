@@ -45,7 +45,8 @@ FLAG_PATTERNS = (
 
 
 def make_checks(files: list[str], *, n: int = 4) -> dict[str, list[tuple[str, int, int, int]]]:
-    """Per test file, ``n`` check tests ``(name, a, b, c)``: fresh random names, each ``assert a * b == c``,
+    """Per test file, ``n`` check tests ``(token, a, b, c)``: a fresh random token each (``gradeplugin`` names
+    the test after one of the file's own with the token as its parameter), each ``assert a * b == c``,
     which must pass when ``c`` is the product and must fail when it is one more; at least one of each kind."""
     out = {}
     for rel in files:
@@ -54,7 +55,7 @@ def make_checks(files: list[str], *, n: int = 4) -> dict[str, list[tuple[str, in
         items = []
         for i in order:
             a, b = 3 + secrets.randbelow(997), 3 + secrets.randbelow(997)
-            items.append((f"test_{secrets.token_hex(6)}", a, b, a * b + (0 if kinds[i] else 1)))
+            items.append((secrets.token_hex(6), a, b, a * b + (0 if kinds[i] else 1)))
         out[rel] = items
     return out
 

@@ -8,8 +8,10 @@ so before any of the submission's code:
 1. It reads the run's check tests from ``SECRET`` (JSON ``{test file: [[name, a, b, c], ...]}``) and closes
    it: neither their names nor what they must do is in the environment, a file or a command line.
 2. After collection it adds them to their test files' items, each at a random place among that file's own
-   tests: ``assert a * b == c``, which passes when the grader made ``c`` the product and fails when it made it
-   one more. A blanket "everything passed" or a no-op ``runtest`` passes the ones that must fail.
+   tests and named like one of them with a random parameter (``test_linear_shapes[5e0c9a1b2d3f]``), its code
+   compiled as if it stood in that file: ``assert a * b == c``, which passes when the grader made ``c`` the
+   product and fails when it made it one more. A blanket "everything passed" or a no-op ``runtest`` passes the
+   ones that must fail.
 3. As each test runs it writes its outcome to ``STREAM``, one JSON line per phase
    (``{"id": nodeid, "when": "setup"|"call"|"teardown", "outcome": ...}``), a line per file that could not be
    collected (``{"collect": path, "outcome": "failed"}``) and a last line ``{"end": exit status, "items": n}``.
@@ -74,10 +76,11 @@ def _send(record: dict) -> None:
         pass
 
 
-def _check(a: int, b: int, c: int):
-    def check():
-        assert a * b == c
-    return check
+def _check(a: int, b: int, c: int, filename: str, module: str):
+    """The check test's function, compiled as if it stood in the test file ``filename`` of module ``module``."""
+    space = {"__name__": module, "_a": a, "_b": b, "_c": c}
+    exec(compile("def check():\n    assert _a * _b == _c\n", filename, "exec"), space)   # noqa: S102
+    return space["check"]
 
 
 def pytest_collection_modifyitems(session, config, items):
@@ -96,8 +99,14 @@ def pytest_collection_modifyitems(session, config, items):
         module = items[where[0]].getparent(pytest.Module)
         if module is None:
             continue
-        for name, a, b, c in checks:
-            item = pytest.Function.from_parent(module, name=name, callobj=_check(a, b, c))
+        own = [items[i] for i in where if items[i].getparent(pytest.Module) is module]
+        for token, a, b, c in checks:
+            # named like one of the file's own tests with a parameter: nothing in the name tells it apart
+            like = own[secrets.randbelow(len(own))] if own else None
+            real = getattr(like, "originalname", None) or "test"
+            fn = _check(a, b, c, str(module.path), getattr(module.obj, "__name__", "tests"))
+            item = pytest.Function.from_parent(module, name=f"{real}[{token}]", callobj=fn)
+            item.originalname = real          # after: pytest 9 builds the node id from it
             added.append((where[0] + secrets.randbelow(len(where) + 1), item))
     _checks.clear()
     for pos, item in sorted(added, key=lambda x: -x[0]):   # from the back: earlier positions stay valid

@@ -302,22 +302,22 @@ NAMESPACE_ENV = "G2C_GRADE_NAMESPACE"   # "1": the grader runs in grade-class's 
 
 
 def split_checks(xml_text: str, checks: dict[str, set[str]]) -> tuple[str, dict[str, str]]:
-    """Take grade-class's check tests out of a junit report: (the report without them, {"file::name": outcome})
-    with outcome "passed", "failed" or "skipped"."""
+    """Take grade-class's check tests out of a junit report: (the report without them, {"file::token": outcome})
+    with outcome "passed", "failed" or "skipped". ``checks``: test file -> the checks' tokens; ``gradeplugin``
+    names each check like a test of its file with the token as its parameter (``test_x[token]``)."""
     if not checks:
         return xml_text, {}
+    owner = {token: f for f, tokens in checks.items() for token in tokens}
     root = ET.fromstring(xml_text)
     found = {}
     for suite in root.iter("testsuite"):
         for case in list(suite.findall("testcase")):
-            file = case.get("file") or (case.get("classname") or "?").replace(".", "/") + ".py"
             name = case.get("name") or ""
-            if name not in checks.get(file, ()):     # added by gradeplugin: its file is the plugin's; names are unique
-                file = next((f for f, names in checks.items() if name in names), file)
-            if name in checks.get(file, ()):
+            token = name[name.rfind("[") + 1:-1] if name.endswith("]") and "[" in name else ""
+            if token in owner:
                 bad = case.find("failure") is not None or case.find("error") is not None
-                found[f"{file}::{name}"] = "failed" if bad else "skipped" if case.find("skipped") is not None \
-                    else "passed"
+                found[f"{owner[token]}::{token}"] = "failed" if bad else "skipped" \
+                    if case.find("skipped") is not None else "passed"
                 suite.remove(case)
     return ET.tostring(root, encoding="unicode"), found
 
@@ -405,7 +405,7 @@ def fold_stream(lines: list[bytes], checks: dict[str, list], finished: bool) -> 
     """The grade from the plugin's stream (``gradeplugin``): per test file counts of passed, failed and skipped,
     the check tests' outcomes (``"file::name"`` -> outcome), why the stream cannot be the tests run honestly
     (a line twice, a line after the end, a line that is no outcome) and why it is incomplete (no end)."""
-    names = {f"{rel}::{c[0]}" for rel, items in checks.items() for c in items}
+    names = {f"[{c[0]}]": f"{rel}::{c[0]}" for rel, items in checks.items() for c in items}
     phases: dict[str, dict[str, str]] = {}
     collected: dict[str, Counter] = defaultdict(Counter)
     forged, incomplete, ended = [], [], False
@@ -448,8 +448,9 @@ def fold_stream(lines: list[bytes], checks: dict[str, list], finished: bool) -> 
             outcome = "passed"
         else:
             outcome = "failed"                        # set up, never called: it did not pass
-        if nodeid in names:
-            outcomes[nodeid] = outcome
+        key = nodeid[nodeid.rfind("["):] if nodeid.endswith("]") else ""
+        if key in names and nodeid.startswith(names[key].split("::", 1)[0] + "::"):
+            outcomes[names[key]] = outcome
         else:
             counts[nodeid.split("::", 1)[0]][outcome] += 1
     return counts, outcomes, sorted(set(forged))[:10], incomplete

@@ -538,7 +538,7 @@ def test_check_tests_catch_a_blanket_pass_a_missing_report_and_extra_passes():
     checks = forgery.make_checks(["tests/test_nn.py"])["tests/test_nn.py"]
     kinds = [forgery.must_pass(c) for c in checks]
     assert len(checks) == 4 and set(kinds) == {True, False}
-    assert len({c[0] for c in checks}) == 4 and all(c[0].startswith("test_") for c in checks)
+    assert len({c[0] for c in checks}) == 4 and all(len(c[0]) == 12 and int(c[0], 16) >= 0 for c in checks)
     assert all((a * b == c) == must for (_, a, b, c), must in zip(checks, kinds))
     honest = {f"tests/test_nn.py::{c[0]}": "passed" if must else "failed" for c, must in zip(checks, kinds)}
     base = {"passed": 30, "failed": 7, "skipped": 0, "failures": []}
@@ -581,6 +581,24 @@ def test_check_tests_run_through_the_plugin_and_the_grade_comes_from_the_stream(
     assert forged == [] and incomplete == []
     assert [t for t, _ in failures] == [f"{rel}::test_fails"]
     assert not any(c[0] in (tmp_path / rel).read_text() for c in checks[rel])
+    # each check is named like one of the file's own tests, with its token as a parameter, in the file's code
+    (tmp_path / "conftest.py").write_text(
+        "import os\n"
+        "def pytest_collection_finish(session):\n"
+        "    with open(os.path.join(os.environ['SEEN'], 'seen.txt'), 'w') as f:\n"
+        "        f.write('\\n'.join(f'{i.nodeid} {i.function.__code__.co_filename}' for i in session.items))\n")
+    os.environ["SEEN"] = str(tmp_path)
+    try:
+        checks = forgery.make_checks([rel])
+        _pytest([rel], [], tmp_path, sys.executable, False, checks)
+    finally:
+        del os.environ["SEEN"]
+    seen = (tmp_path / "seen.txt").read_text().splitlines()
+    assert len(seen) == 6 and all(line.endswith(f" {tmp_path / rel}") for line in seen), seen
+    assert sorted(line.split(" ")[0] for line in seen if "[" in line) == sorted(
+        f"{rel}::{name}[{c[0]}]" for c in checks[rel] for name in ("test_course", "test_fails")
+        if f"{rel}::{name}[{c[0]}]" in "".join(seen))
+    assert sum("[" in line for line in seen) == 4
     # the same run, its junit report rewritten at exit to "all passed"
     (tmp_path / "conftest.py").write_text(
         "import atexit, sys\n"
@@ -598,12 +616,12 @@ def test_check_tests_run_through_the_plugin_and_the_grade_comes_from_the_stream(
 def test_the_stream_refuses_lines_twice_lines_after_the_end_and_a_missing_end():
     from g2c.course.progress import fold_stream
 
-    checks = {"tests/t.py": [("test_c", 2, 3, 7)]}
+    checks = {"tests/t.py": [("c0ffee", 2, 3, 7)]}
     line = b'{"id": "tests/t.py::test_a", "when": "call", "outcome": "passed"}'
     end = b'{"end": 0, "items": 2}'
     counts, found, forged, incomplete = fold_stream(
-        [line, b'{"id": "tests/t.py::test_c", "when": "call", "outcome": "failed"}', end], checks, True)
-    assert counts["tests/t.py"]["passed"] == 1 and found == {"tests/t.py::test_c": "failed"}
+        [line, b'{"id": "tests/t.py::test_a[c0ffee]", "when": "call", "outcome": "failed"}', end], checks, True)
+    assert counts["tests/t.py"]["passed"] == 1 and found == {"tests/t.py::c0ffee": "failed"}
     assert forged == [] and incomplete == []
     assert fold_stream([line, line, end], checks, True)[2] == [
         "the outcome of tests/t.py::test_a (call) was reported twice"]
