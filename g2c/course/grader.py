@@ -50,6 +50,9 @@ def _read_all(fd: int) -> bytes:
 def main(argv: list[str]) -> int:
     _not_dumpable()
     config_fd, results_fd = int(argv[1]), int(argv[2])
+    if results_fd in (1, 2):           # a container: results on standard output; this process's own output to stderr
+        results_fd = os.dup(results_fd)
+        os.dup2(2, 1)
     try:
         config = json.loads(_read_all(config_fd).decode("utf-8"))
     finally:
