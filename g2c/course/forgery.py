@@ -1,23 +1,24 @@
 """A grade that the graded code cannot write for itself, and the cheap signs that make a teacher look.
 
-The graded code runs in the same pytest process as the tests that grade it, so whatever that process
-reports it could have forged: patched pytest so that every test passes, or written the results file
-itself and exited. ``grade-class`` therefore does not take the report on trust:
+The graded code runs in the same pytest process as the tests that grade it, so whatever that process reports it
+could have forged. ``grade-class`` therefore takes the grade from no file and no channel that process can write
+undetected (``grader.py``, ``gradeplugin.py``; docs/teaching.md, "What a grade proves"):
 
-- **Check tests.** Before each run it appends a few tests to the copy's own test files, new names each run
-  (``test_grade_check_<hex>``), some that must pass and some that must fail (``make_checks``). They run in
-  the same process, after the student's code is imported, and are reported like any test
-  (``G2C_GRADE_CHECKS`` tells the grader their names so it reports them apart from the course's counts).
-  A report in which they did not come out as they must (``verify``) is **forged**: a blanket "everything
-  passed", a results file written ahead of time, or a grader killed before it wrote them.
+- **Check tests** (``make_checks``). Per run and test file a few tests with fresh random names, ``assert a * b ==
+  c``, some made to pass and some to fail, handed to the pytest run over a pipe its plugin reads and closes
+  before any submission code is imported (in no file, environment variable or command line), and placed among
+  the file's own tests. A report in which they did not come out as they must (``verify``) is **forged**: a
+  blanket "everything passed", a no-op ``runtest``, outcomes written ahead of time, or a run killed before them.
+- **The stream.** Every outcome goes to the grader as it happens; a line twice or after the end, or a junit file
+  that disagrees with the stream, is forged (``progress.fold_stream``).
 - **The expected count.** The course records how many tests each file holds (``tests/pristine.json``, as
   the teacher has it); a report with fewer is no valid grade, one with more passes than that is forged.
-- **Abnormal exits.** A grader that exits other than 0 (all pass) or 1 (some fail) has its scores blanked.
+- **Abnormal ends.** A grader that exits other than 0, or whose results stop before their end, has its scores
+  blanked.
 
-What remains possible: code written against this grader that reads the appended tests (they are in its
-copy) and forges a report consistent with them. The flags below (``flags``) make that code visible: it has
-to mention pytest's internals or the results file, and a hand-made report of a whole module comes back
-far faster than the class median.
+What remains possible: code written against this grader that finds the check tests in its own process's memory
+and forges outcomes consistent with them. The flags below (``flags``) make that code visible: it has to mention
+pytest's internals, and a module whose tests did not run comes back far faster than the class median.
 
 Tooling only.
 """
@@ -29,10 +30,7 @@ import secrets
 import statistics
 from pathlib import Path
 
-from .progress import CHECKS_ENV, CHECKS_MARKER  # the grader's variable; the line that starts a check block
-
-__all__ = ["CHECKS_ENV", "CHECKS_MARKER", "FLAG_PATTERNS", "append_checks", "check_block", "flags", "make_checks",
-           "slow_fast_flags", "verify"]
+__all__ = ["FLAG_PATTERNS", "flags", "make_checks", "must_pass", "slow_fast_flags", "verify"]
 
 # What makes a teacher look at an exercise file: (pattern, what it means). Flagged only when neither the
 # scaffold nor the answer key of that file has it.
@@ -46,32 +44,28 @@ FLAG_PATTERNS = (
 )
 
 
-def make_checks(files: list[str], *, n: int = 4) -> dict[str, list[tuple[str, bool]]]:
-    """Per test file, ``n`` check tests ``(name, must pass)``: fresh random names, at least one of each kind."""
+def make_checks(files: list[str], *, n: int = 4) -> dict[str, list[tuple[str, int, int, int]]]:
+    """Per test file, ``n`` check tests ``(token, a, b, c)``: a fresh random token each (``gradeplugin`` names
+    the test after one of the file's own with the token as its parameter), each ``assert a * b == c``,
+    which must pass when ``c`` is the product and must fail when it is one more; at least one of each kind."""
     out = {}
     for rel in files:
         kinds = [True, False] + [secrets.randbelow(2) == 1 for _ in range(max(0, n - 2))]
         order = sorted(range(len(kinds)), key=lambda _: secrets.randbelow(1 << 30))
-        out[rel] = [(f"test_grade_check_{secrets.token_hex(5)}", kinds[i]) for i in order]
+        items = []
+        for i in order:
+            a, b = 3 + secrets.randbelow(997), 3 + secrets.randbelow(997)
+            items.append((secrets.token_hex(6), a, b, a * b + (0 if kinds[i] else 1)))
+        out[rel] = items
     return out
 
 
-def check_block(checks: list[tuple[str, bool]]) -> str:
-    """The source appended to a copy's test file: each test compares two products, equal or one apart."""
-    lines = [f"{CHECKS_MARKER.decode().lstrip()}: appended to this copy for one grading run, never part of the "
-             "course --", "", ""]
-    for name, must_pass in checks:
-        a, b = 3 + secrets.randbelow(97), 3 + secrets.randbelow(97)
-        lines += [f"def {name}():", f"    assert {a} * {b} == {a * b + (0 if must_pass else 1)}", "", ""]
-    return "\n".join(lines)
-
-
-def append_checks(copy: Path, checks: dict[str, list[tuple[str, bool]]]) -> None:
-    """Append each file's check block to its copy (the copy is the submission's overlay, before it runs)."""
-    for rel, items in checks.items():
-        path = copy / rel
-        if path.is_file():
-            path.write_bytes(path.read_bytes() + b"\n" + check_block(items).encode("utf-8"))
+def must_pass(check) -> bool:
+    """Whether a check test of ``make_checks`` (or an older ``(name, must pass)`` pair) must pass."""
+    if len(check) == 2:
+        return bool(check[1])
+    _, a, b, c = check
+    return a * b == c
 
 
 def verify(module: dict, checks: dict[str, list[tuple[str, bool]]], recorded: int | None) -> tuple[list[str],
@@ -90,14 +84,14 @@ def verify(module: dict, checks: dict[str, list[tuple[str, bool]]], recorded: in
     for rel, items in checks.items():
         if any(t.startswith(f"{rel} (collection error") for t in failures):
             continue
-        for name, must_pass in items:
+        for check in items:
             total += 1
-            got = reported.get(f"{rel}::{name}")
-            want = "passed" if must_pass else "failed"
+            got = reported.get(f"{rel}::{check[0]}")
+            want = "passed" if must_pass(check) else "failed"
             if got is None:
                 missing += 1
             elif got not in (want, "skipped"):
-                wrong.append(f"{rel}::{name} {got}, where it must have {want}")
+                wrong.append(f"{rel}::{check[0]} {got}, where it must have {want}")
     if missing:
         forged.append(f"{missing} of its {total} check tests are missing from the report")
     if wrong:
@@ -150,23 +144,26 @@ def flags(files: dict[str, bytes], teacher_root: Path, fresh: dict[str, str]) ->
     return out
 
 
-def slow_fast_flags(records: list[dict], *, ratio: float = 0.25, floor_s: float = 2.0) -> None:
+def slow_fast_flags(records: list[dict], *, ratio: float = 0.25, floor_s: float = 0.5) -> None:
     """Flag (in each record's ``flags``) a module graded far faster than the class median for it: less than
     ``ratio`` of the median, when the median is over ``floor_s`` seconds and at least three submissions have
-    it. A report made by hand comes back at once."""
-    by_module: dict[str, list[tuple[dict, float]]] = {}
+    it. A module's seconds are its tests' own (first outcome to end, the grader's clock: no interpreter start or
+    import in them), so tests that did not run come back at once. Forged, crashed and failed rows are left out
+    of the median; a forged row is flagged too (one more sign for the teacher)."""
+    by_module: dict[str, list[tuple[dict, float, bool]]] = {}
     for r in records:
         for mid, m in r.get("modules", {}).items():
             s = m.get("seconds")
-            if isinstance(s, (int, float)) and m.get("state") not in ("error", "timeout", "forged", "crashed"):
-                by_module.setdefault(mid, []).append((r, float(s)))
+            if isinstance(s, (int, float)) and m.get("state") not in ("error", "timeout", "crashed"):
+                by_module.setdefault(mid, []).append((r, float(s), m.get("state") != "forged"))
     for mid, rows in by_module.items():
-        if len(rows) < 3:
+        honest = [s for _, s, counts in rows if counts]
+        if len(honest) < 3:
             continue
-        median = statistics.median(s for _, s in rows)
+        median = statistics.median(honest)
         if median < floor_s:
             continue
-        for r, s in rows:
+        for r, s, _ in rows:
             if s < ratio * median and mid in r.get("worked", []):
                 r.setdefault("flags", []).append(f"module {mid} was graded in {s:.1f} s, the class median is "
                                                  f"{median:.1f} s")

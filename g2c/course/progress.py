@@ -18,10 +18,13 @@ import hashlib
 import json
 import os
 import re
+import select
+import signal
 import subprocess
 import sys
 import tempfile
 import textwrap
+import threading
 import time
 import xml.etree.ElementTree as ET
 from collections import Counter, defaultdict
@@ -126,8 +129,9 @@ class ModuleResult:
     ``recorded`` is how many tests the course's contract records for the module's files
     (``tests/pristine.json``); ``warnings`` say why the result is not a valid grade (the test
     files differ from the recorded ones, or fewer tests ran than recorded). ``checks`` holds the
-    outcome of each check test ``grade-class`` appended to the copy it grades in (``G2C_GRADE_CHECKS``,
-    ``g2c/course/forgery.py``), counted apart from everything else; ``seconds`` the pytest run's wall time.
+    outcome of each check test ``grade-class`` added to the run (``gradeplugin.py``, ``g2c/course/forgery.py``),
+    counted apart from everything else; ``seconds`` the pytest run's wall time (in a
+    class grading run: from its first test's outcome to its end, as the grader saw them arrive).
     """
 
     id: str
@@ -144,6 +148,8 @@ class ModuleResult:
     graded: bool = True  # False: the recorded untouched counts, shown without running the tests
     checks: tuple[tuple[str, str], ...] = ()  # grade-class's check tests: ("file::name", outcome), apart
     seconds: float = 0.0  # wall time of the module's pytest run
+    forged: tuple[str, ...] = ()      # a class grading run: why its streamed outcomes cannot be an honest run
+    incomplete: tuple[str, ...] = ()  # a class grading run: why its streamed outcomes are incomplete
 
     @property
     def total(self) -> int:
@@ -291,45 +297,27 @@ def file_sha256(path: Path) -> str:
     return hashlib.sha256(path.read_bytes()).hexdigest()
 
 
-CHECKS_ENV = "G2C_GRADE_CHECKS"          # set by grade-class: {test file: [names of its appended check tests]}
-CHECKS_MARKER = b"\n# -- grade-class check tests"   # the copy's test file: the course's bytes, then this
-
-
-def grade_checks() -> dict[str, set[str]]:
-    """The check tests grade-class appended to this copy's test files (``G2C_GRADE_CHECKS``; {} outside a class
-    run): test file -> names. A malformed value means none."""
-    try:
-        raw = json.loads(os.environ.get(CHECKS_ENV) or "{}")
-        return {str(f): {str(n) for n in names} for f, names in raw.items()} if isinstance(raw, dict) else {}
-    except (ValueError, TypeError, AttributeError):
-        return {}
-
-
-def recorded_sha256(path: Path, rel: str, checks: dict[str, set[str]] | None = None) -> str:
-    """The sha256 of a test file as the course recorded it: when grade-class appended its check tests to this
-    copy (``checks`` names them), of the part before them."""
-    data = path.read_bytes()
-    checks = grade_checks() if checks is None else checks
-    if rel in checks and CHECKS_MARKER in data:
-        data = data[:data.index(CHECKS_MARKER)]
-    return hashlib.sha256(data).hexdigest()
+GRADE_FDS_ENV = "G2C_GRADE_FDS"         # gradeplugin's two descriptors (check tests in, outcomes out)
+NAMESPACE_ENV = "G2C_GRADE_NAMESPACE"   # "1": the grader runs in grade-class's namespace sandbox
 
 
 def split_checks(xml_text: str, checks: dict[str, set[str]]) -> tuple[str, dict[str, str]]:
-    """Take grade-class's check tests out of a junit report: (the report without them, {"file::name": outcome})
-    with outcome "passed", "failed" or "skipped"."""
+    """Take grade-class's check tests out of a junit report: (the report without them, {"file::token": outcome})
+    with outcome "passed", "failed" or "skipped". ``checks``: test file -> the checks' tokens; ``gradeplugin``
+    names each check like a test of its file with the token as its parameter (``test_x[token]``)."""
     if not checks:
         return xml_text, {}
+    owner = {token: f for f, tokens in checks.items() for token in tokens}
     root = ET.fromstring(xml_text)
     found = {}
     for suite in root.iter("testsuite"):
         for case in list(suite.findall("testcase")):
-            file = case.get("file") or (case.get("classname") or "?").replace(".", "/") + ".py"
             name = case.get("name") or ""
-            if name in checks.get(file, ()):
+            token = name[name.rfind("[") + 1:-1] if name.endswith("]") and "[" in name else ""
+            if token in owner:
                 bad = case.find("failure") is not None or case.find("error") is not None
-                found[f"{file}::{name}"] = "failed" if bad else "skipped" if case.find("skipped") is not None \
-                    else "passed"
+                found[f"{owner[token]}::{token}"] = "failed" if bad else "skipped" \
+                    if case.find("skipped") is not None else "passed"
                 suite.remove(case)
     return ET.tostring(root, encoding="unicode"), found
 
@@ -373,7 +361,7 @@ def test_file_problems(module, root: Path = REPO_ROOT) -> list[str]:
             continue
         if not path.is_file():
             problems.append(f"{rel} is missing")
-        elif recorded_sha256(path, rel) != want:
+        elif file_sha256(path) != want:
             problems.append(f"{rel} differs from the course's recorded test file")
     return problems
 
@@ -386,28 +374,170 @@ def _untouched(module, root: Path) -> int | None:
         return None
 
 
-def _pytest(files: list[str], selection: list[str], root: Path, python: str,
-            echo: bool) -> tuple[dict[str, Counter], list[tuple[str, str]], dict[str, str], float]:
+def _read_stream(fd: int, done: threading.Event, lines: list[bytes], times: dict[str, float],
+                 cap: int = 32 * 2**20) -> None:
+    """Collect the plugin's lines from ``fd`` until end of file, or until ``done`` is set and nothing more is
+    waiting (a process the run left behind may hold the pipe open); at most ``cap`` bytes are kept. ``times``
+    gets when the first test outcome (``first``) and the end (``end``) arrived, by this process's clock."""
+    buf, size = b"", 0
+    while True:
+        ready, _, _ = select.select([fd], [], [], 0.05)
+        if not ready:
+            if done.is_set():
+                break
+            continue
+        chunk = os.read(fd, 1 << 16)
+        if not chunk:
+            break
+        if b'"when"' in chunk:
+            times.setdefault("first", time.monotonic())
+        if b'"end"' in chunk:
+            times.setdefault("end", time.monotonic())
+        size += len(chunk)
+        if size <= cap:
+            buf += chunk
+    lines.extend(buf.split(b"\n"))
+
+
+def fold_stream(lines: list[bytes], checks: dict[str, list], finished: bool) -> tuple[dict[str, Counter],
+                                                                                      dict[str, str], list[str],
+                                                                                      list[str]]:
+    """The grade from the plugin's stream (``gradeplugin``): per test file counts of passed, failed and skipped,
+    the check tests' outcomes (``"file::name"`` -> outcome), why the stream cannot be the tests run honestly
+    (a line twice, a line after the end, a line that is no outcome) and why it is incomplete (no end)."""
+    names = {f"[{c[0]}]": f"{rel}::{c[0]}" for rel, items in checks.items() for c in items}
+    phases: dict[str, dict[str, str]] = {}
+    collected: dict[str, Counter] = defaultdict(Counter)
+    forged, incomplete, ended = [], [], False
+    for raw in lines:
+        if not raw.strip():
+            continue
+        try:
+            rec = json.loads(raw.decode("utf-8"))
+            if not isinstance(rec, dict):
+                raise ValueError
+        except ValueError:
+            forged.append("a line of the test outcomes is not one the grader writes")
+            continue
+        if ended:
+            forged.append("test outcomes arrived after the run's end")
+            continue
+        if "end" in rec:
+            ended = True
+        elif "collect" in rec:
+            if isinstance(rec["collect"], str) and rec.get("outcome") in ("failed", "skipped"):
+                collected[rec["collect"].split("::", 1)[0]][rec["outcome"]] += 1
+        elif isinstance(rec.get("id"), str) and rec.get("when") in ("setup", "call", "teardown") and \
+                rec.get("outcome") in ("passed", "failed", "skipped"):
+            seen = phases.setdefault(rec["id"], {})
+            if rec["when"] in seen:
+                forged.append(f"the outcome of {rec['id'][:200]} ({rec['when']}) was reported twice")
+            seen[rec["when"]] = rec["outcome"]
+        else:
+            forged.append("a line of the test outcomes is not one the grader writes")
+    if not ended and finished:
+        incomplete.append("the test outcomes stop before the run's end (the test process died or was killed)")
+    counts: dict[str, Counter] = defaultdict(Counter, {f: Counter(c) for f, c in collected.items()})
+    outcomes = {}
+    for nodeid, seen in phases.items():
+        if "failed" in seen.values():
+            outcome = "failed"
+        elif "skipped" in seen.values():
+            outcome = "skipped"
+        elif seen.get("call") == "passed":
+            outcome = "passed"
+        else:
+            outcome = "failed"                        # set up, never called: it did not pass
+        key = nodeid[nodeid.rfind("["):] if nodeid.endswith("]") else ""
+        if key in names and nodeid.startswith(names[key].split("::", 1)[0] + "::"):
+            outcomes[names[key]] = outcome
+        else:
+            counts[nodeid.split("::", 1)[0]][outcome] += 1
+    return counts, outcomes, sorted(set(forged))[:10], incomplete
+
+
+def _pytest(files: list[str], selection: list[str], root: Path, python: str, echo: bool,
+            checks: dict[str, list] | None = None) -> tuple[dict[str, Counter], list[tuple[str, str]],
+                                                           dict[str, str], float, list[str], list[str]]:
     """One pytest run over ``files`` with the answer key applied to exactly ``selection``: per-file counts,
-    the failing tests, the outcomes of grade-class's check tests (apart) and the run's wall time."""
+    the failing tests, the outcomes of grade-class's check tests (apart), the run's wall time, why its report
+    is forged and why it is incomplete.
+
+    With ``checks`` (a class grading run, ``grader.py``) the run loads ``gradeplugin``, which adds those check
+    tests and streams every outcome over a pipe: the counts come from that stream; pytest's junit file (for the
+    failures' details) must agree with it. The run's output goes to a file, never to pipes a process it leaves
+    behind could hold open."""
     env = dict(os.environ)
     env.pop(SOLUTIONS_ENV, None)
+    env.pop(GRADE_FDS_ENV, None)
     if selection:
         env[SOLUTIONS_ENV] = selector_for(selection)
     env["G2C_QUIET"] = "1"
     # The grader chose the selection itself: edited modules are in it only through an explicit --solve.
     env["G2C_REPLACE_EDITED"] = "1"
+    forged: list[str] = []
+    incomplete: list[str] = []
     with tempfile.TemporaryDirectory(prefix="g2c-grade-") as tmp:
         xml = Path(tmp) / "report.xml"
         cmd = [python, "-m", "pytest", "-q", "-p", "no:cacheprovider", "--continue-on-collection-errors",
                f"--junitxml={xml}", "-o", "junit_family=xunit1", *files]
+        fds, lines, times, done, reader = (), [], {}, threading.Event(), None
+        if checks is not None:
+            secret_r, secret_w = os.pipe()
+            stream_r, stream_w = os.pipe()
+            fds = (secret_r, stream_w)
+            env[GRADE_FDS_ENV] = f"{secret_r},{stream_w}"
+            cmd[3:3] = ["-p", "g2c.course.gradeplugin"]
         start = time.monotonic()
-        proc = subprocess.run(cmd, cwd=root, env=env, capture_output=True, text=True)
-        seconds = time.monotonic() - start
+        with open(Path(tmp) / "output.txt", "w+b") as out:
+            try:
+                proc = subprocess.Popen(cmd, cwd=root, env=env, stdout=out, stderr=subprocess.STDOUT,
+                                        stdin=subprocess.DEVNULL, pass_fds=fds)
+            finally:
+                for fd in fds:
+                    os.close(fd)
+            if checks is not None:
+                with os.fdopen(secret_w, "wb") as f:     # read by the plugin before any test module is imported
+                    try:
+                        f.write(json.dumps(checks).encode("utf-8"))
+                    except OSError:
+                        pass
+                reader = threading.Thread(target=_read_stream, args=(stream_r, done, lines, times), daemon=True)
+                reader.start()
+            returncode = proc.wait()
+            seconds = time.monotonic() - start
+            if checks is not None:
+                left_behind()                          # inside the sandbox: whatever the run left is killed now
+                done.set()
+                reader.join()
+                os.close(stream_r)
+                if "first" in times and "end" in times:   # the tests themselves, by the grader's clock
+                    seconds = times["end"] - times["first"]
+            out.seek(0, os.SEEK_END)
+            out.seek(max(0, out.tell() - 6000))
+            output = out.read().decode("utf-8", errors="replace")
         if not xml.exists():
-            raise RuntimeError(f"pytest wrote no report (exit code {proc.returncode}):\n"
-                               f"{proc.stdout[-3000:]}{proc.stderr[-3000:]}")
-        text, checks = split_checks(xml.read_text(encoding="utf-8"), grade_checks())
+            raise RuntimeError(f"pytest wrote no report (exit code {returncode}):\n{output}")
+        try:
+            xml_text = xml.read_text(encoding="utf-8")
+            ET.fromstring(xml_text)
+        except (OSError, ValueError, ET.ParseError):
+            if checks is None:
+                raise RuntimeError(f"pytest's report is unreadable (exit code {returncode}):\n{output}") from None
+            xml_text, forged = "<testsuites/>", ["pytest's report file was replaced by something unreadable"]
+        names = {f: {c[0] for c in items} for f, items in (checks or {}).items()}
+        text, found = split_checks(xml_text, names)
+        counts = parse_junit(text)
+        if checks is not None:
+            streamed, found, bad, incomplete = fold_stream(lines, checks, finished=True)
+            forged += bad
+            for f in sorted(set(streamed) | set(counts)):
+                if counts.get(f, Counter())["passed"] != streamed.get(f, Counter())["passed"]:
+                    forged.append(f"pytest's report of {f} disagrees with the outcomes streamed as its tests ran "
+                                  f"({counts.get(f, Counter())['passed']} passed in the report, "
+                                  f"{streamed.get(f, Counter())['passed']} as they ran)")
+                    counts[f] = Counter({**counts.get(f, Counter()), **{k: streamed.get(f, Counter())[k]
+                                                                       for k in ("passed", "failed", "skipped")}})
         if echo:
             for line in passing_lines(text):
                 print(textwrap.indent(line, "  "))
@@ -416,11 +546,50 @@ def _pytest(files: list[str], selection: list[str], root: Path, python: str,
                 print(f"  {line}")
             if len(tail) > 40:
                 print(f"  ... and {len(tail) - 40} more")
-        return parse_junit(text), failing_tests(text), checks, seconds
+        return counts, failing_tests(text), found, seconds, forged, incomplete
+
+
+def left_behind() -> int:
+    """Inside a class grading sandbox's PID namespace (``G2C_GRADE_NAMESPACE`` set and this namespace's first
+    process the sandbox's): kill every process but the first and this one, and return how many there were
+    (a daemon the test run left). 0 anywhere else, where nothing is killed."""
+    if os.environ.get(NAMESPACE_ENV) != "1" or not Path("/proc/1/cmdline").is_file():
+        return 0
+    try:
+        if b"sandbox_init.py" not in Path("/proc/1/cmdline").read_bytes():
+            return 0
+    except OSError:
+        return 0
+    me, count = os.getpid(), 0
+    for _ in range(50):
+        alive = []
+        for name in os.listdir("/proc"):
+            if name.isdigit() and int(name) not in (1, me):
+                try:
+                    state = Path(f"/proc/{name}/stat").read_bytes().rsplit(b")", 1)[1].split()[0]
+                except (OSError, IndexError):
+                    continue
+                if state not in (b"Z", b"X"):
+                    alive.append(int(name))
+        count = max(count, len(alive))
+        if not alive:
+            break
+        try:
+            os.kill(-1, signal.SIGKILL)            # every process this one may signal, but itself and PID 1
+        except ProcessLookupError:
+            pass
+        time.sleep(0.01)
+    global LEFT_BEHIND
+    LEFT_BEHIND += count
+    return count
+
+
+LEFT_BEHIND = 0             # processes left_behind() killed in this process's life (the grader reports them)
 
 
 def grade(ids: list[str], *, worked: list[str] | None = None, solve: list[str] = (), root: Path = REPO_ROOT,
-          python: str = sys.executable, echo: bool = False, on_result=None) -> list[ModuleResult]:
+          python: str = sys.executable, echo: bool = False, on_result=None,
+          checks: dict[str, list] | None = None) -> list[ModuleResult]:
     """Grade modules ``ids`` on the student's code, one pytest run per module.
 
     Each module runs with the answer key applied to exactly its prerequisites that the student
@@ -428,7 +597,8 @@ def grade(ids: list[str], *, worked: list[str] | None = None, solve: list[str] =
     but asks to have solved for this run (an explicit opt-in). The graded module itself always
     runs the student's code. Each result carries the contract's test count and a warning when the
     module's test files differ from the recorded ones or fewer tests ran than recorded; ``on_result``
-    (if given) is called with each result as soon as its module is graded.
+    (if given) is called with each result as soon as its module is graded. ``checks`` (a class grading run,
+    ``grader.py``): the check tests of each test file, added and counted through ``gradeplugin``.
 
     Raises:
         ValueError: an unknown id, or ``solve`` names a graded module.
@@ -445,8 +615,9 @@ def grade(ids: list[str], *, worked: list[str] | None = None, solve: list[str] =
             raise ValueError(f"--solve {m.id} would grade the answer key instead of your module {m.id}")
         selection = [i for i in module_ids() if i in set(grading_selection(m.id, worked)) | set(solve)]
         files = [t for t in m.tests if (root / t).is_file()]
-        counts, failures, checks, seconds = _pytest(files, selection, root, python, echo) if files else \
-            ({}, [], {}, 0.0)
+        mine = None if checks is None else {f: c for f, c in checks.items() if f in files}
+        counts, failures, found, seconds, forged, incomplete = _pytest(files, selection, root, python, echo, mine) \
+            if files else ({}, [], {}, 0.0, [], [])
         pristine = _pristine(root)
         crashed = {t.split(" ", 1)[0] for t, _ in failures if " (collection error" in t}
         for t in crashed & set(m.tests):   # none of the file's tests could run: each recorded test fails
@@ -469,8 +640,8 @@ def grade(ids: list[str], *, worked: list[str] | None = None, solve: list[str] =
                                 f"{need}: {need - ran} are missing (renamed, deleted or not collected)")
         result = ModuleResult(m.id, m.title, c["passed"], c["failed"], c["skipped"], _untouched(m, root),
                               blocked, tuple(selection), tuple((t, b if b != m.id else "") for t, b in failures),
-                              recorded, tuple(warnings), checks=tuple(sorted(checks.items())),
-                              seconds=round(seconds, 2))
+                              recorded, tuple(warnings), checks=tuple(sorted(found.items())),
+                              seconds=round(seconds, 2), forged=tuple(forged), incomplete=tuple(incomplete))
         results.append(result)
         if on_result is not None:
             on_result(result)
@@ -483,7 +654,8 @@ def result_dict(r: ModuleResult) -> dict:
             "total": r.total, "recorded": r.recorded, "untouched": r.untouched, "own_failures": r.own_failures,
             "blocked": {i: n for i, n in r.blocked}, "applied": list(r.applied),
             "failures": [{"test": t, "blocked_by": b or None} for t, b in r.failures],
-            "warnings": list(r.warnings), "valid": not r.warnings, "checks": dict(r.checks), "seconds": r.seconds}
+            "warnings": list(r.warnings), "valid": not r.warnings, "checks": dict(r.checks), "seconds": r.seconds,
+            "forged": list(r.forged), "incomplete": list(r.incomplete)}
 
 
 def untouched_result(module_id: str, root: Path = REPO_ROOT) -> ModuleResult:
@@ -535,7 +707,8 @@ def _result_from_dict(d: dict) -> ModuleResult:
             raise TypeError(f"{key} is not a count")
     return ModuleResult(**{**d, "blocked": tuple(tuple(b) for b in d["blocked"]), "applied": tuple(d["applied"]),
                            "failures": tuple(tuple(f) for f in d["failures"]), "warnings": tuple(d["warnings"]),
-                           "checks": tuple(tuple(c) for c in d.get("checks", ()))})
+                           "checks": tuple(tuple(c) for c in d.get("checks", ())),
+                           "forged": tuple(d.get("forged", ())), "incomplete": tuple(d.get("incomplete", ()))})
 
 
 def grade_unless_unchanged(ids: list[str], *, worked: list[str], root: Path = REPO_ROOT, regrade: bool = False,

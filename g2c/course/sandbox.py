@@ -1,6 +1,7 @@
 """Containment of the code ``grade-class`` runs: each submission's grading where it can write only a private
-``/tmp`` and ``$HOME`` (and one results folder), sees none of the other submissions, has no network and leaves
-no process behind. ``docs/teaching.md`` (the threat model) says what this proves and what it does not.
+``/tmp`` and ``$HOME`` (each a small tmpfs where the mechanism allows), sees none of the other submissions, has
+no network and leaves no process behind. ``docs/teaching.md`` (the threat model) says what this proves and
+what it does not.
 
 Mechanisms, chosen by ``choose_containment``:
 
@@ -10,7 +11,7 @@ Mechanisms, chosen by ``choose_containment``:
   reports and the other copies hidden under empty tmpfs, every capability dropped before the grader starts;
   after it exits, the processes left in the namespace are counted and killed.
 - ``sandbox-exec`` (macOS): a Seatbelt profile (``seatbelt_profile``) that denies every write outside the
-  private folders and the results folder, every read of the class folder, the reports and the other copies,
+  private folders, every read of the class folder, the reports and the other copies,
   and the network. Processes that leave the grader's process group are not tracked there (the report says
   so).
 - ``container`` (``--container IMAGE``, docker or podman): the copy and the teacher's files mounted
@@ -47,7 +48,9 @@ UNSHARE_FLAGS = ("--user", "--map-root-user", "--mount", "--pid", "--fork", "--k
                  "--uts", "--mount-proc")
 SCRATCH = ("/tmp", "/var/tmp", "/dev/shm")   # each an empty private tmpfs inside the namespaces
 CONTAINER_HOME = "/home/g2c"                  # the private $HOME inside a container (a tmpfs)
-FILE_SIZE_LIMIT = 2**30                       # RLIMIT_FSIZE of the graded code: no file (or log) past 1 GiB
+FILE_SIZE_LIMIT = 256 * 2**20                 # RLIMIT_FSIZE of the graded code: no file (or log) past 256 MiB
+SCRATCH_SIZE = "256m"                         # each private tmpfs (/tmp, /var/tmp, /dev/shm, $HOME) holds this much
+PIDS_LIMIT = 512                              # processes (and threads) one submission's grading may hold at once
 KILL_GRACE_S = 5.0                            # how long PID 1 gets to count and kill before the group is killed
 
 
@@ -220,7 +223,7 @@ def _under(path: Path, folders) -> bool:
     return any(path == f or f in path.parents for f in folders)
 
 
-def namespace_spec(jail: Jail, cmd: list[str], env: dict[str, str]) -> dict:
+def namespace_spec(jail: Jail, cmd: list[str], env: dict[str, str], pass_fds: tuple[int, ...] = ()) -> dict:
     """The plan ``sandbox_init.py`` applies (see its docstring)."""
     scratch = [p for p in SCRATCH if Path(p).is_dir()]
     home = jail.home if jail.home and jail.home.is_dir() and jail.home != Path("/") else None
@@ -229,16 +232,17 @@ def namespace_spec(jail: Jail, cmd: list[str], env: dict[str, str]) -> dict:
     covered = [Path(p) for p in scratch] + [Path(p) for p in jail.hide]
     readonly = [str(jail.copy)] + sorted({str(p) for p in jail.expose if p.exists() and _under(p, covered)})
     return {"cmd": cmd, "cwd": str(jail.copy), "env": env, "scratch": scratch,
-            "hide": sorted({str(p) for p in jail.hide}), "readonly": readonly, "writable": [str(jail.results)],
-            "file_size_limit": FILE_SIZE_LIMIT}
+            "hide": sorted({str(p) for p in jail.hide}), "readonly": readonly, "writable": [],
+            "file_size_limit": FILE_SIZE_LIMIT, "scratch_size": SCRATCH_SIZE, "pids_limit": PIDS_LIMIT,
+            "pass_fds": list(pass_fds)}
 
 
 def seatbelt_profile(hidden: int) -> str:
     """The macOS sandbox-exec profile (SBPL) for a grader with ``hidden`` folders to hide. Paths come in as
     parameters (``-D NAME=path``, ``seatbelt_params``), never spliced into the text: ``COPY`` (the submission's
-    copy), ``RESULTS`` (its results folder), ``PRIVATE`` (its private /tmp and $HOME) and ``HIDDEN_0`` ...
+    copy), ``PRIVATE`` (its private /tmp and $HOME) and ``HIDDEN_0`` ...
     (the class folder, the reports, the other copies). The last matching rule wins: everything is allowed,
-    then writes and the network are denied, writes to the private folders, the results folder and the usual
+    then writes and the network are denied, writes to the private folders and the usual
     devices allowed back; reads of the hidden folders denied, of the submission's own folders allowed back."""
     return "\n".join([
         "(version 1)",
@@ -248,19 +252,17 @@ def seatbelt_profile(hidden: int) -> str:
         "(deny file-write*)",
         "(allow file-write*",
         '    (subpath (param "PRIVATE"))',
-        '    (subpath (param "RESULTS"))',
         '    (literal "/dev/null") (literal "/dev/zero") (literal "/dev/dtracehelper")',
         '    (regex #"^/dev/tty") (regex #"^/dev/fd/"))',
         *(f'(deny file-read* (subpath (param "HIDDEN_{i}")))' for i in range(hidden)),
-        '(allow file-read* (subpath (param "COPY")) (subpath (param "PRIVATE")) (subpath (param "RESULTS")))',
+        '(allow file-read* (subpath (param "COPY")) (subpath (param "PRIVATE")))',
         "",
     ])
 
 
 def seatbelt_params(jail: Jail) -> list[tuple[str, str]]:
     """``-D`` parameters of ``seatbelt_profile``: real paths (``/tmp`` is ``/private/tmp`` on macOS)."""
-    return [("COPY", os.path.realpath(jail.copy)), ("RESULTS", os.path.realpath(jail.results)),
-            ("PRIVATE", os.path.realpath(jail.private)),
+    return [("COPY", os.path.realpath(jail.copy)), ("PRIVATE", os.path.realpath(jail.private)),
             *((f"HIDDEN_{i}", os.path.realpath(p)) for i, p in enumerate(jail.hide))]
 
 
@@ -268,12 +270,13 @@ def container_command(runtime: str, image: str, jail: Jail, cmd: list[str], env:
                       mounts: list[Path]) -> list[str]:
     """``docker run`` / ``podman run`` for one grader: no network, no capabilities, read-only root, the copy
     and ``mounts`` (the teacher's artifacts and data, at their own paths, as the copy's links name them)
-    read-only, the results folder writable, a private ``/tmp`` and ``$HOME``; the grader's own ``python3``."""
+    read-only, a private ``/tmp`` and ``$HOME`` (tmpfs of ``SCRATCH_SIZE``), at most ``PIDS_LIMIT`` processes;
+    the grader's own ``python3``. Nothing on the host is writable: the results come back on its standard output."""
     home = env.get("HOME", CONTAINER_HOME)
     args = [runtime, "run", "--rm", "--name", name, "--network", "none", "--read-only", "--cap-drop", "ALL",
-            "--security-opt", "no-new-privileges", "--pids-limit", "4096", "--init",
-            "--tmpfs", "/tmp:rw,size=2g", "--tmpfs", f"{home}:rw,size=1g",
-            "-v", f"{jail.copy}:{jail.copy}:ro", "-v", f"{jail.results}:{jail.results}:rw",
+            "--security-opt", "no-new-privileges", "--pids-limit", str(PIDS_LIMIT), "--init",
+            "--tmpfs", f"/tmp:rw,size={SCRATCH_SIZE}", "--tmpfs", f"{home}:rw,size={SCRATCH_SIZE}",
+            "-v", f"{jail.copy}:{jail.copy}:ro",
             "-w", str(jail.copy)]
     for m in mounts:
         args += ["-v", f"{m}:{m}:ro"]
@@ -412,18 +415,23 @@ class Run:
         return (self.report or {}).get("error")
 
 
-def launch(containment: Containment, jail: Jail, cmd: list[str], env: dict[str, str], log) -> Run:
-    """Start ``cmd`` (the grader) for one submission in ``containment``; its output goes to ``log`` (a file)."""
-    common = {"stdout": log, "stderr": subprocess.STDOUT, "stdin": subprocess.DEVNULL, "start_new_session": True}
+def launch(containment: Containment, jail: Jail, cmd: list[str], env: dict[str, str], log,
+           pass_fds: tuple[int, ...] = ()) -> Run:
+    """Start ``cmd`` (the grader) for one submission in ``containment``; its output goes to ``log`` (a file,
+    never a pipe: a process the graded code leaves behind could hold a pipe open). ``pass_fds``: descriptors
+    the grader inherits (its plan in, its results out); a container gets the first as its standard input and
+    the second as its standard output instead."""
+    common = {"stdout": log, "stderr": subprocess.STDOUT, "stdin": subprocess.DEVNULL, "start_new_session": True,
+              "pass_fds": tuple(pass_fds)}
     if containment.kind == "namespaces":
-        spec = json.dumps(namespace_spec(jail, cmd, env)).encode()
+        spec = json.dumps(namespace_spec(jail, cmd, env, tuple(pass_fds))).encode()
         spec_r, spec_w = os.pipe()
         control_r, control_w = os.pipe()
         report_r, report_w = os.pipe()
         try:
             proc = subprocess.Popen([shutil.which("unshare") or "unshare", *UNSHARE_FLAGS, sys.executable, "-I",
                                      "-S", str(INIT), str(spec_r), str(control_r), str(report_w)],
-                                    pass_fds=(spec_r, control_r, report_w), **common)
+                                    **{**common, "pass_fds": (spec_r, control_r, report_w, *pass_fds)})
         except BaseException:
             for fd in (spec_r, spec_w, control_r, control_w, report_r, report_w):
                 os.close(fd)
@@ -446,6 +454,10 @@ def launch(containment: Containment, jail: Jail, cmd: list[str], env: dict[str, 
         mounts = sorted({p for p in jail.links if p.exists()})
         args = container_command(containment.runtime or "docker", containment.image or "", jail, cmd, env, name,
                                  mounts)
+        if len(pass_fds) == 2:             # docker run -i: the plan on standard input, the results on standard output
+            args[2:2] = ["-i"]
+            args = [*args[:-2], "0", "1"] if args[-2:] == [str(f) for f in pass_fds] else args
+            common = {**common, "stdin": pass_fds[0], "stdout": pass_fds[1], "stderr": log, "pass_fds": ()}
         return Run(containment, subprocess.Popen(args, **common), name=name)
     return Run(containment, subprocess.Popen(cmd, cwd=jail.copy, env=env, **common))
 

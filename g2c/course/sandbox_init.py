@@ -13,7 +13,8 @@ no ``site`` (``-S``), no environment (``-I``): nothing of the submission's can r
    system: ``scratch`` folders (an empty private tmpfs each: ``/tmp``, ``$HOME``), ``hide`` paths (an empty
    read-only tmpfs over a folder, ``/dev/null`` over a file: the class folder, the reports, the other
    submissions' copies), ``readonly`` and ``writable`` folders bound back at their own path (the
-   submission's copy, read-only; its results folder, writable), each applied in path order.
+   submission's copy, read-only), each applied in path order; ``pass_fds``: the grader's own descriptors
+   (its plan in, its results out), which this process closes once the grader has them.
 2. It makes every mount it inherited read-only (keeping the flags the kernel locks: ``nosuid``,
    ``nodev``, ``noexec``, the atime flags): the whole host is read-only inside, whoever owns the files.
 3. It starts the command (the grader) with every capability dropped (bounding, inheritable, ambient,
@@ -134,7 +135,7 @@ def apply_plan(spec: dict, mounts: list) -> None:
     for kind in ("readonly", "writable"):
         for path in spec.get(kind, []):
             ops.append((path, kind, os.open(path, O_PATH | os.O_CLOEXEC)))
-    size = spec.get("scratch_size", "2g")
+    size = spec.get("scratch_size", "256m")
     hidden = []
     for path, kind, fd in sorted(ops, key=lambda op: (op[0].rstrip("/").count("/"), op[0])):
         if kind == "scratch":
@@ -204,6 +205,9 @@ def start(spec: dict, close: list) -> int:
         os.setsid()
         limit = int(spec.get("file_size_limit", 2**30))
         resource.setrlimit(resource.RLIMIT_FSIZE, (limit, limit))
+        pids = int(spec.get("pids_limit", 0))
+        if pids:                                       # per user namespace (Linux 5.14+); root is exempt
+            resource.setrlimit(resource.RLIMIT_NPROC, (pids, pids))
         resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
         os.chdir(spec["cwd"])
         drop_privileges()
@@ -265,11 +269,17 @@ def kill_all() -> int:
 
 def supervise(spec: dict, control: int, report_fd: int) -> dict:
     child = start(spec, [control, report_fd])
+    for fd in spec.get("pass_fds", []):                # the grader's own descriptors: this process keeps none
+        try:
+            os.close(int(fd))
+        except OSError:
+            pass
     pidfd = os.pidfd_open(child) if hasattr(os, "pidfd_open") else None
-    rc, killed = None, False
+    rc, killed, crowd = None, False, None
+    limit = int(spec.get("pids_limit", 0))
     while rc is None:
         waiting = [control] + ([pidfd] if pidfd is not None else [])
-        ready, _, _ = select.select(waiting, [], [], None if pidfd is not None else 0.05)
+        ready, _, _ = select.select(waiting, [], [], 0.05)
         if control in ready:
             os.read(control, 64)                       # "kill", or b"" when the grade-class side is gone
             killed = True
@@ -277,13 +287,19 @@ def supervise(spec: dict, control: int, report_fd: int) -> dict:
         pid, status = os.waitpid(child, os.WNOHANG)
         if pid == child:
             rc = os.waitstatus_to_exitcode(status)
+            break
+        if limit:                                      # the limit root is exempt from: counted here, all killed
+            alive = len(live_processes())
+            if alive > limit:
+                crowd, killed = alive, True
+                break
     if killed:
         os.kill(child, signal.SIGKILL)
         _, status = os.waitpid(child, 0)
         left = max(0, kill_all())
     else:
         left = kill_all()
-    return {"rc": rc, "left": left, "killed": killed}
+    return {"rc": rc, "left": left, "killed": killed, "pids_exceeded": crowd}
 
 
 def probe() -> dict:

@@ -19,12 +19,14 @@ the archive (a temporary file in the target folder, then a rename).
 the same archives unpacked (a folder holding ``manifest.json``), or whole clones of the course (a
 folder holding a g2c checkout, directly or one level down). Each submission is graded in its own
 temporary copy of the teacher's checkout (the overlay): every exercise file reset to its fresh
-scaffold, then the student's exercise files placed in it; the teacher's tests (with a few check
-tests appended, ``forgery.py``), answer key and contract; the one shared ``.venv``, ``artifacts/``
-and ``data/`` linked in. The overlay runs ``python -m g2c.course grade IDS --json``, exactly what
-``./test.sh IDS`` runs in a student's clone, contained (``sandbox.py``: Linux namespaces,
-sandbox-exec, a container, or ``--uncontained`` said on the report's first line): it writes only
-private folders and its results folder, sees no other submission, has no network, leaves no process.
+scaffold, then the student's exercise files placed in it; the teacher's tests, contract and the answer
+key of only the prerequisites it stands in for; the one shared ``.venv``, ``artifacts/`` and ``data/``
+linked in. The overlay runs ``python -m g2c.course.grader`` (``grader.py``: the same per-module pytest
+runs as ``./test.sh IDS``, with ``gradeplugin.py``'s check tests and outcome stream), contained
+(``sandbox.py``: Linux namespaces, sandbox-exec, a container, or ``--uncontained`` said on the report's
+first line): it writes only private folders, sees no other submission and no answer key of its own,
+has no network, leaves no process; its results come back over a pipe only the grader holds, read after
+the sandbox is gone.
 The teacher's checkout, ``.venv``, artifacts and tests are checked after each submission
 (``integrity.py``); a change marks it tampered and stops the class. A module of a submission gets
 ``--timeout`` seconds (its run is killed when that much time passes without a module's result, and a
@@ -73,7 +75,7 @@ from pathlib import Path
 
 from . import forgery, integrity, sandbox
 from .files import check_writable, write_problem, write_text_atomic
-from .progress import CHECKS_ENV
+from .progress import GRADE_FDS_ENV, NAMESPACE_ENV
 from .registry import MODULES, REPO_ROOT, get_module, module_for_file, module_ids, parse_selection, selector_for
 
 FORMAT = 1
@@ -100,7 +102,7 @@ class Refused(ValueError):
 # -- shared helpers ------------------------------------------------------------------------------
 
 def _say(line: str) -> None:
-    print(line, flush=True)
+    print(clean_text(line), flush=True)
 
 
 def sha256(data: bytes) -> str:
@@ -459,8 +461,10 @@ class Submission:
         return [i for i in module_ids() if i in mods]
 
 
-def _read_manifest_files(sub: Submission, manifest_bytes: bytes | None, names: list[str], read) -> None:
-    """Check a manifest against the files beside it (``names``, read with ``read(name)``) and keep the good ones."""
+def _read_manifest_files(sub: Submission, manifest_bytes: bytes | None, names: list[str], read,
+                         refused: set[str] = frozenset()) -> None:
+    """Check a manifest against the files beside it (``names``, read with ``read(name)``) and keep the good ones;
+    ``refused``: entries already reported (links, FIFOs), neither read nor reported again."""
     if manifest_bytes is None:
         sub.error = f"no {MANIFEST}: not an archive made by `python -m g2c.course submit`"
         return
@@ -477,6 +481,12 @@ def _read_manifest_files(sub: Submission, manifest_bytes: bytes | None, names: l
         return
     sub.student = str(manifest.get("student") or "")
     sub.commit = (manifest.get("course") or {}).get("commit")
+    claimed = manifest.get("worked", [])
+    unknown = [str(i) for i in claimed if str(i) not in module_ids()] if isinstance(claimed, list) else [claimed]
+    if unknown:
+        shown = ", ".join(one_line(repr(i), 40) for i in unknown[:5]) + (" ..." if len(unknown) > 5 else "")
+        sub.problems.append(f"tampered: its {MANIFEST} names worked modules the course does not have ({shown}): "
+                            "ignored; the modules of its files count")
     listed = {}
     for e in entries:
         rel = _safe_rel(str(e.get("path", ""))) if isinstance(e, dict) else None
@@ -487,6 +497,8 @@ def _read_manifest_files(sub: Submission, manifest_bytes: bytes | None, names: l
     present = set(names) - {MANIFEST}
     total = 0
     for name in sorted(present | set(listed)):
+        if name in refused:
+            continue
         rel = _safe_rel(name)
         if rel is None:
             sub.problems.append(f"tampered: the archive holds an unsafe path {name!r} (ignored)")
@@ -537,15 +549,46 @@ def _load_archive(sub: Submission) -> None:
                      f"{str(exc)[:120]}): ask for it again (./test.sh --submit)")
 
 
+def odd_file(path: Path) -> str | None:
+    """Why ``path`` is no plain file a hand-in may carry (a link, a FIFO, a socket, a device), or None. Never
+    opens it (a FIFO would block the reader)."""
+    try:
+        st = path.lstat()
+    except OSError:
+        return None
+    if stat.S_ISLNK(st.st_mode):
+        try:
+            return f"a link (to {os.readlink(path)})"
+        except OSError:
+            return "a link"
+    if stat.S_ISDIR(st.st_mode) or stat.S_ISREG(st.st_mode):
+        return None
+    return "a FIFO" if stat.S_ISFIFO(st.st_mode) else "a socket" if stat.S_ISSOCK(st.st_mode) else \
+        "a device or other special file"
+
+
 def _load_folder(sub: Submission) -> None:
     root = sub.source
-    names = [p.relative_to(root).as_posix() for p in sorted(root.rglob("*")) if p.is_file() and not p.is_symlink()]
+    if odd_file(root / MANIFEST):
+        sub.error = f"its {MANIFEST} is {odd_file(root / MANIFEST)}, not a file: refused"
+        return
+    names, odd = [], {}
+    for p in sorted(root.rglob("*")):
+        rel = p.relative_to(root).as_posix()
+        why = odd_file(p)
+        if why:
+            odd[rel] = why
+        elif p.is_file():
+            names.append(rel)
 
     def read(name: str) -> bytes | None:
         path = root / name
         return None if path.stat().st_size > MAX_FILE_BYTES else path.read_bytes()
 
-    _read_manifest_files(sub, (root / MANIFEST).read_bytes(), names, read)
+    for rel, why in odd.items():
+        sub.problems.append(f"tampered: {rel} in the hand-in folder is {why}: refused (never read); the scaffold "
+                            "grades")
+    _read_manifest_files(sub, (root / MANIFEST).read_bytes(), names, read, refused=set(odd))
 
 
 def _load_clone(sub: Submission, clone: Path, teacher_root: Path) -> None:
@@ -560,6 +603,10 @@ def _load_clone(sub: Submission, clone: Path, teacher_root: Path) -> None:
     def readable(rel: str) -> bool:
         """A regular file inside the clone, no link on the way, under the cap; a problem said otherwise."""
         theirs = clone / rel
+        why = odd_file(theirs)
+        if why and not why.startswith("a link"):
+            sub.problems.append(f"tampered: {rel} in the clone is {why}: refused (never read); the scaffold grades")
+            return False
         if not (theirs.is_file() or theirs.is_symlink()):
             return False
         if theirs.is_symlink() or os.path.realpath(theirs) != os.path.join(real_clone, rel):
@@ -585,8 +632,16 @@ def _load_clone(sub: Submission, clone: Path, teacher_root: Path) -> None:
         clean = teacher_root / get_module(module_id).notebook
         if readable(rel) and (not clean.is_file() or work.read_bytes() != clean.read_bytes()):
             sub.files[rel] = work.read_bytes()
+    odd_tests = {rel: why for rel in ["tests", *read_hashes(teacher_root)]
+                 if (why := odd_file(clone / rel)) and not rel.startswith("tests/tooling/")}
+    if odd_tests:
+        shown = "; ".join(f"{rel} is {why}" for rel, why in list(odd_tests.items())[:4])
+        sub.notes.append(f"the clone's tests are not plain files ({shown}{'; ...' if len(odd_tests) > 4 else ''}): "
+                         "ignored, never read; the course's tests grade")
+    linked_tests = "tests" in odd_tests
     changed = [rel for rel, want in read_hashes(teacher_root).items()   # the course's tests, not its tooling tests
-               if not rel.startswith("tests/tooling/") and (clone / rel).is_file() and file_sha256(clone / rel) != want]
+               if not linked_tests and rel not in odd_tests and not rel.startswith("tests/tooling/")
+               and (clone / rel).is_file() and file_sha256(clone / rel) != want]
     if changed:
         sub.notes.append(f"the clone's test files differ from the course's ({', '.join(changed[:4])}"
                          f"{', ...' if len(changed) > 4 else ''}): ignored, the course's tests grade")
@@ -660,15 +715,15 @@ KEPT_ENV = ("PATH", "LANG", "LANGUAGE", "TZ", "TERM", "SYSTEMROOT", "COMSPEC", "
 KEPT_ENV_PREFIXES = ("LC_", "G2C_", "OMP_", "MKL_", "OPENBLAS_", "CUDA_", "HF_", "TORCH", "PYTORCH_", "NVIDIA_")
 
 
-def grade_env(overlay: Path, *, home: str | None = None, tmp: str | None = None,
-              checks: dict[str, list[str]] | None = None) -> dict[str, str]:
+def grade_env(overlay: Path, *, home: str | None = None, tmp: str | None = None) -> dict[str, str]:
     """The environment of a submission's grading run: its overlay first on the import path, a private ``HOME``
-    and ``TMPDIR``, no bytecode written, the names of the check tests appended to its copy, and of the
-    teacher's environment only ``KEPT_ENV`` (no selection of the teacher's shell, ``G2C_APPLY_SOLUTIONS`` or
-    ``G2C_REPLACE_EDITED``, leaks in)."""
+    and ``TMPDIR``, no bytecode written, and of the teacher's environment only ``KEPT_ENV`` (no selection of the
+    teacher's shell, ``G2C_APPLY_SOLUTIONS`` or ``G2C_REPLACE_EDITED``, leaks in). Nothing of the run's check
+    tests is in it: the grader gets them over a pipe (``grader.py``)."""
     env = {k: v for k, v in os.environ.items()
            if (k in KEPT_ENV or k.startswith(KEPT_ENV_PREFIXES))
-           and k not in ("G2C_APPLY_SOLUTIONS", "G2C_REPLACE_EDITED", CHECKS_ENV)}
+           and k not in ("G2C_APPLY_SOLUTIONS", "G2C_REPLACE_EDITED", "G2C_GRADE_CHECKS", GRADE_FDS_ENV,
+                         NAMESPACE_ENV)}
     env.update(PYTHONPATH=str(overlay), G2C_QUIET="1", PYTHONIOENCODING="utf-8", PYTHONDONTWRITEBYTECODE="1",
                PYTHONNOUSERSITE="1")
     env.setdefault("PATH", os.defpath)
@@ -676,33 +731,10 @@ def grade_env(overlay: Path, *, home: str | None = None, tmp: str | None = None,
         env["HOME"] = home
     if tmp:
         env["TMPDIR"] = tmp
-    if checks:
-        env[CHECKS_ENV] = json.dumps(checks)
     return env
 
 
-MAX_RESULTS_BYTES = 64 * 2**20   # the grader's JSON, read back from the folder the graded code could write
-
-
-def _read_results(path: Path) -> dict:
-    """The grader's results by module id, read without following a link and never more than
-    ``MAX_RESULTS_BYTES`` (the graded code could have replaced the file); {} when unreadable."""
-    try:
-        fd = os.open(path, os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_NONBLOCK", 0))
-    except OSError:
-        return {}
-    try:
-        st = os.fstat(fd)
-        if not stat.S_ISREG(st.st_mode) or st.st_size > MAX_RESULTS_BYTES:
-            return {}
-        with os.fdopen(fd, "rb", closefd=False) as f:
-            data = f.read(MAX_RESULTS_BYTES + 1)
-        modules = json.loads(data.decode("utf-8"))["modules"]
-        return {m["id"]: m for m in modules if isinstance(m, dict) and isinstance(m.get("id"), str)}
-    except (OSError, ValueError, KeyError, TypeError, UnicodeDecodeError):
-        return {}
-    finally:
-        os.close(fd)
+MAX_RESULTS_BYTES = 64 * 2**20   # the grader's results, as read from its pipe
 
 
 def _tail(path: Path, n: int = 1500) -> str:
@@ -731,11 +763,82 @@ class Stopped(RuntimeError):
     """The class run stopped (interrupted, or the teacher's environment changed) while this one was graded."""
 
 
-def _run_with_module_deadline(start, out: Path, timeout: float) -> tuple[int | None, bool, dict, int | None,
-                                                                        float | None]:
+class ResultsPipe:
+    """The grader's results, read from the pipe only the grader holds (``grader.py``): one JSON line per module,
+    then an end line. Read in a thread as they come (a module's result restarts its deadline); complete only
+    once every process of the sandbox is gone (end of file)."""
+
+    def __init__(self, fd: int):
+        self.fd, self.modules, self.crashed, self.end, self.problems = fd, {}, {}, None, []
+        self._lock = threading.Lock()
+        self._thread = threading.Thread(target=self._read, daemon=True)
+        self._thread.start()
+
+    def _line(self, raw: bytes) -> None:
+        try:
+            rec = json.loads(raw.decode("utf-8"))
+        except ValueError:
+            self.problems.append("a line of the grader's results is not JSON")
+            return
+        if not isinstance(rec, dict):
+            self.problems.append("a line of the grader's results is no record")
+        elif self.end is not None:
+            self.problems.append("the grader's results go on after their end")
+        elif isinstance(rec.get("module"), dict) and isinstance(rec["module"].get("id"), str):
+            if rec["module"]["id"] in self.modules:
+                self.problems.append(f"module {rec['module']['id'][:20]} was reported twice")
+            else:
+                self.modules[rec["module"]["id"]] = rec["module"]
+        elif isinstance(rec.get("crashed"), str):
+            self.crashed[rec["crashed"]] = str(rec.get("cause") or "")[:300]
+        elif rec.get("end") is True:
+            self.end = rec
+        else:
+            self.problems.append("a line of the grader's results is no record it writes")
+
+    def _read(self) -> None:
+        buf, size = b"", 0
+        while True:
+            try:
+                chunk = os.read(self.fd, 1 << 16)
+            except OSError:
+                break
+            if not chunk:
+                break
+            size += len(chunk)
+            if size > MAX_RESULTS_BYTES:
+                with self._lock:
+                    self.problems.append("the grader's results are too long")
+                break
+            buf += chunk
+            *lines, buf = buf.split(b"\n")
+            with self._lock:
+                for line in lines:
+                    if line.strip():
+                        self._line(line)
+        with self._lock:
+            if buf.strip():
+                self._line(buf)
+
+    def done(self) -> int:
+        with self._lock:
+            return len(self.modules) + len(self.crashed)
+
+    def close(self, wait: float = 10.0) -> None:
+        """Wait (at most ``wait`` s) for the end of file, then close the pipe (once)."""
+        self._thread.join(wait)
+        if self.fd is not None and not self._thread.is_alive():
+            os.close(self.fd)
+            self.fd = None
+
+
+def _run_with_module_deadline(start, results: ResultsPipe, timeout: float) -> tuple[int | None, bool, int | None,
+                                                                                     float | None, int | None]:
     """Run one grader (``start()`` returns its ``sandbox.Run``); stop it when ``timeout`` seconds pass without a
-    new module's result in ``out`` (the deadline restarts at each). Returns (exit code, timed out, results by
-    module id, processes it left behind that had to be killed, seconds the sandbox took to set up).
+    new module's result on ``results`` (the deadline restarts at each). Returns (exit code, timed out, processes
+    it left behind that had to be killed, seconds the sandbox took to set up, processes counted when the
+    sandbox killed it for holding more than its limit). ``results`` is read to its end only after the sandbox
+    and every process in it are gone.
 
     Raises:
         Stopped: the class run was interrupted or stopped while it ran."""
@@ -754,7 +857,7 @@ def _run_with_module_deadline(start, out: Path, timeout: float) -> tuple[int | N
             if _STOPPING.is_set():
                 run.kill(hard=True)
                 break
-            done = len(_read_results(out))
+            done = results.done()
             if done > seen:            # a module finished: the next one gets its own `timeout`
                 seen, deadline = done, time.monotonic() + timeout
             elif time.monotonic() >= deadline:
@@ -765,13 +868,15 @@ def _run_with_module_deadline(start, out: Path, timeout: float) -> tuple[int | N
         if run.poll() is None:
             run.kill(hard=True)
         rc, left = run.finish()
+        results.close()
     if _STOPPING.is_set():
         raise Stopped("grade-class was interrupted while this submission was graded")
     if run.setup_error():
         raise RuntimeError(run.setup_error())
     setup = (run.report or {}).get("setup_s")
-    return rc, timed_out, _read_results(out), (None if timed_out else left), \
-        (setup if isinstance(setup, (int, float)) else None)
+    crowd = (run.report or {}).get("pids_exceeded")
+    return rc, timed_out, (None if timed_out else left), (setup if isinstance(setup, (int, float)) else None), \
+        (crowd if isinstance(crowd, int) else None)
 
 
 @dataclass
@@ -829,19 +934,61 @@ def grade_submission(sub: Submission, ids: list[str], teacher_root: Path, fresh:
     return record
 
 
+def _edited_modules(files: dict[str, bytes], teacher_root: Path, fresh: dict[Path, str]) -> list[str]:
+    """Ids of the modules with an exercise file in ``files`` that differs from its fresh scaffold (the grader's
+    ``worked``: the answer key never stands in for them)."""
+    scaffold = {p.relative_to(teacher_root).as_posix(): t.encode("utf-8") for p, t in fresh.items()}
+    edited = {module_for_file(r).id for r, b in files.items()
+              if allowed_kind(r) and allowed_kind(r)[0] == "exercise" and module_for_file(r)
+              and scaffold.get(r) != b}
+    return [i for i in module_ids() if i in edited]
+
+
+def hide_answer_key(copy: Path, ids: list[str], worked: list[str]) -> list[str]:
+    """Remove from a grading ``copy`` the answer key of every exercise file the grading of ``ids`` does not apply
+    (it stands in only for the prerequisites the student did not edit): the graded code cannot read the
+    solution of its own module. Returns the removed repo-relative paths."""
+    from .registry import grading_selection
+
+    applied = {a for i in ids for a in grading_selection(i, worked)}
+    removed = []
+    for m in MODULES:
+        if m.id in applied:
+            continue
+        for rel in m.files:
+            key = copy / "solutions" / rel
+            if key.is_file() or key.is_symlink():
+                key.unlink()
+                removed.append(f"solutions/{rel}")
+    return removed
+
+
+def answer_key_places(teacher_root: Path) -> list[Path]:
+    """Every answer key the graded code could reach through the teacher's files: ``solutions/`` of the teacher's
+    checkout, of the checkout this code runs from, and of the checkouts the ``.venv`` (its real path) and the
+    Python's prefix lie in. The sandbox hides them all."""
+    roots = {teacher_root, REPO_ROOT, Path(os.path.realpath(sys.prefix)).parent,
+             Path(os.path.realpath(teacher_root / ".venv")).parent}
+    return sorted({Path(os.path.realpath(r / "solutions")) for r in roots if (r / "solutions").is_dir()})
+
+
 def _grade_in_copy(sub: Submission, ids: list[str], run: ClassRun, record: dict) -> None:
-    from .progress import untouched_result
+    from .progress import NAMESPACE_ENV, untouched_result
 
     start = time.monotonic()
-    graded: dict = {}
     hung: list[str] = []     # modules killed after `timeout` s without a result
-    pending, rc, tail, left = list(ids), 0, "", None
+    pending, rc, tail, left, crowd = list(ids), 0, "", None, None
+    got: dict = {}
+    crashed_in: dict[str, str] = {}
+    stream_problems: list[str] = []
+    incomplete = False
     here = Path(tempfile.mkdtemp(prefix="sub-", dir=run.work))
     try:
         overlay = make_overlay(run.teacher_root, here / "g2c", sub.files, run.fresh)
+        worked = _edited_modules(sub.files, run.teacher_root, run.fresh)
+        hide_answer_key(overlay, ids, worked)
         files = [t for i in ids for t in get_module(i).tests if (overlay / t).is_file()]
         checks = forgery.make_checks(files)
-        forgery.append_checks(overlay, checks)
         results = here / "results"
         results.mkdir()
         private = here / "private"
@@ -854,26 +1001,64 @@ def _grade_in_copy(sub: Submission, ids: list[str], run: ClassRun, record: dict)
             home, tmp = str(private / "home"), str(private / "tmp")
             for d in (home, tmp):
                 Path(d).mkdir(parents=True, exist_ok=True)
-        env = grade_env(overlay, home=home, tmp=tmp, checks={f: [n for n, _ in c] for f, c in checks.items()})
+        env = grade_env(overlay, home=home, tmp=tmp)
+        if kind == "namespaces":
+            env[NAMESPACE_ENV] = "1"
         jail = sandbox.Jail(copy=overlay, results=results, private=private, hide=run.hide, expose=run.expose,
                             home=run.home, links=[p.resolve() for p in (overlay / "artifacts", overlay / "data")
                                                   if p.exists()])
         copy_since = integrity.stamp(here / "stamps")
         while pending:        # one grading process; after a kill, a fresh one for the modules after the hung one
-            out, log = results / f"grade-{len(hung)}.json", here / f"grade-{len(hung)}.log"
-            cmd = [run.python, "-m", "g2c.course", "grade", *pending, "--json", str(out)]
-            with open(log, "wb") as logf:
-                rc, timed_out, now, left_now, setup_now = _run_with_module_deadline(
-                    lambda: sandbox.launch(run.containment, jail, cmd, env, logf), out, run.timeout)
+            log = here / f"grade-{len(hung)}.log"
+            config_r, config_w = os.pipe()
+            results_r, results_w = os.pipe()
+            mine = {config_r, config_w, results_w}        # closed once each (another thread may reuse a number)
+
+            def shut(fd: int) -> None:
+                if fd in mine:
+                    mine.discard(fd)
+                    os.close(fd)
+            pipe = ResultsPipe(results_r)
+            cmd = [run.python, "-m", "g2c.course.grader", str(config_r), str(results_w)]
+            plan = json.dumps({"ids": pending, "worked": worked, "checks": checks}).encode("utf-8")
+            try:
+                with open(log, "wb") as logf:
+                    def begin():
+                        try:
+                            return sandbox.launch(run.containment, jail, cmd, env, logf, (config_r, results_w))
+                        finally:
+                            shut(config_r)
+                            shut(results_w)
+                            try:
+                                os.write(config_w, plan)          # small: the pipe holds it at once
+                            except OSError:
+                                pass
+                            shut(config_w)
+                    rc, timed_out, left_now, setup_now, crowd_now = _run_with_module_deadline(begin, pipe,
+                                                                                              run.timeout)
+            finally:
+                for fd in list(mine):
+                    shut(fd)
+                pipe.close()
+            now = pipe.modules
+            stream_problems += pipe.problems
+            for i, cause in pipe.crashed.items():
+                crashed_in.setdefault(i, cause)
+            if pipe.end is not None and isinstance(pipe.end.get("left"), int) and pipe.end["left"] > 0:
+                left_now = (left_now or 0) + pipe.end["left"]
             if left_now:
                 left = (left or 0) + left_now
+            if crowd_now:
+                crowd = crowd_now
             if setup_now is not None:
                 record.setdefault("sandbox_setup_s", []).append(setup_now)
-            graded.update(now)
+            for i, m in now.items():
+                got.setdefault(i, m)
             tail = _tail(log)
             if not timed_out:
+                incomplete = pipe.end is None
                 break
-            stuck = next((i for i in pending if i not in now), None)
+            stuck = next((i for i in pending if i not in now and i not in pipe.crashed), None)
             if stuck is None:     # killed after the last result was written: nothing left to grade
                 break
             hung.append(stuck)
@@ -890,28 +1075,30 @@ def _grade_in_copy(sub: Submission, ids: list[str], run: ClassRun, record: dict)
     record["left"] = left
     if left:
         record["notes"].append(f"left {left} process{'es' if left > 1 else ''} running after its grading (killed)")
-    # pytest could not even start (the student's code breaks an import its conftest needs): a result, 0 passed
-    crashed = not timed_out and rc == 2 and "pytest wrote no report" in tail
-    cause = next((line[1:].strip() for line in reversed(tail.splitlines())
-                  if re.match(r"^E\s+\w+(Error|Exception)", line)), "see grades.json")
-    if crashed:
-        record["notes"].append(f"the code breaks before any test starts ({cause}): its modules score 0")
-        graded = {}                     # whatever a results file says, no test ran
-    forged: list[str] = []
+    forged: list[str] = [f"the grader's results: {p}" for p in sorted(set(stream_problems))]
     for i in ids:
-        m = graded.get(i)
+        m = got.get(i)
         r = untouched_result(i, run.teacher_root)
+        crashed = i in crashed_in and m is None
+        if crashed:
+            cause = one_line(crashed_in[i]) or "see grades.json"
+            record["notes"].append(f"module {i}: the code breaks before any test starts ({cause}): it scores 0")
         if m is None:
             m = {"id": i, "title": r.title, "passed": 0, "failed": 0, "skipped": 0, "total": 0,
                  "recorded": r.recorded, "untouched": r.untouched, "own_failures": 0, "blocked": {}, "applied": [],
-                 "failures": [{"test": f"(no test could start: {cause})", "blocked_by": None}] if crashed else [],
+                 "failures": [{"test": f"(no test could start: {one_line(crashed_in[i]) or 'see grades.json'})",
+                               "blocked_by": None}] if crashed else [],
                  "warnings": [], "valid": crashed, "checks": {},
                  "state": "crashed" if crashed else "timeout" if i in hung else "error"}
         else:
+            raw_forged = [str(x)[:300] for x in m.get("forged", [])] if isinstance(m.get("forged"), list) else []
+            raw_incomplete = m.get("incomplete") if isinstance(m.get("incomplete"), list) else []
             m = _sanitised(m, r)
             mine = {f: c for f, c in checks.items() if f in get_module(i).tests}
             bad, invalid = forgery.verify(m, mine, run.recorded.get(i, r.recorded))
-            forged += [f"module {i}: {b}" for b in bad]
+            forged += [f"module {i}: {b}" for b in [*raw_forged, *bad]]
+            if raw_incomplete:
+                incomplete = True
             if invalid:
                 m["warnings"] = [*m["warnings"], *invalid]
                 m["valid"] = False
@@ -923,19 +1110,51 @@ def _grade_in_copy(sub: Submission, ids: list[str], run: ClassRun, record: dict)
         record.update(status="forged", error="the grader's report is not the course's tests run honestly: "
                                              + "; ".join(forged[:3]) + (f" (and {len(forged) - 3} more)"
                                                                         if len(forged) > 3 else ""))
+    elif crowd:
+        record["modules"] = {i: _blank(m, "error") for i, m in record["modules"].items()}
+        record.update(status="error", error=f"killed: it held {crowd} processes at once, over the limit of "
+                                            f"{sandbox.PIDS_LIMIT} (a fork bomb?), so none of its scores count")
     elif timed_out:
         rest = [i for i in ids if i not in hung]
         others = f"; its other modules are graded ({', '.join(rest)})" if rest else ""
         record.update(status="timeout", error=f"killed after {run.timeout:g} s in module {', '.join(hung)} (an "
                                               f"endless loop or a very slow submission){others}")
-    elif not crashed and (rc not in (0, 1) or len(graded) < len(ids)):
+    elif rc != 0 or incomplete or len(got) + len([i for i in crashed_in if i not in got]) < len(ids):
         how = f"exited with code {rc}" if rc is not None else "was killed"
+        if rc == 0:
+            how = "stopped before its results were complete"
         record["modules"] = {i: _blank(m, "error") for i, m in record["modules"].items()}
-        record.update(status="error", error=f"the grader {how}, so none of its scores count: {tail[-600:].strip()}")
+        record.update(status="error", error=f"the grader {how}, so none of its scores count"
+                                            + (f" ({one_line(last_error(tail))})" if last_error(tail) else ""))
     elif record["problems"]:
         record["status"] = "tampered"
     if record["status"] != "ok":
         record["log_tail"] = tail
+
+
+CONTROL = re.compile(r"[\x00-\x08\x0b-\x1f\x7f-\x9f\u200b-\u200f\u202a-\u202e\u2066-\u2069]")
+ANSI = re.compile(r"\x1b(\[[0-?]*[ -/]*[@-~]|\][^\x07\x1b]*(\x07|\x1b\\)|[@-Z\\-_])")
+
+
+def clean_text(text: str) -> str:
+    """``text`` with terminal escape sequences removed and every other control or bidirectional character shown
+    as ``?`` (newlines and tabs kept): what a report cell or line may hold."""
+    return CONTROL.sub("?", ANSI.sub("", str(text)).replace("\r\n", "\n"))
+
+
+def one_line(text: str, width: int = 300) -> str:
+    """``text`` cleaned (``clean_text``) and on one line of at most ``width`` characters."""
+    flat = " ".join(clean_text(text).split())
+    return flat if len(flat) <= width else flat[:width - 3] + "..."
+
+
+def last_error(tail: str) -> str:
+    """The last exception line (``SomeError: why``) in a log tail, or "" (never a whole traceback)."""
+    for line in reversed(clean_text(tail).splitlines()):
+        line = line.strip().lstrip("E").strip()
+        if re.match(r"^[A-Za-z_][\w.]*(Error|Exception|Exit|Interrupt)\b", line):
+            return line
+    return ""
 
 
 def _sanitised(m: dict, r) -> dict:
@@ -1126,7 +1345,8 @@ def grade_class(folder: Path, *, teacher_root: Path = REPO_ROOT, modules: str | 
                           "grades would not be the course's: restore the tests (git checkout -- tests/), or, if you "
                           "changed them on purpose, record and commit them (python scripts/contract.py --record "
                           "FILE; git commit)")
-        hide = sorted({folder.resolve(), out.resolve(), work, *(Path(os.path.realpath(s.source)) for s in subs)})
+        hide = sorted({folder.resolve(), out.resolve(), work, *(Path(os.path.realpath(s.source)) for s in subs),
+                       *answer_key_places(teacher_root)})
         run = ClassRun(teacher_root, expected(teacher_root), ids, timeout, containment, work, hide=hide,
                        expose=_places(teacher_root), home=home,
                        recorded={i: untouched_result(i, teacher_root).recorded for i in ids})
@@ -1175,7 +1395,7 @@ def _grade_all(subs, run: ClassRun, *, folder, out, jobs, echo, watch, said, war
                               f"not graded: the class run stopped after {stopped_by[0]}'s grading changed the "
                               "teacher's environment")
         except Exception as exc:  # one broken submission never stops the class
-            rec = _not_graded(sub, f"{type(exc).__name__}: {exc}")
+            rec = _not_graded(sub, one_line(f"{type(exc).__name__}: {exc}", 600))
             rec["status"] = "error"
         with lock:
             running.discard(sub.name)
@@ -1291,8 +1511,8 @@ def summary_text(report: dict) -> str:
         mine += list(r["problems"])
         mine += [f"LOOK: {f}" for f in r.get("flags", [])]
         mine += [f"note: {n}" for n in r["notes"]]
-        details += [f"  {r['name']}: {line}" for line in _capped(mine, MAX_DETAIL_LINES)]
-        rows.append((r["name"], r["status"],
+        details += [f"  {one_line(r['name'], 200)}: {one_line(line, 1000)}" for line in _capped(mine, MAX_DETAIL_LINES)]
+        rows.append((one_line(r["name"], 60), r["status"],
                      *(_cell(r["modules"][i]) + ("*" if i in r["worked"] else "") if i in r["modules"] else "-"
                        for i in ids), "; ".join(notes)))
     widths = [max(len(row[c]) for row in rows) for c in range(len(rows[0]))]
@@ -1318,7 +1538,7 @@ def summary_text(report: dict) -> str:
     out.append("")
     out.append(f"{n} submission(s) in {report['wall_s']:.1f} s; "
                + (f"not graded cleanly: {', '.join(bad)}" if bad else "all graded"))
-    return "\n".join(out)
+    return clean_text("\n".join(out))
 
 
 CSV_FIELDS = ["student", "name_in_manifest", "status", "module", "state", "passed", "failed", "skipped", "ran",
@@ -1329,7 +1549,7 @@ def csv_cell(value) -> str:
     """A CSV cell a spreadsheet shows as text: a cell that starts with ``=``, ``+``, ``-``, ``@``, a tab or a
     carriage return gets a leading ``'`` (it would be read as a formula), and a cell is cut at ``MAX_CELL``
     characters (grades.json keeps everything)."""
-    text = "" if value is None else str(value)
+    text = "" if value is None else one_line(str(value), 10**9)
     if len(text) > MAX_CELL:
         text = text[:MAX_CELL - 60] + f" ... (cut: {len(text) - MAX_CELL + 60} more characters in grades.json)"
     if text[:1] in ("=", "+", "-", "@", "\t", "\r"):

@@ -168,6 +168,56 @@ def test_a_clone_with_a_link_or_a_giant_file_is_refused_file_by_file(teacher, tm
                                     "refused, as in a folder hand-in; the scaffold grades"]
 
 
+def test_fifos_links_escapes_and_bogus_ids_are_reported_in_one_clean_line_each(teacher, tmp_path):
+    # a red team's trial after containment: a FIFO and a symlinked tests/ in a clone said nothing, a linked file in
+    # a folder hand-in read "missing from archive", a bogus worked id passed in silence, terminal escapes in a
+    # name reached the reports, and a traceback went into an error row
+    clone = tmp_path / "clone"
+    (clone / "g2c" / "course").mkdir(parents=True)
+    (clone / "g2c" / "course" / "registry.py").write_text("")
+    (clone / "solutions").mkdir()
+    (clone / "solutions" / "generated.json").write_text("{}")
+    (clone / "g2c" / "nn").mkdir()
+    os.mkfifo(clone / LAYERS)
+    (clone / "tests").symlink_to(teacher / "tests", target_is_directory=True)
+    sub = load_submission(clone, teacher)                      # returns: the FIFO was never opened
+    assert sub.files == {}
+    assert sub.problems == [f"tampered: {LAYERS} in the clone is a FIFO: refused (never read); the scaffold grades"]
+    assert sub.notes == [f"the clone's tests are not plain files (tests is a link (to {teacher / 'tests'})): ignored, "
+                         "never read; the course's tests grade"]
+
+    folder = tmp_path / "folder"
+    (folder / "g2c" / "nn").mkdir(parents=True)
+    data = b"x = 1\n"
+    (folder / LAYERS).symlink_to(teacher / "solutions" / LAYERS)
+    (folder / "manifest.json").write_text(json.dumps({
+        "kind": "g2c-submission", "format": 1, "student": "\x1b[2J\x1b[31mEve\x1b[0m", "course": {"commit": None},
+        "worked": ["03", "99"], "warnings": [],
+        "files": [{"path": LAYERS, "kind": "exercise", "module": "03", "bytes": len(data),
+                   "sha256": hashlib.sha256(data).hexdigest()}]}))
+    sub = load_submission(folder, teacher)
+    assert sub.files == {}
+    assert sorted(sub.problems) == [
+        "tampered: its manifest.json names worked modules the course does not have ('99'): ignored; the modules of "
+        "its files count",
+        f"tampered: {LAYERS} in the hand-in folder is a link (to {teacher / 'solutions' / LAYERS}): refused (never "
+        "read); the scaffold grades"][::-1]
+    assert not any("missing from" in p for p in sub.problems)
+
+    assert teaching.clean_text("\x1b[31mred\x1b[0m\x07 \u202eevil") == "red? ?evil"
+    assert teaching.one_line("Traceback (most recent call last):\n  File x\nValueError: bad") == \
+        "Traceback (most recent call last): File x ValueError: bad"
+    assert teaching.last_error("Traceback (most recent call last):\n  File x\nE   ValueError: bad\n") == \
+        "ValueError: bad"
+    assert teaching.csv_cell("a\x1b[2Jb\nc") == "ab c"
+    report = {"containment": {"lines": ["contained"]}, "modules": ["03"], "wall_s": 1.0, "submissions": [
+        {"name": "\x1b[2Jeve", "status": "error", "worked": [], "modules": {}, "problems": [], "notes": [],
+         "error": "the grader exited\nTraceback (most recent call last):\n  boom"}]}
+    summary = teaching.summary_text(report)
+    assert "\x1b" not in summary and "  eve: ERROR: the grader exited Traceback (most recent call last): boom" in \
+        summary
+
+
 # -- hand in ----------------------------------------------------------------------------------------
 
 @pytest.fixture

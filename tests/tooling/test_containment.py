@@ -31,7 +31,6 @@ import pytest
 from repo_copy import IGNORED, REPO_ROOT, env_for
 
 from g2c.course import forgery, integrity, sandbox
-from g2c.course.progress import split_checks
 
 LAYERS, DEVICE = "g2c/nn/layers.py", "g2c/nn/device.py"
 TIMEOUT = "240"                   # per module: far above the ~10 s module 03 takes on a loaded 2-core machine
@@ -98,15 +97,26 @@ _g2c_reports.TestReport.__init__ = _g2c_pass
 '''
 
 PAYLOAD_RESULT_FILE = '''
-import json as _json, os as _os, signal as _signal
+import json as _json, os as _os, signal as _signal, stat as _stat
 def _g2c_forge():
-    args = open(f"/proc/{_os.getppid()}/cmdline", "rb").read().split(b"\\0")
-    path = args[args.index(b"--json") + 1].decode()
     module = {"id": "03", "title": "x", "passed": 37, "failed": 0, "skipped": 0, "total": 37, "recorded": 37,
               "untouched": 18, "own_failures": 0, "blocked": {}, "applied": [], "failures": [], "warnings": [],
               "valid": True}
-    with open(path, "w") as f:
-        _json.dump({"format": 1, "worked": ["03"], "requested": ["03"], "modules": [module]}, f)
+    try:                                    # a results file named on the grader's command line, if there is one
+        args = open(f"/proc/{_os.getppid()}/cmdline", "rb").read().split(b"\\0")
+        with open(args[args.index(b"--json") + 1].decode(), "w") as f:
+            _json.dump({"format": 1, "worked": ["03"], "requested": ["03"], "modules": [module]}, f)
+    except (OSError, ValueError, IndexError):
+        pass
+    lines = "".join(_json.dumps(r) + "\\n" for r in [{"module": module}, {"end": True, "left": 0}, *(
+        {"id": f"tests/test_nn.py::test_{i}", "when": "call", "outcome": "passed"} for i in range(37)),
+        {"end": 0, "items": 37}]).encode()
+    for fd in _os.listdir("/proc/self/fd"):  # then every pipe it holds: full marks, an end
+        try:
+            if _stat.S_ISFIFO(_os.fstat(int(fd)).st_mode):
+                _os.write(int(fd), lines)
+        except OSError:
+            pass
     _os.kill(_os.getppid(), _signal.SIGKILL)
     _os._exit(0)
 _g2c_forge()
@@ -370,10 +380,11 @@ def test_family_patched_pytest_is_forged(graded):
 
 
 def test_family_a_results_file_written_by_hand_is_forged(graded):
-    # its own results file (full marks, no check tests in it), then the grader killed and an exit
+    # full marks written into every pipe it holds (there is no results file to write), then the grader killed and
+    # an exit: the grade comes only from the grader's own pipe, which stops before its end: no score
     forger = rows(graded)["d-forger"]
-    assert forger["status"] == "forged" and "missing from the report" in forger["error"], forger
-    assert forger["modules"]["03"]["passed"] == 0 and forger["modules"]["03"]["reported"]["passed"] == 37
+    assert forger["status"] in ("error", "forged") and forger["modules"]["03"]["passed"] == 0, forger
+    assert forger["modules"]["03"]["state"] in ("error", "forged"), forger
     assert any("mentions /proc" in f for f in forger["flags"]), forger["flags"]
     csv_rows = [line for line in graded["csv_then"].decode().splitlines() if line.startswith("d-forger")]
     assert csv_rows and all(",1.000," not in line for line in csv_rows), csv_rows
@@ -525,17 +536,20 @@ def test_artifacts_are_checked_against_their_pins(tmp_path):
 
 def test_check_tests_catch_a_blanket_pass_a_missing_report_and_extra_passes():
     checks = forgery.make_checks(["tests/test_nn.py"])["tests/test_nn.py"]
-    assert len(checks) == 4 and {must for _, must in checks} == {True, False}
-    assert len({n for n, _ in checks}) == 4 and all(n.startswith("test_grade_check_") for n, _ in checks)
-    honest = {f"tests/test_nn.py::{n}": "passed" if must else "failed" for n, must in checks}
+    kinds = [forgery.must_pass(c) for c in checks]
+    assert len(checks) == 4 and set(kinds) == {True, False}
+    assert len({c[0] for c in checks}) == 4 and all(len(c[0]) == 12 and int(c[0], 16) >= 0 for c in checks)
+    assert all((a * b == c) == must for (_, a, b, c), must in zip(checks, kinds))
+    honest = {f"tests/test_nn.py::{c[0]}": "passed" if must else "failed" for c, must in zip(checks, kinds)}
     base = {"passed": 30, "failed": 7, "skipped": 0, "failures": []}
     spec = {"tests/test_nn.py": checks}
     assert forgery.verify({**base, "checks": honest}, spec, 37) == ([], [])
     blanket = {k: "passed" for k in honest}
     forged, _ = forgery.verify({**base, "checks": blanket}, spec, 37)
-    wrong = sum(not must for _, must in checks)
+    wrong = kinds.count(False)
+    first = next(c[0] for c, must in zip(checks, kinds) if not must)
     assert forged == [f"{wrong} check test{'s' if wrong > 1 else ''} came out wrong (tests/test_nn.py::"
-                      f"{next(n for n, must in checks if not must)} passed, where it must have failed"
+                      f"{first} passed, where it must have failed"
                       + (f"; and {wrong - 1} more" if wrong > 1 else "") + ")"], forged
     forged, _ = forgery.verify({**base, "checks": {}}, spec, 37)
     assert forged == ["4 of its 4 check tests are missing from the report"]
@@ -550,25 +564,72 @@ def test_check_tests_catch_a_blanket_pass_a_missing_report_and_extra_passes():
     assert forgery.verify({**base, "checks": {k: "skipped" for k in honest}}, spec, 37) == ([], [])
 
 
-def test_check_tests_run_and_are_reported_apart(tmp_path):
-    """The appended block runs as ordinary tests, comes out as it must, and the grader's junit split takes it
-    out of the course's counts; the copy's test file still matches its recorded hash."""
-    from g2c.course.progress import recorded_sha256
+def test_check_tests_run_through_the_plugin_and_the_grade_comes_from_the_stream(tmp_path):
+    """gradeplugin adds the check tests (read from a pipe, in no file and no environment variable) among the
+    file's own tests and streams every outcome; the counts come from that stream, the checks apart; a junit
+    report rewritten after pytest wrote it disagrees with the stream."""
+    from g2c.course.progress import _pytest
 
     rel = "tests/test_x.py"
     (tmp_path / "tests").mkdir()
-    course = b"def test_course():\n    assert True\n"
-    (tmp_path / rel).write_bytes(course)
+    (tmp_path / rel).write_text("import os\n\n\ndef test_course():\n    assert 'G2C_GRADE_FDS' not in os.environ\n\n\n"
+                                "def test_fails():\n    assert False\n")
     checks = forgery.make_checks([rel])
-    forgery.append_checks(tmp_path, checks)
-    names = {rel: {n for n, _ in checks[rel]}}
-    assert recorded_sha256(tmp_path / rel, rel, names) == hashlib.sha256(course).hexdigest()
-    xml = tmp_path / "r.xml"
-    subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", f"--junitxml={xml}", "-o",
-                    "junit_family=xunit1", rel], cwd=tmp_path, capture_output=True, timeout=300)
-    rest, found = split_checks(xml.read_text(), names)
-    assert found == {f"{rel}::{n}": "passed" if must else "failed" for n, must in checks[rel]}
-    assert "test_course" in rest and "test_grade_check_" not in rest
+    counts, failures, found, _, forged, incomplete = _pytest([rel], [], tmp_path, sys.executable, False, checks)
+    assert (counts[rel]["passed"], counts[rel]["failed"]) == (1, 1), counts
+    assert found == {f"{rel}::{c[0]}": "passed" if forgery.must_pass(c) else "failed" for c in checks[rel]}
+    assert forged == [] and incomplete == []
+    assert [t for t, _ in failures] == [f"{rel}::test_fails"]
+    assert not any(c[0] in (tmp_path / rel).read_text() for c in checks[rel])
+    # each check is named like one of the file's own tests, with its token as a parameter, in the file's code
+    (tmp_path / "conftest.py").write_text(
+        "import os\n"
+        "def pytest_collection_finish(session):\n"
+        "    with open(os.path.join(os.environ['SEEN'], 'seen.txt'), 'w') as f:\n"
+        "        f.write('\\n'.join(f'{i.nodeid} {i.function.__code__.co_filename}' for i in session.items))\n")
+    os.environ["SEEN"] = str(tmp_path)
+    try:
+        checks = forgery.make_checks([rel])
+        _pytest([rel], [], tmp_path, sys.executable, False, checks)
+    finally:
+        del os.environ["SEEN"]
+    seen = (tmp_path / "seen.txt").read_text().splitlines()
+    assert len(seen) == 6 and all(line.endswith(f" {tmp_path / rel}") for line in seen), seen
+    assert sorted(line.split(" ")[0] for line in seen if "[" in line) == sorted(
+        f"{rel}::{name}[{c[0]}]" for c in checks[rel] for name in ("test_course", "test_fails")
+        if f"{rel}::{name}[{c[0]}]" in "".join(seen))
+    assert sum("[" in line for line in seen) == 4
+    # the same run, its junit report rewritten at exit to "all passed"
+    (tmp_path / "conftest.py").write_text(
+        "import atexit, sys\n"
+        "def _rewrite():\n"
+        "    path = next(a.split('=', 1)[1] for a in sys.argv if a.startswith('--junitxml='))\n"
+        "    text = open(path).read()\n"
+        "    import re\n"
+        "    open(path, 'w').write(re.sub(r'<failure.*?</failure>', '', text, flags=re.S))\n"
+        "atexit.register(_rewrite)\n")
+    counts, _, _, _, forged, _ = _pytest([rel], [], tmp_path, sys.executable, False, forgery.make_checks([rel]))
+    assert counts[rel]["passed"] == 1
+    assert any("disagrees with the outcomes streamed" in f for f in forged), forged
+
+
+def test_the_stream_refuses_lines_twice_lines_after_the_end_and_a_missing_end():
+    from g2c.course.progress import fold_stream
+
+    checks = {"tests/t.py": [("c0ffee", 2, 3, 7)]}
+    line = b'{"id": "tests/t.py::test_a", "when": "call", "outcome": "passed"}'
+    end = b'{"end": 0, "items": 2}'
+    counts, found, forged, incomplete = fold_stream(
+        [line, b'{"id": "tests/t.py::test_a[c0ffee]", "when": "call", "outcome": "failed"}', end], checks, True)
+    assert counts["tests/t.py"]["passed"] == 1 and found == {"tests/t.py::c0ffee": "failed"}
+    assert forged == [] and incomplete == []
+    assert fold_stream([line, line, end], checks, True)[2] == [
+        "the outcome of tests/t.py::test_a (call) was reported twice"]
+    assert fold_stream([end, line], checks, True)[2] == ["test outcomes arrived after the run's end"]
+    assert fold_stream([b"passed", end], checks, True)[2] == [
+        "a line of the test outcomes is not one the grader writes"]
+    assert fold_stream([line], checks, True)[3] == [
+        "the test outcomes stop before the run's end (the test process died or was killed)"]
 
 
 def test_flags_name_what_makes_a_teacher_look(tmp_path):
@@ -603,7 +664,7 @@ def test_seatbelt_profile_denies_writes_network_and_the_hidden_folders(tmp_path)
 
     named = set(re.findall(r'\(param "([A-Z_0-9]+)"\)', text))
     passed = dict(sandbox.seatbelt_params(jail))
-    assert named == set(passed) == {"COPY", "RESULTS", "PRIVATE", "HIDDEN_0", "HIDDEN_1"}
+    assert named == set(passed) == {"COPY", "PRIVATE", "HIDDEN_0", "HIDDEN_1"}      # no results folder: a pipe
     assert passed["HIDDEN_1"] == os.path.realpath(tmp_path / "reports")
     order = [text.index(s) for s in ("(deny network*)", "(deny file-write*)", '(subpath (param "PRIVATE"))',
                                      '(deny file-read* (subpath (param "HIDDEN_0")))',
@@ -618,16 +679,17 @@ def test_container_command_mounts_read_only_and_cuts_the_network(tmp_path):
                                     "g2c-grade-1", [tmp_path / "artifacts"])
     line = " ".join(cmd)
     for part in ("--network none", "--read-only", "--cap-drop ALL", "no-new-privileges", "--rm",
-                 f"{tmp_path / 'copy'}:{tmp_path / 'copy'}:ro", f"{tmp_path / 'results'}:{tmp_path / 'results'}:rw",
+                 f"{tmp_path / 'copy'}:{tmp_path / 'copy'}:ro", "--pids-limit 512", "/tmp:rw,size=256m",
                  f"{tmp_path / 'artifacts'}:{tmp_path / 'artifacts'}:ro", "g2c-grader python3 -m g2c.course grade 03"):
         assert part in line, part
+    assert str(tmp_path / "results") not in line          # nothing on the host is writable
 
 
 @linux_namespaces
 def test_sandbox_pid1_drops_privileges_hides_and_kills_what_is_left(tmp_path):
-    """One run, no grading: inside, the host is read-only, the hidden folder empty, the results folder the only
-    writable place besides /tmp, no capability left, no network but loopback; a setsid child is counted and
-    killed when the command ends."""
+    """One run, no grading: inside, the host is read-only, the hidden folder empty, nothing writable but the
+    private /tmp (the results folder neither: what comes out comes over a descriptor passed in), no capability
+    left, no network but loopback; a setsid child is counted and killed when the command ends."""
     # the teacher's folder is bound back into the private /tmp; the class folder inside it is hidden under an
     # empty tmpfs; a neighbour's copy elsewhere in /tmp is simply not there
     copy, results, teacher = tmp_path / "copy", tmp_path / "results", tmp_path / "teacher"
@@ -656,20 +718,23 @@ try:
     socket.create_connection(("1.1.1.1", 53), timeout=2); out["net"] = True
 except OSError:
     out["net"] = False
-subprocess.Popen(["setsid", "sleep", "300"])
-open({str(results / "out.json")!r}, "w").write(json.dumps(out))
+subprocess.Popen(["setsid", "sleep", "300"], pass_fds=())
+os.write(int(sys.argv[1]), json.dumps(out).encode())
 '''
     containment = sandbox.choose_containment()
     assert containment.kind == "namespaces"
     jail = sandbox.Jail(copy=copy, results=results, private=tmp_path / "private", hide=[secret],
                         expose=[teacher])
     env = {"PATH": os.environ.get("PATH", os.defpath), "HOME": "/tmp"}
+    r, w = os.pipe()
     with open(tmp_path / "log", "wb") as log:
-        run = sandbox.launch(containment, jail, [sys.executable, "-c", probe], env, log)
+        run = sandbox.launch(containment, jail, [sys.executable, "-c", probe, str(w)], env, log, (w,))
+        os.close(w)
         rc, left = run.finish()
-    out = json.loads((results / "out.json").read_text())
+    with os.fdopen(r, "rb") as f:
+        out = json.loads(f.read().decode() or "null")
     assert rc == 0 and left == 1, (rc, left, (tmp_path / "log").read_text())
-    assert out == {"copy": False, "results": True, "tmp": True, "host": False, "class": [],
+    assert out == {"copy": False, "results": False, "tmp": True, "host": False, "class": [],
                    "teacher": ["class", "notes.txt"], "neighbour": False, "caps": "0" * 16, "net": False}, out
     assert not (REPO_ROOT / "zz-g2c-probe").exists()
 
