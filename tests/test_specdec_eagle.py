@@ -238,9 +238,9 @@ def test_one_mtp_drafter_serves_cached_and_recomputing_targets():
             self.seen = []
 
         def propose(self, context_ids, k):
-            draft, q = super().propose(context_ids, k)
-            self.seen.append((context_ids.tolist(), draft.tolist()))
-            return draft, q
+            draft = super().propose(context_ids, k)
+            self.seen.append((context_ids.tolist(), draft.tokens.tolist()))
+            return draft
 
     drafter = Guesses(head)
     out, _ = speculative_sample(target, drafter, prompt, 12, k=1, temperature=0.0, use_cache=True)

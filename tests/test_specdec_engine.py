@@ -481,7 +481,7 @@ def test_each_tree_row_is_penalised_with_its_own_path():
     from g2c.sampling.warpers import apply_repetition_penalty
     from g2c.specdec.sampling.controls import ControlledTarget, row_histories
     from g2c.specdec.sampling.target import Target
-    from g2c.specdec.trees import DraftTree, TreeDraft
+    from g2c.specdec.trees import DraftTree
 
     class Rows(Target):                      # every row the same raw logits: only the penalty differs
         model = _model("lm")
@@ -489,8 +489,7 @@ def test_each_tree_row_is_penalised_with_its_own_path():
         def score(self, context_ids, draft):
             return torch.linspace(-2.0, 3.0, 32).repeat(len(draft) + 1, 1), None
 
-    tree = DraftTree(torch.tensor([4, 5, 9, 1]), torch.tensor([-1, -1, 0, 1]))   # 0 -> 2, 1 -> 3
-    draft = TreeDraft(tree)
+    draft = DraftTree(torch.tensor([4, 5, 9, 1]), torch.tensor([-1, -1, 0, 1]))   # 0 -> 2, 1 -> 3
     assert row_histories(draft) == [[], [4], [5], [4, 9], [5, 1]]
     context = torch.tensor([7, 7, 2])
     rows, _ = ControlledTarget(Rows(), repetition_penalty=2.0).score(context, draft)

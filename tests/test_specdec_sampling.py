@@ -44,6 +44,7 @@ from g2c.specdec.sampling.controllers import (
     optimal_k,
     speedup,
 )
+from g2c.specdec.sampling.draft import Draft
 from g2c.specdec.sampling.drafters import Drafter, LMDrafter, NGramDrafter, Sampler, ngram_lookup
 from g2c.specdec.sampling.eagle import MTPDrafter
 from g2c.specdec.sampling.loop import speculative_sample, verify_round
@@ -122,9 +123,9 @@ class _Recorder(Drafter):
         self.inner.start(prompt_ids, sampler=sampler, generator=generator)
 
     def propose(self, context_ids, k):
-        draft, q = self.inner.propose(context_ids, k)
-        self.proposals.append(draft.tolist())
-        return draft, q
+        draft = self.inner.propose(context_ids, k)
+        self.proposals.append(draft.tokens.tolist())
+        return draft
 
     def commit(self, context_ids, num_accepted, *, target_hidden=None):
         self.commits.append((len(context_ids), num_accepted))
@@ -172,7 +173,8 @@ def test_lm_drafter_greedy_is_draft_greedy():
     model = TableLM(chain_table(random_next_of(8, g), generator=g))
     drafter = LMDrafter(model)
     drafter.start(torch.tensor([1]), sampler=Sampler(1.0), generator=g)
-    draft, q = drafter.propose(torch.tensor([3, 5]), 4)
+    proposal = drafter.propose(torch.tensor([3, 5]), 4)
+    draft, q = proposal.tokens, proposal.proposal_probs
     assert q is None and draft.tolist() == draft_greedy(model, [3, 5], 4).tolist()
 
 
@@ -181,7 +183,8 @@ def test_lm_drafter_sampling_returns_warped_q_rows():
     drafter = LMDrafter(model, sample=True)
     drafter.start(torch.tensor([0]), sampler=Sampler(1.0, top_k=2), generator=torch.Generator().manual_seed(1))
     ctx = torch.tensor([2, 1])
-    draft, q = drafter.propose(ctx, 3)
+    proposal = drafter.propose(ctx, 3)
+    draft, q = proposal.tokens, proposal.proposal_probs
     assert draft.shape == (3,) and q.shape == (3, V) and q.dtype == torch.float32
     prev = [1] + draft.tolist()[:-1]
     for i in range(3):    # row i is the warped drafter row after the token before draft i
@@ -380,16 +383,16 @@ def test_speculative_sample_validates_inputs():
 
     class TooLong(Drafter):
         def propose(self, context_ids, k):
-            return torch.zeros(k + 1, dtype=torch.long), None
+            return Draft(torch.zeros(k + 1, dtype=torch.long))
 
-    with pytest.raises(ValueError, match=r"TooLong.propose must return draft_ids .* at most k="):
+    with pytest.raises(ValueError, match=r"TooLong.propose must return a draft of at most k="):
         speculative_sample(target, TooLong(), [1], 3, temperature=0.0)
 
     class BadProbs(Drafter):
         def propose(self, context_ids, k):
-            return torch.zeros(k, dtype=torch.long), torch.ones(k, V + 1)
+            return Draft(torch.zeros(k, dtype=torch.long), torch.ones(k, V + 1))
 
-    with pytest.raises(ValueError, match=r"draft_probs of shape \(k', V\)"):
+    with pytest.raises(ValueError, match=r"BadProbs.propose: draft.proposal_probs has V=5 but the target has V=4"):
         speculative_sample(target, BadProbs(), [1], 3)
 
     class BadController(StaticK):

@@ -52,6 +52,7 @@ from g2c.sampling.model import check_base_model, check_flag
 from g2c.transformer import Block
 
 from ..mtp import MTPHead
+from .draft import Draft
 from .drafters import Drafter, Sampler
 
 __all__ = ["EagleDrafter", "FeatureDrafter", "MTPDrafter", "eagle_loss"]
@@ -276,15 +277,15 @@ class _CachedHeadDrafter(Drafter):
         self._out = (length, out)
 
     @torch.no_grad()
-    def propose(self, context_ids: torch.Tensor, k: int) -> tuple[torch.Tensor, torch.Tensor | None]:
+    def propose(self, context_ids: torch.Tensor, k: int) -> Draft:
         if self._out is None or self._out[0] != len(context_ids):
-            return torch.zeros(0, dtype=torch.long), None
+            return Draft.empty()
         k = min(k, self.window // 2) if self.max_draft is None else min(k, self.max_draft)   # room after a refill
         if self._true_rows + k > self.window:
             self._out = (len(context_ids), self._refill(context_ids, self.window // 2))
         return self._draft(self._out[1], k)
 
-    def _draft(self, out: torch.Tensor, k: int) -> tuple[torch.Tensor, torch.Tensor | None]:
+    def _draft(self, out: torch.Tensor, k: int) -> Draft:
         raise NotImplementedError
 
 
@@ -314,7 +315,7 @@ class EagleDrafter(_CachedHeadDrafter):
     def __repr__(self) -> str:
         return f"EagleDrafter(sample={self.sample})"
 
-    def _draft(self, out: torch.Tensor, k: int) -> tuple[torch.Tensor, torch.Tensor | None]:
+    def _draft(self, out: torch.Tensor, k: int) -> Draft:
         tokens, rows = [], []
         feature = out                                                            # (D,) predicted h
         for step in range(k):
@@ -323,8 +324,7 @@ class EagleDrafter(_CachedHeadDrafter):
             rows.append(q)
             if step < k - 1:                                                     # feed (h', token): next feature
                 feature = self._run(feature.unsqueeze(0), torch.tensor([token]))[-1]
-        draft = torch.tensor(tokens, dtype=torch.long)
-        return draft, (None if rows[0] is None else torch.stack(rows))
+        return Draft(torch.tensor(tokens, dtype=torch.long), None if rows[0] is None else torch.stack(rows))
 
 
 class MTPDrafter(_CachedHeadDrafter):
@@ -367,7 +367,7 @@ class MTPDrafter(_CachedHeadDrafter):
     def __repr__(self) -> str:
         return f"MTPDrafter(sample={self.sample})"
 
-    def _draft(self, out: torch.Tensor, k: int) -> tuple[torch.Tensor, torch.Tensor | None]:
+    def _draft(self, out: torch.Tensor, k: int) -> Draft:
         logits = (head_unembed(self.head, self.head.ln_final(out)) + self.head.bias).float()   # (V,)
         token, q = self._choose(logits)
-        return torch.tensor([token]), (None if q is None else q.view(1, -1))
+        return Draft(torch.tensor([token]), None if q is None else q.view(1, -1))

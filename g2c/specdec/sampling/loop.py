@@ -4,8 +4,8 @@
 takes any drafter behind the protocol of ``g2c.specdec.sampling.drafters`` and any of module 11's
 sampling settings. Each round:
 
-1. the controller picks k; the drafter proposes k' <= k tokens (and their q rows, or None
-   for a deterministic draft);
+1. the controller picks k; the drafter proposes a ``Draft`` of k' <= k tokens (and their q
+   rows, or None for a deterministic draft);
 2. the target scores context + draft in ONE pass; its last k'+1 rows are warped by the
    same ``Sampler`` as the drafter's q (temperature -> top-k -> top-p), giving p;
 3. ``verify_round`` accepts a prefix and adds one target token: at temperature 0 with
@@ -55,7 +55,6 @@ from g2c.sampling.model import (
     check_language_model,
     check_same_vocab,
     check_whole,
-    zero_prob_draws,
 )
 from g2c.transformer import TransformerLM
 
@@ -63,6 +62,7 @@ from ..generate import SpecStats, draft_room
 from ..verify import greedy_verify, speculative_verify
 from .controllers import StaticK
 from .controls import ControlledTarget, StopRule, check_logprobs, check_repetition_penalty
+from .draft import Draft, check_draft
 from .drafters import Sampler
 from .target import CachedTarget, FullContextTarget, RecomputeTarget, RoundRecord, Target
 
@@ -109,71 +109,6 @@ def _check_parts(target, drafter, controller) -> None:
                             f"{', '.join(missing)}")
 
 
-def _check_draft(drafter, *proposal_k_vocab, k: int | None = None,
-                 vocab_size: int | None = None) -> tuple[torch.Tensor, torch.Tensor | None]:
-    """Validate what ``drafter.propose`` returned; CPU int64 (k',) and float32 (k', V) or None. Provided.
-
-    Called as ``_check_draft(drafter, *drafter.propose(ids, k), k, vocab_size)``: the pair
-    ``propose`` returns is unpacked between the drafter and ``k``, so a proposal that is not a
-    pair (the ids alone, a bare tensor unpacked into its elements, three values) shows here as
-    the wrong number of values, and is named ("must return a pair"). ``k`` and ``vocab_size`` may
-    also be given by keyword, after the pair.
-
-    A tree drafter returns a ``g2c.specdec.trees.TreeDraft`` (and None): its tree is checked here
-    (``TreeDraft.check``: ids in the vocabulary, q rows that are distributions); its node budget is
-    the drafter's own, and its tree target refuses a tree that does not fit the window. A chain's q
-    rows must give each drafted token a probability > 0: a token cannot be sampled from a row that
-    excludes it, so such a row is not the one the draft came from (the verifier's ratio p/q would
-    divide by zero)."""
-    name = type(drafter).__name__
-    proposal = list(proposal_k_vocab)
-    if vocab_size is None:
-        vocab_size = proposal.pop()
-    if k is None:
-        k = proposal.pop()
-    if len(proposal) != 2:
-        bare = all(isinstance(x, torch.Tensor) and x.dim() == 0 for x in proposal) and proposal
-        raise ValueError(f"{name}.propose must return a pair (draft_ids, draft_probs or None), got "
-                         f"{len(proposal)} value(s)"
-                         + ("; a bare ids tensor is unpacked into its elements: return (draft_ids, None)"
-                            if bare else ""))
-    draft_ids, draft_probs = proposal
-    if hasattr(draft_ids, "accept") and hasattr(draft_ids, "committed_rows"):     # a TreeDraft
-        if draft_probs is not None:
-            raise ValueError(f"{name}.propose returned a TreeDraft with draft_probs: a tree carries its q rows "
-                             "itself (DraftTree.proposal_probs); return (tree_draft, None)")
-        return draft_ids.check(vocab_size, source=f"{name}.propose"), None
-    if not isinstance(draft_ids, torch.Tensor) or draft_ids.dim() != 1 or draft_ids.numel() > k \
-            or draft_ids.dtype.is_floating_point or draft_ids.dtype == torch.bool:
-        got = (f"shape {tuple(draft_ids.shape)}, dtype {draft_ids.dtype}" if isinstance(draft_ids, torch.Tensor)
-               else type(draft_ids).__name__)
-        hint = ("; a bare ids tensor of 2 tokens unpacks into two 0-d tensors: return (draft_ids, None)"
-                if isinstance(draft_ids, torch.Tensor) and draft_ids.dim() == 0 else
-                "; an empty draft is torch.zeros(0, dtype=torch.long) (torch.tensor([]) is float32)"
-                if isinstance(draft_ids, torch.Tensor) and draft_ids.numel() == 0 else "")
-        raise ValueError(f"{name}.propose must return draft_ids as a 1-D integer tensor of at most k={k} "
-                         f"tokens, got {got}{hint}")
-    draft_ids = draft_ids.long().cpu()
-    if draft_ids.numel() and not 0 <= int(draft_ids.min()) <= int(draft_ids.max()) < vocab_size:
-        raise ValueError(f"{name}.propose drafted ids {draft_ids.tolist()} outside the target's vocabulary "
-                         f"[0, {vocab_size})")
-    if draft_probs is not None:
-        if not isinstance(draft_probs, torch.Tensor) or tuple(draft_probs.shape) != (draft_ids.numel(), vocab_size):
-            shape = tuple(draft_probs.shape) if isinstance(draft_probs, torch.Tensor) else type(draft_probs).__name__
-            raise ValueError(f"{name}.propose must return draft_probs of shape (k', V) = "
-                             f"({draft_ids.numel()}, {vocab_size}) or None, got {shape}")
-        if not draft_probs.dtype.is_floating_point:       # the shared rule: refused, never converted
-            raise ValueError(f"{name}.propose must return draft_probs as floating-point probabilities, got dtype "
-                             f"{draft_probs.dtype}: an integer or bool table is refused, never converted (counts "
-                             "or a one-hot of the draft are not the rows it was sampled from; return None for a "
-                             "deterministic draft)")
-        draft_probs = draft_probs.float().cpu()
-        if draft_ids.numel() and zero_prob_draws(draft_probs, draft_ids):
-            raise ValueError(f"{name}.propose drafted a token its own q gives probability 0 (ids "
-                             f"{draft_ids.tolist()}): draft_probs must be the rows the drafts were sampled from")
-    return draft_ids, draft_probs
-
-
 def _with_a_copy(on_pass):
     """``on_pass`` called with a copy of the round's tokens. Provided: a callback that drains or
     extends the list it is given (a streaming queue) cannot change what the loop commits."""
@@ -203,9 +138,7 @@ def verify_round(draft_ids: torch.Tensor, draft_probs: torch.Tensor | None, targ
     """Verify one round: the accepted prefix length and the target's own token after it.
 
     Args:
-        draft_ids: (k',) int64 on the CPU, 0 <= k'. k' = 0 is a round with no draft. Or a
-            ``g2c.specdec.trees.TreeDraft`` from a tree drafter (then target_logits has one row
-            per node plus the root's, and the tree's own walk decides: provided first line).
+        draft_ids: (k',) int64 on the CPU, 0 <= k'. k' = 0 is a round with no draft.
         draft_probs: (k', V) float32, the warped q rows the drafts were sampled from, or
             None for a deterministic draft (q_i one-hot at draft_ids[i]). Ignored when
             ``sampler.greedy``.
@@ -219,7 +152,7 @@ def verify_round(draft_ids: torch.Tensor, draft_probs: torch.Tensor | None, targ
         the first rejection) or the bonus token (after a full match, from row k').
 
     Raises:
-        TypeError: sampler not a ``Sampler``; draft_ids neither a tensor nor a ``TreeDraft`` (provided).
+        TypeError: sampler not a ``Sampler``; draft_ids not a tensor (provided).
         ValueError: as ``greedy_verify`` / ``speculative_verify`` for mismatched shapes; at T > 0
             a target row holding NaN or -inf for every token (``_check_target_rows``, provided).
 
@@ -234,19 +167,17 @@ def verify_round(draft_ids: torch.Tensor, draft_probs: torch.Tensor | None, targ
            ``speculative_verify`` does accept / residual resample / bonus
            (``test_loop_distribution_matches_generate``, ``test_deterministic_drafter_is_lossless``).
 
-    Provided first line: a tree draft (``g2c.specdec.trees.TreeDraft``, from a tree drafter) carries
-    its own acceptance walk, the tree verifiers of specdec-trees; the rest of the round is the same.
+    The engine hands it to ``Draft.accept`` (``g2c.specdec.sampling.draft``): a chain's walk is this
+    function; a tree (``g2c.specdec.trees.DraftTree``) walks with the tree verifiers instead.
     """
     if not isinstance(sampler, Sampler):                   # the warpers object, not a temperature
         raise TypeError(f"sampler must be a g2c.specdec.sampling.Sampler (e.g. Sampler(temperature)), got "
                         f"{type(sampler).__name__} {sampler!r:.40}")
-    if not isinstance(draft_ids, torch.Tensor) and not callable(getattr(draft_ids, "accept", None)):
-        raise TypeError(f"draft_ids must be a 1-D int64 tensor (or a tree drafter's TreeDraft), got "
+    if not isinstance(draft_ids, torch.Tensor):
+        raise TypeError(f"draft_ids must be a 1-D int64 tensor (a tree walks itself: DraftTree.accept), got "
                         f"{type(draft_ids).__name__}")
     if not sampler.greedy:                                 # a row with nothing to sample: named, not torch's error
         _check_target_rows(target_logits)
-    if not isinstance(draft_ids, torch.Tensor):            # a TreeDraft: it walks its own tree
-        return draft_ids.accept(target_logits, sampler=sampler, generator=generator)
     # TODO: implement this (module specdec-sampling, see docs/beyond/specdec-sampling.md).
     raise NotImplementedError(
         "module specdec-sampling: verify_round in g2c/specdec/sampling/loop.py is not implemented yet. Write it (see "
@@ -276,11 +207,12 @@ def speculative_sample(target, drafter, prompt_ids, max_new_tokens: int, *, k: i
             ``use_cache`` and ``on_round`` belong to the ``Target`` and must stay at their
             defaults.
         drafter: any object following the drafter protocol (``g2c.specdec.sampling.drafters``):
-            ``LMDrafter``, ``MTPDrafter``, ``NGramDrafter``, or your own. A tree drafter's
-            ``propose`` returns a ``g2c.specdec.trees.TreeDraft`` and its target is a tree target
-            (a ``g2c.specdec.lineage.TreeDrafter`` bound to a ``CachedTreeTarget``: the Medusa,
-            EAGLE, EAGLE-2, EAGLE-3 and block drafters of ``lineage_generate``); your round runs
-            unchanged: ``draft.numel()`` nodes, ``draft[:m]`` the accepted path's tokens.
+            ``LMDrafter``, ``MTPDrafter``, ``NGramDrafter``, or your own. ``propose`` returns a
+            ``Draft`` (``g2c.specdec.sampling.draft``: a chain; a tree drafter's is its subclass
+            ``g2c.specdec.trees.DraftTree``, scored by a tree target: the Medusa, EAGLE-2, EAGLE-3
+            and block drafters of ``lineage_generate``); your round runs unchanged:
+            ``draft.numel()`` nodes, ``draft.accept(logits, verify_round, ...)`` its walk, ``draft.accepted(m)`` the
+            accepted tokens.
         prompt_ids: 1-D int tensor or list, length >= 1.
         max_new_tokens: budget, >= 0; never exceeded.
         k: draft length per round when ``controller`` is None (``StaticK(k)``), >= 1.
@@ -374,13 +306,17 @@ def speculative_sample(target, drafter, prompt_ids, max_new_tokens: int, *, k: i
         2. Each round: k_round = ``draft_room(min(controller.next_k(), remaining budget),
            target_state.visible(ids), target.max_seq_len)`` (provided; the cached target
            re-prefills here when past the window); time ``drafter.propose(ids, k_round)`` and
-           check it with ``_check_draft`` (provided). At k_round = 0 skip ``propose``: the
-           draft is empty, q None, and the round is a plain step
+           check it with ``check_draft(proposal, drafter, k=..., vocab_size=...)`` (provided:
+           returns the ``Draft``). At k_round = 0 skip ``propose``: the draft is
+           ``Draft.empty()``, and the round is a plain step
            (``test_speculative_sample_equals_generate_at_the_window_edge``).
         3. Time ``target_state.score(ids, draft)`` (provided: one pass over the context cropped
            to max_seq_len - k' tokens + the draft, or one cached pass): k'+1 logits rows, and
            the scored block's states (T, D) or None.
-        4. ``verify_round``; emitted = accepted drafts + the target's token, cut to the
+        4. ``num_accepted, token = draft.accept(logits, verify_round, sampler=...,
+           generator=...)`` (a chain walks with your ``verify_round``, a tree with its own
+           verifiers); emitted = ``draft.accepted(num_accepted)`` + the
+           target's token, cut to the
            budget, then ``stop.cut(ids, emitted)`` (provided: after the first ``eos_id``, stop id
            or stop string; ``test_speculative_sample_respects_budget_and_eos``).
         5. ``stats.record(drafted=k', accepted=<drafts emitted>, generated=len(emitted))``,

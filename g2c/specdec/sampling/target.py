@@ -234,13 +234,15 @@ class CachedScorer:
         return self.cache.crop(min(self.cache.length, keep))
 
 
-def chain_only(draft_ids, target) -> torch.Tensor:
-    """The 1-D draft ids a chain target scores; a tree drafter's ``TreeDraft`` is refused by name. Provided."""
-    if not isinstance(draft_ids, torch.Tensor):
-        raise TypeError(f"{type(target).__name__} scores chains (1-D draft ids), got a {type(draft_ids).__name__}: "
-                        "a tree drafter needs a tree target (g2c.specdec.trees.CachedTreeTarget or "
-                        "RecomputeTreeTarget; the presets tree_speculative_generate and lineage_generate build one)")
-    return draft_ids
+def chain_only(draft, target) -> torch.Tensor:
+    """The (k',) int64 tokens of a chain ``Draft``, for a target that scores chains; a tree is
+    refused by name. Provided."""
+    if not getattr(draft, "chain", False):
+        raise TypeError(f"{type(target).__name__} scores chains (a g2c.specdec.sampling.Draft), got a "
+                        f"{type(draft).__name__}: a tree drafter needs a tree target (g2c.specdec.trees."
+                        "CachedTreeTarget or RecomputeTreeTarget; the presets tree_speculative_generate and "
+                        "lineage_generate build one)")
+    return draft.tokens
 
 
 class Target:
@@ -269,7 +271,7 @@ class Target:
     def visible(self, context_ids: torch.Tensor) -> int:
         return len(context_ids)
 
-    def score(self, context_ids: torch.Tensor, draft_ids: torch.Tensor):
+    def score(self, context_ids: torch.Tensor, draft):
         raise NotImplementedError
 
     def commit(self, context_ids: torch.Tensor, num_accepted: int) -> None:
@@ -315,9 +317,10 @@ class RecomputeTarget(Target):
         self.target = self.model = target
         self.want_hidden = check_flag(want_hidden, "want_hidden")
 
-    def score(self, context_ids: torch.Tensor, draft_ids: torch.Tensor):
-        """(logits (k'+1, V), states (T, D) of the whole scored block or None)."""
-        k_draft = chain_only(draft_ids, self).numel()
+    def score(self, context_ids: torch.Tensor, draft):
+        """(logits (k'+1, V), states (T, D) of the whole scored block or None) for a chain ``Draft``."""
+        draft_ids = chain_only(draft, self)
+        k_draft = draft_ids.numel()
         block = torch.cat([context_ids[-(self.target.max_seq_len - k_draft):], draft_ids])   # (T + k',)
         return _target_pass(self.target, block, k_draft + 1, want_hidden=self.want_hidden)
 
@@ -378,8 +381,8 @@ class CachedTarget(Target):
             self.scorer.refill(context_ids)
         return len(context_ids) - self.scorer.start
 
-    def score(self, context_ids: torch.Tensor, draft_ids: torch.Tensor):
-        self._draft, self._length = chain_only(draft_ids, self).tolist(), len(context_ids)
+    def score(self, context_ids: torch.Tensor, draft):
+        self._draft, self._length = chain_only(draft, self).tolist(), len(context_ids)
         logits = self.scorer.extend(context_ids, self._draft, num_rows=len(self._draft) + 1)   # (k'+1, V)
         if not self.want_hidden:
             return logits, None

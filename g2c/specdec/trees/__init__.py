@@ -21,7 +21,6 @@ from .verify import (
     CachedTreeTarget,
     LMTreeDrafter,
     RecomputeTreeTarget,
-    TreeDraft,
     TreeStats,
     expected_accepted,
     greedy_tree_verify,
@@ -30,7 +29,7 @@ from .verify import (
     tree_speculative_verify,
 )
 
-__all__ = sorted(["CachedTreeTarget", "DraftTree", "LMTreeDrafter", "RecomputeTreeTarget", "TreeDraft", "TreeStats",
+__all__ = sorted(["CachedTreeTarget", "DraftTree", "LMTreeDrafter", "RecomputeTreeTarget", "TreeStats",
                   "build_dynamic_tree", "build_static_tree", "cached_tree_forward", "chain_choices", "chain_tree",
                   "commit_tree_kv", "expected_accepted", "expected_tokens_per_pass", "greedy_tree_verify",
                   "node_acceptance_probs", "sample_children", "sampled_acceptance_probs", "static_choices",
