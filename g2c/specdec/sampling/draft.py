@@ -30,6 +30,8 @@ import torch
 
 from g2c.sampling.model import check_prob_rows, check_token_ids, zero_prob_draws
 
+from .target import _target_pass
+
 __all__ = ["Draft", "check_draft"]
 
 
@@ -174,6 +176,14 @@ class Draft:
     def allowed(self, length: int) -> torch.Tensor | None:
         """What each scored row reads: None for a chain (causal attention, the fast case)."""
         return None
+
+    def rows(self, model, context_ids: torch.Tensor, *, want_hidden: bool = False):
+        """The draft scored by a model without a cache, in ONE pass over the context cropped to
+        ``max_seq_len - max_depth`` tokens + the nodes: (logits (1 + n, V), the block's final states
+        (T, D) when ``want_hidden``, else None). A chain is one causal pass of the model (module 09's
+        forward, or ``hidden_states`` and the unembedding for the states)."""
+        block = torch.cat([context_ids[-(model.max_seq_len - self.num_nodes):], self.tokens])     # (T + k',)
+        return _target_pass(model, block, self.num_nodes + 1, want_hidden=want_hidden)
 
     def accept(self, target_logits: torch.Tensor, verify: Callable, *, sampler,
                generator: torch.Generator | None = None) -> tuple[int, int]:

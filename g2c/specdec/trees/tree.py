@@ -168,6 +168,20 @@ class DraftTree(Draft):
 
         return trees.tree_rows(self, length)[1]
 
+    def rows(self, model, context_ids: torch.Tensor, *, want_hidden: bool = False):
+        """The tree scored without a cache (``tree_logits``: one tree-attention pass for a
+        ``TransformerLM``, path by path for any other model): ((1 + n, V) float32 on the CPU, None).
+
+        Raises:
+            ValueError: ``want_hidden``: a tree's states come from a ``CachedTreeTarget``.
+        """
+        from g2c.specdec import trees  # the package, at call time: attention.py imports this file
+
+        if want_hidden:
+            raise ValueError("a tree drafter reads the target's states from a CachedTreeTarget "
+                             "(g2c.specdec.trees); a recomputing target scores trees without them")
+        return trees.tree_logits(model, context_ids, self).cpu(), None
+
     def accept(self, target_logits: torch.Tensor, verify=None, *, sampler,
                generator: torch.Generator | None = None) -> tuple[int, int]:
         """Walk the tree against the target's rows; (accepted nodes, correction or bonus token).

@@ -52,15 +52,14 @@ from g2c.sampling.model import (
 )
 
 from ..generate import SpecStats, draft_room
-from ..sampling.draft import Draft
 from ..sampling.drafters import Drafter
 from ..sampling.loop import speculative_sample
-from ..sampling.target import Target
-from .attention import commit_tree_kv, target_layer_pass, tree_logits
+from ..sampling.target import RecomputeTarget, Target
+from .attention import commit_tree_kv, target_layer_pass
 from .builders import build_dynamic_tree, build_static_tree, check_choices
 from .tree import DraftTree, chain_choices, expected_tokens_per_pass, node_acceptance_probs, static_choices
 
-__all__ = ["CachedTreeTarget", "LMTreeDrafter", "RecomputeTreeTarget", "TreeStats", "expected_accepted",
+__all__ = ["CachedTreeTarget", "LMTreeDrafter", "TreeStats", "expected_accepted",
            "greedy_tree_verify", "sampled_acceptance_probs", "tree_speculative_generate", "tree_speculative_verify"]
 
 
@@ -214,31 +213,6 @@ def _check_fits(size: int, room: int, target: str, what: str) -> None:
         raise ValueError(f"{target}: a draft tree of {size} {what} does not fit the window after the context "
                          f"(room for {max(room, 0)}); a tree drafter keeps its trees within "
                          "g2c.specdec.draft_room(num_nodes, visible context, max_seq_len)")
-
-
-class RecomputeTreeTarget(Target):
-    """The target's side of a tree round without a cache. Provided.
-
-    ``score`` runs one pass over the context cropped to ``max_seq_len - depth`` tokens and the tree
-    (``tree_logits``: tree attention for a ``TransformerLM``, path by path for any other model);
-    nothing to commit. ``visible`` is the whole context, so past the window ``draft_room`` leaves no
-    room and a round is a plain step (module 11's sliding window).
-
-    Args:
-        model: ids (1, T) -> logits (1, T, V) with ``max_seq_len``, ``vocab_size``, ``device``.
-    """
-
-    start_pos = 0
-
-    def __init__(self, model) -> None:
-        self.model = model
-        self.window = model.max_seq_len
-        self.last_draft: Draft | None = None
-
-    def score(self, context_ids: torch.Tensor, draft):
-        self.last_draft = draft
-        _check_fits(draft.max_depth, self.window - 1, "RecomputeTreeTarget", "depth")
-        return tree_logits(self.model, context_ids, draft).cpu(), None          # (n+1, V)
 
 
 class CachedTreeTarget(Target):
@@ -427,7 +401,7 @@ def tree_speculative_generate(target, drafter, prompt_ids, max_new_tokens: int, 
     """Speculative decoding with draft trees: build, verify in one target pass, commit. Provided.
 
     A preset of the engine (specdec-sampling's ``speculative_sample``, your loop): an
-    ``LMTreeDrafter`` proposes a ``DraftTree`` each round, a ``RecomputeTreeTarget`` (or, with
+    ``LMTreeDrafter`` proposes a ``DraftTree`` each round, a ``RecomputeTarget`` (or, with
     ``use_cache``, a ``CachedTreeTarget``) scores root + tree in one pass, the draft's own walk
     verifies it (``greedy_tree_verify`` / ``tree_speculative_verify``, yours), and the round cuts,
     counts and commits as for a chain. Its outputs, counters and ``on_pass`` streams are its former
@@ -547,7 +521,7 @@ def tree_speculative_generate(target, drafter, prompt_ids, max_new_tokens: int, 
     target.eval()
     drafter.eval()
     try:
-        state = CachedTreeTarget(target, cache=target_cache) if use_cache else RecomputeTreeTarget(target)
+        state = CachedTreeTarget(target, cache=target_cache) if use_cache else RecomputeTarget(target)
         adapter = LMTreeDrafter(drafter, state, shape=tree, choices=None if tree == "dynamic" else shape,
                                 num_nodes=num_nodes, width=width, end=ids.numel() + max_new_tokens, sampling=sampling)
         out, spec = speculative_sample(state, adapter, ids, max_new_tokens, k=num_nodes, temperature=temperature,
