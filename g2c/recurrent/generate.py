@@ -21,7 +21,7 @@ from collections.abc import Callable
 import torch
 
 from g2c.sampling.generate import as_token_ids
-from g2c.sampling.model import check_count, check_eos_id, check_score_rows, check_whole
+from g2c.sampling.model import check_count, check_eos_id, check_score_rows, check_whole, eval_mode
 from g2c.specdec import SpecStats, draft_greedy
 from g2c.specdec.sampling.draft import Draft
 from g2c.specdec.sampling.drafters import Drafter
@@ -160,9 +160,7 @@ def plain_greedy(model: RecurrentLM, prompt_ids, max_new_tokens: int, *,
     """
     ids = as_token_ids(prompt_ids, "prompt_ids", vocab_size=model.vocab_size)
     _check_budget(model, ids.numel(), max_new_tokens)
-    mode = model.training
-    model.eval()
-    try:
+    with eval_mode(model):
         state = DecodeState(model)
         logits = state.feed(ids)[-1]
         for step in range(max_new_tokens):
@@ -172,8 +170,6 @@ def plain_greedy(model: RecurrentLM, prompt_ids, max_new_tokens: int, *,
                 on_token(state, ids)
             if step < max_new_tokens - 1:                    # the newest token is fed only when needed
                 logits = state.feed(ids[-1:])[-1]
-    finally:
-        model.train(mode)
     return ids
 
 

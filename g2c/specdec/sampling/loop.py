@@ -55,6 +55,7 @@ from g2c.sampling.model import (
     check_language_model,
     check_same_vocab,
     check_whole,
+    eval_mode,
 )
 from g2c.transformer import TransformerLM
 
@@ -376,12 +377,7 @@ def speculative_sample(target, drafter, prompt_ids, max_new_tokens: int, *, k: i
     if on_pass is not None:              # the callback gets its own copy: it cannot change what is committed
         on_pass = _with_a_copy(on_pass)
     model = target.model if target_state is not None else target
-    models = [m for m in (model, getattr(drafter, "model", None), getattr(drafter, "head", None))
-              if m is not None and hasattr(m, "training")]
-    modes = [m.training for m in models]
-    for m in models:
-        m.eval()
-    try:
+    with eval_mode(model, getattr(drafter, "model", None), getattr(drafter, "head", None)):   # modes restored
         if target_state is None:
             target_state = (CachedTarget(target, drafter=drafter, on_round=on_round, want_hidden=want_hidden)
                             if use_cache
@@ -398,6 +394,3 @@ def speculative_sample(target, drafter, prompt_ids, max_new_tokens: int, *, k: i
         )
         stats.logprobs = target_state.logprobs if logprobs else None     # one float per new token, when asked
         return ids, stats
-    finally:
-        for m, mode in zip(models, modes):
-            m.train(mode)

@@ -353,7 +353,7 @@ class LMTreeDrafter(Drafter):
 
     def __init__(self, drafter, target, *, shape: str, choices, num_nodes: int, width: int, end: int,
                  sampling: dict) -> None:
-        self.drafter, self.target = drafter, target
+        self.model, self.target = drafter, target         # the engine puts self.model in eval mode
         self.vocab_size = drafter.vocab_size
         self.reads = ("tokens",)
         self.shape, self.choices, self.num_nodes, self.width = shape, choices, num_nodes, width
@@ -367,14 +367,14 @@ class LMTreeDrafter(Drafter):
     def propose(self, context_ids: torch.Tensor, k: int):
         t = self.target
         room = draft_room(self.num_nodes, context_ids.numel() - t.start_pos, t.window)
-        max_depth = min(self.end - context_ids.numel() - 1, room, self.drafter.max_seq_len - 1)
+        max_depth = min(self.end - context_ids.numel() - 1, room, self.model.max_seq_len - 1)
         if max_depth < 1:
             tree, passes = DraftTree.empty(), 0
         elif self.shape == "dynamic":
-            tree, passes = build_dynamic_tree(self.drafter, context_ids, room, width=self.width, max_depth=max_depth,
+            tree, passes = build_dynamic_tree(self.model, context_ids, room, width=self.width, max_depth=max_depth,
                                               **self.sampling)
         else:
-            tree, passes = build_static_tree(self.drafter, context_ids,
+            tree, passes = build_static_tree(self.model, context_ids,
                                              [c for c in self.choices if len(c) <= max_depth], **self.sampling)
         tree = tree.fit(room, max_depth)
         self.drafter_passes += passes
@@ -517,20 +517,13 @@ def tree_speculative_generate(target, drafter, prompt_ids, max_new_tokens: int, 
     if use_cache:
         if not (hasattr(target, "blocks") and hasattr(target, "token_embed")):
             raise TypeError(f"use_cache needs a TransformerLM target, got {type(target).__name__}")
-    modes = (target.training, drafter.training)
-    target.eval()
-    drafter.eval()
-    try:
-        state = CachedTreeTarget(target, cache=target_cache) if use_cache else RecomputeTarget(target)
-        adapter = LMTreeDrafter(drafter, state, shape=tree, choices=None if tree == "dynamic" else shape,
-                                num_nodes=num_nodes, width=width, end=ids.numel() + max_new_tokens, sampling=sampling)
-        out, spec = speculative_sample(state, adapter, ids, max_new_tokens, k=num_nodes, temperature=temperature,
-                                       top_k=top_k, top_p=top_p, generator=generator, eos_id=eos_id,
-                                       on_pass=on_pass, repetition_penalty=repetition_penalty, stop_ids=stop_ids,
-                                       stop_strings=stop_strings, decode=decode, logprobs=logprobs)
-    finally:
-        target.train(modes[0])
-        drafter.train(modes[1])
+    state = CachedTreeTarget(target, cache=target_cache) if use_cache else RecomputeTarget(target)
+    adapter = LMTreeDrafter(drafter, state, shape=tree, choices=None if tree == "dynamic" else shape,
+                            num_nodes=num_nodes, width=width, end=ids.numel() + max_new_tokens, sampling=sampling)
+    out, spec = speculative_sample(state, adapter, ids, max_new_tokens, k=num_nodes, temperature=temperature,
+                                   top_k=top_k, top_p=top_p, generator=generator, eos_id=eos_id,
+                                   on_pass=on_pass, repetition_penalty=repetition_penalty, stop_ids=stop_ids,
+                                   stop_strings=stop_strings, decode=decode, logprobs=logprobs)
     stats = TreeStats(**{f.name: getattr(spec, f.name) for f in fields(SpecStats)})
     stats.logprobs = getattr(spec, "logprobs", None)
     stats.drafter_passes, stats.expected_accepted = adapter.drafter_passes, adapter.expected_accepted
