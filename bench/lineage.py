@@ -494,7 +494,7 @@ def run_row(target, kind, model, k, prompt, n, temperature, seed, draft_mode="to
                                           generator=g, repetition_penalty=penalty)
             return ids, stats, stats.draft_seconds, stats.target_seconds, walk.seconds
         clocked = ClockedTarget(target, drafter=drafter,
-                                want_hidden=bool(getattr(drafter, "wants_target_hidden", False)))
+                                want_hidden=drafter.reads == ("final_state",))
         ids, stats = speculative_sample(clocked, drafter, prompt, n, k=k, temperature=temperature, generator=g,
                                         repetition_penalty=penalty)
         return ids, stats, drafter.seconds, clocked.seconds, walk.seconds

@@ -115,7 +115,7 @@ class _Recorder(Drafter):
     def __init__(self, inner) -> None:
         self.inner = inner
         self.vocab_size = inner.vocab_size
-        self.wants_target_hidden = getattr(inner, "wants_target_hidden", False)
+        self.reads = inner.reads
         self.proposals: list[list[int]] = []
         self.commits: list[tuple[int, int]] = []
 

@@ -32,10 +32,9 @@ This file holds:
     round: its output is a token distribution, not a feature it could feed back). It also
     serves an uncached target, so there is no second, window-recomputing MTP drafter.
 
-Both set ``incremental_hidden = True``: they keep their own state and need only the states of
-positions committed since their last ``commit``, so ``speculative_sample(..., use_cache=True)``
-may serve them from a cached target pass (the states of the scored rows) instead of a full
-window recompute.
+Both read ``("final_state",)``: they keep their own state and need only the states of positions
+committed since their last ``commit``, so ``speculative_sample(..., use_cache=True)`` serves them
+from a cached target pass (the states of the scored rows) instead of a full window recompute.
 
 Shape letters: B batch, T time, D width, V vocabulary, k draft length.
 """
@@ -188,8 +187,6 @@ class _CachedHeadDrafter(Drafter):
     (h_t, token t+1): TRUE states for the committed rows, then (during ``propose``)
     speculative rows that the next ``commit`` crops away."""
 
-    wants_target_hidden = True
-    incremental_hidden = True
     reads = ("final_state",)
     max_draft: int | None = None
 
@@ -301,8 +298,8 @@ class EagleDrafter(_CachedHeadDrafter):
         sample: False drafts the argmax of each step (q one-hot); True samples from the
             warped drafter distribution and returns the q rows (the loop's ``Sampler``).
 
-    Protocol (``g2c.specdec.sampling.drafters``): ``wants_target_hidden`` and ``incremental_hidden``
-    are True, so the loop hands ``commit`` the target's states of the positions committed
+    Protocol (``g2c.specdec.sampling.drafters``): ``reads = ("final_state",)``, so the loop hands
+    ``commit`` the target's states of the positions committed
     in that round (cached target) or of the whole window (uncached target); either way the
     drafter appends only the rows it has not seen. The first ``propose`` of a sequence, before
     any target pass, returns an empty draft.
@@ -332,7 +329,7 @@ class MTPDrafter(_CachedHeadDrafter):
 
     The head predicts token t+2 from the target's state h_t and token t+1 (Gloeckle et al.
     2024, §3.2). The loop hands this drafter the target's states from each verification pass
-    (``wants_target_hidden``), so after a pass that committed context ... x_t, x_{t+1} the head
+    (``reads = ("final_state",)``), so after a pass that committed context ... x_t, x_{t+1} the head
     already has h_t and x_{t+1}: its guess for the next position costs one head block over the
     newly committed rows (its own one-layer KV cache holds the earlier ones), no trunk pass.
     Before the first target pass there are no states yet, so the first ``propose`` returns an

@@ -346,7 +346,7 @@ class CachedTarget(Target):
     cached pass over the pending token(s) + the k' drafts (k'+1 rows reserved); ``commit``
     crops the cache to the committed context, rolling back the rejected rows by moving the
     pointer, and reports the round to ``on_round`` as a ``RoundRecord``. With ``want_hidden``
-    (a drafter with ``incremental_hidden``, e.g. ``EagleDrafter``) ``score`` also returns the
+    (a drafter that reads ``("final_state",)``, e.g. ``EagleDrafter``) ``score`` also returns the
     final states of the rows this pass computed, the prompt's prefill rows prepended on the
     first pass: exactly the committed positions the drafter has not seen.
 

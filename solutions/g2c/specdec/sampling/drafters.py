@@ -42,24 +42,19 @@ hooks filled in.
     (``LMDrafter(model, use_cache=True)``, module 16's ``KVCache``) crops its cache to the
     committed context here (rollback = moving a pointer; every committed token but the
     newest, which it feeds on its next ``propose``).
-    ``target_hidden`` (L, D) float32 is given only to drafters whose
-    ``wants_target_hidden`` is True: the target's final states at the last L committed
-    positions *except the newest token* (row j belongs to ``context_ids[-(L + 1) + j]``),
-    from the verification pass that was just run, so a drafter that lives inside the target
-    (MTP, EAGLE) drafts without a pass of its own.
+    ``target_hidden`` (L, D) float32 is given only to drafters whose ``reads`` is
+    ``("final_state",)``: the target's final states at the last L committed positions *except
+    the newest token* (row j belongs to ``context_ids[-(L + 1) + j]``), from the verification
+    pass that was just run, so a drafter that lives inside the target (MTP, EAGLE) drafts
+    without a pass of its own. Such a drafter keeps its own record of the states and appends
+    only the rows it has not seen (a cached target hands just the rows that pass committed,
+    the prompt's prefill rows prepended on the first pass; a recomputing one the window's).
 
-``incremental_hidden: bool`` (optional, default False)
-    True for a drafter that keeps its own record of the target's states and reads only the
-    rows it has not seen yet (``g2c.specdec.sampling.eagle.EagleDrafter`` and ``MTPDrafter``). Such
-    a drafter also runs with a cached target (``use_cache=True``), which hands ``commit``
-    just the states of the positions that pass committed (the prompt's prefill rows are
-    prepended on the first pass).
-
-``reads: tuple`` (declared, default ``("tokens",)``)
-    What the drafter reads of the target, so a reader can tell the drafters apart without
-    knowing them: ``("tokens",)`` (small LMs, n-gram lookup, an LM building trees),
-    ``("final_state",)`` (MTP, EAGLE: ``wants_target_hidden``), or ``("layers", (i, j, ...))``
-    (Medusa, EAGLE-2/3 and the block drafter, subclasses of ``g2c.specdec.lineage.TreeDrafter``: chosen
+``reads: tuple`` (default ``("tokens",)``)
+    What the drafter reads of the target; the engine hands it exactly that (``check_reads``):
+    ``("tokens",)`` (small LMs, n-gram lookup, an LM building trees), ``("final_state",)``
+    (MTP, EAGLE: ``commit`` gets ``target_hidden``), or ``("layers", (i, j, ...))`` (Medusa,
+    EAGLE-2/3 and the block drafter, subclasses of ``g2c.specdec.lineage.TreeDrafter``: chosen
     blocks' outputs and the final state, read from the tree target they are bound to).
 
 Sources: the draft/verify split follows Leviathan, Kalman, Matias (ICML 2023) §2;
@@ -86,7 +81,24 @@ from g2c.specdec.sampling.target import CachedScorer
 from ..generate import draft_greedy
 from .draft import Draft
 
-__all__ = ["Drafter", "LMDrafter", "NGramDrafter", "Sampler", "ngram_lookup"]
+__all__ = ["Drafter", "LMDrafter", "NGramDrafter", "Sampler", "check_reads", "ngram_lookup"]
+
+
+def check_reads(drafter) -> tuple:
+    """What ``drafter`` reads of the target (its ``reads``, default ``("tokens",)``), checked once. Provided.
+
+    Raises:
+        ValueError: ``reads`` is none of ``("tokens",)``, ``("final_state",)``, ``("layers", (i, ...))``
+            (names the drafter and the three forms).
+    """
+    reads = tuple(getattr(drafter, "reads", ("tokens",)))
+    layers_ok = (len(reads) == 2 and reads[0] == "layers" and isinstance(reads[1], (tuple, list))
+                 and all(isinstance(i, int) and not isinstance(i, bool) for i in reads[1]))
+    if reads not in (("tokens",), ("final_state",)) and not layers_ok:
+        raise ValueError(f"{type(drafter).__name__}.reads must be ('tokens',), ('final_state',) or "
+                         f"('layers', (i, j, ...)): what it reads of the target, which the engine hands it; got "
+                         f"{reads!r:.60}")
+    return reads
 
 
 @dataclass(frozen=True)
@@ -180,7 +192,6 @@ class Drafter:
     """
 
     vocab_size: int | None = None
-    wants_target_hidden: bool = False
     reads: tuple = ("tokens",)
 
     def start(self, prompt_ids: torch.Tensor, *, sampler: Sampler, generator: torch.Generator | None) -> None:

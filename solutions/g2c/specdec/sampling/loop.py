@@ -63,7 +63,7 @@ from ..verify import greedy_verify, speculative_verify
 from .controllers import StaticK
 from .controls import ControlledTarget, StopRule, check_logprobs, check_repetition_penalty
 from .draft import Draft, check_draft
-from .drafters import Sampler
+from .drafters import Sampler, check_reads
 from .target import CachedTarget, FullContextTarget, RecomputeTarget, RoundRecord, Target
 
 __all__ = ["CachedTarget", "FullContextTarget", "RecomputeTarget", "Target", "speculative_sample", "verify_round"]
@@ -209,7 +209,7 @@ def speculative_sample(target, drafter, prompt_ids, max_new_tokens: int, *, k: i
     Args:
         target: ids (1, T) -> logits (1, T, V), with ``max_seq_len``, ``device``,
             ``vocab_size``, ``training``/``train``/``eval``; a ``TransformerLM`` when the
-            drafter ``wants_target_hidden`` (its ``hidden_states`` are shared). Or a
+            drafter reads ``("final_state",)`` (its ``hidden_states`` are shared). Or a
             ``Target`` (``g2c.specdec.sampling.target``: ``RecomputeTarget``,
             ``CachedTarget``, ``g2c.recurrent.TransactionTarget``), used as it is: then
             ``use_cache`` and ``on_round`` belong to the ``Target`` and must stay at their
@@ -240,9 +240,9 @@ def speculative_sample(target, drafter, prompt_ids, max_new_tokens: int, *, k: i
             (``RecomputeTarget``). True keeps the target's keys/values in a module 16
             ``KVCache`` (``CachedTarget``): each round is ONE cached pass over the pending
             token + the k' drafts, and the rejected rows are rolled back by pointer after
-            verification. Needs a ``TransformerLM`` target, and a drafter without
-            ``wants_target_hidden`` or with ``incremental_hidden`` (``EagleDrafter``,
-            ``MTPDrafter``: they get the states of the rows each pass committed). Pair
+            verification. Needs a ``TransformerLM`` target; a drafter reading
+            ``("final_state",)`` (``EagleDrafter``, ``MTPDrafter``) gets the states of the rows each
+            pass committed. Pair
             it with ``LMDrafter(model, use_cache=True)`` so the
             drafter caches too. Same tokens and counters as uncached while prompt + output
             <= max_seq_len + 1 (same generator draws: the logits agree to float rounding);
@@ -291,9 +291,8 @@ def speculative_sample(target, drafter, prompt_ids, max_new_tokens: int, *, k: i
             bad warper values (as ``Sampler``); the drafter's vocab_size differs from the
             target's ("vocab_size"); target ``max_seq_len`` < 2 ("max_seq_len"); a
             drafter returns a malformed proposal (names the drafter and the contract);
-            ``use_cache`` with a drafter that reads the whole window's states
-            (``wants_target_hidden`` without ``incremental_hidden``) or ``on_round`` without
-            ``use_cache`` ("use_cache"); ``use_cache`` or ``on_round`` with a ``Target``
+            a drafter's ``reads`` none of the protocol's forms (``check_reads``: "reads");
+            ``on_round`` without ``use_cache`` ("use_cache"); ``use_cache`` or ``on_round`` with a ``Target``
             ("Target"); a drafter that reads the target's states with a ``Target`` built without
             them ("want_hidden=True"); repetition_penalty <= 0 or not finite ("repetition_penalty"); a stop id
             outside [0, V) ("stop_ids"); an empty stop string, or stop strings without decode
@@ -369,12 +368,7 @@ def speculative_sample(target, drafter, prompt_ids, max_new_tokens: int, *, k: i
     if head_base is not None and isinstance(unwrap(base), TransformerLM):   # the same model, in the same dtype
         check_head_on_base(drafter.head, base, name=f"{type(drafter).__name__}'s head")
     controller = StaticK(k) if controller is None else controller
-    want_hidden = bool(getattr(drafter, "wants_target_hidden", False))
-    if use_cache and want_hidden and not getattr(drafter, "incremental_hidden", False):
-        raise ValueError(f"use_cache=True cannot serve {type(drafter).__name__}: it drafts from the target's "
-                         "states over the whole window every round, which a cached pass does not compute; "
-                         "pass use_cache=False, or give it incremental_hidden = True and let its commit read "
-                         "only the rows it has not seen (as EagleDrafter and MTPDrafter do)")
+    want_hidden = check_reads(drafter) == ("final_state",)        # the engine hands it the target's states
     if on_round is not None and not use_cache:
         raise ValueError("on_round reports KV-cache rows: pass use_cache=True with it")
     if want_hidden and target_state is not None and getattr(target_state, "want_hidden", None) is False:

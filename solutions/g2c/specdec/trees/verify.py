@@ -379,7 +379,6 @@ class LMTreeDrafter(Drafter):
     rounds of the tree formula's expected accepted drafts, from the target's own probabilities).
     """
 
-    wants_target_hidden = False
 
     def __init__(self, drafter, target, *, shape: str, choices, num_nodes: int, width: int, end: int,
                  sampling: dict) -> None:
