@@ -188,6 +188,71 @@ def verify_round(draft_ids: torch.Tensor, draft_probs: torch.Tensor | None, targ
     )
 
 
+def _setup(target, drafter, prompt_ids, max_new_tokens, *, k, temperature, top_k, top_p, generator, eos_id,
+           controller, on_pass, use_cache, on_round, repetition_penalty, stop_ids, stop_strings, decode, logprobs):
+    """Every check of ``speculative_sample``'s arguments, once, and the objects its round uses. Provided.
+
+    Returns:
+        (ids (T,) int64 CPU, the ``Target`` the round scores with (built from a model: a
+        ``RecomputeTarget``, or a ``CachedTarget`` with ``use_cache``; wrapped in a ``ControlledTarget``
+        for a repetition penalty or logprobs), the ``Sampler``, the ``StopRule``, the controller
+        (``StaticK(k)`` by default), ``on_pass`` (called with a copy of the tokens) or None, the
+        ``logprobs`` flag).
+    Raises:
+        as ``speculative_sample`` (the messages listed there).
+    """
+    _check_parts(target, drafter, controller)
+    ids = as_token_ids(prompt_ids, "prompt_ids", vocab_size=target.vocab_size)
+    target_state = target if isinstance(target, Target) else None
+    if target_state is not None and (use_cache or on_round is not None):
+        raise ValueError("a Target keeps its own state and callbacks: build it with them (CachedTarget(model, "
+                         "on_round=...)) and leave use_cache and on_round at their defaults")
+    k = check_whole(k, f"k must be >= 1 draft tokens per target pass (an int), got {k!r}")   # NumPy ints pass
+    max_new_tokens = check_count(max_new_tokens, "max_new_tokens")
+    if not isinstance(use_cache, bool):
+        raise TypeError(f"use_cache must be True or False, got {type(use_cache).__name__} {use_cache!r}")
+    check_generator(generator)
+    for hook, hook_name in ((on_pass, "on_pass"), (on_round, "on_round")):
+        if hook is not None and not callable(hook):
+            raise TypeError(f"{hook_name} must be a callable or None, got {type(hook).__name__}")
+    sampler = Sampler(temperature, top_k, top_p)
+    eos_id = check_eos_id(eos_id, getattr(target, "vocab_size", None))                # None, or an id the loop can emit
+    repetition_penalty = check_repetition_penalty(repetition_penalty)
+    logprobs = check_logprobs(logprobs)
+    stop = StopRule(eos_id=eos_id, stop_ids=stop_ids, stop_strings=stop_strings, decode=decode,
+                    prompt_len=ids.numel(), vocab_size=getattr(target, "vocab_size", None))
+    check_same_vocab(getattr(drafter, "vocab_size", None), target.vocab_size)
+    if target.max_seq_len < 2:
+        raise ValueError(f"target max_seq_len={target.max_seq_len} leaves no room for a draft; need >= 2")
+    head_base = getattr(getattr(drafter, "head", None), "base", None)
+    base = target.model if target_state is not None else target
+    if head_base is not None and hasattr(base, "token_embed") and \
+            tuple(head_base.token_embed.weight.shape) != tuple(base.token_embed.weight.shape):
+        raise ValueError(f"{type(drafter).__name__}'s head drafts from the states of a base with (V, D) = "
+                         f"{tuple(head_base.token_embed.weight.shape)}, but the target has "
+                         f"{tuple(base.token_embed.weight.shape)}; pass the head's own base (head.base) as "
+                         "the target")
+    if head_base is not None and isinstance(unwrap(base), TransformerLM):   # the same model, in the same dtype
+        check_head_on_base(drafter.head, base, name=f"{type(drafter).__name__}'s head")
+    controller = StaticK(k) if controller is None else controller
+    want_hidden = check_reads(drafter) == ("final_state",)        # the engine hands it the target's states
+    if on_round is not None and not use_cache:
+        raise ValueError("on_round reports KV-cache rows: pass use_cache=True with it")
+    if want_hidden and target_state is not None and getattr(target_state, "want_hidden", None) is False:
+        raise ValueError(f"{type(drafter).__name__} drafts from the target's states, but this "
+                         f"{type(target_state).__name__} was built without them (it would never draft): build it "
+                         f"with want_hidden=True, e.g. {type(target_state).__name__}(model, want_hidden=True)")
+    if on_pass is not None:              # the callback gets its own copy: it cannot change what is committed
+        on_pass = _with_a_copy(on_pass)
+    if target_state is None:
+        target_state = (CachedTarget(target, drafter=drafter, on_round=on_round, want_hidden=want_hidden)
+                        if use_cache
+                        else RecomputeTarget(target, want_hidden=want_hidden))
+    if repetition_penalty != 1.0 or logprobs:        # the row controls, only when asked for
+        target_state = ControlledTarget(target_state, repetition_penalty=repetition_penalty, logprobs=logprobs)
+    return ids, target_state, sampler, stop, controller, on_pass, logprobs
+
+
 @torch.no_grad()
 def speculative_sample(target, drafter, prompt_ids, max_new_tokens: int, *, k: int = 4, temperature: float = 1.0,
                        top_k: int | None = None, top_p: float | None = None,
@@ -300,8 +365,9 @@ def speculative_sample(target, drafter, prompt_ids, max_new_tokens: int, *, k: i
             must be a bool, and so must ``use_cache``); a ``decode`` that returns anything but a str.
 
     Steps:
-        1. Provided: validation, the ``Sampler``, models in eval mode (restored in
-           ``finally``), ``target_state.start``. Yours: ``drafter.start(ids, sampler=...,
+        1. Provided: ``_setup`` (every check, once; the ids, the round's ``Target``, the
+           ``Sampler``, the ``StopRule``, the controller), models in eval mode (``eval_mode``),
+           ``target_state.start``. Yours: ``drafter.start(ids, sampler=...,
            generator=...)`` and a ``SpecStats``.
         2. Each round: k_round = ``draft_room(min(controller.next_k(), remaining budget),
            target_state.visible(ids), target.max_seq_len)`` (provided; the cached target
@@ -327,57 +393,12 @@ def speculative_sample(target, drafter, prompt_ids, max_new_tokens: int, *, k: i
            <drafts emitted>)`` (the cached target rolls back here); stop after a stop.
         6. Leave the loop with ``ids`` and ``stats``: the provided last line returns them.
     """
-    _check_parts(target, drafter, controller)
-    ids = as_token_ids(prompt_ids, "prompt_ids", vocab_size=target.vocab_size)
-    target_state = target if isinstance(target, Target) else None
-    if target_state is not None and (use_cache or on_round is not None):
-        raise ValueError("a Target keeps its own state and callbacks: build it with them (CachedTarget(model, "
-                         "on_round=...)) and leave use_cache and on_round at their defaults")
-    k = check_whole(k, f"k must be >= 1 draft tokens per target pass (an int), got {k!r}")   # NumPy ints pass
-    max_new_tokens = check_count(max_new_tokens, "max_new_tokens")
-    if not isinstance(use_cache, bool):
-        raise TypeError(f"use_cache must be True or False, got {type(use_cache).__name__} {use_cache!r}")
-    check_generator(generator)
-    for hook, hook_name in ((on_pass, "on_pass"), (on_round, "on_round")):
-        if hook is not None and not callable(hook):
-            raise TypeError(f"{hook_name} must be a callable or None, got {type(hook).__name__}")
-    sampler = Sampler(temperature, top_k, top_p)
-    eos_id = check_eos_id(eos_id, getattr(target, "vocab_size", None))                # None, or an id the loop can emit
-    repetition_penalty = check_repetition_penalty(repetition_penalty)
-    logprobs = check_logprobs(logprobs)
-    stop = StopRule(eos_id=eos_id, stop_ids=stop_ids, stop_strings=stop_strings, decode=decode,
-                    prompt_len=ids.numel(), vocab_size=getattr(target, "vocab_size", None))
-    check_same_vocab(getattr(drafter, "vocab_size", None), target.vocab_size)
-    if target.max_seq_len < 2:
-        raise ValueError(f"target max_seq_len={target.max_seq_len} leaves no room for a draft; need >= 2")
-    head_base = getattr(getattr(drafter, "head", None), "base", None)
-    base = target.model if target_state is not None else target
-    if head_base is not None and hasattr(base, "token_embed") and \
-            tuple(head_base.token_embed.weight.shape) != tuple(base.token_embed.weight.shape):
-        raise ValueError(f"{type(drafter).__name__}'s head drafts from the states of a base with (V, D) = "
-                         f"{tuple(head_base.token_embed.weight.shape)}, but the target has "
-                         f"{tuple(base.token_embed.weight.shape)}; pass the head's own base (head.base) as "
-                         "the target")
-    if head_base is not None and isinstance(unwrap(base), TransformerLM):   # the same model, in the same dtype
-        check_head_on_base(drafter.head, base, name=f"{type(drafter).__name__}'s head")
-    controller = StaticK(k) if controller is None else controller
-    want_hidden = check_reads(drafter) == ("final_state",)        # the engine hands it the target's states
-    if on_round is not None and not use_cache:
-        raise ValueError("on_round reports KV-cache rows: pass use_cache=True with it")
-    if want_hidden and target_state is not None and getattr(target_state, "want_hidden", None) is False:
-        raise ValueError(f"{type(drafter).__name__} drafts from the target's states, but this "
-                         f"{type(target_state).__name__} was built without them (it would never draft): build it "
-                         f"with want_hidden=True, e.g. {type(target_state).__name__}(model, want_hidden=True)")
-    if on_pass is not None:              # the callback gets its own copy: it cannot change what is committed
-        on_pass = _with_a_copy(on_pass)
-    model = target.model if target_state is not None else target
-    with eval_mode(model, getattr(drafter, "model", None), getattr(drafter, "head", None)):   # modes restored
-        if target_state is None:
-            target_state = (CachedTarget(target, drafter=drafter, on_round=on_round, want_hidden=want_hidden)
-                            if use_cache
-                            else RecomputeTarget(target, want_hidden=want_hidden))
-        if repetition_penalty != 1.0 or logprobs:        # the row controls, only when asked for
-            target_state = ControlledTarget(target_state, repetition_penalty=repetition_penalty, logprobs=logprobs)
+    ids, target_state, sampler, stop, controller, on_pass, logprobs = _setup(   # provided: every check, once
+        target, drafter, prompt_ids, max_new_tokens, k=k, temperature=temperature, top_k=top_k, top_p=top_p,
+        generator=generator, eos_id=eos_id, controller=controller, on_pass=on_pass, use_cache=use_cache,
+        on_round=on_round, repetition_penalty=repetition_penalty, stop_ids=stop_ids, stop_strings=stop_strings,
+        decode=decode, logprobs=logprobs)
+    with eval_mode(target_state.model, getattr(drafter, "model", None), getattr(drafter, "head", None)):
         target_state.start(ids)           # the cached target prefills every prompt token but the last
         # TODO: implement this (module specdec-sampling, see docs/beyond/specdec-sampling.md).
         raise NotImplementedError(
