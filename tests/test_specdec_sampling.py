@@ -168,6 +168,28 @@ def test_sampler_rejects_bad_settings():
         Sampler(0.0).probs(torch.zeros(3))
 
 
+def test_a_chain_is_a_width_one_draft():
+    """The one draft value: a chain's node i has parent i - 1 and sits at length + i + 1, reads causally
+    (allowed None), walks with the verifier it is given, and commits the root plus the accepted nodes
+    whose successors were emitted."""
+    from g2c.specdec.sampling.draft import check_draft
+
+    d = Draft(torch.tensor([1, 2, 3]))
+    assert d.parents.tolist() == [-1, 0, 1] and d.depths.tolist() == [1, 2, 3] and d.numel() == len(d) == 3
+    assert d.positions(4).tolist() == [4, 5, 6, 7] and d.allowed(4) is None
+    assert d.committed_rows(1) == [0]                         # not walked yet: the root alone
+    logits = torch.full((4, V), -5.0)
+    logits[0, 1] = logits[1, 2] = logits[2, 0] = logits[3, 3] = 5.0   # accepts 1, 2; corrects 3 -> 0
+    assert d.accept(logits, verify_round, sampler=Sampler(0.0)) == (2, 0)
+    assert d.accepted_nodes == [0, 1] and d.accepted(2) == [1, 2] and d.accepted(1) == [1]
+    assert d.committed_rows(3) == [0, 1, 2] and d.committed_rows(2) == [0, 1]   # a budget cut keeps fewer
+    assert Draft.empty().numel() == 0 and Draft([]).tokens.dtype == torch.long
+    with pytest.raises(TypeError, match=r"Tuple\.propose must return a Draft .*got tuple: return Draft"):
+        check_draft((torch.tensor([1]), None), type("Tuple", (), {})(), k=2, vocab_size=V)
+    with pytest.raises(ValueError, match=r"at most k=2 tokens, got 3"):
+        check_draft(d, NGramDrafter(), k=2, vocab_size=V)
+
+
 def test_lm_drafter_greedy_is_draft_greedy():
     g = torch.Generator().manual_seed(0)
     model = TableLM(chain_table(random_next_of(8, g), generator=g))
