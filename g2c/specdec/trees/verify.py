@@ -517,15 +517,15 @@ def tree_speculative_generate(target, drafter, prompt_ids, max_new_tokens: int, 
         if not (hasattr(target, "blocks") and hasattr(target, "token_embed")):
             raise TypeError(f"use_cache needs a TransformerLM target, got {type(target).__name__}")
     state = CachedTreeTarget(target, cache=target_cache) if use_cache else RecomputeTarget(target)
-    adapter = LMTreeDrafter(drafter, state, shape=tree, choices=None if tree == "dynamic" else shape,
-                            num_nodes=num_nodes, width=width, end=ids.numel() + max_new_tokens, sampling=sampling)
-    out, spec = speculative_sample(state, adapter, ids, max_new_tokens, k=num_nodes, temperature=temperature,
+    lm_trees = LMTreeDrafter(drafter, state, shape=tree, choices=None if tree == "dynamic" else shape,
+                             num_nodes=num_nodes, width=width, end=ids.numel() + max_new_tokens, sampling=sampling)
+    out, spec = speculative_sample(state, lm_trees, ids, max_new_tokens, k=num_nodes, temperature=temperature,
                                    top_k=top_k, top_p=top_p, generator=generator, eos_id=eos_id,
                                    on_pass=on_pass, repetition_penalty=repetition_penalty, stop_ids=stop_ids,
                                    stop_strings=stop_strings, decode=decode, logprobs=logprobs)
     stats = TreeStats(**{f.name: getattr(spec, f.name) for f in fields(SpecStats)})
     stats.logprobs = getattr(spec, "logprobs", None)
-    stats.drafter_passes, stats.expected_accepted = adapter.drafter_passes, adapter.expected_accepted
+    stats.drafter_passes, stats.expected_accepted = lm_trees.drafter_passes, lm_trees.expected_accepted
     if use_cache:
         stats.kv_bytes_moved, stats.kv_rows_dropped = state.kv_bytes_moved, state.kv_rows_dropped
     return out, stats
