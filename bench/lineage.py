@@ -82,7 +82,6 @@ The benchmark measures the ANSWER KEY, not your code: reference solutions are ap
 from __future__ import annotations
 
 import argparse
-import inspect
 import json
 import statistics
 import sys
@@ -107,10 +106,12 @@ from g2c.specdec.lineage import (
     lineage_generate,
     target_layer_pass,
 )
+from g2c.specdec.sampling.draft import Draft
 from g2c.specdec.sampling.drafters import LMDrafter, NGramDrafter, Sampler
 from g2c.specdec.sampling.eagle import MTPDrafter
 from g2c.specdec.sampling.loop import speculative_sample
 from g2c.specdec.sampling.target import CachedTarget
+from g2c.specdec.trees import DraftTree
 
 ROOT = Path(__file__).resolve().parent.parent
 TARGET = "StoryLM-30M"
@@ -452,29 +453,32 @@ def make(kind: str, model, k: int, sample: bool, device, draft_mode: str = "top"
 
 
 class VerifyClock:
-    """The seconds of the engine's acceptance walk: ``verify_round`` (a chain's verifiers, or a
-    ``TreeDraft``'s own walk) timed where ``speculative_sample`` looks it up, for one run; every loop
-    of the Beyond side is that engine, so this clocks them all. Restored on exit."""
+    """The seconds of the engine's acceptance walk: ``Draft.accept`` (a chain's verifiers through
+    ``verify_round``) and ``DraftTree.accept`` (a tree's own walk) timed for one run; every loop of
+    the Beyond side is that engine, so this clocks them all. Restored on exit."""
 
     def __init__(self) -> None:
         self.seconds = 0.0
 
     def __enter__(self) -> VerifyClock:
-        self._scope = scope = inspect.unwrap(speculative_sample).__globals__   # the engine's module
-        self._saved = inner = scope["verify_round"]
+        self._saved = [(cls, cls.__dict__["accept"]) for cls in (Draft, DraftTree)]
 
-        def verify_round(*args, **kwargs):
-            t0 = time.perf_counter()
-            try:
-                return inner(*args, **kwargs)                    # ends in Python ints: nothing left in flight
-            finally:
-                self.seconds += time.perf_counter() - t0
+        def timed(inner):
+            def accept(*args, **kwargs):
+                t0 = time.perf_counter()
+                try:
+                    return inner(*args, **kwargs)                # ends in Python ints: nothing left in flight
+                finally:
+                    self.seconds += time.perf_counter() - t0
+            return accept
 
-        scope["verify_round"] = verify_round
+        for cls, inner in self._saved:
+            cls.accept = timed(inner)
         return self
 
     def __exit__(self, *exc) -> None:
-        self._scope["verify_round"] = self._saved
+        for cls, inner in self._saved:
+            cls.accept = inner
 
 
 def run_row(target, kind, model, k, prompt, n, temperature, seed, draft_mode="top", penalty=1.0):
@@ -490,7 +494,7 @@ def run_row(target, kind, model, k, prompt, n, temperature, seed, draft_mode="to
                                           generator=g, repetition_penalty=penalty)
             return ids, stats, stats.draft_seconds, stats.target_seconds, walk.seconds
         clocked = ClockedTarget(target, drafter=drafter,
-                                want_hidden=bool(getattr(drafter, "wants_target_hidden", False)))
+                                want_hidden=drafter.reads == ("final_state",))
         ids, stats = speculative_sample(clocked, drafter, prompt, n, k=k, temperature=temperature, generator=g,
                                         repetition_penalty=penalty)
         return ids, stats, drafter.seconds, clocked.seconds, walk.seconds

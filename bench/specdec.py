@@ -207,7 +207,7 @@ class _Timed:
         t0 = self.clock()
         out = self.inner.propose(context_ids, k)
         self.seconds += self.clock() - t0
-        self.drafted += len(out[0])
+        self.drafted += out.numel()
         return out
 
     def commit(self, *a, **kw):

@@ -90,28 +90,26 @@ def test_lineage_fast_greedy_only_times_every_row(tmp_path):
 
 
 def test_verify_clock_times_the_engines_walk_and_puts_it_back():
-    """VerifyClock wraps the engine's verify_round for one run (chains and tree walks alike) and restores
-    it, also when the run raises."""
+    """VerifyClock wraps the drafts' acceptance walks (Draft.accept for chains, DraftTree.accept for trees)
+    for one run and restores them, also when the run raises."""
     bench = _bench()
-    import inspect
-
     import torch
 
-    from g2c.specdec.sampling.loop import speculative_sample
+    from g2c.specdec.sampling.draft import Draft
+    from g2c.specdec.sampling.drafters import Sampler
+    from g2c.specdec.sampling.loop import verify_round
+    from g2c.specdec.trees import DraftTree
 
-    scope = inspect.unwrap(speculative_sample).__globals__
-    original = scope["verify_round"]
+    originals = (Draft.accept, DraftTree.accept)
     logits = torch.zeros(3, 5)
     logits[:, 2] = 1.0
     with bench.VerifyClock() as clock:
-        assert scope["verify_round"] is not original
-        from g2c.specdec.sampling.drafters import Sampler
-        assert scope["verify_round"](torch.tensor([2, 2]), None, logits, sampler=Sampler(0.0, None, None),
-                                     generator=None) == (2, 2)
-    assert scope["verify_round"] is original and clock.seconds > 0
+        assert Draft.accept is not originals[0] and DraftTree.accept is not originals[1]
+        assert Draft(torch.tensor([2, 2])).accept(logits, verify_round, sampler=Sampler(0.0, None, None)) == (2, 2)
+    assert (Draft.accept, DraftTree.accept) == originals and clock.seconds > 0
     with pytest.raises(RuntimeError), bench.VerifyClock():
         raise RuntimeError("a row failed")
-    assert scope["verify_round"] is original
+    assert (Draft.accept, DraftTree.accept) == originals
 
 
 @pytest.mark.ladder

@@ -32,6 +32,7 @@ import g2c.specdec.sampling.controls as controls
 from g2c.sampling import generate
 from g2c.sampling.warpers import apply_repetition_penalty
 from g2c.specdec.sampling.controls import ControlledTarget, StopRule, row_histories
+from g2c.specdec.sampling.draft import Draft
 from g2c.specdec.sampling.drafters import Drafter, LMDrafter, Sampler
 from g2c.specdec.sampling.loop import speculative_sample
 from g2c.specdec.sampling.target import CachedTarget, RecomputeTarget
@@ -55,8 +56,8 @@ def plain_cut(new: list[int], *, stop_ids=(), stop_strings=()) -> list[int]:
 # -- the pieces --------------------------------------------------------------------------------
 def test_row_histories_of_a_chain():
     """Row i of a chain follows draft[:i] (a tree's rows follow their paths: tests/test_specdec_engine.py)."""
-    assert row_histories(torch.tensor([5, 6, 7])) == [[], [5], [5, 6], [5, 6, 7]]
-    assert row_histories(torch.zeros(0, dtype=torch.long)) == [[]]
+    assert row_histories(Draft(torch.tensor([5, 6, 7]))) == [[], [5], [5, 6], [5, 6, 7]]
+    assert row_histories(Draft.empty()) == [[]]
 
 
 def test_stop_rule_cuts_at_the_first_stopping_token():
@@ -223,7 +224,7 @@ class _PenalisedQ(Drafter):
             tokens.append(tok)
             rows.append(q)
             hist.append(tok)
-        return torch.tensor(tokens), torch.stack(rows)
+        return Draft(torch.tensor(tokens), torch.stack(rows))
 
 
 def _counts(drafter, theta, *, seed, runs=1500, **kw):
@@ -271,8 +272,8 @@ def test_controlled_target_keeps_the_inner_targets_state():
         wrapped = ControlledTarget(inner)
         prompt = torch.tensor([3, 1, 4])
         wrapped.start(prompt)
-        a, _ = wrapped.score(prompt, torch.tensor([1, 5]))
+        a, _ = wrapped.score(prompt, Draft(torch.tensor([1, 5])))
         inner.start(prompt)
-        b, _ = inner.score(prompt, torch.tensor([1, 5]))
+        b, _ = inner.score(prompt, Draft(torch.tensor([1, 5])))
         torch.testing.assert_close(a, b)
         assert wrapped.max_seq_len == 16 and wrapped.vocab_size == target.vocab_size

@@ -238,9 +238,9 @@ def test_one_mtp_drafter_serves_cached_and_recomputing_targets():
             self.seen = []
 
         def propose(self, context_ids, k):
-            draft, q = super().propose(context_ids, k)
-            self.seen.append((context_ids.tolist(), draft.tolist()))
-            return draft, q
+            draft = super().propose(context_ids, k)
+            self.seen.append((context_ids.tolist(), draft.tokens.tolist()))
+            return draft
 
     drafter = Guesses(head)
     out, _ = speculative_sample(target, drafter, prompt, 12, k=1, temperature=0.0, use_cache=True)
@@ -251,14 +251,15 @@ def test_one_mtp_drafter_serves_cached_and_recomputing_targets():
 
 
 def test_a_drafter_that_rereads_the_window_is_refused_with_use_cache():
-    """``use_cache=True`` hands a drafter only the committed rows' states: a drafter that wants the
-    whole window's every round (``wants_target_hidden`` without ``incremental_hidden``) is refused."""
+    """The engine hands a drafter what its ``reads`` declares, and only the protocol's three forms: a
+    drafter that asks for the whole window's states every round is refused by name."""
     from g2c.specdec.sampling.drafters import Drafter
 
     class WholeWindow(Drafter):
-        wants_target_hidden = True
+        reads = ("final_state", "whole_window")
 
-    with pytest.raises(ValueError, match="use_cache=True cannot serve WholeWindow: .* incremental_hidden"):
+    with pytest.raises(ValueError, match=r"WholeWindow\.reads must be \('tokens',\), \('final_state',\) or "
+                                         r"\('layers', \(i, j, \.\.\.\)\)"):
         speculative_sample(_lm(2), WholeWindow(), _prompt(), 4, use_cache=True)
 
 

@@ -371,21 +371,22 @@ def test_every_drafter_declares_what_it_reads():
     """One drafter protocol: every shipped drafter says what it reads of the target (tokens, the final
     state, or chosen layers), and a drafter that reads states is handed them the way it says."""
     from g2c.specdec.lineage import CachedTreeTarget, TreeDrafter
-    from g2c.specdec.sampling.drafters import Drafter
-    from g2c.specdec.trees import LMTreeDrafter, RecomputeTreeTarget
+    from g2c.specdec.sampling.drafters import Drafter, check_reads
+    from g2c.specdec.sampling.target import RecomputeTarget
+    from g2c.specdec.trees import LMTreeDrafter
     lm, lm4 = _model("lm"), _model("lm4")
     for kind in ("lm", "lm-cached", "ngram", "mtp", "mtp-cached", "eagle"):
         drafter = _sample_drafter(kind, lm, False)
         assert drafter.reads == (("final_state",) if kind.startswith(("mtp", "eagle")) else ("tokens",)), kind
-        assert drafter.wants_target_hidden == (drafter.reads == ("final_state",)), kind
+        assert check_reads(drafter) == drafter.reads and not hasattr(drafter, "wants_target_hidden"), kind
     for kind in ("medusa", "eagle-chain", "eagle2", "eagle-static", "eagle3", "block"):
         inner = _lineage_drafter(kind, lm4)
         target = CachedTreeTarget(lm4, layers=inner.target_layers)
         assert isinstance(inner, TreeDrafter) and isinstance(inner, Drafter), kind       # one protocol
         assert inner.bind(target, num_nodes=4, end=10) is inner
-        assert inner.reads == ("layers", tuple(inner.target_layers)) and not inner.wants_target_hidden, kind
+        assert check_reads(inner) == ("layers", tuple(inner.target_layers)), kind
         assert (len(inner.target_layers) > 0) == (kind in ("eagle3", "block")), kind
-    tree = LMTreeDrafter(_model("lm-draft"), RecomputeTreeTarget(lm), shape="chain", choices=[(0,)], num_nodes=2,
+    tree = LMTreeDrafter(_model("lm-draft"), RecomputeTarget(lm), shape="chain", choices=[(0,)], num_nodes=2,
                          width=2, end=10, sampling={})
     assert tree.reads == ("tokens",)
 
@@ -481,7 +482,7 @@ def test_each_tree_row_is_penalised_with_its_own_path():
     from g2c.sampling.warpers import apply_repetition_penalty
     from g2c.specdec.sampling.controls import ControlledTarget, row_histories
     from g2c.specdec.sampling.target import Target
-    from g2c.specdec.trees import DraftTree, TreeDraft
+    from g2c.specdec.trees import DraftTree
 
     class Rows(Target):                      # every row the same raw logits: only the penalty differs
         model = _model("lm")
@@ -489,8 +490,7 @@ def test_each_tree_row_is_penalised_with_its_own_path():
         def score(self, context_ids, draft):
             return torch.linspace(-2.0, 3.0, 32).repeat(len(draft) + 1, 1), None
 
-    tree = DraftTree(torch.tensor([4, 5, 9, 1]), torch.tensor([-1, -1, 0, 1]))   # 0 -> 2, 1 -> 3
-    draft = TreeDraft(tree)
+    draft = DraftTree(torch.tensor([4, 5, 9, 1]), torch.tensor([-1, -1, 0, 1]))   # 0 -> 2, 1 -> 3
     assert row_histories(draft) == [[], [4], [5], [4, 9], [5, 1]]
     context = torch.tensor([7, 7, 2])
     rows, _ = ControlledTarget(Rows(), repetition_penalty=2.0).score(context, draft)
@@ -498,3 +498,75 @@ def test_each_tree_row_is_penalised_with_its_own_path():
     for row, path in zip(rows, [[], [4], [5], [4, 9], [5, 1]]):
         torch.testing.assert_close(row, apply_repetition_penalty(raw, torch.tensor([7, 7, 2] + path), 2.0))
     assert not torch.equal(rows[2], apply_repetition_penalty(raw, torch.tensor([7, 7, 2, 4]), 2.0))   # flat order
+
+
+# -- the behaviour lock (issue 54, item 7) -------------------------------------------------------------
+# Every shipped drafter, run through the engine on a cached target: the target is scored through the
+# trunk (module 16's forward_rows) exactly once per round, after one prefill, and a drafter that reads
+# the target's states gets them from the engine (its commit's target_hidden), never from a pass of its
+# own. Counted by behaviour, not by name: a second target pass in a round, a drafter that runs the
+# target itself, or a head that drafts without the engine's states fails here. (Tree drafters still pull
+# their states from the tree target they are bound to: issue 54, item 3.)
+CHAIN_DRAFTERS = ("lm-cached", "ngram", "mtp", "eagle")
+TREE_DRAFTERS = ("lm-chain", "lm-static", "lm-dynamic", "medusa", "eagle-chain", "eagle2", "eagle-static",
+                 "eagle3", "block")
+
+
+def _count_trunk_passes(model, calls: list):
+    """Count ``model``'s trunk passes: ``forward_rows`` hands a model with its own ``forward_rows`` (a
+    fast backend) every pass; this one records the block length and runs the teaching trunk."""
+    from g2c.kvcache import forward as trunk
+
+    def own(ids, cache, **kw):
+        calls.append(int(ids.shape[1]))
+        del model.forward_rows
+        try:
+            return trunk.forward_rows(model, ids, cache, **kw)
+        finally:
+            model.forward_rows = own
+
+    model.forward_rows = own
+
+
+@pytest.mark.parametrize("kind", CHAIN_DRAFTERS + TREE_DRAFTERS)
+def test_every_drafter_scores_the_target_once_per_round_through_the_trunk(kind):
+    from g2c.specdec.lineage import lineage_generate
+    from g2c.specdec.sampling.loop import speculative_sample
+    from g2c.specdec.trees import tree_speculative_generate
+
+    target = _lm(2, layers=4, max_seq_len=40)            # the whole run stays inside the window: no re-prefill
+    prompt, budget = _prompt(32, 5, 11), 14
+    calls, passes, hidden = [], [], []
+    if kind in CHAIN_DRAFTERS:
+        from g2c.specdec.sampling.drafters import LMDrafter
+        drafter = (LMDrafter(_lm(3, dim=8, layers=1, max_seq_len=40), use_cache=True) if kind == "lm-cached"
+                   else _sample_drafter(kind, target, False))
+        inner = drafter.commit
+
+        def commit(ids, num_accepted, *, target_hidden=None):
+            hidden.append(None if target_hidden is None else tuple(target_hidden.shape))
+            return inner(ids, num_accepted, target_hidden=target_hidden)
+
+        drafter.commit = commit
+        _count_trunk_passes(target, calls)
+        ids, stats = speculative_sample(target, drafter, prompt, budget, k=3, temperature=0.0,
+                                        on_pass=_on_pass(passes), use_cache=True)
+    elif kind.startswith("lm-"):
+        _count_trunk_passes(target, calls)
+        ids, stats = tree_speculative_generate(target, _lm(3, dim=8, layers=1, max_seq_len=40), prompt, budget,
+                                               tree=kind[3:], num_nodes=4, width=2 if kind == "lm-dynamic" else None,
+                                               temperature=0.0, on_pass=_on_pass(passes), use_cache=True)
+    else:
+        drafter = _lineage_drafter(kind, target)
+        _count_trunk_passes(target, calls)
+        ids, stats = lineage_generate(target, drafter, prompt, budget, num_nodes=4, temperature=0.0,
+                                      on_pass=_on_pass(passes))
+    del target.forward_rows
+    assert ids.tolist()[:5] == prompt and len(ids) == 5 + budget
+    assert stats.target_passes == len(passes) >= 2
+    assert calls[0] == 4 and len(calls) == 1 + len(passes), (kind, calls, len(passes))   # prefill, then 1 a round
+    assert stats.drafted > 0, kind                         # every drafter drafted: the rounds were real
+    if kind in ("mtp", "eagle"):                           # the heads read the target's states: from the engine
+        assert len(hidden) == len(passes) and all(h is not None and h[0] >= 1 for h in hidden), hidden
+    elif kind in CHAIN_DRAFTERS:
+        assert hidden == [None] * len(passes)              # a token drafter is handed no states

@@ -503,9 +503,9 @@ def test_eagle_chain_and_the_width_one_tree_draft_the_same_tokens(k):
 
     class Chain(EagleDrafter):
         def propose(self, ids, k_round):
-            draft, q = super().propose(ids, k_round)
-            drafts["chain"][len(ids)] = draft.tolist()
-            return draft, q
+            draft = super().propose(ids, k_round)
+            drafts["chain"][len(ids)] = draft.tokens.tolist()
+            return draft
 
     class Tree(EagleTreeDrafter):
         def draft(self, ids, *, max_nodes, max_depth):

@@ -44,6 +44,7 @@ from g2c.specdec.sampling.controllers import (
     optimal_k,
     speedup,
 )
+from g2c.specdec.sampling.draft import Draft
 from g2c.specdec.sampling.drafters import Drafter, LMDrafter, NGramDrafter, Sampler, ngram_lookup
 from g2c.specdec.sampling.eagle import MTPDrafter
 from g2c.specdec.sampling.loop import speculative_sample, verify_round
@@ -114,7 +115,7 @@ class _Recorder(Drafter):
     def __init__(self, inner) -> None:
         self.inner = inner
         self.vocab_size = inner.vocab_size
-        self.wants_target_hidden = getattr(inner, "wants_target_hidden", False)
+        self.reads = inner.reads
         self.proposals: list[list[int]] = []
         self.commits: list[tuple[int, int]] = []
 
@@ -122,9 +123,9 @@ class _Recorder(Drafter):
         self.inner.start(prompt_ids, sampler=sampler, generator=generator)
 
     def propose(self, context_ids, k):
-        draft, q = self.inner.propose(context_ids, k)
-        self.proposals.append(draft.tolist())
-        return draft, q
+        draft = self.inner.propose(context_ids, k)
+        self.proposals.append(draft.tokens.tolist())
+        return draft
 
     def commit(self, context_ids, num_accepted, *, target_hidden=None):
         self.commits.append((len(context_ids), num_accepted))
@@ -167,12 +168,35 @@ def test_sampler_rejects_bad_settings():
         Sampler(0.0).probs(torch.zeros(3))
 
 
+def test_a_chain_is_a_width_one_draft():
+    """The one draft value: a chain's node i has parent i - 1 and sits at length + i + 1, reads causally
+    (allowed None), walks with the verifier it is given, and commits the root plus the accepted nodes
+    whose successors were emitted."""
+    from g2c.specdec.sampling.draft import check_draft
+
+    d = Draft(torch.tensor([1, 2, 3]))
+    assert d.parents.tolist() == [-1, 0, 1] and d.depths.tolist() == [1, 2, 3] and d.numel() == len(d) == 3
+    assert d.positions(4).tolist() == [4, 5, 6, 7] and d.allowed(4) is None
+    assert d.committed_rows(1) == [0]                         # not walked yet: the root alone
+    logits = torch.full((4, V), -5.0)
+    logits[0, 1] = logits[1, 2] = logits[2, 0] = logits[3, 3] = 5.0   # accepts 1, 2; corrects 3 -> 0
+    assert d.accept(logits, verify_round, sampler=Sampler(0.0)) == (2, 0)
+    assert d.accepted_nodes == [0, 1] and d.accepted(2) == [1, 2] and d.accepted(1) == [1]
+    assert d.committed_rows(3) == [0, 1, 2] and d.committed_rows(2) == [0, 1]   # a budget cut keeps fewer
+    assert Draft.empty().numel() == 0 and Draft([]).tokens.dtype == torch.long
+    with pytest.raises(TypeError, match=r"Tuple\.propose must return a Draft .*got tuple: return Draft"):
+        check_draft((torch.tensor([1]), None), type("Tuple", (), {})(), k=2, vocab_size=V)
+    with pytest.raises(ValueError, match=r"at most k=2 tokens, got 3"):
+        check_draft(d, NGramDrafter(), k=2, vocab_size=V)
+
+
 def test_lm_drafter_greedy_is_draft_greedy():
     g = torch.Generator().manual_seed(0)
     model = TableLM(chain_table(random_next_of(8, g), generator=g))
     drafter = LMDrafter(model)
     drafter.start(torch.tensor([1]), sampler=Sampler(1.0), generator=g)
-    draft, q = drafter.propose(torch.tensor([3, 5]), 4)
+    proposal = drafter.propose(torch.tensor([3, 5]), 4)
+    draft, q = proposal.tokens, proposal.proposal_probs
     assert q is None and draft.tolist() == draft_greedy(model, [3, 5], 4).tolist()
 
 
@@ -181,7 +205,8 @@ def test_lm_drafter_sampling_returns_warped_q_rows():
     drafter = LMDrafter(model, sample=True)
     drafter.start(torch.tensor([0]), sampler=Sampler(1.0, top_k=2), generator=torch.Generator().manual_seed(1))
     ctx = torch.tensor([2, 1])
-    draft, q = drafter.propose(ctx, 3)
+    proposal = drafter.propose(ctx, 3)
+    draft, q = proposal.tokens, proposal.proposal_probs
     assert draft.shape == (3,) and q.shape == (3, V) and q.dtype == torch.float32
     prev = [1] + draft.tolist()[:-1]
     for i in range(3):    # row i is the warped drafter row after the token before draft i
@@ -380,16 +405,16 @@ def test_speculative_sample_validates_inputs():
 
     class TooLong(Drafter):
         def propose(self, context_ids, k):
-            return torch.zeros(k + 1, dtype=torch.long), None
+            return Draft(torch.zeros(k + 1, dtype=torch.long))
 
-    with pytest.raises(ValueError, match=r"TooLong.propose must return draft_ids .* at most k="):
+    with pytest.raises(ValueError, match=r"TooLong.propose must return a draft of at most k="):
         speculative_sample(target, TooLong(), [1], 3, temperature=0.0)
 
     class BadProbs(Drafter):
         def propose(self, context_ids, k):
-            return torch.zeros(k, dtype=torch.long), torch.ones(k, V + 1)
+            return Draft(torch.zeros(k, dtype=torch.long), torch.ones(k, V + 1))
 
-    with pytest.raises(ValueError, match=r"draft_probs of shape \(k', V\)"):
+    with pytest.raises(ValueError, match=r"BadProbs.propose: draft.proposal_probs has V=5 but the target has V=4"):
         speculative_sample(target, BadProbs(), [1], 3)
 
     class BadController(StaticK):

@@ -227,8 +227,8 @@ def test_use_cache_validates():
         speculative_sample(table, NGramDrafter(), [1, 2], 3, use_cache=True)
     with pytest.raises(TypeError, match="TransformerLM"):
         LMDrafter(table, use_cache=True)
-    whole_window = type("WholeWindow", (Drafter,), {"wants_target_hidden": True})   # reads every state, each round
-    with pytest.raises(ValueError, match="use_cache"):
+    whole_window = type("WholeWindow", (Drafter,), {"reads": ("whole_window",)})   # not a form the engine serves
+    with pytest.raises(ValueError, match=r"WholeWindow\.reads must be \('tokens',\), \('final_state',\) or"):
         speculative_sample(target, whole_window(), [1, 2], 3, use_cache=True)
     with pytest.raises(ValueError, match="use_cache"):
         speculative_sample(target, LMDrafter(drafter), [1, 2], 3, on_round=print)

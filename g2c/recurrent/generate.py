@@ -21,8 +21,9 @@ from collections.abc import Callable
 import torch
 
 from g2c.sampling.generate import as_token_ids
-from g2c.sampling.model import check_count, check_eos_id, check_score_rows, check_whole
+from g2c.sampling.model import check_count, check_eos_id, check_score_rows, check_whole, eval_mode
 from g2c.specdec import SpecStats, draft_greedy
+from g2c.specdec.sampling.draft import Draft
 from g2c.specdec.sampling.drafters import Drafter
 from g2c.specdec.sampling.loop import speculative_sample
 from g2c.specdec.sampling.target import Target, chain_only
@@ -107,8 +108,8 @@ class TransactionTarget(Target):
     def visible(self, context_ids: torch.Tensor) -> int:
         return len(context_ids) if self.model.attention_layers else 0
 
-    def score(self, context_ids: torch.Tensor, draft_ids: torch.Tensor):
-        draft_ids = chain_only(draft_ids, self)
+    def score(self, context_ids: torch.Tensor, draft):
+        draft_ids = chain_only(draft, self)
         self._length = len(context_ids)
         self.txn.begin()
         return self.txn.advance(torch.cat([context_ids[-1:], draft_ids])), None    # (k'+1, V)
@@ -129,11 +130,11 @@ class FunctionDrafter(Drafter):
     def __init__(self, draft: Callable[[torch.Tensor, int], torch.Tensor]) -> None:
         self.draft = draft
 
-    def propose(self, context_ids: torch.Tensor, k: int) -> tuple[torch.Tensor, None]:
+    def propose(self, context_ids: torch.Tensor, k: int) -> Draft:
         proposal = torch.as_tensor(self.draft(context_ids, k)).long().cpu().view(-1)
         if proposal.numel() != k:
             raise ValueError(f"draft returned {proposal.numel()} tokens for k={k}; it must return exactly k ids")
-        return proposal, None
+        return Draft(proposal)
 
 
 @torch.no_grad()
@@ -159,9 +160,7 @@ def plain_greedy(model: RecurrentLM, prompt_ids, max_new_tokens: int, *,
     """
     ids = as_token_ids(prompt_ids, "prompt_ids", vocab_size=model.vocab_size)
     _check_budget(model, ids.numel(), max_new_tokens)
-    mode = model.training
-    model.eval()
-    try:
+    with eval_mode(model):
         state = DecodeState(model)
         logits = state.feed(ids)[-1]
         for step in range(max_new_tokens):
@@ -171,8 +170,6 @@ def plain_greedy(model: RecurrentLM, prompt_ids, max_new_tokens: int, *,
                 on_token(state, ids)
             if step < max_new_tokens - 1:                    # the newest token is fed only when needed
                 logits = state.feed(ids[-1:])[-1]
-    finally:
-        model.train(mode)
     return ids
 
 

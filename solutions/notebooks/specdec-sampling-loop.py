@@ -20,6 +20,7 @@ from tqdm.auto import tqdm  # progress bars: a widget under Jupyter, text elsewh
 
 from g2c.assets import load_model
 from g2c.specdec.sampling.controllers import CostModelK, optimal_k
+from g2c.specdec.sampling.draft import Draft
 from g2c.specdec.sampling.drafters import Drafter, LMDrafter, NGramDrafter, Sampler
 from g2c.specdec.sampling.loop import speculative_sample
 
@@ -135,8 +136,8 @@ class EarliestNGram(Drafter):
             suffix = seq[-n:]
             for i in range(len(seq) - n):
                 if seq[i:i + n] == suffix:
-                    return torch.tensor(seq[i + n:i + n + k], dtype=torch.long), None
-        return torch.zeros(0, dtype=torch.long), None
+                    return Draft(torch.tensor(seq[i + n:i + n + k], dtype=torch.long))
+        return Draft.empty()
         # END SOLUTION
 
 

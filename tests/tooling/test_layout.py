@@ -255,12 +255,12 @@ TARGET_PASSES = {"cached_hidden_states", "masked_hidden_states", "tree_forward",
                  "cached_tree_forward", "target_layer_pass", "ragged_forward", "forward_rows", "hidden_states",
                  "cached_forward", "score", "extend", "advance"}
 VERIFIERS = {"greedy_verify", "speculative_verify", "verify_round", "greedy_tree_verify", "tree_speculative_verify",
-             "typical_tree_verify", "typical_accept"}
+             "typical_tree_verify", "typical_accept", "accept"}
 ROUNDS = {"g2c/specdec/generate.py::speculative_generate", "g2c/specdec/mtp.py::mtp_generate",
           "g2c/specdec/sampling/loop.py::speculative_sample",
           "g2c/specdec/lab/batched.py::batched_speculative_generate"}
 # Rounds still waiting to become presets of the engine (issue 28, items 3-5): this list may only shrink.
-# Empty since tree_speculative_generate and lineage_generate became presets (TreeDraft, tree targets).
+# Empty since tree_speculative_generate and lineage_generate became presets (a DraftTree, tree targets).
 NOT_YET_PRESETS: set[str] = set()
 
 

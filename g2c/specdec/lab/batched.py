@@ -47,7 +47,14 @@ import torch
 
 from g2c.kvcache.ragged import RaggedKVCache, ragged_forward
 from g2c.sampling.generate import as_token_ids
-from g2c.sampling.model import check_count, check_eos_id, check_language_model, check_same_vocab, check_whole
+from g2c.sampling.model import (
+    check_count,
+    check_eos_id,
+    check_language_model,
+    check_same_vocab,
+    check_whole,
+    eval_mode,
+)
 from g2c.specdec.generate import draft_room
 
 __all__ = ["BatchedResult", "RaggedKV", "batched_greedy", "batched_speculative_generate", "ragged_forward"]
@@ -145,9 +152,7 @@ def batched_greedy(model, prompts, max_new_tokens: int, *, eos_id: int | None = 
     """
     prompts = _check([model], prompts, max_new_tokens)
     eos_id = check_eos_id(eos_id, model.vocab_size)                # None, or an id the loop can emit
-    mode = model.training
-    model.eval()
-    try:
+    with eval_mode(model):
         B = len(prompts)
         seqs = [p.tolist() for p in prompts]
         res = BatchedResult(outputs=[], rounds=[[] for _ in range(B)], token_times=[[] for _ in range(B)])
@@ -178,8 +183,6 @@ def batched_greedy(model, prompts, max_new_tokens: int, *, eos_id: int | None = 
                 active = [active[i] for i in keep]
         res.outputs = [torch.tensor(s, dtype=torch.long) for s in seqs]
         return res
-    finally:
-        model.train(mode)
 
 
 @torch.no_grad()
@@ -225,10 +228,7 @@ def batched_speculative_generate(target, drafter, prompts, max_new_tokens: int, 
     prompts = _check([target, drafter], prompts, max_new_tokens)       # one vocabulary: check_same_vocab
     eos_id = check_eos_id(eos_id, target.vocab_size)                # None, or an id the loop can emit
     window = min(target.max_seq_len, drafter.max_seq_len)
-    modes = (target.training, drafter.training)
-    target.eval()
-    drafter.eval()
-    try:
+    with eval_mode(target, drafter):
         B = len(prompts)
         seqs = [p.tolist() for p in prompts]
         res = BatchedResult(outputs=[], rounds=[[] for _ in range(B)], token_times=[[] for _ in range(B)])
@@ -298,6 +298,3 @@ def batched_speculative_generate(target, drafter, prompts, max_new_tokens: int, 
                 active = [active[i] for i in keep]
         res.outputs = [torch.tensor(s, dtype=torch.long) for s in seqs]
         return res
-    finally:
-        target.train(modes[0])
-        drafter.train(modes[1])

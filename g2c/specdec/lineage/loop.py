@@ -219,27 +219,16 @@ def lineage_generate(target, drafter: TreeDrafter, prompt_ids, max_new_tokens: i
     bad = [i for i in layers if not 0 <= i < len(target.blocks)]
     if bad:
         raise ValueError(f"the drafter reads layers {layers}, but the target has blocks 0..{len(target.blocks) - 1}")
-    head = getattr(drafter, "head", None)                   # optional: its trainable module, put in eval mode
-    modes = (target.training, None if head is None else head.training)
-    target.eval()
-    if head is not None:
-        head.eval()
     rule = None
     if acceptance == "typical":
         def rule(tree, probs, gen):
             return typical_tree_verify(tree, probs, epsilon=epsilon, delta=delta, generator=gen)
     target_state = CachedTreeTarget(target, layers=layers)
     drafter.bind(target_state, num_nodes=num_nodes, end=ids.numel() + max_new_tokens, rule=rule)
-    try:
-        out, spec = speculative_sample(target_state, drafter, ids, max_new_tokens, k=num_nodes,
-                                       temperature=temperature, top_k=top_k, top_p=top_p, generator=generator,
-                                       eos_id=eos_id, on_pass=on_pass, repetition_penalty=repetition_penalty,
-                                       stop_ids=stop_ids, stop_strings=stop_strings, decode=decode,
-                                       logprobs=logprobs)
-    finally:
-        target.train(modes[0])
-        if head is not None:
-            head.train(modes[1])
+    out, spec = speculative_sample(target_state, drafter, ids, max_new_tokens, k=num_nodes,   # modes: the engine's
+                                   temperature=temperature, top_k=top_k, top_p=top_p, generator=generator,
+                                   eos_id=eos_id, on_pass=on_pass, repetition_penalty=repetition_penalty,
+                                   stop_ids=stop_ids, stop_strings=stop_strings, decode=decode, logprobs=logprobs)
     stats = LineageStats(**{f.name: getattr(spec, f.name) for f in fields(SpecStats)})
     stats.draft_seconds, stats.target_seconds = drafter.draft_seconds, target_state.seconds
     stats.rounds_with_draft = drafter.rounds_with_draft

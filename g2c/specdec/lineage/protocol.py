@@ -24,7 +24,7 @@ from g2c.sampling.model import check_base_model
 
 from ..generate import draft_room
 from ..sampling.drafters import Drafter
-from ..trees import DraftTree, TreeDraft, chain_tree
+from ..trees import DraftTree, chain_tree
 
 __all__ = ["DRAFT_MODES", "HeadOnBase", "TreeDrafter", "chain_tree", "check_draft_mode", "masked_block",
            "masked_block_past"]
@@ -126,7 +126,7 @@ class TreeDrafter(Drafter):
     The engine's verbs (``start`` / ``propose`` / ``commit``) are provided: ``bind(target, ...)`` ties the
     drafter to the ``g2c.specdec.trees.CachedTreeTarget`` it drafts for (``lineage_generate`` does it),
     then ``start`` hands ``read_prefill`` the target's prefill states (again after every re-prefill past
-    the window: a new ``generation``), ``propose(ids, k)`` returns ``(TreeDraft, None)`` (a tree carries
+    the window: a new ``generation``), ``propose(ids, k)`` returns a ``DraftTree`` (a tree carries
     its own q rows) of at most ``draft_room(num_nodes, visible, window)`` nodes, none deeper than
     ``min(tokens left - 1, room)`` (a deeper node could never be emitted with its bonus), and ``commit``
     hands ``read_commit`` the root and accepted path's rows. ``reads`` declares the capability:
@@ -192,7 +192,7 @@ class TreeDrafter(Drafter):
             target: the ``CachedTreeTarget`` it drafts for (its ``layers`` are the drafter's).
             num_nodes: the node budget per pass, >= 1.
             end: the length of the context at which the budget is spent (prompt + max_new_tokens).
-            rule: the ``TreeDraft`` acceptance rule at T > 0 (None: exact).
+            rule: the ``DraftTree`` acceptance rule at T > 0 (None: exact).
         """
         self._bound = {"target": target, "num_nodes": num_nodes, "end": end, "rule": rule, "generation": None}
         self.draft_seconds, self.rounds_with_draft = 0.0, 0
@@ -226,7 +226,7 @@ class TreeDrafter(Drafter):
         self._bound["generation"] = None
         self._sync(prompt_ids)
 
-    def propose(self, context_ids: torch.Tensor, k: int):
+    def propose(self, context_ids: torch.Tensor, k: int) -> DraftTree:
         self._sync(context_ids)                           # the target re-prefilled past the window
         t, b = self._target(), self._bound
         room = draft_room(b["num_nodes"], context_ids.numel() - t.start_pos, t.window)
@@ -241,7 +241,8 @@ class TreeDrafter(Drafter):
         synchronize(t.device)
         self.draft_seconds += time.perf_counter() - t0
         self.rounds_with_draft += int(tree.num_nodes > 0)
-        return TreeDraft(tree, rule=b["rule"]), None
+        tree.rule = b["rule"]
+        return tree
 
     def commit(self, context_ids: torch.Tensor, num_accepted: int, *, target_hidden=None) -> None:
         t = self._target()

@@ -11,11 +11,12 @@ module 16's KV cache, where rollback is a pointer move (``speculative_generate_c
 from .cached import CachedScorer, RoundRecord, mtp_generate_cached, speculative_generate_cached, summarize_rounds
 from .controllers import CostModelK, HeuristicK, StaticK, expected_tokens_per_round, optimal_k, speedup
 from .controls import ControlledTarget, StopRule
+from .draft import Draft
 from .drafters import Drafter, LMDrafter, NGramDrafter, Sampler, ngram_lookup
 from .eagle import EagleDrafter, FeatureDrafter, MTPDrafter, eagle_loss
 from .loop import CachedTarget, FullContextTarget, RecomputeTarget, speculative_sample, verify_round
 
-__all__ = sorted(["CachedScorer", "CachedTarget", "ControlledTarget", "CostModelK",
+__all__ = sorted(["CachedScorer", "CachedTarget", "ControlledTarget", "CostModelK", "Draft",
                   "Drafter", "EagleDrafter", "FeatureDrafter", "FullContextTarget", "HeuristicK", "LMDrafter",
                   "MTPDrafter", "NGramDrafter", "RecomputeTarget", "RoundRecord", "Sampler", "StaticK", "StopRule",
                   "eagle_loss",

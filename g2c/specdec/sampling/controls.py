@@ -77,16 +77,10 @@ def _stop_id_list(stop_ids) -> list:
 
 
 def row_histories(draft) -> list[list[int]]:
-    """The draft tokens that precede each scored row: R lists.
-
-    A chain (1-D ids, k' drafts): row i follows ``draft[:i]``, i = 0..k'. A tree (a
-    ``g2c.specdec.trees.TreeDraft``): row 0 follows the root (nothing drafted), row 1 + j the path
-    root -> node j (node j included)."""
-    if isinstance(draft, torch.Tensor):
-        tokens = draft.tolist()
-        return [tokens[:i] for i in range(len(tokens) + 1)]
-    tree = draft.tree
-    tokens, parents = tree.tokens.tolist(), tree.parents.tolist()
+    """The draft tokens that precede each scored row of a ``Draft``: 1 + n lists. Row 0 follows the
+    root (nothing drafted), row 1 + j the path root -> node j (node j included): for a chain,
+    ``draft.tokens[:j + 1]``."""
+    tokens, parents = draft.tokens.tolist(), draft.parents.tolist()
     paths: list[list[int]] = []
     for j, parent in enumerate(parents):
         paths.append((paths[parent] if parent >= 0 else []) + [tokens[j]])
@@ -235,12 +229,12 @@ class ControlledTarget(Target):
     def visible(self, context_ids: torch.Tensor) -> int:
         return self.inner.visible(context_ids)
 
-    def score(self, context_ids: torch.Tensor, draft_ids):
-        logits, states = self.inner.score(context_ids, draft_ids)          # (R, V), states | None
-        self._raw, self._draft, self._length = logits, draft_ids, len(context_ids)
+    def score(self, context_ids: torch.Tensor, draft):
+        logits, states = self.inner.score(context_ids, draft)              # (R, V), states | None
+        self._raw, self._draft, self._length = logits, draft, len(context_ids)
         if self.penalty == 1.0:
             return logits, states
-        histories = row_histories(draft_ids)
+        histories = row_histories(draft)
         if len(histories) != logits.shape[0]:
             raise RuntimeError(f"ControlledTarget: {type(self.inner).__name__} returned {logits.shape[0]} rows for "
                                f"a draft of {len(histories) - 1}; expected one row per draft token plus one")
@@ -252,8 +246,7 @@ class ControlledTarget(Target):
     def commit(self, context_ids: torch.Tensor, num_accepted: int) -> None:
         if self.keep_logprobs and self._raw is not None:
             emitted = context_ids[self._length:].tolist()
-            rows = (list(range(len(emitted))) if isinstance(self._draft, torch.Tensor)
-                    else self._draft.committed_rows(len(emitted)))
+            rows = self._draft.committed_rows(len(emitted))
             logp = torch.log_softmax(self._raw[rows].float(), dim=-1).cpu()      # (e, V)
             self.logprobs.extend(logp[torch.arange(len(rows)), torch.tensor(emitted)].tolist())
         self._raw = None

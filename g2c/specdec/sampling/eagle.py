@@ -32,10 +32,9 @@ This file holds:
     round: its output is a token distribution, not a feature it could feed back). It also
     serves an uncached target, so there is no second, window-recomputing MTP drafter.
 
-Both set ``incremental_hidden = True``: they keep their own state and need only the states of
-positions committed since their last ``commit``, so ``speculative_sample(..., use_cache=True)``
-may serve them from a cached target pass (the states of the scored rows) instead of a full
-window recompute.
+Both read ``("final_state",)``: they keep their own state and need only the states of positions
+committed since their last ``commit``, so ``speculative_sample(..., use_cache=True)`` serves them
+from a cached target pass (the states of the scored rows) instead of a full window recompute.
 
 Shape letters: B batch, T time, D width, V vocabulary, k draft length.
 """
@@ -52,6 +51,7 @@ from g2c.sampling.model import check_base_model, check_flag
 from g2c.transformer import Block
 
 from ..mtp import MTPHead
+from .draft import Draft
 from .drafters import Drafter, Sampler
 
 __all__ = ["EagleDrafter", "FeatureDrafter", "MTPDrafter", "eagle_loss"]
@@ -187,8 +187,6 @@ class _CachedHeadDrafter(Drafter):
     (h_t, token t+1): TRUE states for the committed rows, then (during ``propose``)
     speculative rows that the next ``commit`` crops away."""
 
-    wants_target_hidden = True
-    incremental_hidden = True
     reads = ("final_state",)
     max_draft: int | None = None
 
@@ -276,15 +274,15 @@ class _CachedHeadDrafter(Drafter):
         self._out = (length, out)
 
     @torch.no_grad()
-    def propose(self, context_ids: torch.Tensor, k: int) -> tuple[torch.Tensor, torch.Tensor | None]:
+    def propose(self, context_ids: torch.Tensor, k: int) -> Draft:
         if self._out is None or self._out[0] != len(context_ids):
-            return torch.zeros(0, dtype=torch.long), None
+            return Draft.empty()
         k = min(k, self.window // 2) if self.max_draft is None else min(k, self.max_draft)   # room after a refill
         if self._true_rows + k > self.window:
             self._out = (len(context_ids), self._refill(context_ids, self.window // 2))
         return self._draft(self._out[1], k)
 
-    def _draft(self, out: torch.Tensor, k: int) -> tuple[torch.Tensor, torch.Tensor | None]:
+    def _draft(self, out: torch.Tensor, k: int) -> Draft:
         raise NotImplementedError
 
 
@@ -300,8 +298,8 @@ class EagleDrafter(_CachedHeadDrafter):
         sample: False drafts the argmax of each step (q one-hot); True samples from the
             warped drafter distribution and returns the q rows (the loop's ``Sampler``).
 
-    Protocol (``g2c.specdec.sampling.drafters``): ``wants_target_hidden`` and ``incremental_hidden``
-    are True, so the loop hands ``commit`` the target's states of the positions committed
+    Protocol (``g2c.specdec.sampling.drafters``): ``reads = ("final_state",)``, so the loop hands
+    ``commit`` the target's states of the positions committed
     in that round (cached target) or of the whole window (uncached target); either way the
     drafter appends only the rows it has not seen. The first ``propose`` of a sequence, before
     any target pass, returns an empty draft.
@@ -314,7 +312,7 @@ class EagleDrafter(_CachedHeadDrafter):
     def __repr__(self) -> str:
         return f"EagleDrafter(sample={self.sample})"
 
-    def _draft(self, out: torch.Tensor, k: int) -> tuple[torch.Tensor, torch.Tensor | None]:
+    def _draft(self, out: torch.Tensor, k: int) -> Draft:
         tokens, rows = [], []
         feature = out                                                            # (D,) predicted h
         for step in range(k):
@@ -323,8 +321,7 @@ class EagleDrafter(_CachedHeadDrafter):
             rows.append(q)
             if step < k - 1:                                                     # feed (h', token): next feature
                 feature = self._run(feature.unsqueeze(0), torch.tensor([token]))[-1]
-        draft = torch.tensor(tokens, dtype=torch.long)
-        return draft, (None if rows[0] is None else torch.stack(rows))
+        return Draft(torch.tensor(tokens, dtype=torch.long), None if rows[0] is None else torch.stack(rows))
 
 
 class MTPDrafter(_CachedHeadDrafter):
@@ -332,7 +329,7 @@ class MTPDrafter(_CachedHeadDrafter):
 
     The head predicts token t+2 from the target's state h_t and token t+1 (Gloeckle et al.
     2024, §3.2). The loop hands this drafter the target's states from each verification pass
-    (``wants_target_hidden``), so after a pass that committed context ... x_t, x_{t+1} the head
+    (``reads = ("final_state",)``), so after a pass that committed context ... x_t, x_{t+1} the head
     already has h_t and x_{t+1}: its guess for the next position costs one head block over the
     newly committed rows (its own one-layer KV cache holds the earlier ones), no trunk pass.
     Before the first target pass there are no states yet, so the first ``propose`` returns an
@@ -367,7 +364,7 @@ class MTPDrafter(_CachedHeadDrafter):
     def __repr__(self) -> str:
         return f"MTPDrafter(sample={self.sample})"
 
-    def _draft(self, out: torch.Tensor, k: int) -> tuple[torch.Tensor, torch.Tensor | None]:
+    def _draft(self, out: torch.Tensor, k: int) -> Draft:
         logits = (head_unembed(self.head, self.head.ln_final(out)) + self.head.bias).float()   # (V,)
         token, q = self._choose(logits)
-        return torch.tensor([token]), (None if q is None else q.view(1, -1))
+        return Draft(torch.tensor([token]), None if q is None else q.view(1, -1))

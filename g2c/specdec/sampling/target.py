@@ -234,13 +234,15 @@ class CachedScorer:
         return self.cache.crop(min(self.cache.length, keep))
 
 
-def chain_only(draft_ids, target) -> torch.Tensor:
-    """The 1-D draft ids a chain target scores; a tree drafter's ``TreeDraft`` is refused by name. Provided."""
-    if not isinstance(draft_ids, torch.Tensor):
-        raise TypeError(f"{type(target).__name__} scores chains (1-D draft ids), got a {type(draft_ids).__name__}: "
-                        "a tree drafter needs a tree target (g2c.specdec.trees.CachedTreeTarget or "
-                        "RecomputeTreeTarget; the presets tree_speculative_generate and lineage_generate build one)")
-    return draft_ids
+def chain_only(draft, target) -> torch.Tensor:
+    """The (k',) int64 tokens of a chain ``Draft``, for a target that scores chains; a tree is
+    refused by name. Provided."""
+    if not getattr(draft, "chain", False):
+        raise TypeError(f"{type(target).__name__} scores chains (a g2c.specdec.sampling.Draft), got a "
+                        f"{type(draft).__name__}: a tree drafter needs a tree target (g2c.specdec.trees."
+                        "CachedTreeTarget, or a RecomputeTarget; the presets tree_speculative_generate and "
+                        "lineage_generate build one)")
+    return draft.tokens
 
 
 class Target:
@@ -269,7 +271,7 @@ class Target:
     def visible(self, context_ids: torch.Tensor) -> int:
         return len(context_ids)
 
-    def score(self, context_ids: torch.Tensor, draft_ids: torch.Tensor):
+    def score(self, context_ids: torch.Tensor, draft):
         raise NotImplementedError
 
     def commit(self, context_ids: torch.Tensor, num_accepted: int) -> None:
@@ -293,33 +295,43 @@ def _target_pass(target, block: torch.Tensor, num_rows: int, *, want_hidden: boo
 
 
 class RecomputeTarget(Target):
-    """The target's side of a round without a cache. Provided.
+    """The target's side of a round without a cache, for any ``Draft``. Provided.
 
     ``start`` has nothing to do; ``score`` runs one pass over the context cropped to
-    ``max_seq_len - k'`` tokens + the draft; ``commit`` has nothing to roll back (the next
-    pass recomputes everything); ``visible`` is the whole context (``draft_room`` keeps the
+    ``max_seq_len - depth`` tokens + the draft (``Draft.rows``: one causal pass for a chain, tree
+    attention or path-by-path passes for a ``DraftTree``); ``commit`` has nothing to roll back (the
+    next pass recomputes everything); ``visible`` is the whole context (``draft_room`` keeps the
     drafts to what fits; with none, ``score`` crops to the last ``max_seq_len``: module 11's
     sliding window).
 
     Args:
         target: ids (1, T) -> logits (1, T, V) with ``max_seq_len``, ``device``, ``vocab_size``.
-        want_hidden: also return the scored block's final states (``target.hidden_states``).
+        want_hidden: also return the scored block's final states (``target.hidden_states``; a chain).
 
+    Attributes: ``start_pos`` (0: nothing is cached), ``window`` (``max_seq_len``), ``last_draft``.
     Raises:
         TypeError: ``target`` is not a language model (``check_language_model``: a name, a drafter,
             a head); ``want_hidden`` is not a bool.
+        ValueError: at ``score``, a draft deeper than ``max_seq_len - 1`` (no row left for the context).
     """
+
+    start_pos = 0
 
     def __init__(self, target, *, want_hidden: bool = False) -> None:
         check_language_model(target, "RecomputeTarget's target")
         self.target = self.model = target
         self.want_hidden = check_flag(want_hidden, "want_hidden")
+        self.window = target.max_seq_len
+        self.last_draft = None
 
-    def score(self, context_ids: torch.Tensor, draft_ids: torch.Tensor):
-        """(logits (k'+1, V), states (T, D) of the whole scored block or None)."""
-        k_draft = chain_only(draft_ids, self).numel()
-        block = torch.cat([context_ids[-(self.target.max_seq_len - k_draft):], draft_ids])   # (T + k',)
-        return _target_pass(self.target, block, k_draft + 1, want_hidden=self.want_hidden)
+    def score(self, context_ids: torch.Tensor, draft):
+        """(logits (1 + n, V), states (T, D) of the whole scored block or None) for a ``Draft``."""
+        if draft.max_depth > self.window - 1:
+            raise ValueError(f"RecomputeTarget: a draft of depth {draft.max_depth} does not fit the window after "
+                             f"the context (room for {self.window - 1}); a drafter keeps its drafts within "
+                             "g2c.specdec.draft_room(k, visible context, max_seq_len)")
+        self.last_draft = draft
+        return draft.rows(self.target, context_ids, want_hidden=self.want_hidden)
 
 
 FullContextTarget = RecomputeTarget          # the name the specdec-sampling lesson first used
@@ -334,7 +346,7 @@ class CachedTarget(Target):
     cached pass over the pending token(s) + the k' drafts (k'+1 rows reserved); ``commit``
     crops the cache to the committed context, rolling back the rejected rows by moving the
     pointer, and reports the round to ``on_round`` as a ``RoundRecord``. With ``want_hidden``
-    (a drafter with ``incremental_hidden``, e.g. ``EagleDrafter``) ``score`` also returns the
+    (a drafter that reads ``("final_state",)``, e.g. ``EagleDrafter``) ``score`` also returns the
     final states of the rows this pass computed, the prompt's prefill rows prepended on the
     first pass: exactly the committed positions the drafter has not seen.
 
@@ -378,8 +390,8 @@ class CachedTarget(Target):
             self.scorer.refill(context_ids)
         return len(context_ids) - self.scorer.start
 
-    def score(self, context_ids: torch.Tensor, draft_ids: torch.Tensor):
-        self._draft, self._length = chain_only(draft_ids, self).tolist(), len(context_ids)
+    def score(self, context_ids: torch.Tensor, draft):
+        self._draft, self._length = chain_only(draft, self).tolist(), len(context_ids)
         logits = self.scorer.extend(context_ids, self._draft, num_rows=len(self._draft) + 1)   # (k'+1, V)
         if not self.want_hidden:
             return logits, None

@@ -20,8 +20,6 @@ from .tree import DraftTree, chain_choices, chain_tree, expected_tokens_per_pass
 from .verify import (
     CachedTreeTarget,
     LMTreeDrafter,
-    RecomputeTreeTarget,
-    TreeDraft,
     TreeStats,
     expected_accepted,
     greedy_tree_verify,
@@ -30,7 +28,7 @@ from .verify import (
     tree_speculative_verify,
 )
 
-__all__ = sorted(["CachedTreeTarget", "DraftTree", "LMTreeDrafter", "RecomputeTreeTarget", "TreeDraft", "TreeStats",
+__all__ = sorted(["CachedTreeTarget", "DraftTree", "LMTreeDrafter", "TreeStats",
                   "build_dynamic_tree", "build_static_tree", "cached_tree_forward", "chain_choices", "chain_tree",
                   "commit_tree_kv", "expected_accepted", "expected_tokens_per_pass", "greedy_tree_verify",
                   "node_acceptance_probs", "sample_children", "sampled_acceptance_probs", "static_choices",

@@ -46,37 +46,21 @@ from __future__ import annotations
 
 import heapq
 from collections.abc import Iterable
-from dataclasses import dataclass, field
 
 import torch
 
-from g2c.sampling.model import check_prob_rows, check_real, check_token_ids, check_whole, zero_prob_draws
+from g2c.sampling.model import check_real, check_whole
 
+from ..sampling.draft import Draft, as_long_1d
 from ..theory import tree_expected_tokens
 
 __all__ = ["DraftTree", "chain_choices", "chain_tree", "expected_tokens_per_pass", "node_acceptance_probs",
            "static_choices"]
 
 
-def _as_long_1d(x, name: str, who: str = "DraftTree") -> torch.Tensor:
-    if isinstance(x, (list, tuple)) and len(x) == 0:
-        return torch.zeros(0, dtype=torch.long)            # torch.as_tensor([]) would be float32
-    try:
-        t = torch.as_tensor(x)
-    except (TypeError, ValueError, RuntimeError, OverflowError):           # "abc", None, ragged rows
-        raise TypeError(f"{who}: {name} must be a 1-D integer tensor or list of ints, got {type(x).__name__} "
-                        f"{x!r:.40}") from None
-    if t.dim() != 1 or t.dtype.is_floating_point or t.dtype.is_complex or t.dtype == torch.bool:
-        raise ValueError(f"{who}: {name} must be a 1-D integer tensor, got shape {tuple(t.shape)} "
-                         f"dtype {t.dtype}")
-    if t.is_meta:
-        raise ValueError(f"{who}: {name} is on the meta device (a shape without values): build it on the CPU")
-    return t.long().cpu()
-
-
-@dataclass(frozen=True)
-class DraftTree:
-    """n draft nodes in the flattened order described in the module docstring. Provided.
+class DraftTree(Draft):
+    """n draft nodes in the flattened order described in the module docstring: the tree case of
+    ``g2c.specdec.sampling.Draft``, with its own attention and acceptance walk. Provided.
 
     Args:
         tokens: (n,) int64 drafted token ids (CPU), n >= 0.
@@ -86,92 +70,51 @@ class DraftTree:
             children). None means every node was chosen deterministically (a top-rank
             pick), i.e. one-hot rows; sampled verification then accepts node i with
             probability p(token_i) under the current residual.
+        rule: None (exact, lossless) or ``rule(tree, target_probs (n+1, V), generator) -> (path,
+            token)`` used by ``accept`` at temperature > 0 (``g2c.specdec.lineage.typical_tree_verify``
+            with its epsilon and delta bound).
+        measure: also compute ``expected`` at ``accept``: the tree formula's expected accepted
+            drafts under the target's own probabilities (``expected_accepted``; one-hot at T = 0).
 
-    Attributes (computed): ``depths`` (n,) int64, ``num_nodes``, ``max_depth``.
-
+    Attributes (computed): ``depths`` (n,) int64, ``num_nodes``, ``max_depth``; after ``accept``,
+    ``accepted_nodes`` (the accepted path) and, with ``measure``, ``expected``.
     Raises:
         TypeError: tokens or parents not readable as integers (None, text); proposal_probs not a
             tensor.
         ValueError: tokens/parents not 1-D integers of the same length; a negative token id; a
             parent index not in [-1, i) (the message names the node and says parents must come
             first); or proposal_probs not (n, V).
+    Sources: Miao et al., "SpecInfer", ASPLOS 2024, section 4 (tree attention, VerifyGreedy and
+    VerifyStochastic).
     """
 
-    tokens: torch.Tensor
-    parents: torch.Tensor
-    proposal_probs: torch.Tensor | None = None
-    depths: torch.Tensor = field(init=False, repr=False)
+    noun = "tree"
+    chain = False
 
-    def __post_init__(self) -> None:
-        tokens = _as_long_1d(self.tokens, "tokens")
-        parents = _as_long_1d(self.parents, "parents")
-        if tokens.numel() != parents.numel():
-            raise ValueError(f"DraftTree: tokens has {tokens.numel()} entries but parents has {parents.numel()}; "
-                             "give one parent per node")
-        if tokens.numel() and int(tokens.min()) < 0:        # an index from the end of every table it meets
-            raise ValueError(f"DraftTree: tokens holds the id {int(tokens.min())}; token ids are >= 0")
-        depths = torch.zeros_like(parents)
-        for i, p in enumerate(parents.tolist()):
-            if not -1 <= p < i:
-                raise ValueError(f"DraftTree: node {i} has parent {p}; parents must be -1 (the root) or an "
-                                 "earlier node (flattened order: parents before children)")
-            depths[i] = 1 if p < 0 else depths[p] + 1
-        if self.proposal_probs is not None:
-            q = self.proposal_probs
-            if not isinstance(q, torch.Tensor):
-                raise TypeError(f"DraftTree: proposal_probs must be an (n, V) tensor or None, got {type(q).__name__}")
-            if q.dim() != 2 or q.shape[0] != tokens.numel():
-                shape = tuple(q.shape) if isinstance(q, torch.Tensor) else type(q).__name__
-                raise ValueError(f"DraftTree: proposal_probs must be (n, V) = ({tokens.numel()}, V), got {shape}")
-        object.__setattr__(self, "tokens", tokens)
-        object.__setattr__(self, "parents", parents)
-        object.__setattr__(self, "depths", depths)
+    def __init__(self, tokens, parents, proposal_probs: torch.Tensor | None = None, *, rule=None,
+                 measure: bool = False) -> None:
+        self._set(as_long_1d(tokens, "tokens", "DraftTree"), as_long_1d(parents, "parents", "DraftTree"),
+                  proposal_probs)
+        self.rule, self.measure = rule, measure
+        self.expected: float | None = None
 
-    @classmethod
-    def check(cls, tree, vocab_size: int, *, source: str = "tree") -> "DraftTree":
+    def check(self, vocab_size: int, *, k: int | None = None, source: str = "tree") -> "DraftTree":
         """Validate a tree made outside the course's builders (a custom drafter's) before a target
-        reads it; returns it unchanged. One call where a tree enters a loop.
-
+        reads it; returns it unchanged. Also callable as ``DraftTree.check(tree, V, source=...)``.
         Args:
-            tree: what the drafter returned.
             vocab_size: the target's V.
+            k: ignored: a tree's node budget is its drafter's own (``TreeDrafter.bind``).
             source: who made it, for the message ("EagleDrafter.draft()").
-
         Raises:
-            TypeError: ``tree`` is not a ``DraftTree`` (names ``source`` and the type).
-            ValueError: a node token outside [0, V) ("<source>: tree.tokens holds token id V,
-                outside the vocabulary [0, V)"); proposal rows over another vocabulary, on the meta
-                device, or not distributions (``check_prob_rows``); a node whose own row gives its
-                token probability 0 ("gives probability 0": a sampled node is drawn from its row, so
-                such a row is not the one it came from, and the verifier's p/q would accept it always).
+            TypeError: called on something that is not a ``DraftTree`` (names ``source`` and the type).
+            ValueError: as ``Draft.check`` ("<source>: tree.tokens holds token id V, outside the
+                vocabulary [0, V)"; proposal rows over another vocabulary, on the meta device, not
+                distributions, or giving their own node's token probability 0).
         """
-        if not isinstance(tree, cls):
+        if not isinstance(self, DraftTree):
             raise TypeError(f"{source} must return a DraftTree (g2c.specdec.trees.DraftTree), got "
-                            f"{type(tree).__name__}")
-        check_token_ids(tree.tokens, vocab_size, f"{source}: tree.tokens")
-        q = tree.proposal_probs
-        if q is not None:
-            if q.shape[1] != vocab_size:
-                raise ValueError(f"{source}: tree.proposal_probs has V={q.shape[1]} but the target has "
-                                 f"V={vocab_size}; drafter and target must share one vocabulary")
-            if q.is_meta:
-                raise ValueError(f"{source}: tree.proposal_probs is on the meta device (a shape without values)")
-            check_prob_rows(q, f"{source}: tree.proposal_probs")
-            zero = zero_prob_draws(q, tree.tokens)             # check_prob_rows has refused NaN rows
-            if zero:
-                i = zero[0]
-                raise ValueError(f"{source}: node {i} (token {int(tree.tokens[i])}) gives probability 0 to its own "
-                                 "token in tree.proposal_probs: each row must be the distribution its node was "
-                                 "sampled from (None for top-rank picks)")
-        return tree
-
-    @property
-    def num_nodes(self) -> int:
-        return int(self.tokens.numel())
-
-    @property
-    def max_depth(self) -> int:
-        return int(self.depths.max()) if self.num_nodes else 0
+                            f"{type(self).__name__}")
+        return Draft.check(self, vocab_size, source=source)
 
     def children(self, node: int) -> list[int]:
         """Indices of the children of ``node`` (-1 = root), in flattened (try) order."""
@@ -201,7 +144,8 @@ class DraftTree:
                 raise ValueError(f"DraftTree.subtree: node {old} kept without its parent {p}")
             parents.append(new_index[p] if p >= 0 else -1)
         q = None if self.proposal_probs is None else self.proposal_probs[keep]
-        return DraftTree(self.tokens[keep], torch.tensor(parents, dtype=torch.long), q)
+        return DraftTree(self.tokens[keep], torch.tensor(parents, dtype=torch.long), q, rule=self.rule,
+                         measure=self.measure)
 
     def truncate(self, max_depth: int) -> "DraftTree":
         """Drop every node deeper than ``max_depth`` (>= 0)."""
@@ -213,19 +157,69 @@ class DraftTree:
         tree = self.truncate(max_depth)
         return tree.subtree(list(range(min(max_nodes, tree.num_nodes))))
 
-    @staticmethod
-    def empty() -> "DraftTree":
+    @classmethod
+    def empty(cls) -> "DraftTree":
         return DraftTree(torch.zeros(0, dtype=torch.long), torch.zeros(0, dtype=torch.long))
+
+    def allowed(self, length: int) -> torch.Tensor:
+        """(1 + n, length + 1 + n) bool: every row reads the ``length`` cached rows, then the root
+        and its own ancestors (itself included)."""
+        from g2c.specdec import trees  # the package, at call time: attention.py imports this file
+
+        return trees.tree_rows(self, length)[1]
+
+    def rows(self, model, context_ids: torch.Tensor, *, want_hidden: bool = False):
+        """The tree scored without a cache (``tree_logits``: one tree-attention pass for a
+        ``TransformerLM``, path by path for any other model): ((1 + n, V) float32 on the CPU, None).
+
+        Raises:
+            ValueError: ``want_hidden``: a tree's states come from a ``CachedTreeTarget``.
+        """
+        from g2c.specdec import trees  # the package, at call time: attention.py imports this file
+
+        if want_hidden:
+            raise ValueError("a tree drafter reads the target's states from a CachedTreeTarget "
+                             "(g2c.specdec.trees); a recomputing target scores trees without them")
+        return trees.tree_logits(model, context_ids, self).cpu(), None
+
+    def accept(self, target_logits: torch.Tensor, verify=None, *, sampler,
+               generator: torch.Generator | None = None) -> tuple[int, int]:
+        """Walk the tree against the target's rows; (accepted nodes, correction or bonus token).
+        Args:
+            target_logits: (1 + n, V) raw logits, row 0 after the root, row 1 + i after node i.
+            verify: the chain's walk (``Draft.accept``), not used: a tree walks itself.
+            sampler: the round's ``Sampler`` (greedy at temperature 0; else its warped p).
+            generator: CPU generator of the sampled walk.
+        At temperature 0 the greedy walk (``greedy_tree_verify``); else SpecInfer's recursive
+        rejection sampling with the nodes' q rows (``tree_speculative_verify``), or ``rule``.
+        """
+        from g2c.specdec import trees  # the package, at call time: verify.py imports this file
+
+        logits = target_logits.cpu()
+        if sampler.greedy:
+            path, token = trees.greedy_tree_verify(self, logits)
+            probs = None
+        else:
+            probs = sampler.probs(logits)
+            if self.rule is not None:
+                path, token = self.rule(self, probs, generator)
+            else:
+                path, token = trees.tree_speculative_verify(self, probs, generator=generator)
+        if self.measure:                      # the tree formula's expectation under the target's own p
+            if probs is None:
+                probs = torch.nn.functional.one_hot(logits.argmax(-1), logits.shape[-1]).float()
+            self.expected = trees.expected_accepted(self, probs)
+        self.accepted_nodes = list(path)
+        return len(self.accepted_nodes), int(token)
 
 
 def chain_tree(tokens) -> DraftTree:
     """A chain as a ``DraftTree``: node i is ``tokens[i]`` with parent i - 1. Provided.
-
     Raises:
         ValueError: ``tokens`` not 1-D integer ids (floats, bools and 2-D rows are refused, never cast
             or flattened) or on the meta device. TypeError: not readable as one tensor (text, None).
     """
-    tokens = _as_long_1d(tokens, "tokens", "chain_tree")
+    tokens = as_long_1d(tokens, "tokens", "chain_tree")
     return DraftTree(tokens, torch.arange(tokens.numel(), dtype=torch.long) - 1)
 
 

@@ -54,12 +54,12 @@ from g2c.sampling.model import (
 from ..generate import SpecStats, draft_room
 from ..sampling.drafters import Drafter
 from ..sampling.loop import speculative_sample
-from ..sampling.target import Target
-from .attention import commit_tree_kv, target_layer_pass, tree_logits, tree_rows
+from ..sampling.target import RecomputeTarget, Target
+from .attention import commit_tree_kv, target_layer_pass
 from .builders import build_dynamic_tree, build_static_tree, check_choices
-from .tree import DraftTree, chain_choices, chain_tree, expected_tokens_per_pass, node_acceptance_probs, static_choices
+from .tree import DraftTree, chain_choices, expected_tokens_per_pass, node_acceptance_probs, static_choices
 
-__all__ = ["CachedTreeTarget", "LMTreeDrafter", "RecomputeTreeTarget", "TreeDraft", "TreeStats", "expected_accepted",
+__all__ = ["CachedTreeTarget", "LMTreeDrafter", "TreeStats", "expected_accepted",
            "greedy_tree_verify", "sampled_acceptance_probs", "tree_speculative_generate", "tree_speculative_verify"]
 
 
@@ -207,152 +207,12 @@ class TreeStats(SpecStats):
     logprobs: list[float] | None = field(default=None, repr=False)   # with logprobs=True
 
 
-class TreeDraft:
-    """A draft tree as the engine's round sees it: the tree, its attention, its acceptance walk. Provided.
-
-    ``speculative_sample`` (specdec-sampling) was written for a chain: a 1-D tensor of k' drafts.
-    A tree drafter's ``propose`` returns one of these instead, and the round runs unchanged:
-
-    * ``numel()`` is the number of nodes n (the ``drafted`` counter);
-    * the target scores it in one pass with ``positions(length)`` and ``allowed(length)`` (each
-      node reads the context and its own ancestors, at position length + depth);
-    * ``verify_round`` hands it its n + 1 logits rows: ``accept`` walks the tree (the greedy walk
-      at temperature 0, else SpecInfer's recursive rejection sampling with the nodes' q rows, or
-      the ``rule`` given, e.g. Medusa's typical acceptance) and remembers the accepted ``path``;
-    * ``draft[:m]`` is then the first m accepted tokens, as ``draft_ids[:m]`` is for a chain, and
-      ``committed_rows(e)`` the block rows (root first) whose keys/values and states become history
-      when e tokens are emitted.
-
-    A chain is the tree whose node i has parent i - 1; its walk is the flat verifiers' result.
-
-    Args:
-        tree: the ``DraftTree`` (checked by the caller: ``DraftTree.check``).
-        rule: None (exact, lossless) or ``rule(tree, target_probs (n+1, V), generator) -> (path,
-            token)`` used at temperature > 0 (``g2c.specdec.lineage.typical_tree_verify`` with its
-            epsilon and delta bound).
-        measure: also compute ``expected`` at ``accept``: the tree formula's expected accepted
-            drafts under the target's own probabilities (``expected_accepted``; one-hot at T = 0).
-
-    Raises:
-        RuntimeError: ``draft[:m]`` or ``committed_rows`` before ``accept`` (no path yet).
-
-    Sources: Miao et al., "SpecInfer", ASPLOS 2024, section 4 (tree attention, VerifyGreedy and
-    VerifyStochastic); SGLang's draft input object that verifies itself, as a design.
-    """
-
-    def __init__(self, tree: DraftTree, *, rule=None, measure: bool = False) -> None:
-        self.tree = tree
-        self.rule = rule
-        self.measure = measure
-        self.path: list[int] | None = None
-        self.expected: float | None = None
-
-    def __repr__(self) -> str:
-        return f"TreeDraft({self.tree.num_nodes} nodes, depth {self.tree.max_depth}, path={self.path})"
-
-    def numel(self) -> int:
-        return self.tree.num_nodes
-
-    def __len__(self) -> int:                  # len(draft) and draft.shape[0] count nodes, as for a chain
-        return self.tree.num_nodes
-
-    @property
-    def shape(self) -> torch.Size:
-        return torch.Size([self.tree.num_nodes])
-
-    def check(self, vocab_size: int, *, source: str = "tree") -> "TreeDraft":
-        """Refuse a hand-made tree before a target reads it (``DraftTree.check``: a ``DraftTree``,
-        token ids in [0, V), proposal rows that are distributions over V); returns self."""
-        DraftTree.check(self.tree, vocab_size, source=source)
-        return self
-
-    def positions(self, length: int) -> torch.Tensor:
-        """(1 + n,) int64: the root (the pending token) at ``length``, node i at length + depth_i."""
-        return tree_rows(self.tree, length)[0]
-
-    def allowed(self, length: int) -> torch.Tensor:
-        """(1 + n, length + 1 + n) bool: every row reads the ``length`` cached rows, then the root
-        and its own ancestors (itself included)."""
-        return tree_rows(self.tree, length)[1]
-
-    def accept(self, target_logits: torch.Tensor, *, sampler, generator: torch.Generator | None = None
-               ) -> tuple[int, int]:
-        """Walk the tree against the target's rows; (accepted nodes, correction or bonus token).
-
-        Args:
-            target_logits: (1 + n, V) raw logits, row 0 after the root, row 1 + i after node i.
-            sampler: the round's ``Sampler`` (greedy at temperature 0; else its warped p).
-            generator: CPU generator of the sampled walk.
-        """
-        logits = target_logits.cpu()
-        if sampler.greedy:
-            path, token = greedy_tree_verify(self.tree, logits)
-            probs = None
-        else:
-            probs = sampler.probs(logits)
-            if self.rule is not None:
-                path, token = self.rule(self.tree, probs, generator)
-            else:
-                path, token = tree_speculative_verify(self.tree, probs, generator=generator)
-        if self.measure:                      # the tree formula's expectation under the target's own p
-            if probs is None:
-                probs = torch.nn.functional.one_hot(logits.argmax(-1), logits.shape[-1]).float()
-            self.expected = expected_accepted(self.tree, probs)
-        self.path = list(path)
-        return len(self.path), int(token)
-
-    def _accepted(self) -> list[int]:
-        if self.path is None:
-            raise RuntimeError("TreeDraft: no accepted path yet: verify the draft (accept) first")
-        return self.path
-
-    def __getitem__(self, index) -> torch.Tensor:
-        """The accepted tokens along the path (a slice of them), int64 CPU."""
-        return self.tree.tokens[self._accepted()][index]
-
-    def committed_rows(self, num_emitted: int) -> list[int]:
-        """Rows of the scored block (root = 0, node i = 1 + i) that become history when
-        ``num_emitted`` tokens were emitted: the root and the first num_emitted - 1 accepted nodes
-        (the newest emitted token is pending: its row is computed by the next pass)."""
-        return [0] + [1 + i for i in self._accepted()[:max(0, num_emitted - 1)]]
-
-
-def _as_tree_draft(draft) -> TreeDraft:
-    """A ``TreeDraft``, or a chain's drafts (1-D ids: the window edge's empty draft) as one."""
-    return draft if isinstance(draft, TreeDraft) else TreeDraft(chain_tree(draft))
-
-
 def _check_fits(size: int, room: int, target: str, what: str) -> None:
     """A tree deeper (recompute) or larger (cache) than the window leaves no row for the context."""
     if size > room:
         raise ValueError(f"{target}: a draft tree of {size} {what} does not fit the window after the context "
                          f"(room for {max(room, 0)}); a tree drafter keeps its trees within "
                          "g2c.specdec.draft_room(num_nodes, visible context, max_seq_len)")
-
-
-class RecomputeTreeTarget(Target):
-    """The target's side of a tree round without a cache. Provided.
-
-    ``score`` runs one pass over the context cropped to ``max_seq_len - depth`` tokens and the tree
-    (``tree_logits``: tree attention for a ``TransformerLM``, path by path for any other model);
-    nothing to commit. ``visible`` is the whole context, so past the window ``draft_room`` leaves no
-    room and a round is a plain step (module 11's sliding window).
-
-    Args:
-        model: ids (1, T) -> logits (1, T, V) with ``max_seq_len``, ``vocab_size``, ``device``.
-    """
-
-    start_pos = 0
-
-    def __init__(self, model) -> None:
-        self.model = model
-        self.window = model.max_seq_len
-        self.last_draft: TreeDraft | None = None
-
-    def score(self, context_ids: torch.Tensor, draft):
-        self.last_draft = _as_tree_draft(draft)
-        _check_fits(self.last_draft.tree.max_depth, self.window - 1, "RecomputeTreeTarget", "depth")
-        return tree_logits(self.model, context_ids, self.last_draft.tree).cpu(), None          # (n+1, V)
 
 
 class CachedTreeTarget(Target):
@@ -370,10 +230,10 @@ class CachedTreeTarget(Target):
       ``start_pos``) re-prefill the last ``max_seq_len // 2`` (module 16's ``cached_generate``
       rule; ``generation`` counts the prefills, so a state-reading drafter knows to restart).
     * ``score(ids, draft)``: one pass over the pending token (the root) and the nodes of a
-      ``TreeDraft`` (or of an empty chain at the window edge): (logits (1 + n, V) float32, None);
+      ``Draft`` (a ``DraftTree``, or the empty chain at the window edge): (logits (1 + n, V) float32, None);
       the block's states stay in ``last_states`` (1 + n, L + 1, D) for the drafter.
     * ``commit(ids, num_accepted)``: keep the root and the accepted path's emitted rows
-      (``TreeDraft.committed_rows``), drop the rest.
+      (``Draft.committed_rows``), drop the rest.
 
     Args:
         model: a ``TransformerLM`` (or its ``fast_model``) in eval mode.
@@ -444,10 +304,9 @@ class CachedTreeTarget(Target):
 
     def score(self, context_ids: torch.Tensor, draft) -> tuple[torch.Tensor, None]:
         t0 = time.perf_counter()
-        draft = _as_tree_draft(draft)
         length = self.cache.length
         _check_fits(draft.numel(), self.window - length - 1, "CachedTreeTarget", "nodes")
-        root = torch.cat([context_ids[-1:], draft.tree.tokens])
+        root = torch.cat([context_ids[-1:], draft.tokens])
         logits, self.last_states = target_layer_pass(self.model, self.cache, root, draft.positions(length),
                                                      draft.allowed(length), self.layers)
         self.last_draft, self._length = draft, context_ids.numel()
@@ -456,10 +315,7 @@ class CachedTreeTarget(Target):
 
     def committed_rows(self, context_ids: torch.Tensor) -> list[int]:
         """Block rows the committed ``context_ids`` keep (the root, then the emitted accepted nodes)."""
-        draft = self.last_draft
-        if draft.path is None:                    # the window edge's empty chain: nothing was walked
-            draft.path = []
-        return draft.committed_rows(context_ids.numel() - self._length)
+        return self.last_draft.committed_rows(context_ids.numel() - self._length)
 
     def commit(self, context_ids: torch.Tensor, num_accepted: int) -> None:
         t0 = time.perf_counter()
@@ -475,7 +331,7 @@ class LMTreeDrafter(Drafter):
     engine's drafter protocol (``g2c.specdec.sampling.drafters``). Provided.
 
     ``propose(ids, k)`` builds a tree over the whole context with ``build_static_tree`` /
-    ``build_dynamic_tree`` (the drafter recomputes) and returns a ``TreeDraft``: at most
+    ``build_dynamic_tree`` (the drafter recomputes) and returns a ``DraftTree``: at most
     ``draft_room(num_nodes, visible, window)`` nodes (the first ones, parents before children), none
     deeper than min(tokens left - 1, room, drafter window - 1) (a deeper node could never be
     emitted with its bonus); at depth 0 an empty tree (a plain step through the tree walk).
@@ -493,17 +349,16 @@ class LMTreeDrafter(Drafter):
     rounds of the tree formula's expected accepted drafts, from the target's own probabilities).
     """
 
-    wants_target_hidden = False
 
     def __init__(self, drafter, target, *, shape: str, choices, num_nodes: int, width: int, end: int,
                  sampling: dict) -> None:
-        self.drafter, self.target = drafter, target
+        self.model, self.target = drafter, target         # the engine puts self.model in eval mode
         self.vocab_size = drafter.vocab_size
         self.reads = ("tokens",)
         self.shape, self.choices, self.num_nodes, self.width = shape, choices, num_nodes, width
         self.end, self.sampling = end, sampling
         self.drafter_passes, self.expected_accepted = 0, 0.0
-        self._last: TreeDraft | None = None
+        self._last: DraftTree | None = None
 
     def start(self, prompt_ids: torch.Tensor, *, sampler, generator: torch.Generator | None) -> None:
         self._last = None
@@ -511,19 +366,20 @@ class LMTreeDrafter(Drafter):
     def propose(self, context_ids: torch.Tensor, k: int):
         t = self.target
         room = draft_room(self.num_nodes, context_ids.numel() - t.start_pos, t.window)
-        max_depth = min(self.end - context_ids.numel() - 1, room, self.drafter.max_seq_len - 1)
+        max_depth = min(self.end - context_ids.numel() - 1, room, self.model.max_seq_len - 1)
         if max_depth < 1:
             tree, passes = DraftTree.empty(), 0
         elif self.shape == "dynamic":
-            tree, passes = build_dynamic_tree(self.drafter, context_ids, room, width=self.width, max_depth=max_depth,
+            tree, passes = build_dynamic_tree(self.model, context_ids, room, width=self.width, max_depth=max_depth,
                                               **self.sampling)
         else:
-            tree, passes = build_static_tree(self.drafter, context_ids,
+            tree, passes = build_static_tree(self.model, context_ids,
                                              [c for c in self.choices if len(c) <= max_depth], **self.sampling)
         tree = tree.fit(room, max_depth)
         self.drafter_passes += passes
-        self._last = TreeDraft(tree, measure=True)
-        return self._last, None
+        tree.measure = True
+        self._last = tree
+        return self._last
 
     def commit(self, context_ids: torch.Tensor, num_accepted: int, *, target_hidden=None) -> None:
         draft = self.target.last_draft                       # the window edge's plain step: no expectation
@@ -544,7 +400,7 @@ def tree_speculative_generate(target, drafter, prompt_ids, max_new_tokens: int, 
     """Speculative decoding with draft trees: build, verify in one target pass, commit. Provided.
 
     A preset of the engine (specdec-sampling's ``speculative_sample``, your loop): an
-    ``LMTreeDrafter`` proposes a ``TreeDraft`` each round, a ``RecomputeTreeTarget`` (or, with
+    ``LMTreeDrafter`` proposes a ``DraftTree`` each round, a ``RecomputeTarget`` (or, with
     ``use_cache``, a ``CachedTreeTarget``) scores root + tree in one pass, the draft's own walk
     verifies it (``greedy_tree_verify`` / ``tree_speculative_verify``, yours), and the round cuts,
     counts and commits as for a chain. Its outputs, counters and ``on_pass`` streams are its former
@@ -660,23 +516,16 @@ def tree_speculative_generate(target, drafter, prompt_ids, max_new_tokens: int, 
     if use_cache:
         if not (hasattr(target, "blocks") and hasattr(target, "token_embed")):
             raise TypeError(f"use_cache needs a TransformerLM target, got {type(target).__name__}")
-    modes = (target.training, drafter.training)
-    target.eval()
-    drafter.eval()
-    try:
-        state = CachedTreeTarget(target, cache=target_cache) if use_cache else RecomputeTreeTarget(target)
-        adapter = LMTreeDrafter(drafter, state, shape=tree, choices=None if tree == "dynamic" else shape,
-                                num_nodes=num_nodes, width=width, end=ids.numel() + max_new_tokens, sampling=sampling)
-        out, spec = speculative_sample(state, adapter, ids, max_new_tokens, k=num_nodes, temperature=temperature,
-                                       top_k=top_k, top_p=top_p, generator=generator, eos_id=eos_id,
-                                       on_pass=on_pass, repetition_penalty=repetition_penalty, stop_ids=stop_ids,
-                                       stop_strings=stop_strings, decode=decode, logprobs=logprobs)
-    finally:
-        target.train(modes[0])
-        drafter.train(modes[1])
+    state = CachedTreeTarget(target, cache=target_cache) if use_cache else RecomputeTarget(target)
+    lm_trees = LMTreeDrafter(drafter, state, shape=tree, choices=None if tree == "dynamic" else shape,
+                             num_nodes=num_nodes, width=width, end=ids.numel() + max_new_tokens, sampling=sampling)
+    out, spec = speculative_sample(state, lm_trees, ids, max_new_tokens, k=num_nodes, temperature=temperature,
+                                   top_k=top_k, top_p=top_p, generator=generator, eos_id=eos_id,
+                                   on_pass=on_pass, repetition_penalty=repetition_penalty, stop_ids=stop_ids,
+                                   stop_strings=stop_strings, decode=decode, logprobs=logprobs)
     stats = TreeStats(**{f.name: getattr(spec, f.name) for f in fields(SpecStats)})
     stats.logprobs = getattr(spec, "logprobs", None)
-    stats.drafter_passes, stats.expected_accepted = adapter.drafter_passes, adapter.expected_accepted
+    stats.drafter_passes, stats.expected_accepted = lm_trees.drafter_passes, lm_trees.expected_accepted
     if use_cache:
         stats.kv_bytes_moved, stats.kv_rows_dropped = state.kv_bytes_moved, state.kv_rows_dropped
     return out, stats

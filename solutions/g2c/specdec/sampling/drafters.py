@@ -20,16 +20,18 @@ hooks filled in.
     target's p and to the drafter's q); ``generator`` the loop's ``torch.Generator``.
     A drafter resets any per-sequence state here.
 
-``propose(context_ids, k) -> (draft_ids, draft_probs)``
+``propose(context_ids, k) -> Draft``
     ``context_ids`` (T,) int64 on the CPU is everything committed so far (prompt + output).
     It is the loop's own tensor, not a copy (a copy per round would cost every drafter): read
     it, never write into it (``context_ids.clone()`` first), or the committed text changes;
-    ``k >= 1`` is the most it may draft. Returns ``draft_ids`` (k',) int64 on the CPU with
-    0 <= k' <= k, and either ``draft_probs`` (k', V) float32 on the CPU, row i the warped
-    distribution q_i that ``draft_ids[i]`` was sampled from, or ``None`` when the draft is a
-    deterministic function of the context (greedy LM, n-gram): the loop then treats q_i as
-    one-hot at ``draft_ids[i]``, which is exactly the distribution it was drawn from. An
-    empty draft (k' = 0) is allowed: the target pass then emits one token of its own.
+    ``k >= 1`` is the most it may draft. Returns a ``Draft(draft_ids, draft_probs)``
+    (``g2c.specdec.sampling.draft``): ``draft_ids`` (k',) int64 with 0 <= k' <= k, and either
+    ``draft_probs`` (k', V) float32, row i the warped distribution q_i that ``draft_ids[i]``
+    was sampled from, or ``None`` when the draft is a deterministic function of the context
+    (greedy LM, n-gram): the loop then treats q_i as one-hot at ``draft_ids[i]``, which is
+    exactly the distribution it was drawn from. An empty draft (k' = 0) is allowed: the target
+    pass then emits one token of its own. A tree drafter returns the subclass
+    ``g2c.specdec.trees.DraftTree``; the round is the same (see ``speculative_sample``).
 
 ``commit(context_ids, num_accepted, *, target_hidden=None) -> None``
     Called after every target pass. ``context_ids`` is the new committed context (read-only,
@@ -40,28 +42,20 @@ hooks filled in.
     (``LMDrafter(model, use_cache=True)``, module 16's ``KVCache``) crops its cache to the
     committed context here (rollback = moving a pointer; every committed token but the
     newest, which it feeds on its next ``propose``).
-    ``target_hidden`` (L, D) float32 is given only to drafters whose
-    ``wants_target_hidden`` is True: the target's final states at the last L committed
-    positions *except the newest token* (row j belongs to ``context_ids[-(L + 1) + j]``),
-    from the verification pass that was just run, so a drafter that lives inside the target
-    (MTP, EAGLE) drafts without a pass of its own.
+    ``target_hidden`` (L, D) float32 is given only to drafters whose ``reads`` is
+    ``("final_state",)``: the target's final states at the last L committed positions *except
+    the newest token* (row j belongs to ``context_ids[-(L + 1) + j]``), from the verification
+    pass that was just run, so a drafter that lives inside the target (MTP, EAGLE) drafts
+    without a pass of its own. Such a drafter keeps its own record of the states and appends
+    only the rows it has not seen (a cached target hands just the rows that pass committed,
+    the prompt's prefill rows prepended on the first pass; a recomputing one the window's).
 
-``incremental_hidden: bool`` (optional, default False)
-    True for a drafter that keeps its own record of the target's states and reads only the
-    rows it has not seen yet (``g2c.specdec.sampling.eagle.EagleDrafter`` and ``MTPDrafter``). Such
-    a drafter also runs with a cached target (``use_cache=True``), which hands ``commit``
-    just the states of the positions that pass committed (the prompt's prefill rows are
-    prepended on the first pass).
-
-``reads: tuple`` (declared, default ``("tokens",)``)
-    What the drafter reads of the target, so a reader can tell the drafters apart without
-    knowing them: ``("tokens",)`` (small LMs, n-gram lookup, an LM building trees),
-    ``("final_state",)`` (MTP, EAGLE: ``wants_target_hidden``), or ``("layers", (i, j, ...))``
-    (Medusa, EAGLE-2/3 and the block drafter, subclasses of ``g2c.specdec.lineage.TreeDrafter``: chosen
+``reads: tuple`` (default ``("tokens",)``)
+    What the drafter reads of the target; the engine hands it exactly that (``check_reads``):
+    ``("tokens",)`` (small LMs, n-gram lookup, an LM building trees), ``("final_state",)``
+    (MTP, EAGLE: ``commit`` gets ``target_hidden``), or ``("layers", (i, j, ...))`` (Medusa,
+    EAGLE-2/3 and the block drafter, subclasses of ``g2c.specdec.lineage.TreeDrafter``: chosen
     blocks' outputs and the final state, read from the tree target they are bound to).
-
-A tree drafter's ``propose`` returns ``(TreeDraft, None)`` (``g2c.specdec.trees.TreeDraft``); the
-round is the same (see ``speculative_sample``).
 
 Sources: the draft/verify split follows Leviathan, Kalman, Matias (ICML 2023) §2;
 transformers' ``CandidateGenerator`` (``get_candidates`` / ``update_candidate_strategy``)
@@ -85,8 +79,26 @@ from g2c.sampling.warpers import apply_temperature, top_k_filter, top_p_filter
 from g2c.specdec.sampling.target import CachedScorer
 
 from ..generate import draft_greedy
+from .draft import Draft
 
-__all__ = ["Drafter", "LMDrafter", "NGramDrafter", "Sampler", "ngram_lookup"]
+__all__ = ["Drafter", "LMDrafter", "NGramDrafter", "Sampler", "check_reads", "ngram_lookup"]
+
+
+def check_reads(drafter) -> tuple:
+    """What ``drafter`` reads of the target (its ``reads``, default ``("tokens",)``), checked once. Provided.
+
+    Raises:
+        ValueError: ``reads`` is none of ``("tokens",)``, ``("final_state",)``, ``("layers", (i, ...))``
+            (names the drafter and the three forms).
+    """
+    reads = tuple(getattr(drafter, "reads", ("tokens",)))
+    layers_ok = (len(reads) == 2 and reads[0] == "layers" and isinstance(reads[1], (tuple, list))
+                 and all(isinstance(i, int) and not isinstance(i, bool) for i in reads[1]))
+    if reads not in (("tokens",), ("final_state",)) and not layers_ok:
+        raise ValueError(f"{type(drafter).__name__}.reads must be ('tokens',), ('final_state',) or "
+                         f"('layers', (i, j, ...)): what it reads of the target, which the engine hands it; got "
+                         f"{reads!r:.60}")
+    return reads
 
 
 @dataclass(frozen=True)
@@ -180,14 +192,13 @@ class Drafter:
     """
 
     vocab_size: int | None = None
-    wants_target_hidden: bool = False
     reads: tuple = ("tokens",)
 
     def start(self, prompt_ids: torch.Tensor, *, sampler: Sampler, generator: torch.Generator | None) -> None:
         self.sampler = sampler
         self.generator = generator
 
-    def propose(self, context_ids: torch.Tensor, k: int) -> tuple[torch.Tensor, torch.Tensor | None]:
+    def propose(self, context_ids: torch.Tensor, k: int) -> Draft:
         raise NotImplementedError(f"{type(self).__name__} must implement propose(context_ids, k)")
 
     def _choose(self, logits: torch.Tensor) -> tuple[int, torch.Tensor | None]:
@@ -266,11 +277,11 @@ class LMDrafter(Drafter):
             self._scorer.prefill(prompt_ids)          # every prompt token but the pending last one
 
     @torch.no_grad()
-    def propose(self, context_ids: torch.Tensor, k: int) -> tuple[torch.Tensor, torch.Tensor | None]:
+    def propose(self, context_ids: torch.Tensor, k: int) -> Draft:
         if self._scorer is not None:
             tokens, rows = self._scorer.draft(context_ids, k, self._choose)    # one cached row per step
         elif not self.sample or self.sampler.greedy:
-            return draft_greedy(self.model, context_ids, k), None
+            return Draft(draft_greedy(self.model, context_ids, k))
         else:
             ids = as_token_ids(context_ids, "context_ids")
             tokens, rows = [], []
@@ -280,8 +291,8 @@ class LMDrafter(Drafter):
                 tokens.append(token)
                 rows.append(q)
                 ids = torch.cat([ids, torch.tensor([token])])
-        draft = torch.tensor(tokens, dtype=torch.long)                            # (k,)
-        return draft, (None if rows[0] is None else torch.stack(rows))           # (k, V) or None
+        return Draft(torch.tensor(tokens, dtype=torch.long),                      # (k,)
+                     None if rows[0] is None else torch.stack(rows))              # (k, V) or None
 
     def commit(self, context_ids: torch.Tensor, num_accepted: int, *,
                target_hidden: torch.Tensor | None = None) -> None:
@@ -378,5 +389,5 @@ class NGramDrafter(Drafter):
     def __repr__(self) -> str:
         return f"NGramDrafter(prompt_lookup_max={self.max_n}, prompt_lookup_min={self.min_n})"
 
-    def propose(self, context_ids: torch.Tensor, k: int) -> tuple[torch.Tensor, None]:
-        return ngram_lookup(context_ids, k, min_n=self.min_n, max_n=self.max_n), None
+    def propose(self, context_ids: torch.Tensor, k: int) -> Draft:
+        return Draft(ngram_lookup(context_ids, k, min_n=self.min_n, max_n=self.max_n))

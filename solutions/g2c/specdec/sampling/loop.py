@@ -4,8 +4,8 @@
 takes any drafter behind the protocol of ``g2c.specdec.sampling.drafters`` and any of module 11's
 sampling settings. Each round:
 
-1. the controller picks k; the drafter proposes k' <= k tokens (and their q rows, or None
-   for a deterministic draft);
+1. the controller picks k; the drafter proposes a ``Draft`` of k' <= k tokens (and their q
+   rows, or None for a deterministic draft);
 2. the target scores context + draft in ONE pass; its last k'+1 rows are warped by the
    same ``Sampler`` as the drafter's q (temperature -> top-k -> top-p), giving p;
 3. ``verify_round`` accepts a prefix and adds one target token: at temperature 0 with
@@ -54,7 +54,7 @@ from g2c.sampling.model import (
     check_language_model,
     check_same_vocab,
     check_whole,
-    zero_prob_draws,
+    eval_mode,
 )
 from g2c.transformer import TransformerLM
 
@@ -62,7 +62,8 @@ from ..generate import SpecStats, draft_room
 from ..verify import greedy_verify, speculative_verify
 from .controllers import StaticK
 from .controls import ControlledTarget, StopRule, check_logprobs, check_repetition_penalty
-from .drafters import Sampler
+from .draft import Draft, check_draft
+from .drafters import Sampler, check_reads
 from .target import CachedTarget, FullContextTarget, RecomputeTarget, RoundRecord, Target
 
 __all__ = ["CachedTarget", "FullContextTarget", "RecomputeTarget", "Target", "speculative_sample", "verify_round"]
@@ -108,71 +109,6 @@ def _check_parts(target, drafter, controller) -> None:
                             f"{', '.join(missing)}")
 
 
-def _check_draft(drafter, *proposal_k_vocab, k: int | None = None,
-                 vocab_size: int | None = None) -> tuple[torch.Tensor, torch.Tensor | None]:
-    """Validate what ``drafter.propose`` returned; CPU int64 (k',) and float32 (k', V) or None. Provided.
-
-    Called as ``_check_draft(drafter, *drafter.propose(ids, k), k, vocab_size)``: the pair
-    ``propose`` returns is unpacked between the drafter and ``k``, so a proposal that is not a
-    pair (the ids alone, a bare tensor unpacked into its elements, three values) shows here as
-    the wrong number of values, and is named ("must return a pair"). ``k`` and ``vocab_size`` may
-    also be given by keyword, after the pair.
-
-    A tree drafter returns a ``g2c.specdec.trees.TreeDraft`` (and None): its tree is checked here
-    (``TreeDraft.check``: ids in the vocabulary, q rows that are distributions); its node budget is
-    the drafter's own, and its tree target refuses a tree that does not fit the window. A chain's q
-    rows must give each drafted token a probability > 0: a token cannot be sampled from a row that
-    excludes it, so such a row is not the one the draft came from (the verifier's ratio p/q would
-    divide by zero)."""
-    name = type(drafter).__name__
-    proposal = list(proposal_k_vocab)
-    if vocab_size is None:
-        vocab_size = proposal.pop()
-    if k is None:
-        k = proposal.pop()
-    if len(proposal) != 2:
-        bare = all(isinstance(x, torch.Tensor) and x.dim() == 0 for x in proposal) and proposal
-        raise ValueError(f"{name}.propose must return a pair (draft_ids, draft_probs or None), got "
-                         f"{len(proposal)} value(s)"
-                         + ("; a bare ids tensor is unpacked into its elements: return (draft_ids, None)"
-                            if bare else ""))
-    draft_ids, draft_probs = proposal
-    if hasattr(draft_ids, "accept") and hasattr(draft_ids, "committed_rows"):     # a TreeDraft
-        if draft_probs is not None:
-            raise ValueError(f"{name}.propose returned a TreeDraft with draft_probs: a tree carries its q rows "
-                             "itself (DraftTree.proposal_probs); return (tree_draft, None)")
-        return draft_ids.check(vocab_size, source=f"{name}.propose"), None
-    if not isinstance(draft_ids, torch.Tensor) or draft_ids.dim() != 1 or draft_ids.numel() > k \
-            or draft_ids.dtype.is_floating_point or draft_ids.dtype == torch.bool:
-        got = (f"shape {tuple(draft_ids.shape)}, dtype {draft_ids.dtype}" if isinstance(draft_ids, torch.Tensor)
-               else type(draft_ids).__name__)
-        hint = ("; a bare ids tensor of 2 tokens unpacks into two 0-d tensors: return (draft_ids, None)"
-                if isinstance(draft_ids, torch.Tensor) and draft_ids.dim() == 0 else
-                "; an empty draft is torch.zeros(0, dtype=torch.long) (torch.tensor([]) is float32)"
-                if isinstance(draft_ids, torch.Tensor) and draft_ids.numel() == 0 else "")
-        raise ValueError(f"{name}.propose must return draft_ids as a 1-D integer tensor of at most k={k} "
-                         f"tokens, got {got}{hint}")
-    draft_ids = draft_ids.long().cpu()
-    if draft_ids.numel() and not 0 <= int(draft_ids.min()) <= int(draft_ids.max()) < vocab_size:
-        raise ValueError(f"{name}.propose drafted ids {draft_ids.tolist()} outside the target's vocabulary "
-                         f"[0, {vocab_size})")
-    if draft_probs is not None:
-        if not isinstance(draft_probs, torch.Tensor) or tuple(draft_probs.shape) != (draft_ids.numel(), vocab_size):
-            shape = tuple(draft_probs.shape) if isinstance(draft_probs, torch.Tensor) else type(draft_probs).__name__
-            raise ValueError(f"{name}.propose must return draft_probs of shape (k', V) = "
-                             f"({draft_ids.numel()}, {vocab_size}) or None, got {shape}")
-        if not draft_probs.dtype.is_floating_point:       # the shared rule: refused, never converted
-            raise ValueError(f"{name}.propose must return draft_probs as floating-point probabilities, got dtype "
-                             f"{draft_probs.dtype}: an integer or bool table is refused, never converted (counts "
-                             "or a one-hot of the draft are not the rows it was sampled from; return None for a "
-                             "deterministic draft)")
-        draft_probs = draft_probs.float().cpu()
-        if draft_ids.numel() and zero_prob_draws(draft_probs, draft_ids):
-            raise ValueError(f"{name}.propose drafted a token its own q gives probability 0 (ids "
-                             f"{draft_ids.tolist()}): draft_probs must be the rows the drafts were sampled from")
-    return draft_ids, draft_probs
-
-
 def _with_a_copy(on_pass):
     """``on_pass`` called with a copy of the round's tokens. Provided: a callback that drains or
     extends the list it is given (a streaming queue) cannot change what the loop commits."""
@@ -202,9 +138,7 @@ def verify_round(draft_ids: torch.Tensor, draft_probs: torch.Tensor | None, targ
     """Verify one round: the accepted prefix length and the target's own token after it.
 
     Args:
-        draft_ids: (k',) int64 on the CPU, 0 <= k'. k' = 0 is a round with no draft. Or a
-            ``g2c.specdec.trees.TreeDraft`` from a tree drafter (then target_logits has one row
-            per node plus the root's, and the tree's own walk decides: provided first line).
+        draft_ids: (k',) int64 on the CPU, 0 <= k'. k' = 0 is a round with no draft.
         draft_probs: (k', V) float32, the warped q rows the drafts were sampled from, or
             None for a deterministic draft (q_i one-hot at draft_ids[i]). Ignored when
             ``sampler.greedy``.
@@ -218,7 +152,7 @@ def verify_round(draft_ids: torch.Tensor, draft_probs: torch.Tensor | None, targ
         the first rejection) or the bonus token (after a full match, from row k').
 
     Raises:
-        TypeError: sampler not a ``Sampler``; draft_ids neither a tensor nor a ``TreeDraft`` (provided).
+        TypeError: sampler not a ``Sampler``; draft_ids not a tensor (provided).
         ValueError: as ``greedy_verify`` / ``speculative_verify`` for mismatched shapes; at T > 0
             a target row holding NaN or -inf for every token (``_check_target_rows``, provided).
 
@@ -233,19 +167,17 @@ def verify_round(draft_ids: torch.Tensor, draft_probs: torch.Tensor | None, targ
            ``speculative_verify`` does accept / residual resample / bonus
            (``test_loop_distribution_matches_generate``, ``test_deterministic_drafter_is_lossless``).
 
-    Provided first line: a tree draft (``g2c.specdec.trees.TreeDraft``, from a tree drafter) carries
-    its own acceptance walk, the tree verifiers of specdec-trees; the rest of the round is the same.
+    The engine hands it to ``Draft.accept`` (``g2c.specdec.sampling.draft``): a chain's walk is this
+    function; a tree (``g2c.specdec.trees.DraftTree``) walks with the tree verifiers instead.
     """
     if not isinstance(sampler, Sampler):                   # the warpers object, not a temperature
         raise TypeError(f"sampler must be a g2c.specdec.sampling.Sampler (e.g. Sampler(temperature)), got "
                         f"{type(sampler).__name__} {sampler!r:.40}")
-    if not isinstance(draft_ids, torch.Tensor) and not callable(getattr(draft_ids, "accept", None)):
-        raise TypeError(f"draft_ids must be a 1-D int64 tensor (or a tree drafter's TreeDraft), got "
+    if not isinstance(draft_ids, torch.Tensor):
+        raise TypeError(f"draft_ids must be a 1-D int64 tensor (a tree walks itself: DraftTree.accept), got "
                         f"{type(draft_ids).__name__}")
     if not sampler.greedy:                                 # a row with nothing to sample: named, not torch's error
         _check_target_rows(target_logits)
-    if not isinstance(draft_ids, torch.Tensor):            # a TreeDraft: it walks its own tree
-        return draft_ids.accept(target_logits, sampler=sampler, generator=generator)
     # BEGIN SOLUTION
     k = draft_ids.numel()
     if k == 0:
@@ -263,6 +195,71 @@ def verify_round(draft_ids: torch.Tensor, draft_probs: torch.Tensor | None, targ
     # END SOLUTION
 
 
+def _setup(target, drafter, prompt_ids, max_new_tokens, *, k, temperature, top_k, top_p, generator, eos_id,
+           controller, on_pass, use_cache, on_round, repetition_penalty, stop_ids, stop_strings, decode, logprobs):
+    """Every check of ``speculative_sample``'s arguments, once, and the objects its round uses. Provided.
+
+    Returns:
+        (ids (T,) int64 CPU, the ``Target`` the round scores with (built from a model: a
+        ``RecomputeTarget``, or a ``CachedTarget`` with ``use_cache``; wrapped in a ``ControlledTarget``
+        for a repetition penalty or logprobs), the ``Sampler``, the ``StopRule``, the controller
+        (``StaticK(k)`` by default), ``on_pass`` (called with a copy of the tokens) or None, the
+        ``logprobs`` flag).
+    Raises:
+        as ``speculative_sample`` (the messages listed there).
+    """
+    _check_parts(target, drafter, controller)
+    ids = as_token_ids(prompt_ids, "prompt_ids", vocab_size=target.vocab_size)
+    target_state = target if isinstance(target, Target) else None
+    if target_state is not None and (use_cache or on_round is not None):
+        raise ValueError("a Target keeps its own state and callbacks: build it with them (CachedTarget(model, "
+                         "on_round=...)) and leave use_cache and on_round at their defaults")
+    k = check_whole(k, f"k must be >= 1 draft tokens per target pass (an int), got {k!r}")   # NumPy ints pass
+    max_new_tokens = check_count(max_new_tokens, "max_new_tokens")
+    if not isinstance(use_cache, bool):
+        raise TypeError(f"use_cache must be True or False, got {type(use_cache).__name__} {use_cache!r}")
+    check_generator(generator)
+    for hook, hook_name in ((on_pass, "on_pass"), (on_round, "on_round")):
+        if hook is not None and not callable(hook):
+            raise TypeError(f"{hook_name} must be a callable or None, got {type(hook).__name__}")
+    sampler = Sampler(temperature, top_k, top_p)
+    eos_id = check_eos_id(eos_id, getattr(target, "vocab_size", None))                # None, or an id the loop can emit
+    repetition_penalty = check_repetition_penalty(repetition_penalty)
+    logprobs = check_logprobs(logprobs)
+    stop = StopRule(eos_id=eos_id, stop_ids=stop_ids, stop_strings=stop_strings, decode=decode,
+                    prompt_len=ids.numel(), vocab_size=getattr(target, "vocab_size", None))
+    check_same_vocab(getattr(drafter, "vocab_size", None), target.vocab_size)
+    if target.max_seq_len < 2:
+        raise ValueError(f"target max_seq_len={target.max_seq_len} leaves no room for a draft; need >= 2")
+    head_base = getattr(getattr(drafter, "head", None), "base", None)
+    base = target.model if target_state is not None else target
+    if head_base is not None and hasattr(base, "token_embed") and \
+            tuple(head_base.token_embed.weight.shape) != tuple(base.token_embed.weight.shape):
+        raise ValueError(f"{type(drafter).__name__}'s head drafts from the states of a base with (V, D) = "
+                         f"{tuple(head_base.token_embed.weight.shape)}, but the target has "
+                         f"{tuple(base.token_embed.weight.shape)}; pass the head's own base (head.base) as "
+                         "the target")
+    if head_base is not None and isinstance(unwrap(base), TransformerLM):   # the same model, in the same dtype
+        check_head_on_base(drafter.head, base, name=f"{type(drafter).__name__}'s head")
+    controller = StaticK(k) if controller is None else controller
+    want_hidden = check_reads(drafter) == ("final_state",)        # the engine hands it the target's states
+    if on_round is not None and not use_cache:
+        raise ValueError("on_round reports KV-cache rows: pass use_cache=True with it")
+    if want_hidden and target_state is not None and getattr(target_state, "want_hidden", None) is False:
+        raise ValueError(f"{type(drafter).__name__} drafts from the target's states, but this "
+                         f"{type(target_state).__name__} was built without them (it would never draft): build it "
+                         f"with want_hidden=True, e.g. {type(target_state).__name__}(model, want_hidden=True)")
+    if on_pass is not None:              # the callback gets its own copy: it cannot change what is committed
+        on_pass = _with_a_copy(on_pass)
+    if target_state is None:
+        target_state = (CachedTarget(target, drafter=drafter, on_round=on_round, want_hidden=want_hidden)
+                        if use_cache
+                        else RecomputeTarget(target, want_hidden=want_hidden))
+    if repetition_penalty != 1.0 or logprobs:        # the row controls, only when asked for
+        target_state = ControlledTarget(target_state, repetition_penalty=repetition_penalty, logprobs=logprobs)
+    return ids, target_state, sampler, stop, controller, on_pass, logprobs
+
+
 @torch.no_grad()
 def speculative_sample(target, drafter, prompt_ids, max_new_tokens: int, *, k: int = 4, temperature: float = 1.0,
                        top_k: int | None = None, top_p: float | None = None,
@@ -277,17 +274,18 @@ def speculative_sample(target, drafter, prompt_ids, max_new_tokens: int, *, k: i
     Args:
         target: ids (1, T) -> logits (1, T, V), with ``max_seq_len``, ``device``,
             ``vocab_size``, ``training``/``train``/``eval``; a ``TransformerLM`` when the
-            drafter ``wants_target_hidden`` (its ``hidden_states`` are shared). Or a
+            drafter reads ``("final_state",)`` (its ``hidden_states`` are shared). Or a
             ``Target`` (``g2c.specdec.sampling.target``: ``RecomputeTarget``,
             ``CachedTarget``, ``g2c.recurrent.TransactionTarget``), used as it is: then
             ``use_cache`` and ``on_round`` belong to the ``Target`` and must stay at their
             defaults.
         drafter: any object following the drafter protocol (``g2c.specdec.sampling.drafters``):
-            ``LMDrafter``, ``MTPDrafter``, ``NGramDrafter``, or your own. A tree drafter's
-            ``propose`` returns a ``g2c.specdec.trees.TreeDraft`` and its target is a tree target
-            (a ``g2c.specdec.lineage.TreeDrafter`` bound to a ``CachedTreeTarget``: the Medusa,
-            EAGLE, EAGLE-2, EAGLE-3 and block drafters of ``lineage_generate``); your round runs
-            unchanged: ``draft.numel()`` nodes, ``draft[:m]`` the accepted path's tokens.
+            ``LMDrafter``, ``MTPDrafter``, ``NGramDrafter``, or your own. ``propose`` returns a
+            ``Draft`` (``g2c.specdec.sampling.draft``: a chain; a tree drafter's is its subclass
+            ``g2c.specdec.trees.DraftTree``, scored by a tree target: the Medusa, EAGLE-2, EAGLE-3
+            and block drafters of ``lineage_generate``); your round runs unchanged:
+            ``draft.numel()`` nodes, ``draft.accept(logits, verify_round, ...)`` its walk, ``draft.accepted(m)`` the
+            accepted tokens.
         prompt_ids: 1-D int tensor or list, length >= 1.
         max_new_tokens: budget, >= 0; never exceeded.
         k: draft length per round when ``controller`` is None (``StaticK(k)``), >= 1.
@@ -307,9 +305,9 @@ def speculative_sample(target, drafter, prompt_ids, max_new_tokens: int, *, k: i
             (``RecomputeTarget``). True keeps the target's keys/values in a module 16
             ``KVCache`` (``CachedTarget``): each round is ONE cached pass over the pending
             token + the k' drafts, and the rejected rows are rolled back by pointer after
-            verification. Needs a ``TransformerLM`` target, and a drafter without
-            ``wants_target_hidden`` or with ``incremental_hidden`` (``EagleDrafter``,
-            ``MTPDrafter``: they get the states of the rows each pass committed). Pair
+            verification. Needs a ``TransformerLM`` target; a drafter reading
+            ``("final_state",)`` (``EagleDrafter``, ``MTPDrafter``) gets the states of the rows each
+            pass committed. Pair
             it with ``LMDrafter(model, use_cache=True)`` so the
             drafter caches too. Same tokens and counters as uncached while prompt + output
             <= max_seq_len + 1 (same generator draws: the logits agree to float rounding);
@@ -358,9 +356,8 @@ def speculative_sample(target, drafter, prompt_ids, max_new_tokens: int, *, k: i
             bad warper values (as ``Sampler``); the drafter's vocab_size differs from the
             target's ("vocab_size"); target ``max_seq_len`` < 2 ("max_seq_len"); a
             drafter returns a malformed proposal (names the drafter and the contract);
-            ``use_cache`` with a drafter that reads the whole window's states
-            (``wants_target_hidden`` without ``incremental_hidden``) or ``on_round`` without
-            ``use_cache`` ("use_cache"); ``use_cache`` or ``on_round`` with a ``Target``
+            a drafter's ``reads`` none of the protocol's forms (``check_reads``: "reads");
+            ``on_round`` without ``use_cache`` ("use_cache"); ``use_cache`` or ``on_round`` with a ``Target``
             ("Target"); a drafter that reads the target's states with a ``Target`` built without
             them ("want_hidden=True"); repetition_penalty <= 0 or not finite ("repetition_penalty"); a stop id
             outside [0, V) ("stop_ids"); an empty stop string, or stop strings without decode
@@ -375,19 +372,24 @@ def speculative_sample(target, drafter, prompt_ids, max_new_tokens: int, *, k: i
             must be a bool, and so must ``use_cache``); a ``decode`` that returns anything but a str.
 
     Steps:
-        1. Provided: validation, the ``Sampler``, models in eval mode (restored in
-           ``finally``), ``target_state.start``. Yours: ``drafter.start(ids, sampler=...,
+        1. Provided: ``_setup`` (every check, once; the ids, the round's ``Target``, the
+           ``Sampler``, the ``StopRule``, the controller), models in eval mode (``eval_mode``),
+           ``target_state.start``. Yours: ``drafter.start(ids, sampler=...,
            generator=...)`` and a ``SpecStats``.
         2. Each round: k_round = ``draft_room(min(controller.next_k(), remaining budget),
            target_state.visible(ids), target.max_seq_len)`` (provided; the cached target
            re-prefills here when past the window); time ``drafter.propose(ids, k_round)`` and
-           check it with ``_check_draft`` (provided). At k_round = 0 skip ``propose``: the
-           draft is empty, q None, and the round is a plain step
+           check it with ``check_draft(proposal, drafter, k=..., vocab_size=...)`` (provided:
+           returns the ``Draft``). At k_round = 0 skip ``propose``: the draft is
+           ``Draft.empty()``, and the round is a plain step
            (``test_speculative_sample_equals_generate_at_the_window_edge``).
         3. Time ``target_state.score(ids, draft)`` (provided: one pass over the context cropped
            to max_seq_len - k' tokens + the draft, or one cached pass): k'+1 logits rows, and
            the scored block's states (T, D) or None.
-        4. ``verify_round``; emitted = accepted drafts + the target's token, cut to the
+        4. ``num_accepted, token = draft.accept(logits, verify_round, sampler=...,
+           generator=...)`` (a chain walks with your ``verify_round``, a tree with its own
+           verifiers); emitted = ``draft.accepted(num_accepted)`` + the
+           target's token, cut to the
            budget, then ``stop.cut(ids, emitted)`` (provided: after the first ``eos_id``, stop id
            or stop string; ``test_speculative_sample_respects_budget_and_eos``).
         5. ``stats.record(drafted=k', accepted=<drafts emitted>, generated=len(emitted))``,
@@ -398,67 +400,12 @@ def speculative_sample(target, drafter, prompt_ids, max_new_tokens: int, *, k: i
            <drafts emitted>)`` (the cached target rolls back here); stop after a stop.
         6. Leave the loop with ``ids`` and ``stats``: the provided last line returns them.
     """
-    _check_parts(target, drafter, controller)
-    ids = as_token_ids(prompt_ids, "prompt_ids", vocab_size=target.vocab_size)
-    target_state = target if isinstance(target, Target) else None
-    if target_state is not None and (use_cache or on_round is not None):
-        raise ValueError("a Target keeps its own state and callbacks: build it with them (CachedTarget(model, "
-                         "on_round=...)) and leave use_cache and on_round at their defaults")
-    k = check_whole(k, f"k must be >= 1 draft tokens per target pass (an int), got {k!r}")   # NumPy ints pass
-    max_new_tokens = check_count(max_new_tokens, "max_new_tokens")
-    if not isinstance(use_cache, bool):
-        raise TypeError(f"use_cache must be True or False, got {type(use_cache).__name__} {use_cache!r}")
-    check_generator(generator)
-    for hook, hook_name in ((on_pass, "on_pass"), (on_round, "on_round")):
-        if hook is not None and not callable(hook):
-            raise TypeError(f"{hook_name} must be a callable or None, got {type(hook).__name__}")
-    sampler = Sampler(temperature, top_k, top_p)
-    eos_id = check_eos_id(eos_id, getattr(target, "vocab_size", None))                # None, or an id the loop can emit
-    repetition_penalty = check_repetition_penalty(repetition_penalty)
-    logprobs = check_logprobs(logprobs)
-    stop = StopRule(eos_id=eos_id, stop_ids=stop_ids, stop_strings=stop_strings, decode=decode,
-                    prompt_len=ids.numel(), vocab_size=getattr(target, "vocab_size", None))
-    check_same_vocab(getattr(drafter, "vocab_size", None), target.vocab_size)
-    if target.max_seq_len < 2:
-        raise ValueError(f"target max_seq_len={target.max_seq_len} leaves no room for a draft; need >= 2")
-    head_base = getattr(getattr(drafter, "head", None), "base", None)
-    base = target.model if target_state is not None else target
-    if head_base is not None and hasattr(base, "token_embed") and \
-            tuple(head_base.token_embed.weight.shape) != tuple(base.token_embed.weight.shape):
-        raise ValueError(f"{type(drafter).__name__}'s head drafts from the states of a base with (V, D) = "
-                         f"{tuple(head_base.token_embed.weight.shape)}, but the target has "
-                         f"{tuple(base.token_embed.weight.shape)}; pass the head's own base (head.base) as "
-                         "the target")
-    if head_base is not None and isinstance(unwrap(base), TransformerLM):   # the same model, in the same dtype
-        check_head_on_base(drafter.head, base, name=f"{type(drafter).__name__}'s head")
-    controller = StaticK(k) if controller is None else controller
-    want_hidden = bool(getattr(drafter, "wants_target_hidden", False))
-    if use_cache and want_hidden and not getattr(drafter, "incremental_hidden", False):
-        raise ValueError(f"use_cache=True cannot serve {type(drafter).__name__}: it drafts from the target's "
-                         "states over the whole window every round, which a cached pass does not compute; "
-                         "pass use_cache=False, or give it incremental_hidden = True and let its commit read "
-                         "only the rows it has not seen (as EagleDrafter and MTPDrafter do)")
-    if on_round is not None and not use_cache:
-        raise ValueError("on_round reports KV-cache rows: pass use_cache=True with it")
-    if want_hidden and target_state is not None and getattr(target_state, "want_hidden", None) is False:
-        raise ValueError(f"{type(drafter).__name__} drafts from the target's states, but this "
-                         f"{type(target_state).__name__} was built without them (it would never draft): build it "
-                         f"with want_hidden=True, e.g. {type(target_state).__name__}(model, want_hidden=True)")
-    if on_pass is not None:              # the callback gets its own copy: it cannot change what is committed
-        on_pass = _with_a_copy(on_pass)
-    model = target.model if target_state is not None else target
-    models = [m for m in (model, getattr(drafter, "model", None), getattr(drafter, "head", None))
-              if m is not None and hasattr(m, "training")]
-    modes = [m.training for m in models]
-    for m in models:
-        m.eval()
-    try:
-        if target_state is None:
-            target_state = (CachedTarget(target, drafter=drafter, on_round=on_round, want_hidden=want_hidden)
-                            if use_cache
-                            else RecomputeTarget(target, want_hidden=want_hidden))
-        if repetition_penalty != 1.0 or logprobs:        # the row controls, only when asked for
-            target_state = ControlledTarget(target_state, repetition_penalty=repetition_penalty, logprobs=logprobs)
+    ids, target_state, sampler, stop, controller, on_pass, logprobs = _setup(   # provided: every check, once
+        target, drafter, prompt_ids, max_new_tokens, k=k, temperature=temperature, top_k=top_k, top_p=top_p,
+        generator=generator, eos_id=eos_id, controller=controller, on_pass=on_pass, use_cache=use_cache,
+        on_round=on_round, repetition_penalty=repetition_penalty, stop_ids=stop_ids, stop_strings=stop_strings,
+        decode=decode, logprobs=logprobs)
+    with eval_mode(target_state.model, getattr(drafter, "model", None), getattr(drafter, "head", None)):
         target_state.start(ids)           # the cached target prefills every prompt token but the last
         # BEGIN SOLUTION
         drafter.start(ids, sampler=sampler, generator=generator)
@@ -474,17 +421,17 @@ def speculative_sample(target, drafter, prompt_ids, max_new_tokens: int, *, k: i
             synchronize(device)
             t0 = time.perf_counter()
             if k_round == 0:                     # the context fills the window: a plain step
-                draft, q = torch.zeros(0, dtype=torch.long), None
+                draft = Draft.empty()
             else:
-                draft, q = _check_draft(drafter, *drafter.propose(ids, k_round), k_round, target.vocab_size)
+                draft = check_draft(drafter.propose(ids, k_round), drafter, k=k_round, vocab_size=target.vocab_size)
             k_draft = draft.numel()
             synchronize(device)
             t1 = time.perf_counter()
             logits, hidden = target_state.score(ids, draft)                       # (k'+1, V), (T, D) | None
             synchronize(device)
             t2 = time.perf_counter()
-            num_accepted, token = verify_round(draft, q, logits, sampler=sampler, generator=generator)
-            emitted = draft[:num_accepted].tolist() + [token]
+            num_accepted, token = draft.accept(logits, verify_round, sampler=sampler, generator=generator)
+            emitted = draft.accepted(num_accepted) + [token]
             emitted, stopped = stop.cut(ids, emitted[:remaining])              # EOS, stop ids, stop strings
             num_emitted_drafts = min(num_accepted, len(emitted))
             stats.record(drafted=k_draft, accepted=num_emitted_drafts, generated=len(emitted))
@@ -505,6 +452,3 @@ def speculative_sample(target, drafter, prompt_ids, max_new_tokens: int, *, k: i
         # END SOLUTION
         stats.logprobs = target_state.logprobs if logprobs else None     # one float per new token, when asked
         return ids, stats
-    finally:
-        for m, mode in zip(models, modes):
-            m.train(mode)
