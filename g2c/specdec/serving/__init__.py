@@ -1,0 +1,19 @@
+"""Beyond: speculation under load and under a grammar (module specdec-serving).
+
+- ``regex``: a small regex compiled to a token-level automaton (``TokenConstraint``). Provided.
+- ``constrain``: structured output inside speculation (the exercise ``mask_verify_rows``).
+- ``metrics``: acceptance as the serving engines report it, and the collapse alarm. Provided.
+- ``controller``: k from load and acceptance (cost calibration, the decision rule). Provided.
+"""
+
+from .constrain import (
+    ConstrainedDrafter,
+    ConstrainedTarget,
+    constrained_generate,
+    constrained_speculative_sample,
+    mask_verify_rows,
+)
+from .regex import DEAD, DONE, ByteDFA, TokenConstraint, parse, token_bytes_of
+
+__all__ = ["DEAD", "DONE", "ByteDFA", "ConstrainedDrafter", "ConstrainedTarget", "TokenConstraint",
+           "constrained_generate", "constrained_speculative_sample", "mask_verify_rows", "parse", "token_bytes_of"]
