@@ -10,6 +10,8 @@ Part 3 checks the acceptance metrics and the collapse alarm; part 4 the load-awa
 
 from __future__ import annotations
 
+import warnings
+
 import pytest
 import torch
 from specdec_mocks import TableLM
@@ -24,6 +26,15 @@ from g2c.specdec.serving.constrain import (
     constrained_speculative_sample,
     mask_verify_rows,
 )
+from g2c.specdec.serving.controller import (
+    LoadAwareK,
+    PassCosts,
+    StaticBatchK,
+    best_k,
+    break_even_batch,
+    expected_tokens,
+)
+from g2c.specdec.serving.metrics import AcceptanceAlarm, AcceptanceCollapse, RoundLog, acceptance_metrics
 from g2c.specdec.serving.regex import DEAD, DONE, ByteDFA, TokenConstraint, parse
 from g2c.transformer import TransformerLM
 
@@ -353,3 +364,152 @@ def test_constrained_engine_rejects_bad_input():
         ConstrainedDrafter(None, "a")
     with pytest.raises(ValueError, match="eos_id"):
         constrained_speculative_sample(_tiny_lm(8, 0), None, [1], 3, c, eos_id=2)
+
+
+# --- part 3: acceptance metrics and the collapse alarm (provided) ---------------------------------
+
+
+def test_acceptance_metrics_hand_values():
+    m = acceptance_metrics([(4, 4), (4, 1), (2, 0), (0, 0), (4, 2)])
+    assert m["rounds"] == 4 and m["drafted"] == 14 and m["accepted"] == 7      # the plain step is left out
+    assert m["mean_acceptance_length"] == pytest.approx(1 + 7 / 4)
+    assert m["per_position"] == pytest.approx([3 / 4, 2 / 4, 1 / 3, 1 / 3])   # position 2, 3: three rounds drafted them
+    assert m["histogram"] == [1, 1, 1, 0, 1]                                  # acceptance lengths 1, 2, 3, 5
+    assert acceptance_metrics([])["mean_acceptance_length"] == 1.0
+    with pytest.raises(ValueError, match="exceeds"):
+        acceptance_metrics([(1, 2)])
+
+
+def test_round_log_records_the_engine_rounds_without_changing_them():
+    target, draft_model = _tiny_lm(8, 1), _tiny_lm(8, 2, dim=8)
+    log = RoundLog()
+    ids, stats = speculative_sample(target, LMDrafter(draft_model), [1, 2], 20, temperature=0.0,
+                                    controller=log.watch(k=3))
+    plain, ref = speculative_sample(target, LMDrafter(draft_model), [1, 2], 20, temperature=0.0, k=3)
+    assert ids.tolist() == plain.tolist()
+    m = log.metrics()
+    assert len(log.rounds) == stats.target_passes and m["drafted"] == stats.drafted
+    assert sum(m["histogram"]) == m["rounds"] == sum(1 for d, _ in log.rounds if d)
+    assert m["accepted"] >= stats.accepted             # verified acceptances; a budget cut drops some emitted ones
+
+
+def test_acceptance_alarm_warns_once_per_collapse_and_rearms():
+    alarm = AcceptanceAlarm(window=4, threshold=1.25)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        for a in [3, 3, 0, 0, 0, 0, 0, 0]:             # mean length 1.0 from the 6th round on
+            alarm.observe(4, a)
+        assert alarm.alarms == 1
+        for a in [4, 4, 4, 4, 0, 0, 0, 0]:             # recovers, then collapses again
+            alarm.observe(4, a)
+    assert alarm.alarms == 2 and sum(issubclass(w.category, AcceptanceCollapse) for w in caught) == 2
+    alarm.observe(0, 0)                                 # plain steps do not count
+    with pytest.raises(ValueError, match="window"):
+        AcceptanceAlarm(window=0)
+    with pytest.raises(ValueError, match="threshold"):
+        AcceptanceAlarm(threshold=0.5)
+
+
+# --- part 4: k from load and acceptance (provided) --------------------------------------------------
+
+
+def _costs(per_row: float, fixed: float = 1.0, draft: float = 0.1) -> PassCosts:
+    """A machine whose pass costs fixed + per_row * rows: per_row small = memory-bound."""
+    grid = (1, 2, 4, 8, 16, 32, 64)
+    return PassCosts(target={b: {t: fixed + per_row * b * t for t in (1, 2, 3, 5)} for b in grid},
+                     drafter={b: draft * (1 + per_row * b) for b in grid})
+
+
+def test_expected_tokens_law():
+    assert expected_tokens(0.5, 0) == 1.0 and expected_tokens(1.0, 4) == 5.0
+    assert expected_tokens(0.5, 3) == pytest.approx(1 + 0.5 + 0.25 + 0.125)
+    with pytest.raises(ValueError, match="alpha"):
+        expected_tokens(1.5, 2)
+
+
+def test_best_k_grows_with_acceptance_and_switches_off_under_load():
+    free = _costs(per_row=0.0)                 # verification free at any batch
+    assert best_k(0.9, 1, free) == 8 and best_k(0.0, 1, free) == 0
+    assert best_k(0.9, 1, free) >= best_k(0.6, 1, free) >= best_k(0.3, 1, free)
+    loaded = _costs(per_row=0.05)
+    ks = [best_k(0.7, b, loaded) for b in (1, 8, 32, 64)]
+    assert ks == sorted(ks, reverse=True) and ks[0] > 0 and ks[-1] == 0
+    b_even = break_even_batch(0.7, loaded)
+    assert best_k(0.7, b_even, loaded) == 0 and best_k(0.7, b_even - 1, loaded) > 0
+    # the exact rule at B = 1, alpha = 0.7: rate(k) = E(k) / (1.05 + 0.05 k + 0.105 k)
+    rates = [expected_tokens(0.7, k) / (1 + 0.05 * (k + 1) + 0.105 * k) for k in range(9)]
+    assert best_k(0.7, 1, loaded) == max(range(9), key=rates.__getitem__)
+
+
+def test_load_aware_k_learns_acceptance():
+    ctl = LoadAwareK(_costs(per_row=0.0), prior_alpha=0.5, decay=0.9, probe_every=None)   # remembers ~10 rounds
+    for _ in range(50):
+        ctl.update(drafted=4, accepted=[4, 4])           # every draft accepted
+    assert ctl.alpha > 0.95 and ctl.next_k(1) == 8
+    for _ in range(200):
+        ctl.update(drafted=4, accepted=[0])               # nothing accepted
+    assert ctl.alpha < 0.2                                # the old evidence has decayed away
+    assert ctl.history == [(1, 8)]
+    with pytest.raises(TypeError, match="PassCosts"):
+        LoadAwareK({"B": 1})
+
+
+def test_pass_costs_json_round_trip_and_interpolation():
+    c = _costs(per_row=0.01)
+    back = PassCosts.from_json(c.to_json())
+    assert back.target == c.target and back.target_s(12, 4) == pytest.approx(1 + 0.01 * 48)
+
+
+def test_lab_loop_with_a_controller_equals_plain_greedy():
+    from g2c.specdec.lab.batched import batched_greedy, batched_speculative_generate
+
+    target, draft_model = _tiny_lm(8, 1, layers=2), _tiny_lm(8, 2, dim=8)
+    prompts = [[1, 2, 3], [4], [5, 6]]
+    want = [o.tolist() for o in batched_greedy(target, prompts, 12).outputs]
+    static = batched_speculative_generate(target, draft_model, prompts, 12, k=3)
+    hooked = batched_speculative_generate(target, draft_model, prompts, 12, controller=StaticBatchK(3))
+    assert [o.tolist() for o in static.outputs] == [o.tolist() for o in hooked.outputs] == want
+    assert static.rounds == hooked.rounds
+    plain_rounds = batched_speculative_generate(target, draft_model, prompts, 12, controller=StaticBatchK(0))
+    assert [o.tolist() for o in plain_rounds.outputs] == want and plain_rounds.target_passes == 12
+    log = RoundLog()
+    ctl = LoadAwareK(_costs(per_row=0.02), k_max=4)
+    res = batched_speculative_generate(target, draft_model, prompts, 12, controller=log.watch(ctl))
+    assert [o.tolist() for o in res.outputs] == want
+    assert {b for b, _ in ctl.history} <= {1, 2, 3} and len(ctl.history) == res.target_passes
+    assert sum(1 for d, _ in log.rounds if d) == sum(b for b, k in ctl.history if k)
+
+
+def test_lab_controller_hook_rejects_bad_k():
+    from g2c.specdec.lab.batched import batched_speculative_generate
+
+    class Bad:
+        def next_k(self, batch):
+            return -1
+
+        def update(self, **kw):
+            pass
+
+    model = _tiny_lm(8, 1)
+    with pytest.raises(ValueError, match="next_k"):
+        batched_speculative_generate(model, model, [[1]], 3, controller=Bad())
+    with pytest.raises(TypeError, match="controller"):
+        batched_speculative_generate(model, model, [[1]], 3, controller=object())
+
+
+def test_measure_costs_times_a_real_model_and_caches(tmp_path):
+    model = _tiny_lm(8, 1)
+    costs = PassCosts.load_or_measure(model, model, path=tmp_path / "cal.json", batches=(1, 4), tokens=(1, 3),
+                                      context=8, repeats=1)
+    assert (tmp_path / "cal.json").is_file() and set(costs.target) == {1, 4}
+    assert costs.target[4][3] >= costs.target[4][1] > 0       # non-decreasing in T by construction
+    again = PassCosts.load_or_measure(model, model, path=tmp_path / "cal.json", batches=(1, 4), tokens=(1, 3),
+                                      context=8, repeats=1)
+    assert again.target == costs.target                          # read from the cache, not re-measured
+
+
+def test_load_aware_k_probes_while_speculation_is_off():
+    ctl = LoadAwareK(_costs(per_row=0.0), prior_alpha=0.0, prior_weight=1.0, probe_every=3)
+    assert [ctl.next_k(1) for _ in range(8)] == [0, 0, 0, 1, 0, 0, 0, 1]
+    with pytest.raises(ValueError, match="probe_every"):
+        LoadAwareK(_costs(per_row=0.0), probe_every=0)

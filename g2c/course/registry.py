@@ -159,7 +159,8 @@ MODULES: tuple[CourseModule, ...] = (
     CourseModule(
         id='specdec-serving',
         title='Beyond: speculation under load and under a grammar',
-        files=('g2c/specdec/serving/__init__.py', 'g2c/specdec/serving/regex.py', 'g2c/specdec/serving/constrain.py'),
+        files=('g2c/specdec/serving/__init__.py', 'g2c/specdec/serving/regex.py', 'g2c/specdec/serving/constrain.py',
+               'g2c/specdec/serving/metrics.py', 'g2c/specdec/serving/controller.py'),
         lesson='docs/beyond/specdec-serving.md',
         notebook='notebooks/clean/specdec-serving-speculation-under-load-and-under-a-gramm.ipynb',
         tests=('tests/test_specdec_serving.py',),
