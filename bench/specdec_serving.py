@@ -47,7 +47,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from serving_lab import PROMPT_SETS  # noqa: E402
 
 CONSTRAINTS = {
-    "story-opening": " Once upon a time, there was a (little|big) (girl|boy|dog|cat) named [A-Z][a-z]+\\. "
+    "story-opening": " Once upon a time, there was a( little| big)( girl| boy| dog| cat) named [A-Z][a-z]+\\. "
                      "(She|He) (liked|loved) to [a-z]+( [a-z]+)*\\.",
     "yes-no": " The answer is( yes| no)\\.",
 }
@@ -89,11 +89,14 @@ def main(argv: list[str] | None = None) -> int:
     drafter, _ = load_model("StoryLM-1M")
     t0 = time.perf_counter()
     costs = PassCosts.load_or_measure(target, drafter, name="StoryLM-30M+StoryLM-1M",
-                                      path=out / f"calibration-{args.threads}t.json")
+                                      path=out / f"calibration-{args.threads}t.json",
+                                      round_ks=tuple(range(max(ks) + 1)))
     print(f"calibration ({time.perf_counter() - t0:.1f}s, cached in {out}): target pass B=1: "
           + ", ".join(f"T={t} {1e3 * costs.target_s(1, t):.1f} ms" for t in (1, 2, 3, 5))
           + f"; B=32 T=1 {1e3 * costs.target_s(32, 1):.1f} ms, T=5 {1e3 * costs.target_s(32, 5):.1f} ms; "
           f"drafter B=1 {1e3 * costs.drafter_s(1):.1f} ms")
+    for b in (1, 8, 32):
+        print(f"  round B={b}: " + ", ".join(f"k={k} {1e3 * costs.round_s(b, k):.0f} ms" for k in range(max(ks) + 1)))
     for a in (0.5, 0.7, 0.9):
         print(f"  break-even batch at alpha={a}: {break_even_batch(a, costs, k_max=max(ks))}")
 

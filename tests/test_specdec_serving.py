@@ -89,6 +89,14 @@ def test_token_constraint_canonical_literal_takes_one_token():
     assert c.forced(c.start) == 6 and c.mask(c.start).sum().item() == 1
 
 
+def test_token_constraint_allows_tokens_that_finish_a_run_and_go_on():
+    # run "ab" then a branch: "ab" (its canonical token) and "abc" (the run plus a legal "c") are legal,
+    # "a" (a shorter way to start the run) is not, and the state is not forced
+    c = _toy("ab(a|c)")
+    assert c.mask(c.start).nonzero().flatten().tolist() == [4, 6] and c.forced(c.start) is None
+    assert c.accepting(c.step(c.start, 6))
+
+
 def test_token_constraint_rejects_bad_input():
     with pytest.raises(ValueError, match="eos_id"):
         TokenConstraint("a", TOY, 8)

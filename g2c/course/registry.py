@@ -162,7 +162,7 @@ MODULES: tuple[CourseModule, ...] = (
         files=('g2c/specdec/serving/__init__.py', 'g2c/specdec/serving/regex.py', 'g2c/specdec/serving/constrain.py',
                'g2c/specdec/serving/metrics.py', 'g2c/specdec/serving/controller.py'),
         lesson='docs/beyond/specdec-serving.md',
-        notebook='notebooks/clean/specdec-serving-speculation-under-load-and-under-a-gramm.ipynb',
+        notebook='notebooks/clean/specdec-serving-load-and-grammar.ipynb',
         tests=('tests/test_specdec_serving.py',),
         requires=('16', 'specdec', 'specdec-sampling', 'specdec-lab',),
     ),

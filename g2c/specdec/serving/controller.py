@@ -44,7 +44,7 @@ from g2c.nn import synchronize
 from ..lab.batched import RaggedKV
 
 __all__ = ["LoadAwareK", "PassCosts", "StaticBatchK", "best_k", "break_even_batch", "expected_tokens",
-           "measure_costs"]
+           "measure_costs", "measure_round_costs"]
 
 
 def expected_tokens(alpha: float, k: int) -> float:
@@ -88,6 +88,20 @@ class PassCosts:
     target: dict[int, dict[int, float]]
     drafter: dict[int, float]
     meta: dict = field(default_factory=dict)
+    rounds: dict[int, dict[int, float]] = field(default_factory=dict)
+
+    def round_s(self, batch: int, k: int) -> float:
+        """Seconds of one whole round at batch B with k drafts: the measured round times
+        (``measure_round_costs``: everything the loop does, Python included) when there are any,
+        else the pass model t_T(B, k+1) + k * t_D(B)."""
+        if not self.rounds:
+            return self.target_s(batch, k + 1) + k * self.drafter_s(batch)
+        bs = sorted(self.rounds)
+        per_b = []
+        for b in bs:
+            ks = sorted(self.rounds[b])
+            per_b.append(_interp([float(x + 1) for x in ks], [self.rounds[b][x] for x in ks], float(k + 1)))
+        return _interp([float(b) for b in bs], per_b, float(batch))
 
     def target_s(self, batch: int, tokens: int) -> float:
         bs = sorted(self.target)
@@ -103,27 +117,36 @@ class PassCosts:
 
     def to_json(self) -> str:
         return json.dumps({"target": {str(b): {str(t): s for t, s in v.items()} for b, v in self.target.items()},
-                           "drafter": {str(b): s for b, s in self.drafter.items()}, "meta": self.meta}, indent=1)
+                           "drafter": {str(b): s for b, s in self.drafter.items()}, "meta": self.meta,
+                           "rounds": {str(b): {str(k): s for k, s in v.items()} for b, v in self.rounds.items()}},
+                          indent=1)
 
     @classmethod
     def from_json(cls, text: str) -> "PassCosts":
         d = json.loads(text)
         return cls(target={int(b): {int(t): float(s) for t, s in v.items()} for b, v in d["target"].items()},
-                   drafter={int(b): float(s) for b, s in d["drafter"].items()}, meta=d.get("meta", {}))
+                   drafter={int(b): float(s) for b, s in d["drafter"].items()}, meta=d.get("meta", {}),
+                   rounds={int(b): {int(k): float(s) for k, s in v.items()} for b, v in d.get("rounds", {}).items()})
 
     @classmethod
     def load_or_measure(cls, target, drafter, *, path: str | os.PathLike | None = None, name: str = "model",
-                        **kw) -> "PassCosts":
+                        round_ks: tuple[int, ...] | None = None, **kw) -> "PassCosts":
         """Read the cached calibration at ``path`` (default ``runs/specdec_serving/calibration-
         <name>-<threads>t-<device>.json``) when it exists and matches ``kw``'s grid, else measure
-        (``measure_costs(target, drafter, **kw)``) and write it there."""
+        (``measure_costs(target, drafter, **kw)``; with ``round_ks`` also ``measure_round_costs``
+        for those k) and write it there."""
         path = Path(path) if path is not None else Path("runs/specdec_serving") / \
             f"calibration-{name}-{torch.get_num_threads()}t-{target.device.type}.json"
         if path.is_file():
             costs = cls.from_json(path.read_text())
-            if costs.meta.get("grid") == _grid_key(**kw):
+            if costs.meta.get("grid") == _grid_key(**kw) and costs.meta.get("round_ks") == \
+                    (list(round_ks) if round_ks else None):
                 return costs
         costs = measure_costs(target, drafter, **kw)
+        if round_ks:
+            costs.rounds = measure_round_costs(target, drafter, batches=kw.get("batches", (1, 2, 4, 8, 16, 32, 64)),
+                                               ks=round_ks)
+            costs.meta["round_ks"] = list(round_ks)
         path.parent.mkdir(parents=True, exist_ok=True)
         path.write_text(costs.to_json())
         return costs
@@ -191,6 +214,48 @@ def measure_costs(target, drafter, *, batches=(1, 2, 4, 8, 16, 32, 64), tokens=(
                                       "threads": torch.get_num_threads(), "device": str(target.device)})
 
 
+def measure_round_costs(target, drafter, *, batches=(1, 2, 4, 8, 16, 32, 64), ks=(0, 1, 2, 4), prompt_len: int = 24,
+                        rounds: int = 8) -> dict[int, dict[int, float]]:
+    """Seconds per round of the serving lab's loop itself, {B: {k: seconds}}: B random prompts of
+    ``prompt_len`` tokens, a budget of ``rounds`` tokens per row at a static k (``StaticBatchK``;
+    random prompts are rarely matched, so about that many rounds), one warm-up per B; CPU time on
+    the CPU, the prefill
+    (timed alone, budget 0) subtracted. It includes what the pass model leaves out: the drafter's
+    catch-up, argmax, the ragged commit and the Python of the round.
+
+    Raises:
+        ValueError: an empty grid or a value < 0 (k) / < 1 (B, rounds); prompt_len + budget past the window.
+    """
+    from ..lab.batched import batched_speculative_generate
+
+    batches, ks = sorted(set(batches)), sorted(set(ks))
+    if not batches or not ks or min(batches) < 1 or min(ks) < 0 or rounds < 1 or prompt_len < 1:
+        raise ValueError(f"need batches >= 1, ks >= 0, rounds >= 1, prompt_len >= 1; got {batches}, {ks}, {rounds}, "
+                         f"{prompt_len}")
+    window = min(target.max_seq_len, drafter.max_seq_len)
+    clock = time.process_time if target.device.type == "cpu" else time.perf_counter
+    g = torch.Generator().manual_seed(0)
+    out: dict[int, dict[int, float]] = {}
+    for b in batches:
+        prompts = [torch.randint(target.vocab_size, (prompt_len,), generator=g).tolist() for _ in range(b)]
+        out[b] = {}
+        for i, k in enumerate(ks):
+            if prompt_len + rounds > window + 1:
+                raise ValueError(f"prompt_len {prompt_len} + {rounds} new tokens exceed the window {window}")
+            for r in range(2 if i == 0 else 1):              # one warm-up per batch size
+                synchronize(target.device)
+                t0 = clock()
+                batched_speculative_generate(target, drafter, prompts, 0, controller=StaticBatchK(k))
+                t1 = clock()
+                res = batched_speculative_generate(target, drafter, prompts, rounds, controller=StaticBatchK(k))
+                synchronize(target.device)
+                t2 = clock()
+            out[b][k] = max((t2 - t1) - (t1 - t0), 1e-9) / max(res.target_passes, 1)
+        for k in ks[1:]:                                      # a round with more drafts never costs less
+            out[b][k] = max(out[b][k], out[b][ks[ks.index(k) - 1]])
+    return out
+
+
 def best_k(alpha: float, batch: int, costs: PassCosts, *, k_max: int = 8) -> int:
     """The k in [0, k_max] with the most expected tokens per second for a batch of ``batch`` rows
     at acceptance ``alpha`` (the law in the module docstring); ties go to the smaller k.
@@ -204,7 +269,7 @@ def best_k(alpha: float, batch: int, costs: PassCosts, *, k_max: int = 8) -> int
         raise ValueError(f"k_max must be an int >= 0, got {k_max!r}")
     best, best_rate = 0, -1.0
     for k in range(k_max + 1):
-        seconds = costs.target_s(batch, k + 1) + k * costs.drafter_s(batch)
+        seconds = costs.round_s(batch, k)
         rate = batch * expected_tokens(alpha, k) / seconds
         if rate > best_rate * (1 + 1e-9):
             best, best_rate = k, rate

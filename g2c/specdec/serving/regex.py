@@ -18,7 +18,9 @@ decoding loop can use one token at a time:
    state. One rule makes literal runs cheap: where the pattern leaves exactly one byte string
    to write (a literal run, up to the next branch or accepting state), the only legal token
    is the first token of that run's canonical tokenization (``encode``: the tokenizer's own;
-   without it the longest vocabulary token that is a prefix of the run). The constraint then
+   without it the longest vocabulary token that is a prefix of the run), plus any token that
+   writes the whole run and goes on legally (so a run ending in a space, as in ``named [A-Z]``,
+   still allows the model's usual " Lily"). The constraint then
    has *forced* states, with exactly one legal continuation, and the run is written the way
    the model saw such text in training. It restricts how a literal is tokenized, never which
    texts match.
@@ -404,6 +406,11 @@ class TokenConstraint:
             if run:
                 tok = self._canonical(run)
                 nxt = {tok: self.dfa.walk(state, self.token_bytes[tok])}
+                for i, t in enumerate(self.token_bytes):       # tokens that finish the run and go on
+                    if t and len(t) > len(run) and t.startswith(run):
+                        s = self.dfa.walk(state, t)
+                        if s != DEAD:
+                            nxt[i] = s
             else:
                 nxt = {}
                 for i, t in enumerate(self.token_bytes):
