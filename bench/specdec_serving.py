@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import argparse
 import csv
+import statistics
 import sys
 import time
 import warnings
@@ -76,6 +77,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--new-tokens", type=count(1), help="new tokens per request (default 32; --quick: 16)")
     ap.add_argument("--threads", type=count(1), default=1)
     ap.add_argument("--out", type=output_dir(), default="runs/specdec_serving")
+    ap.add_argument("--repeats", type=count(1), default=3, help="interleaved runs per cell, median kept (default 3)")
     ap.add_argument("--quick", action="store_true")
     args = ap.parse_args(argv)
     batches = [int(b) for b in (args.batches or ("1,8,32" if args.quick else "1,8,32,64")).split(",")]
@@ -107,23 +109,33 @@ def main(argv: list[str] | None = None) -> int:
     for set_name, texts in PROMPT_SETS.items():
         for b in batches:
             prompts = tok.encode_batch_fast([texts[i % len(texts)] for i in range(b)])
-            plain = _cell(target, drafter, prompts, new_tokens, None)
-            configs = [("plain", None)] + [(f"k={k}", StaticBatchK(k)) for k in ks] + \
-                [("adaptive", LoadAwareK(costs, k_max=max(ks)))]
-            for name, ctl in configs:
-                cell = plain if ctl is None else _cell(target, drafter, prompts, new_tokens, ctl)
-                assert cell["outputs"] == plain["outputs"], f"{name}: output differs from plain greedy"
+            names = ["plain"] + [f"k={k}" for k in ks] + ["adaptive"]
+            cells: dict[str, list[dict]] = {name: [] for name in names}
+            ctls: dict[str, list] = {name: [] for name in names}
+            for _ in range(args.repeats):                         # interleaved repeats, median kept
+                for name in names:
+                    ctl = None if name == "plain" else (LoadAwareK(costs, k_max=max(ks)) if name == "adaptive"
+                                                        else StaticBatchK(int(name[2:])))
+                    cells[name].append(_cell(target, drafter, prompts, new_tokens, ctl))
+                    ctls[name].append(ctl)
+            plain_rate = statistics.median(c["cpu_tok_s"] for c in cells["plain"])
+            for name in names:
+                cell = cells[name][-1]
+                assert all(c["outputs"] == cells["plain"][0]["outputs"] for c in cells[name]), \
+                    f"{name}: output differs from plain greedy"
+                rate = statistics.median(c["cpu_tok_s"] for c in cells[name])
                 m = cell["metrics"]
-                ks_used = [k for _, k in getattr(ctl, "history", [])]
+                ks_used = [k for ctl in ctls[name] for _, k in getattr(ctl, "history", [])]
                 rows.append({"prompts": set_name, "batch": b, "config": name,
-                             "cpu_tok_s": round(cell["cpu_tok_s"], 1),
-                             "speedup": round(cell["cpu_tok_s"] / plain["cpu_tok_s"], 3),
+                             "cpu_tok_s": round(rate, 1),
+                             "speedup": round(rate / plain_rate, 3),
                              "target_passes": cell["passes"],
                              "mean_accept_len": round(m["mean_acceptance_length"], 3),
                              "per_position": ";".join(f"{x:.2f}" for x in m["per_position"]),
                              "histogram": ";".join(str(x) for x in m["histogram"]),
                              "mean_k": round(sum(ks_used) / len(ks_used), 2) if ks_used else "",
-                             "alarms": cell["alarms"], "new_tokens": new_tokens, "threads": args.threads})
+                             "alarms": cell["alarms"], "new_tokens": new_tokens, "threads": args.threads,
+                             "repeats": args.repeats})
                 r = rows[-1]
                 print(f"{set_name:9} B={b:<3} {name:9} {r['cpu_tok_s']:>8.1f} tok/cpu-s  x{r['speedup']:.2f}  "
                       f"passes {r['target_passes']:>3}  accept len {r['mean_accept_len']:.2f}  mean k {r['mean_k']}")

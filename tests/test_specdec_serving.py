@@ -450,7 +450,8 @@ def test_best_k_grows_with_acceptance_and_switches_off_under_load():
 
 
 def test_load_aware_k_learns_acceptance():
-    ctl = LoadAwareK(_costs(per_row=0.0), prior_alpha=0.5, decay=0.9, probe_every=None)   # remembers ~10 rounds
+    ctl = LoadAwareK(_costs(per_row=0.0), prior_alpha=0.5, decay=0.9, probe_every=None,
+                     clock=None)   # remembers ~10 rounds
     for _ in range(50):
         ctl.update(drafted=4, accepted=[4, 4])           # every draft accepted
     assert ctl.alpha > 0.95 and ctl.next_k(1) == 8
@@ -481,7 +482,7 @@ def test_lab_loop_with_a_controller_equals_plain_greedy():
     plain_rounds = batched_speculative_generate(target, draft_model, prompts, 12, controller=StaticBatchK(0))
     assert [o.tolist() for o in plain_rounds.outputs] == want and plain_rounds.target_passes == 12
     log = RoundLog()
-    ctl = LoadAwareK(_costs(per_row=0.02), k_max=4)
+    ctl = LoadAwareK(_costs(per_row=0.02), k_max=4, clock=None)
     res = batched_speculative_generate(target, draft_model, prompts, 12, controller=log.watch(ctl))
     assert [o.tolist() for o in res.outputs] == want
     assert {b for b, _ in ctl.history} <= {1, 2, 3} and len(ctl.history) == res.target_passes
@@ -517,7 +518,25 @@ def test_measure_costs_times_a_real_model_and_caches(tmp_path):
 
 
 def test_load_aware_k_probes_while_speculation_is_off():
-    ctl = LoadAwareK(_costs(per_row=0.0), prior_alpha=0.0, prior_weight=1.0, probe_every=3)
+    ctl = LoadAwareK(_costs(per_row=0.0), prior_alpha=0.0, prior_weight=1.0, probe_every=3, clock=None)
     assert [ctl.next_k(1) for _ in range(8)] == [0, 0, 0, 1, 0, 0, 0, 1]
     with pytest.raises(ValueError, match="probe_every"):
         LoadAwareK(_costs(per_row=0.0), probe_every=0)
+
+
+def test_load_aware_k_corrects_the_calibration_with_its_own_round_times():
+    # calibrated: free verification (every round 1 s); measured: a drafting round takes 3 s
+    now = [0.0]
+    ctl = LoadAwareK(_costs(per_row=0.0, draft=0.0), k_max=4, prior_alpha=0.6, decay=1.0, probe_every=None,
+                     clock=lambda: now[0])
+    assert ctl.next_k(1) == 4                    # the calibration says drafting is free
+    now[0] += 3.0                                # ... but the round took 3 s
+    ctl.update(drafted=4, accepted=[1])
+    k = ctl.next_k(1)
+    assert ctl.ratio == {4: pytest.approx(3.0)} and k == 0    # E(4) at alpha ~0.5: < 2 tokens for 3x the time
+    now[0] += 1.0
+    ctl.next_k(1)
+    assert ctl.ratio[0] == pytest.approx(1.0)
+    now[0] += 100.0                              # a pause between runs: ignored
+    ctl.next_k(1)
+    assert ctl.ratio[0] == pytest.approx(1.0)

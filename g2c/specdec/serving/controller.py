@@ -256,9 +256,11 @@ def measure_round_costs(target, drafter, *, batches=(1, 2, 4, 8, 16, 32, 64), ks
     return out
 
 
-def best_k(alpha: float, batch: int, costs: PassCosts, *, k_max: int = 8) -> int:
+def best_k(alpha: float, batch: int, costs: PassCosts, *, k_max: int = 8, correction=None) -> int:
     """The k in [0, k_max] with the most expected tokens per second for a batch of ``batch`` rows
     at acceptance ``alpha`` (the law in the module docstring); ties go to the smaller k.
+    ``correction(k)`` (optional) multiplies the calibrated round time of k: what the running
+    controller has measured of its own rounds.
 
     Raises:
         ValueError: batch < 1, k_max < 0, alpha outside [0, 1].
@@ -269,7 +271,7 @@ def best_k(alpha: float, batch: int, costs: PassCosts, *, k_max: int = 8) -> int
         raise ValueError(f"k_max must be an int >= 0, got {k_max!r}")
     best, best_rate = 0, -1.0
     for k in range(k_max + 1):
-        seconds = costs.round_s(batch, k)
+        seconds = costs.round_s(batch, k) * (1.0 if correction is None else correction(k))
         rate = batch * expected_tokens(alpha, k) / seconds
         if rate > best_rate * (1 + 1e-9):
             best, best_rate = k, rate
@@ -311,6 +313,15 @@ class LoadAwareK:
         decay: weight kept per round by old evidence (in (0, 1]; 1 = never forget).
         probe_every: after this many plain rounds in a row, draft one round at k = 1 so the
             acceptance estimate keeps learning while speculation is off (int >= 1; None = never).
+        clock: seconds now (default ``time.process_time``: CPU time, robust with one thread on
+            a shared machine); None turns the online correction off.
+
+    Online correction: the calibration is timed on random prompts, not on the live traffic. The
+    controller times its own rounds (from one ``next_k`` to the next), and keeps per k the
+    running ratio measured / calibrated round time (``ratio``, a decayed mean; a gap outside
+    [0.2, 5] of the calibration, e.g. a pause between runs, is ignored); ``best_k`` multiplies each
+    calibrated round time by its k's ratio (a drafting k not yet run borrows the nearest drafting
+    k's ratio; k = 0 not yet run keeps 1).
 
     ``alpha`` = (prior successes + decayed successes) / (prior trials + decayed trials) with the
     per-round MLE counts of the module docstring; ``next_k(B) = best_k(alpha, B, costs)``.
@@ -322,7 +333,7 @@ class LoadAwareK:
     """
 
     def __init__(self, costs: PassCosts, *, k_max: int = 8, prior_alpha: float = 0.7, prior_weight: float = 2.0,
-                 decay: float = 0.95, probe_every: int | None = 8) -> None:
+                 decay: float = 0.95, probe_every: int | None = 8, clock=time.process_time) -> None:
         if not isinstance(costs, PassCosts):
             raise TypeError(f"costs must be a PassCosts, got {type(costs).__name__}")
         if isinstance(k_max, bool) or not isinstance(k_max, int) or k_max < 1:
@@ -335,6 +346,9 @@ class LoadAwareK:
             raise ValueError(f"probe_every must be an int >= 1 or None, got {probe_every!r}")
         self.costs, self.k_max, self.decay, self.probe_every = costs, k_max, decay, probe_every
         self._plain_run = 0
+        self.clock = clock
+        self.ratio: dict[int, float] = {}
+        self._last: tuple[int, int, float] | None = None
         self._prior = (prior_alpha * prior_weight, prior_weight)
         self._succ = self._trials = 0.0
         self.history: list[tuple[int, int]] = []
@@ -347,12 +361,32 @@ class LoadAwareK:
         s, n = self._prior[0] + self._succ, self._prior[1] + self._trials
         return min(max(s / n, 0.0), 1.0) if n > 0 else 0.0
 
+    def _observe_round(self, now: float) -> None:
+        if self._last is None:
+            return
+        b, k, t0 = self._last
+        r = (now - t0) / self.costs.round_s(b, k)
+        if 0.2 <= r <= 5.0:
+            self.ratio[k] = r if k not in self.ratio else 0.5 * self.ratio[k] + 0.5 * r
+
+    def _correction(self, k: int) -> float:
+        """The measured ratio of k; a drafting k not yet run borrows the nearest drafting k's."""
+        if k in self.ratio:
+            return self.ratio[k]
+        near = [j for j in self.ratio if j > 0] if k > 0 else []
+        return self.ratio[min(near, key=lambda j: abs(j - k))] if near else 1.0
+
     def next_k(self, batch: int = 1) -> int:
-        k = best_k(self.alpha, batch, self.costs, k_max=self.k_max)
+        now = None if self.clock is None else self.clock()
+        if now is not None:
+            self._observe_round(now)
+        k = best_k(self.alpha, batch, self.costs, k_max=self.k_max, correction=self._correction)
         self._plain_run = self._plain_run + 1 if k == 0 else 0
         if k == 0 and self.probe_every is not None and self._plain_run > self.probe_every:
             k, self._plain_run = 1, 0                   # a probe: one cheap drafting round
         self.history.append((batch, k))
+        if now is not None:
+            self._last = (batch, k, self.clock())       # the round starts now (after our own choice)
         return k
 
     def update(self, *, drafted: int, accepted, **kw) -> None:
