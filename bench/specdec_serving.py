@@ -8,8 +8,10 @@
 Part 1, the serving lab with a controller: StoryLM-30M serves B requests (the two prompt sets of
 ``bench/serving_lab.py``) with StoryLM-1M drafting, through the lab's batched loop
 (``g2c.specdec.lab.batched_speculative_generate``): plain decoding, every static k, and
-``LoadAwareK`` (k per round from the calibrated pass costs and the running acceptance; the
-calibration is cached under ``runs/specdec_serving/``). Throughput is new tokens per second of
+``LoadAwareK`` (k per round from the calibrated round costs, corrected online, and the running
+acceptance; the calibration is cached under ``runs/specdec_serving/``), both cold (a fresh
+controller per cell: ``adaptive``) and warm (one controller per prompt set kept across the cells
+and repeats, as a server keeps it across requests: ``adaptive-warm``). Throughput is new tokens per second of
 process CPU time (one thread: robust when other processes share the cores). Each row also has
 the acceptance metrics of ``g2c.specdec.serving.metrics`` (mean acceptance length, per-position
 rates, histogram) and the collapse alarm's count. Outputs are checked equal to plain decoding.
@@ -107,17 +109,24 @@ def main(argv: list[str] | None = None) -> int:
         _cell(target, drafter, warm, 2, ctl)
     rows = []
     for set_name, texts in PROMPT_SETS.items():
+        warm = LoadAwareK(costs, k_max=max(ks))
         for b in batches:
             prompts = tok.encode_batch_fast([texts[i % len(texts)] for i in range(b)])
-            names = ["plain"] + [f"k={k}" for k in ks] + ["adaptive"]
+            names = ["plain"] + [f"k={k}" for k in ks] + ["adaptive", "adaptive-warm"]
             cells: dict[str, list[dict]] = {name: [] for name in names}
-            ctls: dict[str, list] = {name: [] for name in names}
+            used: dict[str, list[int]] = {name: [] for name in names}
             for _ in range(args.repeats):                         # interleaved repeats, median kept
                 for name in names:
-                    ctl = None if name == "plain" else (LoadAwareK(costs, k_max=max(ks)) if name == "adaptive"
-                                                        else StaticBatchK(int(name[2:])))
+                    if name == "adaptive-warm":                   # a server's controller: kept across cells
+                        ctl = warm
+                        ctl.new_run()
+                    elif name == "adaptive":                      # a cold start in every cell
+                        ctl = LoadAwareK(costs, k_max=max(ks))
+                    else:
+                        ctl = None if name == "plain" else StaticBatchK(int(name[2:]))
+                    before = len(getattr(ctl, "history", []))
                     cells[name].append(_cell(target, drafter, prompts, new_tokens, ctl))
-                    ctls[name].append(ctl)
+                    used[name] += [k for _, k in getattr(ctl, "history", [])[before:]]
             plain_rate = statistics.median(c["cpu_tok_s"] for c in cells["plain"])
             for name in names:
                 cell = cells[name][-1]
@@ -125,7 +134,7 @@ def main(argv: list[str] | None = None) -> int:
                     f"{name}: output differs from plain greedy"
                 rate = statistics.median(c["cpu_tok_s"] for c in cells[name])
                 m = cell["metrics"]
-                ks_used = [k for ctl in ctls[name] for _, k in getattr(ctl, "history", [])]
+                ks_used = used[name]
                 rows.append({"prompts": set_name, "batch": b, "config": name,
                              "cpu_tok_s": round(rate, 1),
                              "speedup": round(rate / plain_rate, 3),
@@ -137,7 +146,7 @@ def main(argv: list[str] | None = None) -> int:
                              "alarms": cell["alarms"], "new_tokens": new_tokens, "threads": args.threads,
                              "repeats": args.repeats})
                 r = rows[-1]
-                print(f"{set_name:9} B={b:<3} {name:9} {r['cpu_tok_s']:>8.1f} tok/cpu-s  x{r['speedup']:.2f}  "
+                print(f"{set_name:9} B={b:<3} {name:13} {r['cpu_tok_s']:>8.1f} tok/cpu-s  x{r['speedup']:.2f}  "
                       f"passes {r['target_passes']:>3}  accept len {r['mean_accept_len']:.2f}  mean k {r['mean_k']}")
     with atomic_write(out / "serving.csv", "w", newline="") as f:
         w = csv.DictWriter(f, fieldnames=list(rows[0]))

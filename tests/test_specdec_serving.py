@@ -540,3 +540,17 @@ def test_load_aware_k_corrects_the_calibration_with_its_own_round_times():
     now[0] += 100.0                              # a pause between runs: ignored
     ctl.next_k(1)
     assert ctl.ratio[0] == pytest.approx(1.0)
+
+
+def test_load_aware_k_new_run_keeps_estimates_and_restarts_the_clock():
+    now = [0.0]
+    ctl = LoadAwareK(_costs(per_row=0.0), k_max=4, decay=1.0, probe_every=None, clock=lambda: now[0])
+    ctl.next_k(1)
+    ctl.update(drafted=4, accepted=[4])
+    now[0] += 2.0
+    ctl.next_k(1)                                # the first round took 2 s: measured
+    alpha, ratio = ctl.alpha, dict(ctl.ratio)
+    ctl.new_run()
+    now[0] += 4.0                                # the gap before the next run (prefill etc.): not a round
+    ctl.next_k(1)
+    assert ctl.alpha == alpha and ctl.ratio == ratio and len(ratio) == 1

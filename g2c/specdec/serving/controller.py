@@ -369,6 +369,11 @@ class LoadAwareK:
         if 0.2 <= r <= 5.0:
             self.ratio[k] = r if k not in self.ratio else 0.5 * self.ratio[k] + 0.5 * r
 
+    def new_run(self) -> None:
+        """Call between runs of a long-lived controller (a server's, kept across requests): the
+        acceptance and cost estimates carry over, the round clock restarts."""
+        self._last, self._plain_run = None, 0
+
     def _correction(self, k: int) -> float:
         """The measured ratio of k; a drafting k not yet run borrows the nearest drafting k's."""
         if k in self.ratio:
