@@ -80,42 +80,44 @@ print([[tok.decode([i]) for i in torch.isfinite(r).nonzero().flatten()] for r in
 # ## 2. Constrained speculation is lossless, and forced tokens are free drafts
 #
 # Greedy, StoryLM-1M drafting with k = 4: the output must equal constrained plain decoding token
-# for token, with forced-run drafting on and off.
+# for token, with forced-run drafting on and off, for the story opening above and for a short
+# answer phrase the drafter has no reason to guess.
 
 # %%
 prompt = torch.tensor(tok.encode("Tom and Sue went to the park."))
-want = constrained_generate(target, prompt, 48, c, temperature=0.0)
-print(repr(tok.decode(want[len(prompt):].tolist())))
-results = {}
-for forced_on in (False, True):
-    ids, st = constrained_speculative_sample(CachedTarget(target), LMDrafter(drafter, use_cache=True), prompt, 48, c,
-                                             forced=forced_on, k=4, temperature=0.0)
-    assert ids.tolist() == want.tolist()
-    results[forced_on] = st
-    print(f"forced drafts {forced_on!s:5}: {st.generated} tokens in {st.target_passes} target passes "
-          f"({st.tokens_per_pass:.2f} per pass), {st.drafter.forced_tokens} forced, "
-          f"drafter called {st.drafter.drafter_calls} times")
+for name, cons in [("story opening", c), ("answer", TokenConstraint.from_tokenizer(" The answer is( yes| no)\\.", tok))]:
+    want = constrained_generate(target, prompt, 48, cons, temperature=0.0)
+    print(f"{name}: {tok.decode(want[len(prompt):].tolist())!r}")
+    for forced_on in (False, True):
+        ids, st = constrained_speculative_sample(CachedTarget(target), LMDrafter(drafter, use_cache=True), prompt, 48,
+                                                 cons, forced=forced_on, k=4, temperature=0.0)
+        assert ids.tolist() == want.tolist()
+        print(f"  forced drafts {forced_on!s:5}: {st.generated} tokens in {st.target_passes} target passes "
+              f"({st.tokens_per_pass:.2f} per pass), {st.drafter.forced_tokens} forced, "
+              f"drafter called {st.drafter.drafter_calls} times")
 
 # %% [markdown]
-# **Question:** Why does drafting the forced runs raise tokens per pass even where the drafter LM
-# already guesses the literal text, and why can it never lower the output's quality?
+# **Question:** On one constraint forced drafts cut the target passes, on the other only the drafter
+# calls. Why, and why can forced drafts never change the output?
 
 # %% [markdown]
 # **Answer:**
 #
 # <!-- BEGIN ANSWER -->
 # A forced state has one legal token, so the masked target row puts all its mass there: a forced
-# draft is always accepted, and a whole run fits in one pass without a single drafter call (the
-# drafter LM also misses some literal tokens, e.g. the canonical tokenization of a run, and each
-# miss costs a pass). Quality cannot change because the output's law is fixed by the masked target
-# rows alone: any draft, forced or not, only changes how many passes it takes (the equality
-# checked above).
+# draft is always accepted and costs no drafter call. On the story opening the drafter LM already
+# predicts the literal text (it is the ladder's stock opening), so its own drafts were accepted
+# too: the passes stay the same and only the drafter calls drop. On the answer phrase, after an
+# unrelated prompt, the drafter guesses the literal badly, so every miss cost a pass; forced runs
+# fill a pass with up to k accepted tokens. The output cannot change because its law is fixed by
+# the masked target rows alone; any draft only changes how many passes it takes (checked above).
 # <!-- END ANSWER -->
 #
 # <!-- BEGIN RUBRIC -->
-# Full marks: (1) a forced draft is accepted with probability 1 under the masked target row; (2) it
-# costs no drafter pass; (3) losslessness comes from masking every target row, independent of the
-# drafter. Expect about 1.3 tokens per pass without and about 2.5 with forced drafts on this pattern.
+# Full marks: (1) a forced draft is accepted with probability 1 under the masked target row and costs
+# no drafter call; (2) the difference between the constraints is how well the drafter already
+# predicts the literal; (3) losslessness comes from masking every target row, whatever the drafter.
+# Expect (StoryLM-5M, quick): story opening 8 passes either way, drafter calls 8 -> 4; answer 6 -> 2 passes.
 # <!-- END RUBRIC -->
 
 # %% [markdown]
