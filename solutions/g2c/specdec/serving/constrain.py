@@ -31,7 +31,7 @@ import torch
 from g2c.sampling.generate import as_token_ids
 from g2c.sampling.model import check_count, check_generator, check_language_model
 
-from ..sampling.drafters import Sampler
+from ..sampling.drafters import Drafter, Sampler
 from ..sampling.loop import speculative_sample
 from ..sampling.target import RecomputeTarget, Target
 from .regex import DEAD, DONE, TokenConstraint
@@ -145,7 +145,7 @@ class ConstrainedTarget(Target):
         self._catch_up(context_ids)
 
 
-class ConstrainedDrafter:
+class ConstrainedDrafter(Drafter):
     """A drafter that knows the constraint: forced runs for free, illegal drafts cut. Provided.
 
     Each ``propose``: if the committed state has a forced token (exactly one legal
@@ -195,7 +195,7 @@ class ConstrainedDrafter:
         return self.state
 
     def start(self, prompt_ids: torch.Tensor, *, sampler: Sampler, generator: torch.Generator | None) -> None:
-        self.sampler = sampler
+        super().start(prompt_ids, sampler=sampler, generator=generator)
         if self.inner is not None:
             self.inner.start(prompt_ids, sampler=sampler, generator=generator)
         self.state, self._seen = self.constraint.start, len(prompt_ids)
