@@ -156,6 +156,16 @@ MODULES: tuple[CourseModule, ...] = (
             "draft-lineage", ["16", "specdec", "specdec-sampling", "specdec-trees", "specdec-state"],
             tests=["tests/test_specdec_lineage.py", "tests/test_bench_lineage.py", "tests/test_specdec_engine.py",
                    "tests/test_specdec_fast_heads.py"]),
+    CourseModule(
+        id='specdec-serving',
+        title='Beyond: speculation under load and under a grammar',
+        files=('g2c/specdec/serving/__init__.py', 'g2c/specdec/serving/regex.py', 'g2c/specdec/serving/constrain.py',
+               'g2c/specdec/serving/metrics.py', 'g2c/specdec/serving/controller.py'),
+        lesson='docs/beyond/specdec-serving.md',
+        notebook='notebooks/clean/specdec-serving-load-and-grammar.ipynb',
+        tests=('tests/test_specdec_serving.py',),
+        requires=('16', 'specdec', 'specdec-sampling', 'specdec-lab',),
+    ),
 )
 
 

@@ -31,7 +31,7 @@ Covered, generated from the tables below (a new entry point is covered once it i
 * Caches and transactions: a cache built for another model or dtype, ``KVCache.advance(2.5)``,
   a (2, 3) block on a batch-1 transaction, an empty prefill, a transaction of another model or
   already used.
-* Scripts (``SCRIPTS``, 10: every ``bench/*.py`` and ``g2c/assets`` entry point;
+* Scripts (``SCRIPTS``, 17: every ``bench/*.py`` and ``g2c/assets`` entry point;
   ``test_every_script_is_listed`` fails until a new one is listed) x their options (10 classes: a
   negative count, a non-number, an unknown choice, NaN or inf where a finite number is needed,
   an unknown model, an unavailable device, an unknown option, an output path that is a folder
@@ -161,6 +161,13 @@ SCRIPTS: dict[str, dict[str, tuple[list[str], str]]] = {
         "not a number": (["--batches", "1,b"], r"argument --batches: 'b' is not an integer"),
         "unknown name": (["--target", "nope"], r"argument --target: unknown model 'nope'"),
         "unknown device": (["--device", "tpu"], r"argument --device: unknown device 'tpu'"),
+        "output is a file": (["--out", str(REPO_ROOT / "README.md")], r"argument --out: .*README\.md is a file; give "
+                                                                       r"a folder"),
+    },
+    "bench/specdec_serving.py": {
+        "negative count": (["--new-tokens", "-1"], r"argument --new-tokens: -1 is below 1"),
+        "not a number": (["--batches", "1,b"], r"argument --batches: 'b' is not an integer"),
+        "zero repeats": (["--repeats", "0"], r"argument --repeats: 0 is below 1"),
         "output is a file": (["--out", str(REPO_ROOT / "README.md")], r"argument --out: .*README\.md is a file; give "
                                                                        r"a folder"),
     },
@@ -1475,6 +1482,7 @@ OUTPUT_OPTIONS = {          # script -> (argv before the path, option or None fo
     "bench/lineage.py": [([], "--figure", False), ([], "--json", False)],
     "bench/roofline.py": [([], "--plot", False)],
     "bench/serving_lab.py": [([], "--out", True), ([], "--export-prompts", False)],
+    "bench/specdec_serving.py": [([], "--out", True)],
     "bench/setup_llamacpp.py": [([], "--work", True)],
     "g2c/assets/export.py": [(["StoryLM-1M"], "--hf", True)],
     "g2c/assets/gguf.py": [(["StoryLM-1M"], None, False)],

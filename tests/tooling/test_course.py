@@ -150,7 +150,7 @@ def test_registry_graph_requires_earlier_modules_and_closure_is_computed(monkeyp
 
     assert registry.prerequisites("16") == ["03", "04", "05", "07", "08", "09", "11"]
     assert registry.dependents("specdec") == ["specdec-sampling", "specdec-trees", "specdec-lab", "specdec-state",
-                                              "specdec-lineage"]
+                                              "specdec-lineage", "specdec-serving"]
     assert registry.prerequisites("specdec-lineage")[-5:] == ["16", "specdec", "specdec-sampling", "specdec-trees",
                                                              "specdec-state"]
     assert registry.grading_selection("16", ["09", "16"]) == ["03", "04", "05", "07", "08", "11"]

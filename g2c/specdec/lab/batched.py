@@ -186,10 +186,18 @@ def batched_greedy(model, prompts, max_new_tokens: int, *, eos_id: int | None = 
 
 
 @torch.no_grad()
+def _controller_k(controller, n: int) -> int:
+    """The hook's k for a round of n rows: an int >= 0 from ``controller.next_k(n)``."""
+    k = controller.next_k(n)
+    if isinstance(k, bool) or not isinstance(k, int) or k < 0:
+        raise ValueError(f"controller.next_k({n}) must return an int >= 0 (0 = a plain round), got {k!r}")
+    return k
+
+
 def batched_speculative_generate(target, drafter, prompts, max_new_tokens: int, *, k: int = 4,
                                  eos_id: int | None = None,
                                  on_round: Callable[[list[int], list[list[int]], list[int]], None] | None = None,
-                                 ) -> BatchedResult:
+                                 controller=None) -> BatchedResult:
     """Greedy speculative decoding of B prompts at once, each row committing its own prefix.
 
     Each round: the drafter proposes k' tokens for every active row (k' batched drafter
@@ -209,6 +217,10 @@ def batched_speculative_generate(target, drafter, prompts, max_new_tokens: int, 
         on_round: optional ``on_round(rows, emitted, accepted)`` after each target pass:
             the original indices of the active rows, their emitted ids, and how many of
             those are accepted drafts.
+        controller: optional (module specdec-serving's hook): ``controller.next_k(n)`` picks each
+            round's k from the n active rows (an int >= 0; 0 = a plain round, no drafter call)
+            in place of ``k``, and ``controller.update(drafted=k', accepted=[...])`` hears each
+            round's verified acceptances per active row (e.g. ``g2c.specdec.serving.LoadAwareK``).
 
     Returns:
         ``BatchedResult``: outputs[b] equals greedy decoding of prompts[b] with the target
@@ -223,6 +235,9 @@ def batched_speculative_generate(target, drafter, prompts, max_new_tokens: int, 
             ``LMDrafter`` is told to pass its ``.model``).
     """
     k = check_whole(k, f"k must be an int >= 1 (draft tokens per round), got {k!r}")
+    if controller is not None and not all(callable(getattr(controller, m, None)) for m in ("next_k", "update")):
+        raise TypeError(f"controller must have next_k(batch) and update(drafted=, accepted=), got "
+                        f"{type(controller).__name__}")
     check_language_model(target, "target")
     check_language_model(drafter, "drafter")
     prompts = _check([target, drafter], prompts, max_new_tokens)       # one vocabulary: check_same_vocab
@@ -244,7 +259,8 @@ def batched_speculative_generate(target, drafter, prompts, max_new_tokens: int, 
         new = [0] * B
         while active:
             n = len(active)
-            kr = draft_room(k, max(len(seqs[b]) for b in active), window)                    # what fits
+            k_want = k if controller is None else _controller_k(controller, n)
+            kr = draft_room(k_want, max(len(seqs[b]) for b in active), window)               # what fits
             draft = torch.empty(n, kr, dtype=torch.long)                                     # (n, k')
             if kr > 0:
                 # 1. Draft: the drafter's cache may lag behind (after a full match its last
@@ -289,6 +305,8 @@ def batched_speculative_generate(target, drafter, prompts, max_new_tokens: int, 
             tcache.crop(tcache.lengths - kr + accepted)
             if kr > 0:
                 dcache.crop(dcache.lengths - (kr - 1) + torch.clamp(accepted, max=kr - 1))
+            if controller is not None:
+                controller.update(drafted=kr, accepted=accepted.tolist())
             if on_round is not None:
                 on_round(list(active), emitted_all, acc_all)
             if len(keep) < n:
