@@ -508,7 +508,7 @@ def check_prob_rows(rows, name: str, *, where: str | None = None) -> None:
 def zero_prob_draws(rows: torch.Tensor, tokens: torch.Tensor) -> list[int]:
     """Indices i where ``rows[i, tokens[i]] <= 0``: a row that cannot be the distribution its token was
     drawn from (a speculative verifier's p/q would then divide by zero). ``rows`` (n, V) float,
-    ``tokens`` (n,) int64 on the CPU; the drafts' checks (``speculative_sample``'s ``_check_draft``,
+    ``tokens`` (n,) int64 on the CPU; the drafts' checks (``check_draft`` in ``g2c.specdec.sampling.draft``,
     ``DraftTree.check``) raise with their own message."""
     own = rows.detach().float().cpu().gather(1, tokens.view(-1, 1)).view(-1)           # (n,)
     return (own <= 0).nonzero().view(-1).tolist()

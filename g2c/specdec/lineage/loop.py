@@ -7,7 +7,7 @@ of its layers), not from tokens alone. Their round is the engine's round, ``spec
 
 1. a drafter: a ``TreeDrafter`` is a drafter of the engine's one protocol (``start`` / ``propose`` /
    ``commit``, written once in its base class, ``protocol.py``), bound to its target; its ``propose``
-   returns a ``g2c.specdec.trees.TreeDraft`` (a chain is a tree whose node i has parent i - 1),
+   returns a ``g2c.specdec.trees.DraftTree`` (a subclass of ``Draft``: a chain is a tree whose node i has parent i - 1),
    which carries its tree attention and its acceptance walk (greedy walk, or recursive rejection
    sampling at T > 0, or Medusa's typical acceptance);
 2. a target: ``CachedTreeTarget`` runs the target ONCE over the root and the tree on module 16's

@@ -182,7 +182,7 @@ class ControlledTarget(Target):
     ``score`` returns the inner target's rows, each penalised with the committed context and the
     drafts before it (``row_histories``); ``commit`` records, when asked, the raw log-probability of
     every emitted token (row i of a chain; row 0 then the accepted path's nodes of a tree:
-    ``TreeDraft.committed_rows``). Everything else (``start``, ``visible``, the cache, the kept
+    ``Draft.committed_rows``). Everything else (``start``, ``visible``, the cache, the kept
     layers a drafter reads) is the inner target's.
 
     Args:

@@ -39,7 +39,7 @@ from pathlib import Path
 import torch
 
 from g2c.kvcache import ragged_forward
-from g2c.nn import synchronize
+from g2c.nn import eval_mode, synchronize
 
 from ..lab.batched import RaggedKV
 
@@ -201,15 +201,9 @@ def measure_costs(target, drafter, *, batches=(1, 2, 4, 8, 16, 32, 64), tokens=(
             out[t] = max(statistics.median(samples), max(out.values(), default=0.0))   # more rows never cost less
         return out
 
-    modes = [(m, m.training) for m in (target, drafter) if m is not None]
-    for m, _ in modes:
-        m.eval()
-    try:
+    with eval_mode(*(m for m in (target, drafter) if m is not None)):
         tgt = {b: timed(target, b, tokens) for b in batches}
         dft = {b: timed(drafter, b, [1])[1] for b in batches} if drafter is not None else {b: 0.0 for b in batches}
-    finally:
-        for m, mode in modes:
-            m.train(mode)
     return PassCosts(tgt, dft, meta={"grid": _grid_key(batches, tokens, context, repeats),
                                       "threads": torch.get_num_threads(), "device": str(target.device)})
 

@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import torch
 
+from g2c.nn import eval_mode
 from g2c.sampling.generate import as_token_ids
 from g2c.sampling.model import check_count, check_generator, check_language_model
 
@@ -275,9 +276,7 @@ def constrained_generate(model, prompt_ids, max_new_tokens: int, constraint: Tok
     check_generator(generator)
     sampler = Sampler(temperature, top_k, top_p)
     state = constraint.start
-    was_training = model.training
-    model.eval()
-    try:
+    with eval_mode(model):
         for _ in range(max_new_tokens):
             x = torch.tensor([ids[-model.max_seq_len:]], dtype=torch.long, device=model.device)
             row = model(x)[0, -1].float()
@@ -290,8 +289,6 @@ def constrained_generate(model, prompt_ids, max_new_tokens: int, constraint: Tok
             state = constraint.step(state, token)
             if token == constraint.eos_id:
                 break
-    finally:
-        model.train(was_training)
     return torch.tensor(ids, dtype=torch.long)
 
 
