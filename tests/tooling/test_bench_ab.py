@@ -34,3 +34,13 @@ def test_bad_use_is_one_argparse_line(argv, words, capsys, monkeypatch):
         _ab().main(argv)
     assert exit_.value.code == 2
     assert words in capsys.readouterr().err
+
+
+def test_markdown_rows_are_keyed_by_drafter_mode_and_k():
+    text = ("Measured with `...`.\n\n| drafter | target | mode | k | speed-up | speed-up (CPU time) |\n"
+            "|---|---|---|---|---|---|\n| LM | 30M | greedy | 4 | 2.10x | 2.20x |\n"
+            "| LM | 30M | sampled | 4 | 1.50x | 1.60x |\n\n(note)\n")
+    assert _ab().rows_of_markdown(text) == {
+        ("", "LM greedy k=4"): {"drafter": "LM greedy k=4", "speedup": 2.10, "speedup_cpu": 2.20},
+        ("", "LM sampled k=4"): {"drafter": "LM sampled k=4", "speedup": 1.50, "speedup_cpu": 1.60}}
+    assert _ab().rows_of_markdown("no table here") == {}
