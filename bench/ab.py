@@ -16,10 +16,10 @@ to each checkout, the interpreter of this process, and ``PYTHONPATH`` set to the
 run imports its own ``g2c``, ahead of the editable install in ``.venv``). Benches supported: any that
 writes ``{"tables": {name: [row, ...]}}`` with rows holding ``drafter`` and ``speedup_cpu`` or
 ``speedup`` (``bench/lineage.py``); a flat ``{"rows": [...]}`` is read the same way. With
-``--result-option --out`` the bench writes a markdown table instead (``bench/specdec.py``): its
+``--result-option=--out`` the bench writes a markdown table instead (``bench/specdec.py``): its
 rows are keyed by their drafter, mode and k columns and compared on ``speed-up (CPU time)``.
 
-    .venv/bin/python bench/ab.py --a /tmp/before --b . --result-option --out -- \\
+    .venv/bin/python bench/ab.py --a /tmp/before --b . --result-option=--out -- \\
         bench/specdec.py --fast --threads 1 --drafters StoryLM-1M-distilled --ks 4
 
 Exit status: 0; 2 on a bad option (argparse) or a checkout without the bench; 1 when a run fails
@@ -75,7 +75,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--b", type=Path, required=True, help="the checkout after the change")
     ap.add_argument("--repeats", type=int, default=3, help="runs per checkout, interleaved (default 3)")
     ap.add_argument("--result-option", default="--json",
-                    help="the bench's option that writes its result file: --json (default) or --out (markdown)")
+                    help="the bench's option that writes its result file: --json (default) or, written with =, --result-option=--out (a markdown table)")
     ap.add_argument("--key", default=None, help="the row field to compare (default speedup_cpu, else speedup)")
     ap.add_argument("command", nargs=argparse.REMAINDER, help="-- bench/SCRIPT.py [its options]")
     args = ap.parse_args(argv)
