@@ -75,7 +75,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--b", type=Path, required=True, help="the checkout after the change")
     ap.add_argument("--repeats", type=int, default=3, help="runs per checkout, interleaved (default 3)")
     ap.add_argument("--result-option", default="--json",
-                    help="the bench's option that writes its result file: --json (default) or, written with =, --result-option=--out (a markdown table)")
+                    help="the bench's option that writes its result file: --json (default) or, written with "
+                         "=, --result-option=--out (a markdown table)")
     ap.add_argument("--key", default=None, help="the row field to compare (default speedup_cpu, else speedup)")
     ap.add_argument("command", nargs=argparse.REMAINDER, help="-- bench/SCRIPT.py [its options]")
     args = ap.parse_args(argv)
