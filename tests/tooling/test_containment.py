@@ -20,6 +20,7 @@ import os
 import secrets
 import shutil
 import signal
+import socket
 import subprocess
 import sys
 import tempfile
@@ -649,6 +650,7 @@ def test_flags_name_what_makes_a_teacher_look(tmp_path):
     assert all("flags" not in r for r in records[:3])
 
 
+
 def test_seatbelt_profile_denies_writes_network_and_the_hidden_folders(tmp_path):
     """macOS cannot be tested here: the profile's text is. Balanced, every parameter it names is passed, writes
     and the network denied before the private folders are allowed back, one read rule per hidden folder."""
@@ -744,3 +746,52 @@ def test_cost_measures_each_row_it_prints():
     out = sandbox.cost(1, echo=lines.append)
     assert set(out) >= {"plain start", "checks after a submission"} and all(v > 0 for v in out.values())
     assert lines[-1].startswith("containment adds ") if NAMESPACES else lines[0].startswith("no sandbox here")
+
+
+def test_sandbox_hides_the_host_sockets_under_run(tmp_path):
+    """A network namespace does not cover a socket bound to a path: the host's /run (docker.sock, the session
+    bus, agents' sockets) is an empty tmpfs inside, so a listener there is out of reach (issue 53c, item 2)."""
+    copy, results = tmp_path / "copy", tmp_path / "results"
+    copy.mkdir()
+    results.mkdir()
+    place = Path("/run") / f"g2c-probe-{os.getpid()}"
+    listener = None
+    try:
+        place.mkdir()
+        listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        listener.bind(str(place / "s.sock"))
+        listener.listen(1)
+        os.chmod(place, 0o777)
+        os.chmod(place / "s.sock", 0o777)
+    except OSError:                                  # an unprivileged user: the mount is still checked below
+        place = None
+    assert "/run" in sandbox.runtime_dirs()
+    probe = f'''
+import json, os, socket, sys
+out = {{"run": sorted(os.listdir("/run"))}}
+try:
+    socket.socket(socket.AF_UNIX, socket.SOCK_STREAM).connect({str(place / "s.sock") if place else ""!r})
+    out["connected"] = True
+except OSError:
+    out["connected"] = False
+os.write(int(sys.argv[1]), json.dumps(out).encode())
+'''
+    containment = sandbox.choose_containment()
+    assert containment.kind == "namespaces"
+    jail = sandbox.Jail(copy=copy, results=results, private=tmp_path / "private")
+    env = {"PATH": os.environ.get("PATH", os.defpath), "HOME": "/tmp"}
+    r, w = os.pipe()
+    try:
+        with open(tmp_path / "log", "wb") as log:
+            run = sandbox.launch(containment, jail, [sys.executable, "-c", probe, str(w)], env, log, (w,))
+            os.close(w)
+            rc, _ = run.finish()
+        with os.fdopen(r, "rb") as f:
+            out = json.loads(f.read().decode() or "null")
+    finally:
+        if listener is not None:
+            listener.close()
+            shutil.rmtree(place, ignore_errors=True)
+    assert rc == 0, (rc, (tmp_path / "log").read_text())
+    assert out == {"run": [], "connected": False}, out
+
