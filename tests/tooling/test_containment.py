@@ -650,6 +650,29 @@ def test_flags_name_what_makes_a_teacher_look(tmp_path):
     assert all("flags" not in r for r in records[:3])
 
 
+def test_flag_code_built_at_run_time_and_not_on_the_answer_key():
+    """A forger hidden by base64 + exec (issue 53c, item 3) is a LOOK flag; no file of the answer key trips it
+    (so it fires only where a student's file adds it), nor do a method named ``eval`` or ``model.eval()``."""
+    from g2c.course.scaffolds import expected
+
+    fresh = {p.relative_to(REPO_ROOT).as_posix(): t for p, t in expected(REPO_ROOT).items()}
+    hidden = (b"\nimport base64 as _b\nexec(_b.b64decode('cGFzcw==').decode())\n",
+              b"\nimport os as _o\n_f = getattr(_o, 'po' + 'pen')\n",
+              b"\nimport importlib\n_m = importlib.import_module('sub' + 'process')\n",
+              b"\n_m = __import__('marshal')\n")
+    for extra in hidden:
+        found = forgery.flags({DEVICE: sol(DEVICE) + extra}, REPO_ROOT, fresh)
+        n = sol(DEVICE).count(b"\n")
+        assert [f for f in found if "code built at run time" in f] in [[
+            f"{DEVICE} mentions code built at run time (line {n + k}), which its scaffold and the answer key "
+            "do not"] for k in (2, 3)], (extra, found)
+    honest = b"\nclass M:\n    def eval(self):\n        return self\n\n\nM().eval()\nimport re\nre.compile('x')\n"
+    assert forgery.flags({DEVICE: sol(DEVICE) + honest}, REPO_ROOT, fresh) == []
+    keys = sorted((REPO_ROOT / "solutions" / "g2c").rglob("*.py"))
+    assert len(keys) > 20
+    tripped = [p for p in keys if "code built at run time" in forgery._mentions(p.read_text())]
+    assert tripped == [], tripped
+
 
 def test_seatbelt_profile_denies_writes_network_and_the_hidden_folders(tmp_path):
     """macOS cannot be tested here: the profile's text is. Balanced, every parameter it names is passed, writes
