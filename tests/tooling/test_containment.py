@@ -818,3 +818,22 @@ os.write(int(sys.argv[1]), json.dumps(out).encode())
     assert rc == 0, (rc, (tmp_path / "log").read_text())
     assert out == {"run": [], "connected": False}, out
 
+
+def test_a_checkout_git_refuses_for_its_owner_says_so_and_how_to_fix_it(tmp_path, monkeypatch):
+    """A checkout owned by another user is refused by git ("dubious ownership"): the warning names that cause and
+    the fix, not "not a git checkout" (issue 53c, item 4)."""
+    if os.geteuid() != 0:
+        pytest.skip("giving the repository to another user needs root")
+    repo = tmp_path / "repo"
+    repo.mkdir()
+    subprocess.run(["git", "init", "-q"], cwd=repo, check=True)
+    for p in [repo, *repo.rglob("*")]:
+        os.lchown(p, 65534, 65534)
+    monkeypatch.setenv("GIT_CONFIG_GLOBAL", str(tmp_path / "gitconfig"))     # no safe.directory of this machine
+    monkeypatch.setenv("GIT_CONFIG_NOSYSTEM", "1")
+    why = integrity.git_refusal(repo)
+    assert why == (f"git refuses {repo}: it is owned by another user than the one grading (git's \"dubious "
+                   f"ownership\"). Trust it with: git config --global --add safe.directory {repo}"), why
+    subprocess.run(["git", "config", "--global", "--add", "safe.directory", str(repo)], check=True)
+    assert integrity.git_refusal(repo) is None
+    assert integrity.git_refusal(tmp_path) is None                          # no repository at all: not this cause
