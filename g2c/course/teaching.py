@@ -1468,7 +1468,7 @@ def _grade_all(subs, run: ClassRun, *, folder, out, jobs, echo, watch, said, war
                         sandbox.stop_all()
             done[0] += 1
             if not (_STOPPING.is_set() and not stopped_by):
-                echo(f"[{done[0]}/{len(subs)}] {sub.name}: {rec['status']} ({rec['wall_s']:.1f} s)")
+                echo(f"[{done[0]}/{len(subs)}] {one_line(sub.name, 200)}: {rec['status']} ({rec['wall_s']:.1f} s)")
         return rec
 
     try:

@@ -131,9 +131,15 @@ def test_reports_stay_readable_for_a_flood_of_problems_and_a_formula_name(teache
     junk = {f"junk/{i:05d}.txt": b"x" for i in range(3000)}
     archive(klass / "flood.zip", {}, "Flood", extra=junk)
     archive(klass / "=HYPERLINK(x).zip", {}, "=cmd|' /C calc'!A0")
+    archive(klass / "nl\nWARNING: forged.zip", {}, "Nl")        # a newline in a name forged a line
     out = tmp_path / "out"
-    code = grade_class(klass, teacher_root=teacher, out=out, echo=lambda line: None)
+    said: list[str] = []
+    code = grade_class(klass, teacher_root=teacher, out=out, echo=said.append)
     assert code == 1                                          # the flood is tampered
+    progress = [line for line in said if line.startswith("[")]
+    assert len(progress) == 3 and all("\n" not in line for line in progress), progress
+    assert not any(line.startswith("WARNING: forged") for line in "\n".join(said).splitlines()), said
+    assert any(line.startswith("[") and "] nl WARNING: forged: " in line for line in progress), progress
     summary = (out / "summary.txt").read_text()
     flood = [line for line in summary.splitlines() if line.startswith("  flood: ")]
     assert len(flood) == teaching.MAX_DETAIL_LINES + 1 and flood[-1].startswith("  flood: ... and ")
