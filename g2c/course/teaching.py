@@ -1763,11 +1763,26 @@ def answers_markdown(pages: list[dict]) -> str:
                     "<details><summary>Worked answer</summary>", "", q["worked"], "", "</details>", ""]
             for s in p["students"]:
                 a = s["answers"][k]
-                text = (f"*({s['error']})*" if s["error"] else "*(no Answer cell)*" if a is None else
-                        "*(blank)*" if not a else "\n".join("> " + html.escape(line, quote=False)
-                                                              for line in a.splitlines()))
-                out += [f"**{s['name']}**:", "", text, ""]
+                text = (f"*({md_escape(s['error'])})*" if s["error"] else "*(no Answer cell)*" if a is None else
+                        "*(blank)*" if not a else md_fenced(a))
+                out += [f"**{md_escape(s['name'])}**:", "", text, ""]
     return "\n".join(out) + "\n"
+
+
+def md_escape(text: str) -> str:
+    """``text`` (cleaned, on one line) as markdown that renders as itself: its HTML escaped and every markdown
+    punctuation mark backslash-escaped, so a student's ``[x](javascript:...)`` or ``<img>`` is no link or tag."""
+    flat = html.escape(one_line(text, 1000), quote=False)
+    return re.sub(r"([\\`*_{}\[\]()#+\-.!|~>])", r"\\\1", flat)
+
+
+def md_fenced(text: str) -> str:
+    """A student's answer as a fenced code block: shown as written, nothing in it a link, tag or heading. The
+    fence is longer than any run of backticks in the text, so the text cannot close it."""
+    body = clean_text(text).replace("\r", "\n").rstrip("\n")
+    runs = [len(m) for m in re.findall(r"`+", body)]
+    fence = "`" * max(3, max(runs, default=0) + 1)
+    return "\n".join([fence + "text", body, fence])
 
 
 # -- command line --------------------------------------------------------------------------------
