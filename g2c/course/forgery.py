@@ -41,8 +41,8 @@ FLAG_PATTERNS = (
     (r"site-packages|sitecustomize|usercustomize|\.pth\b|getsitepackages", "site-packages"),
     (r"\bsolutions\b", "solutions"),
     (r"\bos\._exit\b", "os._exit"),
-    (r"(?<![.\w`])(?<!def )(exec|eval|compile|__import__)\s*\(|\bimportlib\b|\b(b64|b32|b16|a85|b85)decode\b|\bmarshal\b"
-     r"|\bcodecs\.decode\b|\bgetattr\s*\(\s*(os|sys|builtins|__builtins__)\b", "code built at run time"),
+    (r"(?<![.\w`])(?<!def )(exec|eval|compile|__import__)\s*\(|\bimportlib\b|\b(b64|b32|b16|a85|b85)decode\b"
+     r"|\bmarshal\b|\bcodecs\.decode\b|\bgetattr\s*\(\s*(os|sys|builtins|__builtins__)\b", "code built at run time"),
 )
 # ``getattr`` on an alias of ``os`` or ``sys`` (``import os as _o; getattr(_o, "po" + "pen")``) is found by
 # ``_aliases`` below: a name found in the text, so it cannot be one fixed pattern.
