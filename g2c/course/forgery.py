@@ -41,7 +41,12 @@ FLAG_PATTERNS = (
     (r"site-packages|sitecustomize|usercustomize|\.pth\b|getsitepackages", "site-packages"),
     (r"\bsolutions\b", "solutions"),
     (r"\bos\._exit\b", "os._exit"),
+    (r"(?<![.\w`])(?<!def )(exec|eval|compile|__import__)\s*\(|\bimportlib\b|\b(b64|b32|b16|a85|b85)decode\b"
+     r"|\bmarshal\b|\bcodecs\.decode\b|\bgetattr\s*\(\s*(os|sys|builtins|__builtins__)\b", "code built at run time"),
 )
+# ``getattr`` on an alias of ``os`` or ``sys`` (``import os as _o; getattr(_o, "po" + "pen")``) is found by
+# ``_aliases`` below: a name found in the text, so it cannot be one fixed pattern.
+RUNTIME_CODE = "code built at run time"
 
 
 def make_checks(files: list[str], *, n: int = 4) -> dict[str, list[tuple[str, int, int, int]]]:
@@ -117,13 +122,23 @@ def _mentions(text: str) -> dict[str, int]:
         m = re.search(pattern, text)
         if m and label not in out:
             out[label] = text.count("\n", 0, m.start()) + 1
+    aliases = re.findall(r"\bimport\s+(?:os|sys|builtins)\s+as\s+(\w+)|\bfrom\s+\S+\s+import\s+(?:os|sys)\s+as\s+(\w+)",
+                         text)
+    names = sorted({a or b for a, b in aliases})
+    if names:
+        m = re.search(r"\bgetattr\s*\(\s*(" + "|".join(map(re.escape, names)) + r")\b", text)
+        if m:
+            line = text.count("\n", 0, m.start()) + 1
+            out[RUNTIME_CODE] = min(out.get(RUNTIME_CODE, line), line)
     return out
 
 
 def flags(files: dict[str, bytes], teacher_root: Path, fresh: dict[str, str]) -> list[str]:
     """Cheap signs in a submission's exercise files that make a teacher look: a file byte-identical to the answer
-    key, or one that mentions pytest internals, ``/proc``, ``subprocess``, ``site-packages``, ``solutions`` or
-    ``os._exit`` where its scaffold and answer key do not. ``fresh``: repo-relative path -> scaffold text."""
+    key, or one that mentions pytest internals, ``/proc``, ``subprocess``, ``site-packages``, ``solutions``,
+    ``os._exit`` or builds code at run time (``exec``/``eval``/``compile``/``__import__``, ``importlib``,
+    ``base64``'s decoders, ``marshal``, ``codecs.decode``, ``getattr`` on ``os``/``sys`` or an alias of them)
+    where its scaffold and answer key do not. ``fresh``: repo-relative path -> scaffold text."""
     out = []
     for rel, data in sorted(files.items()):
         if rel not in fresh:

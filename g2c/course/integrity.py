@@ -56,6 +56,20 @@ def _git(root: Path, *args: str) -> str | None:
     return proc.stdout if proc.returncode == 0 else None
 
 
+def git_refusal(root: Path) -> str | None:
+    """Why git refuses the checkout ``root`` although it is one: a repository owned by another user ("dubious
+    ownership", git 2.35.2 and later), with the command that lifts it. None when git does not say so."""
+    try:
+        proc = subprocess.run(["git", "--no-optional-locks", "-C", str(root), "rev-parse", "--git-dir"],
+                              capture_output=True, text=True, timeout=60, stdin=subprocess.DEVNULL)
+    except (OSError, subprocess.SubprocessError):
+        return None
+    if proc.returncode != 0 and "dubious ownership" in proc.stderr:
+        return (f"git refuses {root}: it is owned by another user than the one grading (git's \"dubious "
+                f"ownership\"). Trust it with: git config --global --add safe.directory {root}")
+    return None
+
+
 def _sha256(path: Path) -> str:
     h = hashlib.sha256()
     with open(path, "rb") as f:
@@ -172,7 +186,10 @@ def begin(root: Path, *, prune: list[Path] = (), home: Path | None = None) -> tu
             w.record = _parse_record((root / RECORD).read_text(encoding="utf-8"))
         except OSError:
             w.record = {}
-        warnings.append(f"{root} is not a git checkout (or git is missing): its tests are checked against the working "
+        refused = git_refusal(root)
+        warnings.append(f"{refused}. Until then its tests are checked against the working copy's record "
+                        f"({RECORD}), and git status cannot list changes" if refused else
+                        f"{root} is not a git checkout (or git is missing): its tests are checked against the working "
                         f"copy's record ({RECORD}), and git status cannot list changes")
         try:
             pins_text = (root / PINS).read_text(encoding="utf-8")

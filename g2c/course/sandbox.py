@@ -223,16 +223,32 @@ def _under(path: Path, folders) -> bool:
     return any(path == f or f in path.parents for f in folders)
 
 
+def runtime_dirs() -> list[str]:
+    """The host's folders of Unix sockets, hidden under an empty tmpfs in the namespace: ``/run``, ``/var/run``
+    (unless it is a link to ``/run``) and ``$XDG_RUNTIME_DIR``. A network namespace does not cover a socket
+    bound to a path, so without this the graded code could connect to the docker socket, the session bus or an
+    agent socket the teacher's uid may use. A socket bound elsewhere on the host stays reachable where its
+    permissions let the grader's uid write it (docs/teaching.md, "What the sandbox does not cover")."""
+    found = []
+    for p in ("/run", "/var/run", os.environ.get("XDG_RUNTIME_DIR", "")):
+        if p and os.path.isabs(p) and os.path.isdir(p) and not os.path.islink(p):
+            p = os.path.normpath(p)
+            if not any(p == f or p.startswith(f + "/") for f in found):
+                found.append(p)
+    return found
+
+
 def namespace_spec(jail: Jail, cmd: list[str], env: dict[str, str], pass_fds: tuple[int, ...] = ()) -> dict:
     """The plan ``sandbox_init.py`` applies (see its docstring)."""
     scratch = [p for p in SCRATCH if Path(p).is_dir()]
     home = jail.home if jail.home and jail.home.is_dir() and jail.home != Path("/") else None
     if home is not None:
         scratch.append(str(home))
-    covered = [Path(p) for p in scratch] + [Path(p) for p in jail.hide]
+    hide = {str(p) for p in jail.hide} | set(runtime_dirs())
+    covered = [Path(p) for p in scratch] + [Path(p) for p in hide]
     readonly = [str(jail.copy)] + sorted({str(p) for p in jail.expose if p.exists() and _under(p, covered)})
     return {"cmd": cmd, "cwd": str(jail.copy), "env": env, "scratch": scratch,
-            "hide": sorted({str(p) for p in jail.hide}), "readonly": readonly, "writable": [],
+            "hide": sorted(hide), "readonly": readonly, "writable": [],
             "file_size_limit": FILE_SIZE_LIMIT, "scratch_size": SCRATCH_SIZE, "pids_limit": PIDS_LIMIT,
             "pass_fds": list(pass_fds)}
 

@@ -966,10 +966,60 @@ def hide_answer_key(copy: Path, ids: list[str], worked: list[str]) -> list[str]:
 def answer_key_places(teacher_root: Path) -> list[Path]:
     """Every answer key the graded code could reach through the teacher's files: ``solutions/`` of the teacher's
     checkout, of the checkout this code runs from, and of the checkouts the ``.venv`` (its real path) and the
-    Python's prefix lie in. The sandbox hides them all."""
+    Python's prefix lie in, and the git data of each of them (its commits hold the key). The sandbox hides
+    them all."""
     roots = {teacher_root, REPO_ROOT, Path(os.path.realpath(sys.prefix)).parent,
              Path(os.path.realpath(teacher_root / ".venv")).parent}
-    return sorted({Path(os.path.realpath(r / "solutions")) for r in roots if (r / "solutions").is_dir()})
+    places = {Path(os.path.realpath(r / "solutions")) for r in roots if (r / "solutions").is_dir()}
+    for r in roots:
+        places.update(git_places(r))
+    return sorted(places)
+
+
+def git_places(root: Path) -> set[Path]:
+    """The git data of the checkout ``root``: its ``.git`` (a folder, or the file a worktree has), the git dir
+    and common dir that file points to, and every alternates object store. The answer key is committed, so
+    anything here gives it back (``git show HEAD:solutions/...``, or the objects read directly): the sandbox
+    hides them all. Found from the files themselves, without running git (a refused or missing git must not
+    leave them visible)."""
+    found: set[Path] = set()
+    dot = root / ".git"
+    if not (dot.is_dir() or dot.is_file()):
+        return found
+    found.add(Path(os.path.realpath(dot)))
+    git_dirs = [Path(os.path.realpath(dot))] if dot.is_dir() else []
+    if dot.is_file():
+        try:
+            text = dot.read_text(errors="replace")
+        except OSError:
+            text = ""
+        for line in text.splitlines():
+            if line.startswith("gitdir:"):
+                d = Path(line[len("gitdir:"):].strip())
+                git_dirs.append(Path(os.path.realpath(d if d.is_absolute() else root / d)))
+    for d in list(git_dirs):
+        try:
+            common = (d / "commondir").read_text(errors="replace").strip()
+        except OSError:
+            common = ""
+        if common:
+            c = Path(common)
+            git_dirs.append(Path(os.path.realpath(c if c.is_absolute() else d / c)))
+    for d in git_dirs:
+        if d.is_dir():
+            found.add(d)
+            try:
+                alternates = (d / "objects" / "info" / "alternates").read_text(errors="replace").splitlines()
+            except OSError:
+                alternates = []
+            for alt in alternates:
+                alt = alt.strip()
+                if alt and not alt.startswith("#"):
+                    a = Path(alt)
+                    a = Path(os.path.realpath(a if a.is_absolute() else d / "objects" / a))
+                    if a.is_dir():
+                        found.add(a)
+    return found
 
 
 def _grade_in_copy(sub: Submission, ids: list[str], run: ClassRun, record: dict) -> None:
@@ -1418,7 +1468,7 @@ def _grade_all(subs, run: ClassRun, *, folder, out, jobs, echo, watch, said, war
                         sandbox.stop_all()
             done[0] += 1
             if not (_STOPPING.is_set() and not stopped_by):
-                echo(f"[{done[0]}/{len(subs)}] {sub.name}: {rec['status']} ({rec['wall_s']:.1f} s)")
+                echo(f"[{done[0]}/{len(subs)}] {one_line(sub.name, 200)}: {rec['status']} ({rec['wall_s']:.1f} s)")
         return rec
 
     try:
@@ -1713,11 +1763,26 @@ def answers_markdown(pages: list[dict]) -> str:
                     "<details><summary>Worked answer</summary>", "", q["worked"], "", "</details>", ""]
             for s in p["students"]:
                 a = s["answers"][k]
-                text = (f"*({s['error']})*" if s["error"] else "*(no Answer cell)*" if a is None else
-                        "*(blank)*" if not a else "\n".join("> " + html.escape(line, quote=False)
-                                                              for line in a.splitlines()))
-                out += [f"**{s['name']}**:", "", text, ""]
+                text = (f"*({md_escape(s['error'])})*" if s["error"] else "*(no Answer cell)*" if a is None else
+                        "*(blank)*" if not a else md_fenced(a))
+                out += [f"**{md_escape(s['name'])}**:", "", text, ""]
     return "\n".join(out) + "\n"
+
+
+def md_escape(text: str) -> str:
+    """``text`` (cleaned, on one line) as markdown that renders as itself: its HTML escaped and every markdown
+    punctuation mark backslash-escaped, so a student's ``[x](javascript:...)`` or ``<img>`` is no link or tag."""
+    flat = html.escape(one_line(text, 1000), quote=False)
+    return re.sub(r"([\\`*_{}\[\]()#+\-.!|~>])", r"\\\1", flat)
+
+
+def md_fenced(text: str) -> str:
+    """A student's answer as a fenced code block: shown as written, nothing in it a link, tag or heading. The
+    fence is longer than any run of backticks in the text, so the text cannot close it."""
+    body = clean_text(text).replace("\r", "\n").rstrip("\n")
+    runs = [len(m) for m in re.findall(r"`+", body)]
+    fence = "`" * max(3, max(runs, default=0) + 1)
+    return "\n".join([fence + "text", body, fence])
 
 
 # -- command line --------------------------------------------------------------------------------

@@ -131,9 +131,15 @@ def test_reports_stay_readable_for_a_flood_of_problems_and_a_formula_name(teache
     junk = {f"junk/{i:05d}.txt": b"x" for i in range(3000)}
     archive(klass / "flood.zip", {}, "Flood", extra=junk)
     archive(klass / "=HYPERLINK(x).zip", {}, "=cmd|' /C calc'!A0")
+    archive(klass / "nl\nWARNING: forged.zip", {}, "Nl")        # a newline in a name forged a line
     out = tmp_path / "out"
-    code = grade_class(klass, teacher_root=teacher, out=out, echo=lambda line: None)
+    said: list[str] = []
+    code = grade_class(klass, teacher_root=teacher, out=out, echo=said.append)
     assert code == 1                                          # the flood is tampered
+    progress = [line for line in said if line.startswith("[")]
+    assert len(progress) == 3 and all("\n" not in line for line in progress), progress
+    assert not any(line.startswith("WARNING: forged") for line in "\n".join(said).splitlines()), said
+    assert any(line.startswith("[") and "] nl WARNING: forged: " in line for line in progress), progress
     summary = (out / "summary.txt").read_text()
     flood = [line for line in summary.splitlines() if line.startswith("  flood: ")]
     assert len(flood) == teaching.MAX_DETAIL_LINES + 1 and flood[-1].startswith("  flood: ... and ")
@@ -274,3 +280,17 @@ def test_submit_out_under_a_file_and_a_very_long_name_say_what_is_wrong(tmp_path
     assert lines[0] == (f"note: your name is long: the archive is named after its first 100 characters "
                         f"(g2c-Ada-{'L' * 96}.zip); the manifest keeps it whole")
     assert os.path.basename(out) == out.name
+
+
+def test_answers_md_shows_a_students_links_and_tags_as_text():
+    """A student's answer and name go into answers.md as text: a ``[x](javascript:...)`` link, a tag or a fence
+    of their own stays inert (issue 53c, item 6)."""
+    answer = "See [x](javascript:alert(1)) and <img src=x onerror=alert(2)>\n```\n# not a heading\n"
+    page = [{"module": "06", "title": "T", "error": None,
+             "questions": [{"question": "Q?", "rubric": "R", "worked": "W"}],
+             "students": [{"name": "[ada](javascript:alert(3))", "answers": [answer], "error": None}]}]
+    md = teaching.answers_markdown(page)
+    assert "**\\[ada\\]\\(javascript:alert\\(3\\)\\)**:" in md, md
+    block = md.split("**:\n\n", 1)[1]
+    assert block.startswith("````text\nSee [x](javascript:alert(1)) and <img src=x onerror=alert(2)>\n```\n"
+                            "# not a heading\n````\n"), block

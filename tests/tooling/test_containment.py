@@ -20,6 +20,7 @@ import os
 import secrets
 import shutil
 import signal
+import socket
 import subprocess
 import sys
 import tempfile
@@ -649,6 +650,30 @@ def test_flags_name_what_makes_a_teacher_look(tmp_path):
     assert all("flags" not in r for r in records[:3])
 
 
+def test_flag_code_built_at_run_time_and_not_on_the_answer_key():
+    """A forger hidden by base64 + exec (issue 53c, item 3) is a LOOK flag; no file of the answer key trips it
+    (so it fires only where a student's file adds it), nor do a method named ``eval`` or ``model.eval()``."""
+    from g2c.course.scaffolds import expected
+
+    fresh = {p.relative_to(REPO_ROOT).as_posix(): t for p, t in expected(REPO_ROOT).items()}
+    hidden = (b"\nimport base64 as _b\nexec(_b.b64decode('cGFzcw==').decode())\n",
+              b"\nimport os as _o\n_f = getattr(_o, 'po' + 'pen')\n",
+              b"\nimport importlib\n_m = importlib.import_module('sub' + 'process')\n",
+              b"\n_m = __import__('marshal')\n")
+    for extra in hidden:
+        found = forgery.flags({DEVICE: sol(DEVICE) + extra}, REPO_ROOT, fresh)
+        n = sol(DEVICE).count(b"\n")
+        assert [f for f in found if "code built at run time" in f] in [[
+            f"{DEVICE} mentions code built at run time (line {n + k}), which its scaffold and the answer key "
+            "do not"] for k in (2, 3)], (extra, found)
+    honest = b"\nclass M:\n    def eval(self):\n        return self\n\n\nM().eval()\nimport re\nre.compile('x')\n"
+    assert forgery.flags({DEVICE: sol(DEVICE) + honest}, REPO_ROOT, fresh) == []
+    keys = sorted((REPO_ROOT / "solutions" / "g2c").rglob("*.py"))
+    assert len(keys) > 20
+    tripped = [p for p in keys if "code built at run time" in forgery._mentions(p.read_text())]
+    assert tripped == [], tripped
+
+
 def test_seatbelt_profile_denies_writes_network_and_the_hidden_folders(tmp_path):
     """macOS cannot be tested here: the profile's text is. Balanced, every parameter it names is passed, writes
     and the network denied before the private folders are allowed back, one read rule per hidden folder."""
@@ -744,3 +769,71 @@ def test_cost_measures_each_row_it_prints():
     out = sandbox.cost(1, echo=lines.append)
     assert set(out) >= {"plain start", "checks after a submission"} and all(v > 0 for v in out.values())
     assert lines[-1].startswith("containment adds ") if NAMESPACES else lines[0].startswith("no sandbox here")
+
+
+def test_sandbox_hides_the_host_sockets_under_run(tmp_path):
+    """A network namespace does not cover a socket bound to a path: the host's /run (docker.sock, the session
+    bus, agents' sockets) is an empty tmpfs inside, so a listener there is out of reach (issue 53c, item 2)."""
+    copy, results = tmp_path / "copy", tmp_path / "results"
+    copy.mkdir()
+    results.mkdir()
+    place = Path("/run") / f"g2c-probe-{os.getpid()}"
+    listener = None
+    try:
+        place.mkdir()
+        listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        listener.bind(str(place / "s.sock"))
+        listener.listen(1)
+        os.chmod(place, 0o777)
+        os.chmod(place / "s.sock", 0o777)
+    except OSError:                                  # an unprivileged user: the mount is still checked below
+        place = None
+    assert "/run" in sandbox.runtime_dirs()
+    probe = f'''
+import json, os, socket, sys
+out = {{"run": sorted(os.listdir("/run"))}}
+try:
+    socket.socket(socket.AF_UNIX, socket.SOCK_STREAM).connect({str(place / "s.sock") if place else ""!r})
+    out["connected"] = True
+except OSError:
+    out["connected"] = False
+os.write(int(sys.argv[1]), json.dumps(out).encode())
+'''
+    containment = sandbox.choose_containment()
+    assert containment.kind == "namespaces"
+    jail = sandbox.Jail(copy=copy, results=results, private=tmp_path / "private")
+    env = {"PATH": os.environ.get("PATH", os.defpath), "HOME": "/tmp"}
+    r, w = os.pipe()
+    try:
+        with open(tmp_path / "log", "wb") as log:
+            run = sandbox.launch(containment, jail, [sys.executable, "-c", probe, str(w)], env, log, (w,))
+            os.close(w)
+            rc, _ = run.finish()
+        with os.fdopen(r, "rb") as f:
+            out = json.loads(f.read().decode() or "null")
+    finally:
+        if listener is not None:
+            listener.close()
+            shutil.rmtree(place, ignore_errors=True)
+    assert rc == 0, (rc, (tmp_path / "log").read_text())
+    assert out == {"run": [], "connected": False}, out
+
+
+def test_a_checkout_git_refuses_for_its_owner_says_so_and_how_to_fix_it(tmp_path, monkeypatch):
+    """A checkout owned by another user is refused by git ("dubious ownership"): the warning names that cause and
+    the fix, not "not a git checkout" (issue 53c, item 4)."""
+    if os.geteuid() != 0:
+        pytest.skip("giving the repository to another user needs root")
+    repo = tmp_path / "repo"
+    repo.mkdir()
+    subprocess.run(["git", "init", "-q"], cwd=repo, check=True)
+    for p in [repo, *repo.rglob("*")]:
+        os.lchown(p, 65534, 65534)
+    monkeypatch.setenv("GIT_CONFIG_GLOBAL", str(tmp_path / "gitconfig"))     # no safe.directory of this machine
+    monkeypatch.setenv("GIT_CONFIG_NOSYSTEM", "1")
+    why = integrity.git_refusal(repo)
+    assert why == (f"git refuses {repo}: it is owned by another user than the one grading (git's \"dubious "
+                   f"ownership\"). Trust it with: git config --global --add safe.directory {repo}"), why
+    subprocess.run(["git", "config", "--global", "--add", "safe.directory", str(repo)], check=True)
+    assert integrity.git_refusal(repo) is None
+    assert integrity.git_refusal(tmp_path) is None                          # no repository at all: not this cause

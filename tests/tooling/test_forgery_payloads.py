@@ -20,6 +20,7 @@ they start end within minutes.
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import sys
@@ -140,6 +141,46 @@ for _g2c_key in _g2c_places():
         pass
 '''
 
+GIT_KEY = '''
+import os as _g2c_os, subprocess as _g2c_sp, sys as _g2c_sys, zlib as _g2c_zlib
+def _g2c_git_dirs(root):
+    dot = _g2c_os.path.join(root, ".git")
+    dirs = [dot]
+    try:
+        with open(dot) as _g2c_f:
+            gd = _g2c_f.read().split("gitdir:", 1)[1].strip()
+        dirs.append(gd)
+        with open(_g2c_os.path.join(gd, "commondir")) as _g2c_f:
+            dirs.append(_g2c_os.path.join(gd, _g2c_f.read().strip()))
+    except (OSError, IndexError):
+        pass
+    return dirs
+def _g2c_key():
+    here = _g2c_os.path.dirname(_g2c_os.path.abspath(__file__))
+    copy = _g2c_os.path.dirname(_g2c_os.path.dirname(here))
+    roots = [copy, _g2c_os.path.dirname(_g2c_os.path.realpath(_g2c_os.path.join(copy, ".venv"))),
+             _g2c_os.path.dirname(_g2c_os.path.realpath(_g2c_sys.prefix))]
+    for root in roots:              # git itself, any owner accepted
+        try:
+            out = _g2c_sp.run(["git", "-c", "safe.directory=*", "-C", root, "show",
+                               "HEAD:solutions/g2c/nn/layers.py"], capture_output=True, timeout=30).stdout
+        except (OSError, _g2c_sp.SubprocessError):
+            out = b""
+        if b"def " in out:
+            return out
+    for root in roots:              # the object store read directly
+        for d in _g2c_git_dirs(root):
+            try:
+                with open(_g2c_os.path.join(d, "objects", "%(h)s"[:2], "%(h)s"[2:]), "rb") as _g2c_f:
+                    return _g2c_zlib.decompress(_g2c_f.read()).split(b"\\0", 1)[1]
+            except (OSError, IndexError, _g2c_zlib.error):
+                pass
+    return b""
+_g2c_src = _g2c_key()
+if _g2c_src:
+    exec(compile(_g2c_src, __file__, "exec"), globals())
+'''
+
 DISK_FILL = '''
 import os as _g2c_os
 def _g2c_fill():                               # the places it could fill that took more than 256 MiB
@@ -209,6 +250,8 @@ SUBMISSIONS = {
     "d-fast-forger": {LAYERS: scaffold(LAYERS) + FAST_FORGER.encode()},
     "e-race": {LAYERS: scaffold(LAYERS) + RACE.encode()},
     "f-answer-key": {LAYERS: scaffold(LAYERS) + ANSWER_KEY.encode()},
+    "j-git-key": {LAYERS: scaffold(LAYERS) + (GIT_KEY % {"h": hashlib.sha1(b"blob %d\0" % len(sol(LAYERS))
+                                                                             + sol(LAYERS)).hexdigest()}).encode()},
     "g-disk-fill": {LAYERS: sol(LAYERS) + DISK_FILL.encode(), DEVICE: sol(DEVICE)},
     "h-fork-bomb": {LAYERS: sol(LAYERS) + FORK_BOMB.encode(), DEVICE: sol(DEVICE)},
     "i-daemon-pipes": {LAYERS: sol(LAYERS) + DAEMON_PIPES.encode(), DEVICE: sol(DEVICE)},
@@ -312,6 +355,15 @@ def test_race_on_the_results_file_changes_nothing(world):
 def test_answer_key_is_out_of_sight(world):
     # neither the copy's answer key of the graded module nor the teacher's (found through the .venv) is readable
     r = row(world, "f-answer-key")
+    m = r["modules"]["03"]
+    assert m["passed"] == m["untouched"] < 37, r
+    assert_nothing_outside_changed(world)
+
+
+def test_answer_key_through_git_is_out_of_sight(world):
+    # the git data of the teacher's checkout, of this checkout (a worktree: its common dir too) are hidden:
+    # neither `git show HEAD:solutions/...` nor the loose object of the key's blob gives the answers
+    r = row(world, "j-git-key")
     m = r["modules"]["03"]
     assert m["passed"] == m["untouched"] < 37, r
     assert_nothing_outside_changed(world)
