@@ -29,7 +29,7 @@ from __future__ import annotations
 import torch
 
 from g2c.nn import eval_mode
-from g2c.sampling.generate import as_token_ids
+from g2c.sampling.generate import as_token_ids, next_token_logits
 from g2c.sampling.model import check_count, check_eos_id, check_generator, check_language_model
 
 from ..sampling.draft import Draft
@@ -286,7 +286,8 @@ def constrained_generate(model, prompt_ids, max_new_tokens: int, constraint: Tok
 
     Raises:
         TypeError / ValueError: as ``Sampler``, ``check_language_model``, a bad prompt or budget,
-            a constraint over another vocabulary.
+            a constraint of the wrong type or over another vocabulary; a model that returns NaN
+            (``next_token_logits`` names the position).
     """
     check_language_model(model, "model")
     constraint = _check_constraint(constraint, model.vocab_size)
@@ -297,8 +298,7 @@ def constrained_generate(model, prompt_ids, max_new_tokens: int, constraint: Tok
     state = constraint.start
     with eval_mode(model):
         for _ in range(max_new_tokens):
-            x = torch.tensor([ids[-model.max_seq_len:]], dtype=torch.long, device=model.device)
-            row = model(x)[0, -1].float()
+            row = next_token_logits(model, torch.tensor(ids, dtype=torch.long))    # cropped; NaN named
             row = row.masked_fill(~constraint.mask(state).to(row.device), float("-inf"))
             if sampler.greedy:
                 token = int(row.argmax())
