@@ -2251,6 +2251,9 @@ _TOY_BYTES = [None] + [bytes([0x61 + i]) for i in range(V - 1)]     # id 0 speci
     ("a{2}", _TOY_BYTES, 0, ValueError, r"pattern 'a\{2\}': '\{' is not supported"),
     # was: accepted, then a ValueError at the first mask() inside a generation loop
     ("z+", _TOY_BYTES, 0, ValueError, r"the vocabulary has no token for byte 0x7a, which pattern 'z\+' needs"),
+    # ... and a byte a later state needs (was: accepted, then the error once a loop reached that state)
+    ("abz", _TOY_BYTES, 0, ValueError, r"the vocabulary has no token for byte 0x7a, which pattern 'abz' needs"),
+    ("(ab|cd)z", _TOY_BYTES, 0, ValueError, r"no token for byte 0x7a, which pattern '\(ab\|cd\)z' needs"),
     ("a", _TOY_BYTES, V, ValueError, r"eos_id must be an int id in \[0, 16\), got 16"),
     ("a", _TOY_BYTES, -1, ValueError, r"eos_id must be an int id in \[0, 16\), got -1"),
     ("a", _TOY_BYTES, 1.0, TypeError, r"eos_id must be an int id in \[0, 16\), got float 1\.0"),   # was a ValueError
