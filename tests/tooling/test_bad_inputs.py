@@ -306,12 +306,14 @@ def _loops():
     from g2c.specdec.sampling.cached import mtp_generate_cached, speculative_generate_cached
     from g2c.specdec.sampling.drafters import LMDrafter
     from g2c.specdec.sampling.loop import speculative_sample
+    from g2c.specdec.serving import constrained_generate, constrained_speculative_sample
     from g2c.specdec.trees.verify import tree_speculative_generate
 
     target, draft = _lm(0), _lm(1)
     medusa = MedusaDrafter(MedusaHeads(target, 2))
     head = MTPHead(target, generator=torch.Generator().manual_seed(2))
     rec = _recurrent()
+    constraint = _constraint()
     sampled = SAMPLED
     return {
         "generate": (lambda p, n, **kw: generate(target, p, n, **kw), sampled),
@@ -332,7 +334,18 @@ def _loops():
         "plain_greedy": (lambda p, n, **kw: plain_greedy(rec, p, n, **kw), ()),
         "speculative_generate_stateful": (lambda p, n, **kw: speculative_generate_stateful(
             rec, greedy_drafter(rec), p, n, k=2, **kw), ()),
+        # specdec-serving: the constraint covers the new tokens; its EOS is the loop's (cases below)
+        "constrained_generate": (lambda p, n, **kw: constrained_generate(target, p, n, constraint, **kw), sampled),
+        "constrained_speculative_sample": (lambda p, n, **kw: constrained_speculative_sample(
+            target, LMDrafter(draft), p, n, constraint, k=2, **kw), sampled),
     }
+
+
+def _constraint(pattern: str = "[a-o]+", vocab: int = V, eos_id: int = 0):
+    """A ``TokenConstraint`` over a toy vocabulary: id 0 special (EOS), ids 1.. the bytes a, b, c, ..."""
+    from g2c.specdec.serving import TokenConstraint
+
+    return TokenConstraint(pattern, [None] + [bytes([0x61 + i]) for i in range(vocab - 1)], eos_id)
 
 
 SAMPLED = ("temperature", "generator")
@@ -349,6 +362,8 @@ LOOPS: dict[str, tuple[str, ...]] = {
     "batched_speculative_generate": EOS, "lineage_generate": SAMPLED + WARPED + EOS + PENALTY + STOPS,
     "plain_greedy": (),
     "speculative_generate_stateful": EOS,
+    # specdec-serving: EOS is the constraint's (test_constrained_loops_take_the_constraints_eos_only)
+    "constrained_generate": SAMPLED + WARPED, "constrained_speculative_sample": SAMPLED + WARPED + PENALTY + STOPS,
 }
 
 def _generator_on(device: str):
@@ -2129,3 +2144,296 @@ def test_trainer_refuses_a_stream_outside_the_models_vocabulary():
         Trainer(model, np.array([1, 16] * 40), config=cfg)
     with pytest.raises(ValueError, match=r"val_ids holds token id -1, outside"):
         Trainer(model, np.arange(80) % 16, np.array([-1] + [1] * 40), config=cfg)
+
+
+# -- specdec-serving: constraints, the masked verify rows, the load-aware controller ----------------
+# (the two constrained loops are rows of LOOPS above: every bad prompt, budget and sampling knob)
+
+def _serving_costs():
+    from g2c.specdec.serving import PassCosts
+
+    grid = (1, 2, 4)
+    return PassCosts(target={b: {t: 1.0 + 0.01 * b * t for t in (1, 2, 3, 5)} for b in grid},
+                     drafter={b: 0.1 for b in grid})
+
+
+@pytest.mark.parametrize("entry", ["constrained_generate", "constrained_speculative_sample", "ConstrainedTarget",
+                                   "ConstrainedDrafter", "mask_verify_rows"])
+@pytest.mark.parametrize("case, error, match", [
+    ("a pattern string", TypeError, r"constraint must be a g2c\.specdec\.serving\.TokenConstraint, got str"),
+    ("None", TypeError, r"constraint must be a g2c\.specdec\.serving\.TokenConstraint, got NoneType"),
+    # was: constrained_speculative_sample read constraint.eos_id first (AttributeError on a str)
+    ("another vocabulary", ValueError, r"the constraint's vocabulary has V=9 tokens but the model's has "
+                                       r"vocab_size=16: build the constraint from the model's tokenizer"),
+])
+def test_serving_entry_points_refuse_a_wrong_constraint(entry, case, error, match):
+    import torch
+
+    from g2c.specdec.sampling.drafters import LMDrafter
+    from g2c.specdec.serving import (
+        ConstrainedDrafter,
+        ConstrainedTarget,
+        constrained_generate,
+        constrained_speculative_sample,
+        mask_verify_rows,
+    )
+
+    bad = {"a pattern string": "[a-o]+", "None": None, "another vocabulary": _constraint("[a-h]+", vocab=9)}[case]
+    target = _lm(0)
+    calls = {
+        "constrained_generate": lambda: constrained_generate(target, [1, 2], 3, bad),
+        "constrained_speculative_sample": lambda: constrained_speculative_sample(target, LMDrafter(_lm(1)), [1, 2],
+                                                                                 3, bad, k=2),
+        "ConstrainedTarget": lambda: ConstrainedTarget(target, bad),
+        "ConstrainedDrafter": lambda: ConstrainedDrafter(LMDrafter(_lm(1)), bad),
+        # mask_verify_rows has no model: a constraint of another V meets the logits' shape check
+        "mask_verify_rows": lambda: mask_verify_rows(torch.zeros(1, V), bad, 0, torch.zeros(0, dtype=torch.long)),
+    }
+    if entry == "mask_verify_rows" and case == "another vocabulary":
+        error, match = ValueError, r"logits must be \(k'\+1, V\) = \(1, 9\) for 0 drafts, got \(1, 16\)"
+    with pytest.raises(error, match=match) as info:
+        calls[entry]()
+    assert "\n" not in str(info.value)
+
+
+def test_serving_a_drafter_over_another_vocabulary_is_refused():
+    from g2c.specdec.sampling.drafters import LMDrafter
+    from g2c.specdec.serving import constrained_speculative_sample
+    from g2c.transformer import TransformerLM
+
+    small = TransformerLM(9, 8, 1, 2, 32).eval()
+    with pytest.raises(ValueError, match=r"the constraint's vocabulary has V=16 tokens but the model's has "
+                                         r"vocab_size=9"):
+        constrained_speculative_sample(_lm(0), LMDrafter(small), [1, 2], 3, _constraint(), k=2)
+
+
+@pytest.mark.parametrize("eos, error, match", [
+    (V, ValueError, r"eos_id 16 is outside the vocabulary \[0, 16\): the loop could never emit it"),   # was "differs"
+    (-1, ValueError, r"eos_id -1 is outside the vocabulary"),
+    (0.0, TypeError, r"eos_id must be an int, got float 0\.0"),      # was: accepted (0.0 == the constraint's 0)
+    (True, TypeError, r"eos_id must be an int, got bool True"),
+    (None, ValueError, r"eos_id=None differs from the constraint's eos_id=0: leave eos_id out"),
+    (3, ValueError, r"eos_id=3 differs from the constraint's eos_id=0: leave eos_id out"),
+])
+def test_serving_constrained_loops_take_the_constraints_eos_only(eos, error, match):
+    from g2c.specdec.sampling.drafters import LMDrafter
+    from g2c.specdec.serving import constrained_speculative_sample
+
+    with pytest.raises(error, match=match) as info:
+        constrained_speculative_sample(_lm(0), LMDrafter(_lm(1)), [1, 2], 3, _constraint(), k=2, eos_id=eos)
+    assert "\n" not in str(info.value)
+    ids, _ = constrained_speculative_sample(_lm(0), LMDrafter(_lm(1)), [1, 2], 3, _constraint(), k=2, eos_id=0)
+    new = ids[2:].tolist()                        # the constraint's EOS given explicitly is taken: "[a-o]+" then EOS
+    assert ids[:2].tolist() == [1, 2] and 1 <= len(new) <= 3 and all(1 <= t < V for t in new[:-1])
+    assert new[0] != 0 and (new[-1] == 0 or len(new) == 3)
+
+
+@pytest.mark.parametrize("k, error, match", [
+    (0, ValueError, r"k must be >= 1 draft tokens per target pass \(an int\), got 0"),
+    (-1, ValueError, r"k must be >= 1 draft tokens per target pass \(an int\), got -1"),
+    (2.0, TypeError, r"k must be >= 1 draft tokens per target pass \(an int\), got 2\.0 \(float"),
+])
+def test_serving_constrained_speculation_refuses_a_bad_k(k, error, match):
+    from g2c.specdec.sampling.drafters import LMDrafter
+    from g2c.specdec.serving import constrained_speculative_sample
+
+    with pytest.raises(error, match=match):
+        constrained_speculative_sample(_lm(0), LMDrafter(_lm(1)), [1, 2], 3, _constraint(), k=k)
+
+
+_TOY_BYTES = [None] + [bytes([0x61 + i]) for i in range(V - 1)]     # id 0 special, ids 1..15 the bytes a..o
+
+
+@pytest.mark.parametrize("pattern, token_bytes, eos, error, match", [
+    (3, _TOY_BYTES, 0, TypeError, r"pattern must be a str, got int"),
+    ("(ab", _TOY_BYTES, 0, ValueError, r"pattern '\(ab': '\(' is never closed at position 3"),
+    ("[z-a]", _TOY_BYTES, 0, ValueError, r"pattern '\[z-a\]': bad range z-a"),
+    ("a{2}", _TOY_BYTES, 0, ValueError, r"pattern 'a\{2\}': '\{' is not supported"),
+    # was: accepted, then a ValueError at the first mask() inside a generation loop
+    ("z+", _TOY_BYTES, 0, ValueError, r"the vocabulary has no token for byte 0x7a, which pattern 'z\+' needs"),
+    # ... and a byte a later state needs (was: accepted, then the error once a loop reached that state)
+    ("abz", _TOY_BYTES, 0, ValueError, r"the vocabulary has no token for byte 0x7a, which pattern 'abz' needs"),
+    ("(ab|cd)z", _TOY_BYTES, 0, ValueError, r"no token for byte 0x7a, which pattern '\(ab\|cd\)z' needs"),
+    ("a", _TOY_BYTES, V, ValueError, r"eos_id must be an int id in \[0, 16\), got 16"),
+    ("a", _TOY_BYTES, -1, ValueError, r"eos_id must be an int id in \[0, 16\), got -1"),
+    ("a", _TOY_BYTES, 1.0, TypeError, r"eos_id must be an int id in \[0, 16\), got float 1\.0"),   # was a ValueError
+    ("a", _TOY_BYTES, None, TypeError, r"eos_id must be an int id in \[0, 16\), got NoneType None"),
+    ("a", "abc", 0, TypeError, r"token_bytes must be a sequence of bytes or None per id, got str"),
+    ("a", 16, 0, TypeError, r"token_bytes must be a sequence of bytes or None per id, got int"),   # was 'int' ...
+    ("a", ["a", "b"], 0, TypeError, r"token_bytes must hold bytes or None, got str"),
+    ("a", [], 0, ValueError, r"token_bytes is empty"),
+])
+def test_serving_token_constraint_names_a_bad_pattern_vocabulary_or_eos(pattern, token_bytes, eos, error, match):
+    from g2c.specdec.serving import TokenConstraint
+
+    with pytest.raises(error, match=match) as info:
+        TokenConstraint(pattern, token_bytes, eos)
+    assert "\n" not in str(info.value)
+
+
+def test_serving_token_constraint_takes_numpy_and_tensor_eos_ids():
+    import numpy as np
+    import torch
+
+    from g2c.specdec.serving import TokenConstraint
+
+    for eos in (np.int64(0), torch.tensor(0)):
+        c = TokenConstraint("a", _TOY_BYTES, eos)
+        assert type(c.eos_id) is int and c.eos_id == 0 and c.mask(c.step(c.start, 1)).nonzero().tolist() == [[0]]
+
+
+@pytest.mark.parametrize("case, logits, state, drafts, error, match", [
+    ("float drafts", "ok", 0, [1.0, 2.0], ValueError, r"draft_ids must hold integer token ids, got dtype torch\.float"),
+    ("draft outside V", "ok", 0, [1, V], ValueError, r"draft_ids holds token id 16, outside the constraint's "
+                                                     r"vocabulary \[0, 16\)"),          # was: a silent DEAD row
+    ("negative draft", "ok", 0, [-1, 2], ValueError, r"draft_ids holds token id -1, outside"),
+    ("list drafts", "ok", 0, "list", ValueError, r"draft_ids must be a 1-D tensor of ids"),
+    ("2-D drafts", "ok", 0, [[1, 2]], ValueError, r"draft_ids must be a 1-D tensor of ids"),
+    ("float state", "ok", 0.0, [1, 2], TypeError, r"state must be an int, got float 0\.0"),    # was: accepted
+    ("bool state", "ok", True, [1, 2], TypeError, r"state must be an int, got bool True"),     # was: state 1
+    ("None state", "ok", None, [1, 2], TypeError, r"state must be an int, got NoneType None"),
+    ("state past the automaton", "ok", 99, [1, 2], ValueError,
+     r"state 99 is not a state of the constraint \(0\.\.1, DONE=-2 or DEAD=-1\)"),           # was an IndexError
+    ("negative state", "ok", -7, [1, 2], ValueError, r"state -7 is not a state of the constraint"),  # was: as DEAD
+    ("integer logits", "long", 0, [1, 2], ValueError, r"logits must be floating point .* got dtype torch\.int64"),
+    ("bool logits", "bool", 0, [1, 2], ValueError, r"logits must be floating point .* got dtype torch\.bool"),
+    ("rows for another k", "short", 0, [1, 2], ValueError, r"logits must be \(k'\+1, V\) = \(3, 16\) for 2 drafts, "
+                                                            r"got \(2, 16\)"),
+])
+def test_serving_mask_verify_rows_checks_its_inputs_before_the_exercise(case, logits, state, drafts, error, match):
+    import torch
+
+    from g2c.specdec.serving import mask_verify_rows
+
+    rows = {"ok": torch.zeros(3, V), "long": torch.zeros(3, V, dtype=torch.long),
+            "bool": torch.zeros(3, V, dtype=torch.bool), "short": torch.zeros(2, V)}[logits]
+    draft_ids = [1, 2] if drafts == "list" else torch.tensor(drafts)
+    with pytest.raises(error, match=match) as info:
+        mask_verify_rows(rows, _constraint("[a-o]+"), state, draft_ids)
+    assert "\n" not in str(info.value)
+
+
+@pytest.mark.parametrize("batch, error, match", [
+    (0, ValueError, r"batch must be an int >= 1, got 0"),
+    (-3, ValueError, r"batch must be an int >= 1, got -3"),
+    (2.5, TypeError, r"batch must be an int >= 1, got float 2\.5"),          # was a ValueError
+    (True, TypeError, r"batch must be an int >= 1, got bool True"),
+    (None, TypeError, r"batch must be an int >= 1, got NoneType None"),
+    ("4", TypeError, r"batch must be an int >= 1, got str '4'"),
+])
+def test_serving_controllers_refuse_a_bad_batch_size(batch, error, match):
+    import numpy as np
+
+    from g2c.specdec.serving import LoadAwareK, best_k
+
+    ctl = LoadAwareK(_serving_costs(), clock=None)
+    with pytest.raises(error, match=match):
+        ctl.next_k(batch)
+    assert ctl.history == []                             # a refused call records no round
+    with pytest.raises(error, match=match):
+        best_k(0.7, batch, _serving_costs())
+    assert ctl.next_k(np.int64(2)) == best_k(0.7, 2, _serving_costs())     # was: a NumPy int refused
+    assert ctl.history == [(2, ctl.history[0][1])] and type(ctl.history[0][0]) is int
+
+
+@pytest.mark.parametrize("call, error, match", [
+    (lambda m: m.LoadAwareK(_serving_costs(), k_max=2.0), TypeError, r"k_max must be an int >= 1, got float 2\.0"),
+    (lambda m: m.LoadAwareK(_serving_costs(), k_max=0), ValueError, r"k_max must be an int >= 1, got 0"),
+    (lambda m: m.LoadAwareK(_serving_costs(), prior_alpha="0.5"), TypeError,           # was torch/Python's '<='
+     r"prior_alpha must be a real number, got str '0\.5'"),
+    (lambda m: m.LoadAwareK(_serving_costs(), prior_alpha=1.5), ValueError, r"prior_alpha must be a finite number "
+                                                                           r"in \[0, 1\], got 1\.5"),
+    (lambda m: m.LoadAwareK(_serving_costs(), prior_weight=float("inf")), ValueError,   # was: alpha = nan
+     r"prior_weight must be a finite number in \[0, inf\), got inf"),
+    (lambda m: m.LoadAwareK(_serving_costs(), decay=0.0), ValueError, r"decay must be a finite number in \(0, 1\]"),
+    (lambda m: m.LoadAwareK(_serving_costs(), probe_every=0), ValueError, r"probe_every must be an int >= 1, got 0"),
+    (lambda m: m.LoadAwareK(_serving_costs(), clock=3), TypeError, r"clock must be a callable .* got int"),
+    (lambda m: m.LoadAwareK({"1": 1.0}), TypeError, r"costs must be a PassCosts, got dict"),
+    (lambda m: m.LoadAwareK(_serving_costs(), clock=None).update(drafted=4, accepted=[5]), ValueError,
+     r"accepted must be in \[0, drafted=4\], got 5"),                          # was: alpha silently above 1
+    (lambda m: m.LoadAwareK(_serving_costs(), clock=None).update(drafted=4, accepted=[-1]), ValueError,
+     r"accepted must be an int >= 0, got -1"),
+    (lambda m: m.LoadAwareK(_serving_costs(), clock=None).update(drafted=2.5, accepted=1), TypeError,
+     r"drafted must be an int >= 0, got float 2\.5"),
+    (lambda m: m.StaticBatchK(1.0), TypeError, r"k must be an int >= 0, got float 1\.0"),
+    (lambda m: m.StaticBatchK(-1), ValueError, r"k must be an int >= 0, got -1"),
+    (lambda m: m.best_k("0.5", 2, _serving_costs()), TypeError, r"alpha must be a real number, got str"),
+    (lambda m: m.best_k(float("nan"), 2, _serving_costs()), ValueError, r"alpha must be a finite number in \[0, 1\]"),
+    (lambda m: m.best_k(0.5, 2, {}), TypeError, r"costs must be a PassCosts, got dict"),
+    (lambda m: m.expected_tokens(0.5, 2.0), TypeError, r"k must be an int >= 0, got float 2\.0"),
+    (lambda m: m.break_even_batch(0.5, _serving_costs(), max_batch=0), ValueError,      # was: None (never pays off)
+     r"max_batch must be an int >= 1, got 0"),
+    (lambda m: m.PassCosts({}, {1: 0.1}), ValueError, r"PassCosts\.target must be a non-empty dict"),   # was: an
+    (lambda m: m.PassCosts({1: {1: -1.0}}, {1: 0.1}), ValueError,                       # IndexError at best_k
+     r"PassCosts\.target seconds must be a finite number in \[0, inf\), got -1\.0"),
+    (lambda m: m.PassCosts({1: {0: 1.0}}, {1: 0.1}), ValueError, r"PassCosts\.target\[1\] T must be an int >= 1"),
+    (lambda m: m.PassCosts({1: {1: 1.0}}, {0: 0.1}), ValueError, r"PassCosts\.drafter batch size must be an int >= 1"),
+], ids=lambda v: "" if callable(v) else None)
+def test_serving_controller_arguments_are_checked_where_they_enter(call, error, match):
+    import g2c.specdec.serving as m
+
+    with pytest.raises(error, match=match) as info:
+        call(m)
+    assert "\n" not in str(info.value)
+
+
+@pytest.mark.parametrize("kw, error, match", [
+    ({"batches": (2.5,)}, TypeError, r"batches entry must be an int >= 1, got float 2\.5"),   # was KVCache's message
+    ({"batches": (0,)}, ValueError, r"batches entry must be an int >= 1, got 0"),
+    ({"batches": ()}, ValueError, r"batches must hold at least one value"),
+    ({"batches": 4}, TypeError, r"batches must be a list of ints, got int 4"),               # was 'int' not iterable
+    ({"tokens": (True,)}, TypeError, r"tokens entry must be an int >= 1, got bool True"),
+    ({"repeats": 0}, ValueError, r"repeats must be an int >= 1, got 0"),          # was statistics' "no median"
+    ({"context": 1.5}, TypeError, r"context must be an int >= 1, got float 1\.5"),
+])
+def test_serving_calibration_grid_is_checked_before_timing(kw, error, match):
+    from g2c.specdec.serving import measure_costs, measure_round_costs
+
+    model = _lm(0)
+    with pytest.raises(error, match=match):
+        measure_costs(model, model, **{"batches": (1,), "tokens": (1,), "context": 4, "repeats": 1, **kw})
+    if "batches" in kw:                                   # was: True taken as batch 1, 2.5 a range() error
+        with pytest.raises(error, match=match):
+            measure_round_costs(model, model, batches=kw["batches"], ks=(0,), rounds=1, prompt_len=2)
+
+
+@pytest.mark.parametrize("text, match", [
+    ("{oops", r"not JSON \(Expecting property name"),                               # was a JSONDecodeError
+    ("[1, 2]", r"JSON list, not an object with \"target\" and \"drafter\""),          # was a TypeError
+    ('{"drafter": {"1": 0.1}}', r"no 'target' entry"),                                # was a KeyError
+    ('{"target": {"x": {"1": 1}}, "drafter": {"1": 0.1}}', r"invalid literal for int\(\)"),
+    ('{"target": {"1": {"1": NaN}}, "drafter": {"1": 0.1}}', r"target seconds must be a finite number"),  # was kept
+])
+def test_serving_a_broken_cached_calibration_names_the_file_and_the_rebuild(tmp_path, text, match):
+    from g2c.specdec.serving import PassCosts
+
+    with pytest.raises(ValueError, match=r"not a PassCosts calibration: .*" + match):
+        PassCosts.from_json(text)
+    path = tmp_path / "cal.json"
+    path.write_text(text)
+    model = _lm(0)
+    with pytest.raises(ValueError, match=rf"cached calibration {re.escape(str(path))} is broken \(.*{match}.*\): "
+                                         rf"delete it \(rm {re.escape(str(path))}\) and call "
+                                         r"PassCosts\.load_or_measure again") as info:
+        PassCosts.load_or_measure(model, model, path=path, batches=(1, 2), tokens=(1,), context=4, repeats=1)
+    assert "\n" not in str(info.value) and path.read_text() == text         # refused, not overwritten
+
+
+def test_serving_a_cached_calibration_of_another_grid_is_remeasured_one_that_lies_is_refused(tmp_path):
+    from g2c.specdec.serving import PassCosts
+
+    model, path = _lm(0), tmp_path / "cal.json"
+    grid = {"batches": (1, 2), "tokens": (1,), "context": 4, "repeats": 1}
+    other = _serving_costs()                                 # batches 1, 2, 4 and tokens 1, 2, 3, 5
+    other.meta["grid"] = [[1, 4], [1], 4, 1]                 # written for another grid: measured again
+    path.write_text(other.to_json())
+    costs = PassCosts.load_or_measure(model, model, path=path, **grid)
+    assert sorted(costs.target) == [1, 2] and PassCosts.from_json(path.read_text()).target == costs.target
+    other.meta["grid"] = [[1, 2], [1], 4, 1]                 # claims this grid, holds another: refused
+    path.write_text(other.to_json())
+    with pytest.raises(ValueError, match=r"cached calibration .*cal\.json claims the grid batches=\[1, 2\], "
+                                         r"tokens=\[1\] but holds batches=\[1, 2, 4\], tokens=\[1, 2, 3, 5\]: "
+                                         r"delete it \(rm .*\)"):
+        PassCosts.load_or_measure(model, model, path=path, **grid)
+    with pytest.raises(TypeError, match=r"path must be a str or os\.PathLike or None, got int"):
+        PassCosts.load_or_measure(model, model, path=3, **grid)

@@ -456,6 +456,42 @@ def test_fuzz_every_loop(loops, data):
     judge(good_prompt and good_budget and good_knobs, lambda: loops[name][0](prompt, budget, **extra), check)
 
 
+# -- specdec-serving: the masked verify rows and the load-aware controller (the two constrained loops
+# are rows of test_bad_inputs.LOOPS, so test_fuzz_every_loop above draws them too) ----------------
+
+@FAST
+@given(state=st.one_of(st.integers(-3, 4), st.floats(-1, 2), st.booleans(), st.none()),
+       drafts=st.one_of(st.lists(st.integers(-1, 17), max_size=3), st.lists(st.floats(0, 3), min_size=1, max_size=2)),
+       rows=st.integers(0, 4), dtype=st.sampled_from((torch.float32, torch.float16, torch.int64, torch.bool)),
+       batch=COUNTS)
+def test_fuzz_serving_mask_verify_rows_and_load_aware_k(state, drafts, rows, dtype, batch):
+    from test_bad_inputs import _constraint, _serving_costs
+
+    from g2c.specdec.serving import DEAD, DONE, LoadAwareK, mask_verify_rows
+
+    vocab, c = 16, _constraint("(ab|c)+")                  # DFA states 0..2 (start, after a, accepting)
+    n_states = len(c.dfa.accepting)
+    good_state = isinstance(state, int) and not isinstance(state, bool) and (state in (DONE, DEAD)
+                                                                            or 0 <= state < n_states)
+    good_drafts = all(isinstance(t, int) and 0 <= t < vocab for t in drafts)
+    good = good_state and good_drafts and rows == len(drafts) + 1 and dtype.is_floating_point
+    logits = torch.zeros(rows, vocab).to(dtype)
+
+    def check_rows(out):
+        assert out.shape == (rows, vocab) and out.dtype == dtype
+        s = state
+        for i in range(rows):                              # row i: the legal tokens after drafts[:i], -inf elsewhere
+            assert torch.equal(torch.isfinite(out[i]), c.mask(s)), (state, drafts, i)
+            if i < len(drafts):
+                s = c.step(s, drafts[i])
+
+    ids = torch.tensor(drafts, dtype=torch.long if good_drafts else None)        # [] as an empty int64 tensor
+    judge(good, lambda: mask_verify_rows(logits, c, state, ids), check_rows)
+    b = _int(batch)
+    judge(b is not None and b >= 1, lambda: LoadAwareK(_serving_costs(), clock=None).next_k(batch),
+          lambda k: 0 <= k <= 8)
+
+
 # -- issue 57: decodes that are not prefix-monotone, and every output path of every script ---------------
 
 BYTES = [0x61 + i for i in range(20)] + [0xC3, 0xE2, 0x82, 0xA9, 0xAC, 0x80]   # ASCII, 2/3-byte leads, continuations

@@ -30,8 +30,8 @@ from __future__ import annotations
 import torch
 
 from g2c.nn import eval_mode
-from g2c.sampling.generate import as_token_ids
-from g2c.sampling.model import check_count, check_generator, check_language_model
+from g2c.sampling.generate import as_token_ids, next_token_logits
+from g2c.sampling.model import check_count, check_eos_id, check_generator, check_language_model
 
 from ..sampling.draft import Draft
 from ..sampling.drafters import Drafter, Sampler, check_reads
@@ -50,6 +50,14 @@ def _check_constraint(constraint, vocab_size: int | None = None) -> TokenConstra
         raise ValueError(f"the constraint's vocabulary has V={constraint.vocab_size} tokens but the model's has "
                          f"vocab_size={vocab_size}: build the constraint from the model's tokenizer")
     return constraint
+
+
+def _check_state(state, constraint: TokenConstraint) -> int:
+    state = check_count(state, "state", minimum=None)
+    if state not in (DONE, DEAD) and not 0 <= state < len(constraint.dfa.accepting):
+        raise ValueError(f"state {state} is not a state of the constraint (0..{len(constraint.dfa.accepting) - 1}, "
+                         f"DONE={DONE} or DEAD={DEAD}): pass the state constraint.walk returns")
+    return state
 
 
 def mask_verify_rows(logits: torch.Tensor, constraint: TokenConstraint, state: int,
@@ -72,8 +80,10 @@ def mask_verify_rows(logits: torch.Tensor, constraint: TokenConstraint, state: i
         left unchanged.
 
     Raises:
-        TypeError: constraint is not a ``TokenConstraint``.
-        ValueError: logits not 2-D with k'+1 rows of V columns ("logits"), draft_ids not 1-D.
+        TypeError: constraint is not a ``TokenConstraint``; state not an int.
+        ValueError: logits not a floating-point 2-D tensor with k'+1 rows of V columns ("logits"),
+            draft_ids not a 1-D integer tensor of ids in [0, V), state not one of the constraint's
+            (a DFA state, ``DONE`` or ``DEAD``).
 
     Steps:
         1. Walk the drafts: states[0] = state, states[i+1] = ``constraint.step(states[i],
@@ -85,10 +95,19 @@ def mask_verify_rows(logits: torch.Tensor, constraint: TokenConstraint, state: i
     constraint = _check_constraint(constraint)
     if not isinstance(draft_ids, torch.Tensor) or draft_ids.dim() != 1:
         raise ValueError(f"draft_ids must be a 1-D tensor of ids, got {draft_ids!r:.60}")
+    if draft_ids.dtype.is_floating_point or draft_ids.dtype.is_complex or draft_ids.dtype == torch.bool:
+        raise ValueError(f"draft_ids must hold integer token ids, got dtype {draft_ids.dtype}")
+    if draft_ids.numel() and not (0 <= int(draft_ids.min()) and int(draft_ids.max()) < constraint.vocab_size):
+        bad = next(t for t in draft_ids.tolist() if not 0 <= t < constraint.vocab_size)
+        raise ValueError(f"draft_ids holds token id {bad}, outside the constraint's vocabulary "
+                         f"[0, {constraint.vocab_size})")
+    state = _check_state(state, constraint)
     k = draft_ids.numel()
     if not isinstance(logits, torch.Tensor) or logits.dim() != 2 or logits.shape != (k + 1, constraint.vocab_size):
         shape = tuple(logits.shape) if isinstance(logits, torch.Tensor) else type(logits).__name__
         raise ValueError(f"logits must be (k'+1, V) = ({k + 1}, {constraint.vocab_size}) for {k} drafts, got {shape}")
+    if not logits.dtype.is_floating_point:
+        raise ValueError(f"logits must be floating point (the masked entries become -inf), got dtype {logits.dtype}")
     # TODO: implement this (module specdec-serving, see docs/beyond/specdec-serving.md).
     raise NotImplementedError(
         "module specdec-serving: mask_verify_rows in g2c/specdec/serving/constrain.py is not implemented yet. Write "
@@ -268,7 +287,8 @@ def constrained_generate(model, prompt_ids, max_new_tokens: int, constraint: Tok
 
     Raises:
         TypeError / ValueError: as ``Sampler``, ``check_language_model``, a bad prompt or budget,
-            a constraint over another vocabulary.
+            a constraint of the wrong type or over another vocabulary; a model that returns NaN
+            (``next_token_logits`` names the position).
     """
     check_language_model(model, "model")
     constraint = _check_constraint(constraint, model.vocab_size)
@@ -279,8 +299,7 @@ def constrained_generate(model, prompt_ids, max_new_tokens: int, constraint: Tok
     state = constraint.start
     with eval_mode(model):
         for _ in range(max_new_tokens):
-            x = torch.tensor([ids[-model.max_seq_len:]], dtype=torch.long, device=model.device)
-            row = model(x)[0, -1].float()
+            row = next_token_logits(model, torch.tensor(ids, dtype=torch.long))    # cropped; NaN named
             row = row.masked_fill(~constraint.mask(state).to(row.device), float("-inf"))
             if sampler.greedy:
                 token = int(row.argmax())
@@ -303,10 +322,15 @@ def constrained_speculative_sample(target, drafter, prompt_ids, max_new_tokens: 
     ``ConstrainedDrafter`` (forced-token and drafter-call counters).
 
     Raises:
-        ValueError: ``eos_id`` in kwargs different from the constraint's; as ``speculative_sample``.
+        TypeError: constraint not a ``TokenConstraint``; ``eos_id`` in kwargs not an int.
+        ValueError: ``eos_id`` in kwargs outside the vocabulary or different from the
+            constraint's; a constraint over another vocabulary than the target's or the drafter's;
+            as ``speculative_sample``.
     """
-    if kwargs.get("eos_id", constraint.eos_id) != constraint.eos_id:
-        raise ValueError(f"eos_id={kwargs['eos_id']} differs from the constraint's eos_id={constraint.eos_id}")
+    constraint = _check_constraint(constraint)
+    if "eos_id" in kwargs and check_eos_id(kwargs["eos_id"], constraint.vocab_size) != constraint.eos_id:
+        raise ValueError(f"eos_id={kwargs['eos_id']} differs from the constraint's eos_id={constraint.eos_id}: "
+                         "leave eos_id out (the constraint's is used)")
     kwargs["eos_id"] = constraint.eos_id
     wrapped = ConstrainedDrafter(drafter, constraint, forced=forced)
     ids, stats = speculative_sample(ConstrainedTarget(target, constraint), wrapped, prompt_ids, max_new_tokens,

@@ -40,6 +40,7 @@ import torch
 
 from g2c.kvcache import ragged_forward
 from g2c.nn import eval_mode, synchronize
+from g2c.sampling.model import check_count, check_real
 
 from ..lab.batched import RaggedKV
 
@@ -52,12 +53,11 @@ def expected_tokens(alpha: float, k: int) -> float:
     (1 - alpha^(k+1)) / (1 - alpha) (k + 1 at alpha = 1, 1 at k = 0).
 
     Raises:
-        ValueError: alpha outside [0, 1] or k not an int >= 0.
+        TypeError: alpha not a real number, k not an int.
+        ValueError: alpha outside [0, 1] (or NaN) or k < 0.
     """
-    if isinstance(k, bool) or not isinstance(k, int) or k < 0:
-        raise ValueError(f"k must be an int >= 0, got {k!r}")
-    if not 0.0 <= alpha <= 1.0:
-        raise ValueError(f"alpha must be in [0, 1], got {alpha!r}")
+    k = check_count(k, "k")
+    alpha = check_real(alpha, "alpha", low=0.0, high=1.0)
     if alpha == 1.0:
         return float(k + 1)
     return (1.0 - alpha ** (k + 1)) / (1.0 - alpha)
@@ -89,6 +89,29 @@ class PassCosts:
     drafter: dict[int, float]
     meta: dict = field(default_factory=dict)
     rounds: dict[int, dict[int, float]] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        """Every grid non-empty, keyed by ints (B >= 1, T >= 1, k >= 0), every time a finite
+        number of seconds >= 0."""
+        def grid(table, name: str, inner: tuple[str, int] | None, empty_ok: bool = False):
+            if not isinstance(table, dict) or (not table and not empty_ok):
+                raise ValueError(f"PassCosts.{name} must be a non-empty dict {{B: ...}}, got {table!r:.60}")
+            for b, v in table.items():
+                check_count(b, f"PassCosts.{name} batch size", minimum=1)
+                cells = v if inner is not None else {None: v}
+                if inner is not None and (not isinstance(v, dict) or not v):
+                    raise ValueError(f"PassCosts.{name}[{b}] must be a non-empty dict {{{inner[0]}: seconds}}, "
+                                     f"got {v!r:.60}")
+                for t, sec in cells.items():
+                    if inner is not None:
+                        check_count(t, f"PassCosts.{name}[{b}] {inner[0]}", minimum=inner[1])
+                    check_real(sec, f"PassCosts.{name} seconds", low=0.0)
+
+        grid(self.target, "target", ("T", 1))
+        grid(self.drafter, "drafter", None)
+        grid(self.rounds, "rounds", ("k", 0), empty_ok=True)
+        if not isinstance(self.meta, dict):
+            raise TypeError(f"PassCosts.meta must be a dict, got {type(self.meta).__name__}")
 
     def round_s(self, batch: int, k: int) -> float:
         """Seconds of one whole round at batch B with k drafts: the measured round times
@@ -123,10 +146,31 @@ class PassCosts:
 
     @classmethod
     def from_json(cls, text: str) -> "PassCosts":
-        d = json.loads(text)
-        return cls(target={int(b): {int(t): float(s) for t, s in v.items()} for b, v in d["target"].items()},
-                   drafter={int(b): float(s) for b, s in d["drafter"].items()}, meta=d.get("meta", {}),
-                   rounds={int(b): {int(k): float(s) for k, s in v.items()} for b, v in d.get("rounds", {}).items()})
+        """The inverse of ``to_json``.
+
+        Raises:
+            TypeError: text not a str.
+            ValueError: not JSON, or JSON that is not a calibration (missing "target" or
+                "drafter", a key that is not a whole number, a time that is not a finite number
+                of seconds); one line saying what is wrong.
+        """
+        if not isinstance(text, (str, bytes)):
+            raise TypeError(f"text must be the str of PassCosts.to_json, got {type(text).__name__}")
+        try:
+            d = json.loads(text)
+        except ValueError as e:          # json.JSONDecodeError, a UnicodeDecodeError of bytes
+            raise ValueError(f"not a PassCosts calibration: not JSON ({str(e).splitlines()[0]})") from None
+        if not isinstance(d, dict):
+            raise ValueError(f"not a PassCosts calibration: JSON {type(d).__name__}, not an object with \"target\" "
+                             "and \"drafter\"")
+        try:
+            return cls(target={int(b): {int(t): float(s) for t, s in v.items()} for b, v in d["target"].items()},
+                       drafter={int(b): float(s) for b, s in d["drafter"].items()}, meta=d.get("meta", {}),
+                       rounds={int(b): {int(k): float(s) for k, s in v.items()}
+                               for b, v in d.get("rounds", {}).items()})
+        except (KeyError, TypeError, AttributeError, ValueError) as e:
+            what = f"no {e} entry" if isinstance(e, KeyError) else str(e).splitlines()[0]
+            raise ValueError(f"not a PassCosts calibration: {what}") from None
 
     @classmethod
     def load_or_measure(cls, target, drafter, *, path: str | os.PathLike | None = None, name: str = "model",
@@ -134,13 +178,36 @@ class PassCosts:
         """Read the cached calibration at ``path`` (default ``runs/specdec_serving/calibration-
         <name>-<threads>t-<device>.json``) when it exists and matches ``kw``'s grid, else measure
         (``measure_costs(target, drafter, **kw)``; with ``round_ks`` also ``measure_round_costs``
-        for those k) and write it there."""
+        for those k) and write it there.
+
+        A file written for another grid (or other ``round_ks``) is measured again and
+        overwritten; a file that claims this grid but is not a calibration of it is refused.
+
+        Raises:
+            TypeError: path not a str or path.
+            ValueError: the file at ``path`` is not a calibration (corrupted JSON, a missing or
+                broken table) or does not hold the grid its meta claims: the message names the
+                file and how to rebuild it (delete it and call again); as ``measure_costs``.
+        """
+        if path is not None and not isinstance(path, (str, os.PathLike)):
+            raise TypeError(f"path must be a str or os.PathLike or None, got {type(path).__name__}")
         path = Path(path) if path is not None else Path("runs/specdec_serving") / \
             f"calibration-{name}-{torch.get_num_threads()}t-{target.device.type}.json"
+        rebuild = (f"delete it (rm {path}) and call PassCosts.load_or_measure again (bench/specdec_serving.py: "
+                   "rerun it) to measure a fresh one")
         if path.is_file():
-            costs = cls.from_json(path.read_text())
-            if costs.meta.get("grid") == _grid_key(**kw) and costs.meta.get("round_ks") == \
+            try:
+                costs = cls.from_json(path.read_text())
+            except (ValueError, TypeError) as e:
+                raise ValueError(f"cached calibration {path} is broken ({e}): {rebuild}") from None
+            grid = _grid_key(**kw)
+            if costs.meta.get("grid") == grid and costs.meta.get("round_ks") == \
                     (list(round_ks) if round_ks else None):
+                held = [sorted(costs.target), sorted({t for v in costs.target.values() for t in v})]
+                if held != [sorted(set(grid[0])), sorted(set(grid[1]))] or sorted(costs.drafter) != held[0] or \
+                        (round_ks and sorted({k for v in costs.rounds.values() for k in v}) != sorted(set(round_ks))):
+                    raise ValueError(f"cached calibration {path} claims the grid batches={grid[0]}, "
+                                     f"tokens={grid[1]} but holds batches={held[0]}, tokens={held[1]}: {rebuild}")
                 return costs
         costs = measure_costs(target, drafter, **kw)
         if round_ks:
@@ -150,6 +217,15 @@ class PassCosts:
         path.parent.mkdir(parents=True, exist_ok=True)
         path.write_text(costs.to_json())
         return costs
+
+
+def _grid(values, name: str, minimum: int) -> list[int]:
+    """A grid argument (a list or tuple of ints >= minimum, at least one) sorted, repeats dropped."""
+    if isinstance(values, (str, bytes)) or not isinstance(values, (list, tuple, range, set, frozenset)):
+        raise TypeError(f"{name} must be a list of ints, got {type(values).__name__} {values!r:.60}")
+    if not values:
+        raise ValueError(f"{name} must hold at least one value, got an empty {type(values).__name__}")
+    return sorted({check_count(v, f"{name} entry", minimum=minimum) for v in values})
 
 
 def _grid_key(batches=(1, 2, 4, 8, 16, 32, 64), tokens=(1, 2, 3, 5), context: int = 48, repeats: int = 5) -> list:
@@ -173,11 +249,12 @@ def measure_costs(target, drafter, *, batches=(1, 2, 4, 8, 16, 32, 64), tokens=(
         batches, tokens: the grid (ints >= 1); context + max(tokens) must fit max_seq_len.
 
     Raises:
-        ValueError: an empty grid, a value < 1, or context + max(tokens) > max_seq_len.
+        TypeError: a grid that is not a list of ints; context or repeats not an int.
+        ValueError: an empty grid, a value < 1 (batches, tokens, context, repeats), or
+            context + max(tokens) > max_seq_len.
     """
-    batches, tokens = sorted(set(batches)), sorted(set(tokens))
-    if not batches or not tokens or min(batches) < 1 or min(tokens) < 1 or context < 1:
-        raise ValueError(f"batches, tokens and context must be ints >= 1, got {batches}, {tokens}, {context}")
+    batches, tokens = _grid(batches, "batches", 1), _grid(tokens, "tokens", 1)
+    context, repeats = check_count(context, "context", minimum=1), check_count(repeats, "repeats", minimum=1)
     if context + max(tokens) > target.max_seq_len:
         raise ValueError(f"context {context} + {max(tokens)} tokens exceed max_seq_len={target.max_seq_len}")
     g = torch.Generator().manual_seed(0)
@@ -218,14 +295,14 @@ def measure_round_costs(target, drafter, *, batches=(1, 2, 4, 8, 16, 32, 64), ks
     catch-up, argmax, the ragged commit and the Python of the round.
 
     Raises:
-        ValueError: an empty grid or a value < 0 (k) / < 1 (B, rounds); prompt_len + budget past the window.
+        TypeError: a grid that is not a list of ints; rounds or prompt_len not an int.
+        ValueError: an empty grid or a value < 0 (k) / < 1 (B, rounds, prompt_len); prompt_len + budget
+            past the window.
     """
     from ..lab.batched import batched_speculative_generate
 
-    batches, ks = sorted(set(batches)), sorted(set(ks))
-    if not batches or not ks or min(batches) < 1 or min(ks) < 0 or rounds < 1 or prompt_len < 1:
-        raise ValueError(f"need batches >= 1, ks >= 0, rounds >= 1, prompt_len >= 1; got {batches}, {ks}, {rounds}, "
-                         f"{prompt_len}")
+    batches, ks = _grid(batches, "batches", 1), _grid(ks, "ks", 0)
+    rounds, prompt_len = check_count(rounds, "rounds", minimum=1), check_count(prompt_len, "prompt_len", minimum=1)
     window = min(target.max_seq_len, drafter.max_seq_len)
     clock = time.process_time if target.device.type == "cpu" else time.perf_counter
     g = torch.Generator().manual_seed(0)
@@ -257,12 +334,14 @@ def best_k(alpha: float, batch: int, costs: PassCosts, *, k_max: int = 8, correc
     controller has measured of its own rounds.
 
     Raises:
+        TypeError: batch or k_max not an int; alpha not a real number; costs not a ``PassCosts``.
         ValueError: batch < 1, k_max < 0, alpha outside [0, 1].
     """
-    if isinstance(batch, bool) or not isinstance(batch, int) or batch < 1:
-        raise ValueError(f"batch must be an int >= 1, got {batch!r}")
-    if isinstance(k_max, bool) or not isinstance(k_max, int) or k_max < 0:
-        raise ValueError(f"k_max must be an int >= 0, got {k_max!r}")
+    batch = check_count(batch, "batch", minimum=1)
+    k_max = check_count(k_max, "k_max")
+    alpha = check_real(alpha, "alpha", low=0.0, high=1.0)
+    if not isinstance(costs, PassCosts):
+        raise TypeError(f"costs must be a PassCosts, got {type(costs).__name__}")
     best, best_rate = 0, -1.0
     for k in range(k_max + 1):
         seconds = costs.round_s(batch, k) * (1.0 if correction is None else correction(k))
@@ -274,7 +353,12 @@ def best_k(alpha: float, batch: int, costs: PassCosts, *, k_max: int = 8, correc
 
 def break_even_batch(alpha: float, costs: PassCosts, *, k_max: int = 8, max_batch: int = 256) -> int | None:
     """The smallest B in [1, max_batch] at which ``best_k`` is 0 (speculation no longer pays), or
-    None when it pays up to ``max_batch``."""
+    None when it pays up to ``max_batch``.
+
+    Raises:
+        TypeError / ValueError: as ``best_k``; max_batch not an int >= 1.
+    """
+    max_batch = check_count(max_batch, "max_batch", minimum=1)
     for b in range(1, max_batch + 1):
         if best_k(alpha, b, costs, k_max=k_max) == 0:
             return b
@@ -285,9 +369,7 @@ class StaticBatchK:
     """The serving lab's static k through the controller hook (``k`` may be 0: plain rounds)."""
 
     def __init__(self, k: int) -> None:
-        if isinstance(k, bool) or not isinstance(k, int) or k < 0:
-            raise ValueError(f"k must be an int >= 0, got {k!r}")
-        self.k = k
+        self.k = check_count(k, "k")
 
     def next_k(self, batch: int = 1) -> int:
         return self.k
@@ -322,22 +404,25 @@ class LoadAwareK:
     ``history`` keeps (B, k) per round.
 
     Raises:
-        TypeError: costs is not a ``PassCosts``.
-        ValueError: a parameter out of range.
+        TypeError: costs is not a ``PassCosts``; a count that is not an int, a rate that is not a
+            real number, a clock that is not callable; in ``next_k``, a batch that is not an int;
+            in ``update``, counts that are not ints.
+        ValueError: a parameter out of range; in ``next_k``, batch < 1; in ``update``, drafted < 0
+            or an accepted count outside [0, drafted].
     """
 
     def __init__(self, costs: PassCosts, *, k_max: int = 8, prior_alpha: float = 0.7, prior_weight: float = 2.0,
                  decay: float = 0.95, probe_every: int | None = 8, clock=time.process_time) -> None:
         if not isinstance(costs, PassCosts):
             raise TypeError(f"costs must be a PassCosts, got {type(costs).__name__}")
-        if isinstance(k_max, bool) or not isinstance(k_max, int) or k_max < 1:
-            raise ValueError(f"k_max must be an int >= 1, got {k_max!r}")
-        if not 0.0 <= prior_alpha <= 1.0 or prior_weight < 0 or not 0.0 < decay <= 1.0:
-            raise ValueError(f"need prior_alpha in [0, 1], prior_weight >= 0, decay in (0, 1]; got {prior_alpha}, "
-                             f"{prior_weight}, {decay}")
-        if probe_every is not None and (isinstance(probe_every, bool) or not isinstance(probe_every, int)
-                                        or probe_every < 1):
-            raise ValueError(f"probe_every must be an int >= 1 or None, got {probe_every!r}")
+        k_max = check_count(k_max, "k_max", minimum=1)
+        prior_alpha = check_real(prior_alpha, "prior_alpha", low=0.0, high=1.0)
+        prior_weight = check_real(prior_weight, "prior_weight", low=0.0)
+        decay = check_real(decay, "decay", low=0.0, high=1.0, low_open=True)
+        if probe_every is not None:
+            probe_every = check_count(probe_every, "probe_every", minimum=1)
+        if clock is not None and not callable(clock):
+            raise TypeError(f"clock must be a callable returning seconds, or None, got {type(clock).__name__}")
         self.costs, self.k_max, self.decay, self.probe_every = costs, k_max, decay, probe_every
         self._plain_run = 0
         self.clock = clock
@@ -376,6 +461,7 @@ class LoadAwareK:
         return self.ratio[min(near, key=lambda j: abs(j - k))] if near else 1.0
 
     def next_k(self, batch: int = 1) -> int:
+        batch = check_count(batch, "batch", minimum=1)
         now = None if self.clock is None else self.clock()
         if now is not None:
             self._observe_round(now)
@@ -389,9 +475,12 @@ class LoadAwareK:
         return k
 
     def update(self, *, drafted: int, accepted, **kw) -> None:
-        if drafted <= 0:
+        drafted = check_count(drafted, "drafted")
+        counts = [check_count(a, "accepted") for a in (accepted if isinstance(accepted, (list, tuple)) else [accepted])]
+        if any(a > drafted for a in counts):
+            raise ValueError(f"accepted must be in [0, drafted={drafted}], got {max(counts)}")
+        if drafted == 0:
             return
-        for a in (accepted if isinstance(accepted, (list, tuple)) else [accepted]):
-            a = int(a)
+        for a in counts:
             self._succ = self._succ * self.decay + a
             self._trials = self._trials * self.decay + a + (1 if a < drafted else 0)

@@ -34,7 +34,8 @@ Shape letters: V vocabulary, S states.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+import operator
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 
 import torch
@@ -327,13 +328,18 @@ class TokenConstraint:
     the next state, ``forced(state)`` the one legal token or None.
 
     Raises:
-        TypeError: token_bytes not a sequence of bytes/None; encode not callable.
-        ValueError: as ``parse``; V < 1; eos_id outside [0, V); a vocabulary in which some
-            state of the pattern has no legal token (the vocabulary lacks a byte the pattern needs).
+        TypeError: pattern not a str; token_bytes not a sequence of bytes/None; eos_id not an
+            int; encode not callable.
+        ValueError: as ``parse`` (the message names the pattern); a pattern that matches no text;
+            V < 1; eos_id outside [0, V); a vocabulary in which some state of the pattern has no
+            legal token (the vocabulary lacks a byte the pattern needs; every state is checked here).
     """
 
     def __init__(self, pattern: str, token_bytes: Sequence[bytes | None], eos_id: int, *,
                  encode: Callable[[str], list[int]] | None = None) -> None:
+        if isinstance(token_bytes, (str, bytes)) or not isinstance(token_bytes, Iterable):
+            raise TypeError(f"token_bytes must be a sequence of bytes or None per id, got {type(token_bytes).__name__}"
+                            " (use token_bytes_of(tokenizer) or TokenConstraint.from_tokenizer)")
         token_bytes = list(token_bytes)
         if not token_bytes:
             raise ValueError("token_bytes is empty: the vocabulary needs at least one token")
@@ -342,7 +348,14 @@ class TokenConstraint:
                 raise TypeError(f"token_bytes must hold bytes or None, got {type(t).__name__}")
         if encode is not None and not callable(encode):
             raise TypeError(f"encode must be callable or None, got {type(encode).__name__}")
-        if isinstance(eos_id, bool) or not isinstance(eos_id, int) or not 0 <= eos_id < len(token_bytes):
+        try:                                # ints, NumPy ints, 0-d integer tensors; never a bool or a float
+            if isinstance(eos_id, bool):
+                raise TypeError
+            eos_id = operator.index(eos_id)
+        except TypeError:
+            raise TypeError(f"eos_id must be an int id in [0, {len(token_bytes)}), got {type(eos_id).__name__} "
+                            f"{eos_id!r}: a constraint needs end-of-sequence to finish") from None
+        if not 0 <= eos_id < len(token_bytes):
             raise ValueError(f"eos_id must be an int id in [0, {len(token_bytes)}), got {eos_id!r}: a constraint "
                              f"needs end-of-sequence to finish")
         self.pattern = pattern
@@ -357,6 +370,8 @@ class TokenConstraint:
                 self._by_bytes.setdefault(t, i)
         self._next: dict[int, dict[int, int]] = {}        # state -> {token: next state}
         self._mask: dict[int, torch.Tensor] = {}
+        for state in range(len(self.dfa.accepting)):      # every state now (a vocabulary of 4096 tokens: ~30 ms),
+            self.transitions(state)                       # so a byte the vocabulary lacks is named here, not mid-loop
 
     @classmethod
     def from_tokenizer(cls, pattern: str, tokenizer, *, eos_id: int | None = None) -> "TokenConstraint":
