@@ -115,7 +115,8 @@ def templates(module_id: str, title: str, package: str, file: str, paths: dict[s
             "def test_scale_multiplies():\n"
             "    torch.testing.assert_close(scale(torch.ones(2, 3), 2.5), torch.full((2, 3), 2.5))\n"),
         "lesson": (
-            f"# {module_id}: {plain}\n\n## Before you start\n\n- **Have done** the modules it needs (the answer key stands in "
+            f"# {module_id}: {plain}\n\n## Before you start\n\n"
+            f"- **Have done** the modules it needs (the answer key stands in "
             f"for those you have not edited).\n- **You write** `scale` in `g2c/{package}/{file}.py`.\n- **Grade** with "
             f"`./test.sh {module_id}`; `python scripts/pristine_counts.py {module_id}` prints what passes on the "
             "untouched scaffold.\n\n## The question\n\nWhat problem does this module solve, in one paragraph?\n\n"

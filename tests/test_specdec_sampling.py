@@ -419,7 +419,7 @@ def test_speculative_sample_validates_inputs():
 
     class BadController(StaticK):
         def next_k(self):
-            return 0
+            return -1                        # 0 is a plain step (drafting off for a round); below 0 is refused
 
     with pytest.raises(ValueError, match="k must be"):
         speculative_sample(target, drafter, [1], 3, controller=BadController(2))

@@ -555,3 +555,38 @@ def test_load_aware_k_new_run_keeps_estimates_and_restarts_the_clock():
     now[0] += 4.0                                # the gap before the next run (prefill etc.): not a round
     ctl.next_k(1)
     assert ctl.alpha == alpha and ctl.ratio == ratio and len(ratio) == 1
+
+
+def test_a_controller_that_turns_drafting_off_gets_plain_steps():
+    """k = 0 from a controller (LoadAwareK's 'nothing pays') is a plain step through the engine, not an error."""
+    from g2c.sampling.generate import generate
+
+    class Off:
+        def __init__(self):
+            self.rounds = []
+
+        def next_k(self):
+            return 0 if len(self.rounds) % 2 == 0 else 3        # off, on, off, ...: both kinds of round
+
+        def update(self, *, drafted, accepted, draft_seconds, target_seconds):
+            self.rounds.append(drafted)
+
+    target, drafter = _tiny_lm(12, 0), _tiny_lm(12, 1)
+    controller = Off()
+    ids, stats = speculative_sample(target, LMDrafter(drafter), [1, 2], 14, controller=controller, temperature=0.0)
+    assert ids.tolist() == generate(target, torch.tensor([1, 2]), 14, temperature=0.0).tolist()
+    assert controller.rounds[0::2] == [0] * len(controller.rounds[0::2]) and max(controller.rounds) > 0
+    assert stats.drafted == sum(controller.rounds) and stats.generated == 14
+
+
+def test_an_ordinary_token_is_no_end_of_sequence():
+    with pytest.raises(ValueError, match=r"eos_id 1 is an ordinary token \(its bytes b'a'\)"):
+        TokenConstraint("ab", TOY, 1)                       # 'a' as EOS would end the text it must write
+
+
+def test_the_alarm_refuses_more_accepted_than_drafted():
+    alarm = AcceptanceAlarm(window=1)
+    with pytest.raises(ValueError, match=r"accepted \(5\) exceeds drafted \(1\)"):
+        alarm.observe(1, 5)
+    alarm.observe(1, 1)
+    assert alarm.alarms == 0

@@ -4,8 +4,10 @@ A controller tells the speculative loop how many tokens to draft next and learns
 each round. The interface (what ``speculative_sample`` calls):
 
 ``next_k() -> int``
-    The draft length for the next round, >= 1. The loop still caps it by the remaining
-    budget and the target's window, and the drafter may propose fewer.
+    The draft length for the next round, >= 0: 0 turns drafting off for the round (a plain
+    step, as at the window edge: a controller that finds no k pays, e.g. the serving module's
+    ``LoadAwareK`` under load). The loop still caps it by the remaining budget and the
+    target's window, and the drafter may propose fewer.
 
 ``update(*, drafted, accepted, draft_seconds, target_seconds) -> None``
     After each target pass: how many drafts were scored and accepted (before any budget or

@@ -93,6 +93,10 @@ class AcceptanceAlarm:
     ``observe(drafted, accepted)`` after each round; the first time a full window's mean is at
     or below the threshold it warns once (``AcceptanceCollapse``) and counts it in ``alarms``;
     it re-arms when the mean recovers above the threshold.
+
+    Raises:
+        ValueError: window < 1 or threshold < 1.0 (in the constructor); in ``observe``, a count
+            negative or not an int, or accepted > drafted ("exceeds drafted").
     """
 
     window: int = 32
@@ -110,9 +114,13 @@ class AcceptanceAlarm:
         self._recent = deque(maxlen=self.window)
 
     def observe(self, drafted: int, accepted: int) -> None:
-        if _count(drafted, "drafted") == 0:
+        drafted, accepted = _count(drafted, "drafted"), _count(accepted, "accepted")
+        if accepted > drafted:
+            raise ValueError(f"accepted ({accepted}) exceeds drafted ({drafted}): a round accepts at most the drafts "
+                             "it scored")
+        if drafted == 0:
             return
-        self._recent.append(_count(accepted, "accepted"))
+        self._recent.append(accepted)
         if len(self._recent) < self.window:
             return
         mean = 1.0 + sum(self._recent) / len(self._recent)

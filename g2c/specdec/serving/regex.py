@@ -331,8 +331,9 @@ class TokenConstraint:
         TypeError: pattern not a str; token_bytes not a sequence of bytes/None; eos_id not an
             int; encode not callable.
         ValueError: as ``parse`` (the message names the pattern); a pattern that matches no text;
-            V < 1; eos_id outside [0, V); a vocabulary in which some state of the pattern has no
-            legal token (the vocabulary lacks a byte the pattern needs; every state is checked here).
+            V < 1; eos_id outside [0, V) or an ordinary token ("is an ordinary token"); a vocabulary
+            in which some state of the pattern has no legal token (the vocabulary lacks a byte the
+            pattern needs; every state is checked here).
     """
 
     def __init__(self, pattern: str, token_bytes: Sequence[bytes | None], eos_id: int, *,
@@ -358,6 +359,9 @@ class TokenConstraint:
         if not 0 <= eos_id < len(token_bytes):
             raise ValueError(f"eos_id must be an int id in [0, {len(token_bytes)}), got {eos_id!r}: a constraint "
                              f"needs end-of-sequence to finish")
+        if token_bytes[eos_id]:             # an ordinary token would end every text that writes it
+            raise ValueError(f"eos_id {eos_id} is an ordinary token (its bytes {token_bytes[eos_id]!r}): give the "
+                             "tokenizer's end-of-sequence id, a special token without bytes")
         self.pattern = pattern
         self.dfa = ByteDFA.compile(pattern)
         self.token_bytes = token_bytes

@@ -416,7 +416,8 @@ def speculative_sample(target, drafter, prompt_ids, max_new_tokens: int, *, k: i
         while num_new < max_new_tokens:
             remaining = max_new_tokens - num_new
             k_next = controller.next_k()
-            k_next = check_whole(k_next, f"k must be an int >= 1; controller {controller!r} returned {k_next!r}")
+            k_next = check_whole(k_next, f"k must be an int >= 0 (0: a plain step); controller {controller!r} returned "
+                                          f"{k_next!r}", low=0)
             k_round = draft_room(min(k_next, remaining), target_state.visible(ids), window)
             synchronize(device)
             t0 = time.perf_counter()
