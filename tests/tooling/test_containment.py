@@ -244,6 +244,11 @@ def grade(teacher: Path, klass: Path, reports: Path, home: Path, *extra: str, no
     return subprocess.run(cmd, cwd=teacher, env=env, capture_output=True, text=True, timeout=1800)
 
 
+# the running Python, bound back into a sandbox's private /tmp when it lives there (a checkout cloned into
+# ``mktemp -d``): what grade-class exposes for the teacher's .venv, for the tests that launch a sandbox directly
+PYTHON_HOME = list(dict.fromkeys(Path(os.path.realpath(p)) for p in (sys.prefix, sys.base_prefix)))
+
+
 def hidden_ancestors(path: Path) -> list[Path]:
     """Folders above ``path`` that another user cannot enter (root's 700 home holding a pyenv Python)."""
     out = []
@@ -254,23 +259,27 @@ def hidden_ancestors(path: Path) -> list[Path]:
 
 
 def as_nobody(cmd: list[str], stage: Path) -> list[str]:
-    """``cmd`` as uid 65534 (from root, through ``setpriv``). When the Python lies under a folder that user cannot
-    enter (a pyenv in root's home), a private mount namespace lays an empty, enterable tmpfs over that folder with
-    only the Python bound back (through ``stage``): the test machine stays as it was."""
-    needed = [Path(os.path.realpath(sys.base_prefix)), Path(os.path.realpath(sys.prefix))]
+    """``cmd`` as uid 65534 (from root, through ``setpriv``). When what the grader reads lies under a folder that
+    user cannot enter (a pyenv in root's home; a checkout cloned into ``mktemp -d``'s 700 folder, holding the
+    ``.venv`` and the artifacts), a private mount namespace lays an empty, enterable tmpfs over each such folder with
+    only those paths bound back (through ``stage``): the test machine stays as it was."""
+    needed = list(dict.fromkeys(Path(os.path.realpath(p)) for p in
+                                (sys.base_prefix, sys.prefix, REPO_ROOT / "artifacts")))
     blocked = sorted({a for p in needed for a in hidden_ancestors(p)}, key=lambda p: len(str(p)))
+    tops = [b for b in blocked if not any(t in b.parents for t in blocked if t != b)]   # the outermost ones
     drop = ["setpriv", "--reuid", str(NOBODY), "--regid", str(NOBODY), "--clear-groups"]
-    if not blocked:
+    if not tops:
         return [*drop, *cmd]
-    top = blocked[0]
-    keep = [p for p in needed if top in p.parents]
     stage.mkdir(exist_ok=True)              # mount points for the private namespace (the world's folder: removed)
-    lines = ["set -e"]
-    for i, p in enumerate(keep):
-        lines += [f"mkdir -p {stage}/{i}", f"mount --bind {p} {stage}/{i}"]
-    lines.append(f"mount -t tmpfs -o mode=755 tmpfs {top}")
-    for i, p in enumerate(keep):
-        lines += [f"mkdir -p {p}", f"mount --move {stage}/{i} {p}"]
+    lines, n = ["set -e"], 0
+    for top in tops:
+        keep = [p for p in needed if top in p.parents]
+        for i, p in enumerate(keep, start=n):
+            lines += [f"mkdir -p {stage}/{i}", f"mount --bind {p} {stage}/{i}"]
+        lines.append(f"mount -t tmpfs -o mode=755 tmpfs {top}")
+        for i, p in enumerate(keep, start=n):
+            lines += [f"mkdir -p {p}", f"mount --move {stage}/{i} {p}"]
+        n += len(keep)
     lines.append('exec "$@"')
     return ["unshare", "--mount", "sh", "-c", "\n".join(lines), "sh", *drop, *cmd]
 
@@ -734,7 +743,7 @@ def can_write(p):
 out["copy"] = can_write({str(copy / "x")!r})
 out["results"] = can_write({str(results / "x")!r})
 out["tmp"] = can_write("/tmp/x")
-out["host"] = can_write({str(REPO_ROOT / "zz-g2c-probe")!r})
+out["host"] = can_write({str(PYTHON_HOME[0] / "zz-g2c-probe")!r})
 out["class"] = sorted(os.listdir({str(secret)!r}))
 out["teacher"] = sorted(os.listdir({str(teacher)!r}))
 out["neighbour"] = os.path.exists({str(neighbour)!r})
@@ -749,7 +758,7 @@ os.write(int(sys.argv[1]), json.dumps(out).encode())
     containment = sandbox.choose_containment()
     assert containment.kind == "namespaces"
     jail = sandbox.Jail(copy=copy, results=results, private=tmp_path / "private", hide=[secret],
-                        expose=[teacher])
+                        expose=[teacher, *PYTHON_HOME])
     env = {"PATH": os.environ.get("PATH", os.defpath), "HOME": "/tmp"}
     r, w = os.pipe()
     with open(tmp_path / "log", "wb") as log:
@@ -761,7 +770,7 @@ os.write(int(sys.argv[1]), json.dumps(out).encode())
     assert rc == 0 and left == 1, (rc, left, (tmp_path / "log").read_text())
     assert out == {"copy": False, "results": False, "tmp": True, "host": False, "class": [],
                    "teacher": ["class", "notes.txt"], "neighbour": False, "caps": "0" * 16, "net": False}, out
-    assert not (REPO_ROOT / "zz-g2c-probe").exists()
+    assert not (PYTHON_HOME[0] / "zz-g2c-probe").exists()     # the .venv: on the host (bound back if under /tmp)
 
 
 def test_cost_measures_each_row_it_prints():
@@ -801,7 +810,7 @@ os.write(int(sys.argv[1]), json.dumps(out).encode())
 '''
     containment = sandbox.choose_containment()
     assert containment.kind == "namespaces"
-    jail = sandbox.Jail(copy=copy, results=results, private=tmp_path / "private")
+    jail = sandbox.Jail(copy=copy, results=results, private=tmp_path / "private", expose=PYTHON_HOME)
     env = {"PATH": os.environ.get("PATH", os.defpath), "HOME": "/tmp"}
     r, w = os.pipe()
     try:
