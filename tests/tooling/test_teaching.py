@@ -27,7 +27,7 @@ LAYERS, DEVICE, BPE = "g2c/nn/layers.py", "g2c/nn/device.py", "g2c/tokenizer/bpe
 NOTEBOOK = "notebooks/work/03-nn.ipynb"
 MODULES = "03,04"
 TIMEOUT = 240        # per submission in the class run: far above the ~10-40 s a 03+04 grading takes on 2 cores
-LOOP_TIMEOUT = 90    # the endless loop's own run (the submission after it gets as long: one module, ~10 s; 45 s failed under CI load)
+LOOP_TIMEOUT = 90    # the endless loop's own run and the next one's (one module, ~10 s; 45 s failed under load)
 
 
 def _contain() -> list[str]:
