@@ -114,8 +114,14 @@ def pristine_env(root: Path = ROOT) -> dict[str, str]:
     return env
 
 
+# every failing test seen in this process: file -> "name: first line of the message", printed for a file whose
+# counts break the contract (a CI log then says which tests moved, not only how many)
+FAILURES: dict[str, list[str]] = defaultdict(list)
+
+
 def parse_junit(xml_text: str) -> tuple[dict[str, Counter], list[str]]:
-    """Per-file outcome counts (``passed``/``failed``/``skipped``) and a line per skipped test."""
+    """Per-file outcome counts (``passed``/``failed``/``skipped``) and a line per skipped test; each failing
+    test is also noted in ``FAILURES``."""
     counts: dict[str, Counter] = defaultdict(Counter)
     skips: list[str] = []
     for case in ET.fromstring(xml_text).iter("testcase"):
@@ -123,8 +129,10 @@ def parse_junit(xml_text: str) -> tuple[dict[str, Counter], list[str]]:
         if not file:  # fall back to the dotted module in classname/name
             dotted = case.get("classname") or case.get("name") or "?"
             file = dotted.replace(".", "/") + ".py"
-        if case.find("failure") is not None or case.find("error") is not None:
+        if (bad := case.find("failure")) is not None or (bad := case.find("error")) is not None:
             counts[file]["failed"] += 1
+            message = (bad.get("message") or bad.text or "").strip().splitlines()
+            FAILURES[file].append(f"{case.get('name')}: {message[0][:300] if message else '(no message)'}")
         elif (skipped := case.find("skipped")) is not None:
             counts[file]["skipped"] += 1
             skips.append(f"{file}::{case.get('name')}: {skipped.get('message', '')}")
@@ -337,6 +345,8 @@ def main(argv: list[str] | None = None) -> int:
         print("scaffold contract violated:", file=sys.stderr)
         for p in problems:
             print(f"  {p}", file=sys.stderr)
+            for line in FAILURES.get(p.split(":", 1)[0], [])[:12]:
+                print(f"      failing: {line}", file=sys.stderr)
         print(f"if the change is intended, run `{RECORD}` and commit tests/pristine.json and tests/pristine.sha256",
               file=sys.stderr)
     if problems or skips:
