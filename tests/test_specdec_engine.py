@@ -386,8 +386,7 @@ def test_every_drafter_declares_what_it_reads():
         assert inner.bind(target, num_nodes=4, end=10) is inner
         assert check_reads(inner) == ("layers", tuple(inner.target_layers)), kind
         assert (len(inner.target_layers) > 0) == (kind in ("eagle3", "block")), kind
-    tree = LMTreeDrafter(_model("lm-draft"), RecomputeTarget(lm), shape="chain", choices=[(0,)], num_nodes=2,
-                         width=2, end=10, sampling={})
+    tree = LMTreeDrafter(_model("lm-draft"), RecomputeTarget(lm), shape="chain", num_nodes=2, max_new_tokens=6)
     assert tree.reads == ("tokens",)
 
 

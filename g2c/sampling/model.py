@@ -27,7 +27,8 @@ from g2c.nn import eval_mode  # re-exported: the loops' mode switch lives with M
 __all__ = ["LanguageModel", "as_whole", "check_whole", "check_base_model", "check_count", "check_eos_id", "check_flag",
            "check_generator", "check_head_on_base", "check_language_model", "check_prob_rows", "check_real",
            "check_repetition_penalty", "check_same_vocab", "check_score_rows", "check_table_dtype",
-           "check_temperature", "check_token_ids", "check_top_p", "eval_mode", "prob_tolerance", "zero_prob_draws"]
+           "check_temperature", "check_token_ids", "check_top_p", "check_window", "eval_mode", "prob_tolerance",
+           "zero_prob_draws"]
 
 REQUIRED = ("vocab_size", "max_seq_len", "device")
 
@@ -387,6 +388,22 @@ def check_same_vocab(drafter_vocab: int | None, target_vocab: int) -> None:
     if drafter_vocab is not None and drafter_vocab != target_vocab:
         raise ValueError(f"drafter vocab_size {drafter_vocab} differs from target vocab_size {target_vocab}; "
                          "both must use the same tokenizer")
+
+
+def check_window(max_seq_len: int, name: str = "target") -> None:
+    """A speculative pass scores a context token and at least one draft: the window must hold 2.
+
+    The one window precondition of the speculative loops (the engine's ``_setup``, so every preset,
+    and ``mtp_generate``; only the seed's loop keeps its own copy). No loop needs more, whatever k
+    or the prompt: each pass drafts ``g2c.specdec.draft_room(k, visible context, max_seq_len)``
+    tokens, so context + drafts always fit, and a cached target re-prefills before it runs out
+    of rows.
+
+    Raises:
+        ValueError: max_seq_len < 2 ("<name> max_seq_len=W leaves no room for a draft; need >= 2").
+    """
+    if max_seq_len < 2:
+        raise ValueError(f"{name} max_seq_len={max_seq_len} leaves no room for a draft; need >= 2")
 
 # -- score and probability rows: every verifier and loop checks its tables here -----------------
 # One layer, so a new verifier or loop inherits it: the flat verifiers (``greedy_verify``,

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import ast
 import json
+import re
 from pathlib import Path
 
 import pytest
@@ -347,5 +348,19 @@ def test_the_vocabulary_check_is_written_once():
     for root in (REPO_ROOT / "g2c", REPO_ROOT / "solutions" / "g2c"):
         for path in root.rglob("*.py"):
             if message in path.read_text():
+                found.add("g2c/" + str(path.relative_to(root)))
+    assert found == {"g2c/sampling/model.py", "g2c/specdec/generate.py"}, sorted(found)
+
+
+def test_the_window_precondition_is_written_once():
+    """Every speculative loop refuses a window too small for one draft with ONE helper
+    (``g2c.sampling.model.check_window``: max_seq_len >= 2; ``draft_room`` fits the drafts to any
+    larger window); only the seed's loop keeps its own copy. Issue 54 found four bounds that
+    disagreed (< 2, < k + 2, < 3)."""
+    found = set()
+    for root in (REPO_ROOT / "g2c", REPO_ROOT / "solutions" / "g2c"):
+        for path in root.rglob("*.py"):
+            text = path.read_text()
+            if "leaves no room for a" in text or re.search(r"if (\w+\.)?max_seq_len < |if window < ", text):
                 found.add("g2c/" + str(path.relative_to(root)))
     assert found == {"g2c/sampling/model.py", "g2c/specdec/generate.py"}, sorted(found)

@@ -39,15 +39,6 @@ from collections.abc import Callable
 
 import torch
 
-from g2c.sampling.generate import as_token_ids
-from g2c.sampling.model import (
-    check_count,
-    check_eos_id,
-    check_head_on_base,
-    check_language_model,
-    check_same_vocab,
-    check_whole,
-)
 from g2c.specdec.generate import SpecStats
 
 from .drafters import LMDrafter
@@ -56,14 +47,6 @@ from .loop import speculative_sample
 from .target import CachedScorer, CachedTarget, RoundRecord, summarize_rounds
 
 __all__ = ["CachedScorer", "RoundRecord", "mtp_generate_cached", "speculative_generate_cached", "summarize_rounds"]
-
-
-def _check_refill(refill_tokens: int | None, window: int, name: str) -> int:
-    # cached_generate's range and default: drafts never need room kept free, because draft_room
-    # shrinks them to what fits after the re-prefill (none at all when refill_tokens = window).
-    refill = max(1, window // 2) if refill_tokens is None else refill_tokens
-    return check_whole(refill, f"refill_tokens must be an int in [1, {name}.max_seq_len = {window}], "
-                               f"got {refill_tokens!r}", high=window)
 
 
 @torch.no_grad()
@@ -111,26 +94,12 @@ def speculative_generate_cached(target, drafter, prompt_ids, max_new_tokens: int
     Raises:
         ValueError: prompt_ids empty or not 1-D ("prompt_ids"); k not an int >= 1 ("k must be
             >= 1"); max_new_tokens < 0 ("max_new_tokens"); vocab sizes differ ("vocab_size");
-            target window < k + 2 ("max_seq_len"); refill_tokens out of range ("refill_tokens").
+            target window < 2 ("max_seq_len", ``check_window``); refill_tokens out of range ("refill_tokens").
     """
-    check_language_model(target, "target")
-    check_language_model(drafter, "drafter")
-    ids_t = as_token_ids(prompt_ids, "prompt_ids", vocab_size=target.vocab_size)
-    eos_id = check_eos_id(eos_id, target.vocab_size)                # None, or an id the loop can emit
-    k = check_whole(k, f"k must be >= 1 draft tokens per target pass (an int), got {k!r}")
-    max_new_tokens = check_count(max_new_tokens, "max_new_tokens")
-    check_same_vocab(drafter.vocab_size, target.vocab_size)
-    window = target.max_seq_len
-    if window < k + 2:
-        raise ValueError(f"target max_seq_len={window} must be >= k + 2 = {k + 2} to verify k drafts after "
-                         "a pending token; lower k")
-    t_refill = _check_refill(refill_tokens, window, "target")
-    d_refill = _check_refill(refill_tokens, drafter.max_seq_len, "drafter") if refill_tokens is not None \
-        else max(1, drafter.max_seq_len // 2)
-    # the preset: the engine with both models cached, greedy (no round here)
-    lm_drafter = LMDrafter(drafter, use_cache=True, refill_tokens=d_refill)
-    return speculative_sample(CachedTarget(target, drafter=lm_drafter, on_round=on_round, refill_tokens=t_refill),
-                              lm_drafter, ids_t, max_new_tokens, k=k, temperature=0.0, eos_id=eos_id, on_pass=on_pass)
+    lm_drafter = LMDrafter(drafter, use_cache=True, refill_tokens=refill_tokens)    # the engine checks the rest
+    return speculative_sample(CachedTarget(target, drafter=lm_drafter, on_round=on_round, refill_tokens=refill_tokens),
+                              lm_drafter, prompt_ids, max_new_tokens, k=k, temperature=0.0, eos_id=eos_id,
+                              on_pass=on_pass)
 
 
 @torch.no_grad()
@@ -166,21 +135,11 @@ def mtp_generate_cached(base, head, prompt_ids, max_new_tokens: int, *, eos_id: 
 
     Raises:
         ValueError: as ``speculative_generate_cached`` (bad prompt, budget, refill_tokens,
-            window < 3); a head built on another model or left in another dtype
+            window < 2); a head built on another model or left in another dtype
             (``check_head_on_base``).
         TypeError: head is not a draft head (no ``base``).
     """
-    check_language_model(base, "base")
-    check_head_on_base(head, base)                      # the head reads this base's states, in its dtype
-    ids_t = as_token_ids(prompt_ids, "prompt_ids", vocab_size=base.vocab_size)
-    eos_id = check_eos_id(eos_id, base.vocab_size)                # None, or an id the loop can emit
-    max_new_tokens = check_count(max_new_tokens, "max_new_tokens")
-    window = base.max_seq_len
-    if window < 3:
-        raise ValueError(f"base max_seq_len={window} must be >= 3 for MTP self-speculation")
-    refill = _check_refill(refill_tokens, window, "base")
-    # the preset: the engine with the base cached and the head as a cached drafter, k = 1
-    drafter = MTPDrafter(head)
+    drafter = MTPDrafter(head)                                                      # the engine checks the rest
     return speculative_sample(CachedTarget(base, drafter=drafter, on_round=on_round, want_hidden=True,
-                                           refill_tokens=refill),
-                              drafter, ids_t, max_new_tokens, k=1, temperature=0.0, eos_id=eos_id, on_pass=on_pass)
+                                           refill_tokens=refill_tokens),
+                              drafter, prompt_ids, max_new_tokens, k=1, temperature=0.0, eos_id=eos_id, on_pass=on_pass)

@@ -55,6 +55,7 @@ from g2c.sampling.model import (
     check_language_model,
     check_same_vocab,
     check_whole,
+    check_window,
     eval_mode,
 )
 from g2c.transformer import TransformerLM
@@ -222,8 +223,7 @@ def _setup(target, drafter, prompt_ids, max_new_tokens, *, k, temperature, top_k
     stop = StopRule(eos_id=eos_id, stop_ids=stop_ids, stop_strings=stop_strings, decode=decode,
                     prompt_len=ids.numel(), vocab_size=getattr(target, "vocab_size", None))
     check_same_vocab(getattr(drafter, "vocab_size", None), target.vocab_size)
-    if target.max_seq_len < 2:
-        raise ValueError(f"target max_seq_len={target.max_seq_len} leaves no room for a draft; need >= 2")
+    check_window(target.max_seq_len)               # the one window precondition: context token + a draft
     head_base = getattr(getattr(drafter, "head", None), "base", None)
     base = target.model if target_state is not None else target
     if head_base is not None and hasattr(base, "token_embed") and \

@@ -36,6 +36,7 @@ from g2c.sampling.model import (
     check_language_model,
     check_real,
     check_token_ids,
+    check_window,
     eval_mode,
 )
 from g2c.training import AdamW
@@ -364,8 +365,7 @@ def mtp_generate(base, head: MTPHead, prompt_ids, max_new_tokens: int, *,
     max_new_tokens = check_count(max_new_tokens, "max_new_tokens")
     _check_pair(base, head)
     window = base.max_seq_len
-    if window < 2:
-        raise ValueError(f"base max_seq_len={window} leaves no room for a guess; need >= 2")
+    check_window(window, "base")                                  # the loops' one window precondition
     stats = SpecStats()
     guess = None
     with eval_mode(base, head):                                                  # modes restored, also on errors

@@ -74,7 +74,14 @@ from dataclasses import dataclass
 import torch
 
 from g2c.sampling.generate import as_token_ids
-from g2c.sampling.model import check_count, check_flag, check_temperature, check_top_p, check_whole
+from g2c.sampling.model import (
+    check_count,
+    check_flag,
+    check_language_model,
+    check_temperature,
+    check_top_p,
+    check_whole,
+)
 from g2c.sampling.warpers import apply_temperature, top_k_filter, top_p_filter
 from g2c.specdec.sampling.target import CachedScorer
 
@@ -252,6 +259,8 @@ class LMDrafter(Drafter):
     def __init__(self, model, *, sample: bool = False, use_cache: bool = False,
                  refill_tokens: int | None = None) -> None:
         if not all(hasattr(model, name) for name in ("vocab_size", "max_seq_len")):
+            if callable(getattr(model, "propose", None)):        # a drafter wrapping a model: "pass drafter.model"
+                check_language_model(model, "drafter")
             raise TypeError(f"LMDrafter needs a language model (ids -> logits, with vocab_size and max_seq_len), "
                             f"got {type(model).__name__}; a head that lives on the target's states has its own "
                             "drafter (MTPDrafter, g2c.specdec.sampling.eagle.EagleDrafter)")

@@ -35,17 +35,13 @@ from dataclasses import dataclass, field, fields
 
 import torch
 
-from g2c.sampling.generate import as_token_ids
 from g2c.sampling.model import (
     check_count,
-    check_eos_id,
     check_flag,
     check_generator,
     check_language_model,
     check_prob_rows,
-    check_same_vocab,
     check_score_rows,
-    check_temperature,
     check_token_ids,
     check_whole,
 )
@@ -58,8 +54,8 @@ from .attention import commit_tree_kv, target_layer_pass
 from .builders import build_dynamic_tree, build_static_tree, check_choices
 from .tree import DraftTree, chain_choices, expected_tokens_per_pass, node_acceptance_probs, static_choices
 
-__all__ = ["CachedTreeTarget", "LMTreeDrafter", "TreeStats", "expected_accepted",
-           "greedy_tree_verify", "sampled_acceptance_probs", "tree_speculative_generate", "tree_speculative_verify"]
+__all__ = ["CachedTreeTarget", "LMTreeDrafter", "TreeStats", "expected_accepted", "greedy_tree_verify",
+           "sampled_acceptance_probs", "tree_speculative_generate", "tree_speculative_verify", "tree_target"]
 
 
 def _check_rows(tree: DraftTree, rows: torch.Tensor, name: str, *, generator=None) -> None:
@@ -369,29 +365,73 @@ class LMTreeDrafter(Drafter):
     Args:
         drafter: ids (1, T) -> logits (1, T, V) with ``max_seq_len`` and ``vocab_size``.
         target: the tree target it drafts for (``start_pos`` and ``window`` give its visible context).
-        shape: ``"chain"``, ``"static"`` or ``"dynamic"``; choices: the static shape's rank paths.
-        num_nodes, width: node budget per pass; the dynamic tree's width.
-        end: the length of ``ids`` at which the budget is spent (prompt + max_new_tokens).
-        sampling: the builders' sampled-drafting keywords (``sample``, ``temperature``, ``generator``)
-            or {} for top ranks.
+        shape, choices, num_nodes, width, draft_mode: as ``tree_speculative_generate``'s ``tree``,
+            ``choices``, ``num_nodes``, ``width`` and ``draft_mode``, checked here (the engine checks
+            the run's own arguments once; these shape the drafter's trees).
+        max_new_tokens: the run's budget: ``start`` sets the length at which it is spent
+            (prompt + max_new_tokens), and the builders' sampled-drafting keywords from the
+            engine's ``Sampler`` and generator (``draft_mode="sample"`` at T > 0).
 
     Attributes: ``drafter_passes`` (the builders' drafter passes), ``expected_accepted`` (sum over
     rounds of the tree formula's expected accepted drafts, from the target's own probabilities).
+
+    Raises:
+        TypeError: ``drafter`` not a language model ("drafts trees with a language model"; a drafter
+            wrapping one: "pass drafter.model"), ``shape`` not a str, ``width`` or ``num_nodes`` of
+            the wrong type.
+        ValueError: as ``tree_speculative_generate`` for ``shape``, ``choices``, ``width``, ``num_nodes``
+            and ``draft_mode``.
     """
 
 
-    def __init__(self, drafter, target, *, shape: str, choices, num_nodes: int, width: int, end: int,
-                 sampling: dict) -> None:
+    def __init__(self, drafter, target, *, shape: str = "dynamic", choices=None, num_nodes: int = 8,
+                 width: int | None = None, max_new_tokens: int, draft_mode: str = "top") -> None:
+        if not all(hasattr(drafter, name) for name in ("vocab_size", "max_seq_len", "eval", "train")):
+            unwrap_hint = (": pass drafter.model, the model it wraps" if callable(getattr(drafter, "propose", None))
+                           and hasattr(drafter, "model") else "")
+            raise TypeError(f"tree_speculative_generate drafts trees with a language model (ids (1, T) -> logits, "
+                            f"with vocab_size and max_seq_len), got {type(drafter).__name__}{unwrap_hint}")
+        self.num_nodes = check_whole(num_nodes,                  # NumPy ints pass, as Python ints
+                                     f"num_nodes must be an int >= 1 (the draft nodes per target pass), got "
+                                     f"{num_nodes!r}")
+        if not isinstance(shape, str) or shape not in ("chain", "static", "dynamic"):   # a wrong type: TypeError
+            raise (ValueError if isinstance(shape, str) else TypeError)(
+                f"tree must be 'chain', 'static' or 'dynamic', got {shape!r}")
+        if choices is not None and shape != "static":           # never ignored in silence
+            raise ValueError(f"choices shape a static tree only (tree='static'); with tree={shape!r} they would be "
+                             "ignored: drop them or pass tree='static'")
+        if width is not None and shape != "dynamic":            # never ignored in silence, as choices
+            raise ValueError(f"width shapes a dynamic tree only (tree='dynamic'); with tree={shape!r} it would be "
+                             "ignored: drop it or pass tree='dynamic'")
+        width = 4 if width is None else width
+        if shape == "dynamic" and check_count(width, "width", minimum=None) < 1:
+            raise ValueError(f"width must be an int >= 1 (children per expanded node), got {width}")
+        if draft_mode not in ("top", "sample"):
+            raise ValueError(f"draft_mode must be 'top' (the drafter's top ranks) or 'sample' (drawn from its q), "
+                             f"got {draft_mode!r}")
+        if shape == "chain":
+            choices = chain_choices(self.num_nodes)
+        elif shape == "static":
+            choices = check_choices(choices, "tree_speculative_generate") if choices is not None \
+                else static_choices(self.num_nodes)                               # read once: reused every pass
+            if not choices:
+                raise ValueError("choices is empty: a static tree needs at least one rank path, e.g. [(0,)]; "
+                                 "leave choices out for static_choices(num_nodes)")
         self.model, self.target = drafter, target         # the engine puts self.model in eval mode
         self.vocab_size = drafter.vocab_size
         self.reads = ("tokens",)
-        self.shape, self.choices, self.num_nodes, self.width = shape, choices, num_nodes, width
-        self.end, self.sampling = end, sampling
+        self.shape, self.choices, self.width = shape, None if shape == "dynamic" else choices, width
+        self.max_new_tokens, self.draft_mode = max_new_tokens, draft_mode
+        self.end, self.sampling = None, {}
         self.drafter_passes, self.expected_accepted = 0, 0.0
         self._last: DraftTree | None = None
 
     def start(self, prompt_ids: torch.Tensor, *, sampler, generator: torch.Generator | None) -> None:
         self._last = None
+        self.end = prompt_ids.numel() + int(self.max_new_tokens)      # the engine has checked both
+        # sampled drafting: the builders draw children from q and the tree carries q rows
+        self.sampling = {"sample": True, "temperature": float(sampler.temperature), "generator": generator} \
+            if self.draft_mode == "sample" and not sampler.greedy else {}
 
     def propose(self, context_ids: torch.Tensor, k: int):
         t = self.target
@@ -498,67 +538,38 @@ def tree_speculative_generate(target, drafter, prompt_ids, max_new_tokens: int, 
             .model"); ``use_cache`` not a bool or with a target that is not a ``TransformerLM``;
             choices that are not rank paths of ints; a generator that is not a ``torch.Generator``.
     """
-    if isinstance(target, Target):
-        raise TypeError(f"tree_speculative_generate takes the target model and builds its own tree target; got a "
-                        f"{type(target).__name__}: pass its .model")
-    check_language_model(target, "target")
-    use_cache = check_flag(use_cache, "use_cache")
-    ids = as_token_ids(prompt_ids, "prompt_ids", vocab_size=target.vocab_size)
-    eos_id = check_eos_id(eos_id, target.vocab_size)                # None, or an id the loop can emit
-    max_new_tokens = check_count(max_new_tokens, "max_new_tokens")
-    num_nodes = check_whole(num_nodes,                              # NumPy ints pass, as Python ints
-                            f"num_nodes must be an int >= 1 (the draft nodes per target pass), got {num_nodes!r}")
-    temperature = check_temperature(temperature)
-    check_generator(generator)
-    if not isinstance(tree, str) or tree not in ("chain", "static", "dynamic"):   # a wrong type: TypeError
-        raise (ValueError if isinstance(tree, str) else TypeError)(
-            f"tree must be 'chain', 'static' or 'dynamic', got {tree!r}")
-    if choices is not None and tree != "static":           # never ignored in silence
-        raise ValueError(f"choices shape a static tree only (tree='static'); with tree={tree!r} they would be "
-                         "ignored: drop them or pass tree='static'")
-    if not all(hasattr(drafter, name) for name in ("vocab_size", "max_seq_len", "eval", "train")):
-        unwrap_hint = (": pass drafter.model, the model it wraps" if callable(getattr(drafter, "propose", None))
-                       and hasattr(drafter, "model") else "")
-        raise TypeError(f"tree_speculative_generate drafts trees with a language model (ids (1, T) -> logits, with "
-                        f"vocab_size and max_seq_len), got {type(drafter).__name__}{unwrap_hint}")
-    check_same_vocab(drafter.vocab_size, target.vocab_size)
-    if width is not None and tree != "dynamic":            # never ignored in silence, as choices
-        raise ValueError(f"width shapes a dynamic tree only (tree='dynamic'); with tree={tree!r} it would be "
-                         "ignored: drop it or pass tree='dynamic'")
-    width = 4 if width is None else width
-    if tree == "dynamic" and check_count(width, "width", minimum=None) < 1:
-        raise ValueError(f"width must be an int >= 1 (children per expanded node), got {width}")
-    if draft_mode not in ("top", "sample"):
-        raise ValueError(f"draft_mode must be 'top' (the drafter's top ranks) or 'sample' (drawn from its q), "
-                         f"got {draft_mode!r}")
-    # sampled drafting: the builders draw children from q and the tree carries q rows
-    sampling = {"sample": True, "temperature": temperature, "generator": generator} \
-        if draft_mode == "sample" and temperature > 0.0 else {}
-    if tree == "chain":
-        shape = chain_choices(num_nodes)
-    elif tree == "static":
-        shape = check_choices(choices, "tree_speculative_generate") if choices is not None \
-            else static_choices(num_nodes)                                   # read once: reused every pass
-        if not shape:
-            raise ValueError("choices is empty: a static tree needs at least one rank path, e.g. [(0,)]; "
-                             "leave choices out for static_choices(num_nodes)")
-    use_cache = use_cache or target_cache is not None
-    if use_cache:
-        if not (hasattr(target, "blocks") and hasattr(target, "token_embed")):
-            raise TypeError(f"use_cache needs a TransformerLM target, got {type(target).__name__}")
-    state = CachedTreeTarget(target, cache=target_cache) if use_cache else RecomputeTarget(target)
-    lm_trees = LMTreeDrafter(drafter, state, shape=tree, choices=None if tree == "dynamic" else shape,
-                             num_nodes=num_nodes, width=width, end=ids.numel() + max_new_tokens, sampling=sampling)
-    out, spec = speculative_sample(state, lm_trees, ids, max_new_tokens, k=num_nodes, temperature=temperature,
+    state = tree_target(target, use_cache=use_cache, cache=target_cache)
+    lm_trees = LMTreeDrafter(drafter, state, shape=tree, choices=choices, num_nodes=num_nodes, width=width,
+                             max_new_tokens=max_new_tokens, draft_mode=draft_mode)      # checks its own arguments
+    out, spec = speculative_sample(state, lm_trees, prompt_ids, max_new_tokens, k=num_nodes, temperature=temperature,
                                    top_k=top_k, top_p=top_p, generator=generator, eos_id=eos_id,
                                    on_pass=on_pass, repetition_penalty=repetition_penalty, stop_ids=stop_ids,
                                    stop_strings=stop_strings, decode=decode, logprobs=logprobs)
     stats = TreeStats(**{f.name: getattr(spec, f.name) for f in fields(SpecStats)})
     stats.logprobs = getattr(spec, "logprobs", None)
     stats.drafter_passes, stats.expected_accepted = lm_trees.drafter_passes, lm_trees.expected_accepted
-    if use_cache:
+    if isinstance(state, CachedTreeTarget):
         stats.kv_bytes_moved, stats.kv_rows_dropped = state.kv_bytes_moved, state.kv_rows_dropped
     return out, stats
+
+
+def tree_target(model, *, use_cache: bool = False, cache=None) -> Target:
+    """The target an ``LMTreeDrafter`` run scores with: a ``RecomputeTarget``, or with ``use_cache``
+    (or a ``cache``) a ``CachedTreeTarget``. Provided.
+
+    Raises:
+        TypeError: ``model`` is a ``Target`` already ("pass its .model") or not a language model;
+            ``use_cache`` not a bool; a cache asked of a model that is not a ``TransformerLM``.
+    """
+    if isinstance(model, Target):
+        raise TypeError(f"tree_speculative_generate takes the target model and builds its own tree target; got a "
+                        f"{type(model).__name__}: pass its .model")
+    check_language_model(model, "target")
+    if check_flag(use_cache, "use_cache") or cache is not None:
+        if not (hasattr(model, "blocks") and hasattr(model, "token_embed")):
+            raise TypeError(f"use_cache needs a TransformerLM target, got {type(model).__name__}")
+        return CachedTreeTarget(model, cache=cache)
+    return RecomputeTarget(model)
 
 
 def sampled_acceptance_probs(tree: DraftTree, target_probs: torch.Tensor) -> torch.Tensor:
