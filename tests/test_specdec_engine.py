@@ -383,7 +383,7 @@ def test_every_drafter_declares_what_it_reads():
         inner = _lineage_drafter(kind, lm4)
         target = CachedTreeTarget(lm4, layers=inner.target_layers)
         assert isinstance(inner, TreeDrafter) and isinstance(inner, Drafter), kind       # one protocol
-        assert inner.bind(target, num_nodes=4, end=10) is inner
+        assert inner.bind(target, num_nodes=4, max_new_tokens=8) is inner
         assert check_reads(inner) == ("layers", tuple(inner.target_layers)), kind
         assert (len(inner.target_layers) > 0) == (kind in ("eagle3", "block")), kind
     tree = LMTreeDrafter(_model("lm-draft"), RecomputeTarget(lm), shape="chain", num_nodes=2, max_new_tokens=6)

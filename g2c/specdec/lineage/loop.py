@@ -67,15 +67,7 @@ from dataclasses import dataclass, field, fields
 import torch
 
 from g2c.kvcache import unwrap
-from g2c.sampling.generate import as_token_ids
-from g2c.sampling.model import (
-    check_count,
-    check_eos_id,
-    check_generator,
-    check_same_vocab,
-    check_temperature,
-    check_whole,
-)
+from g2c.sampling.model import check_whole
 
 from ..generate import SpecStats
 from ..sampling.loop import speculative_sample
@@ -83,8 +75,8 @@ from ..trees import CachedTreeTarget, target_layer_pass
 from .medusa import typical_tree_verify
 from .protocol import TreeDrafter, chain_tree, masked_block
 
-__all__ = ["CachedTreeTarget", "LineageStats", "TreeDrafter", "chain_tree", "lineage_generate", "masked_block",
-           "target_layer_pass"]
+__all__ = ["CachedTreeTarget", "LineageStats", "TreeDrafter", "bind_tree_drafter", "chain_tree", "lineage_generate",
+           "masked_block", "target_layer_pass"]
 
 
 @dataclass
@@ -177,16 +169,35 @@ def lineage_generate(target, drafter: TreeDrafter, prompt_ids, max_new_tokens: i
             int ("vocab_size must be an int"); ``target_layers`` that are not a tuple of ints
             ("target_layers must be a tuple").
     """
+    target_state = bind_tree_drafter(target, drafter, num_nodes=num_nodes, max_new_tokens=max_new_tokens,
+                                     acceptance=acceptance, epsilon=epsilon, delta=delta)   # checks the pair
+    out, spec = speculative_sample(target_state, drafter, prompt_ids, max_new_tokens, k=num_nodes,   # modes: engine's
+                                   temperature=temperature, top_k=top_k, top_p=top_p, generator=generator,
+                                   eos_id=eos_id, on_pass=on_pass, repetition_penalty=repetition_penalty,
+                                   stop_ids=stop_ids, stop_strings=stop_strings, decode=decode, logprobs=logprobs)
+    stats = LineageStats(**{f.name: getattr(spec, f.name) for f in fields(SpecStats)})
+    stats.draft_seconds, stats.target_seconds = drafter.draft_seconds, target_state.seconds
+    stats.rounds_with_draft = drafter.rounds_with_draft
+    stats.logprobs = getattr(spec, "logprobs", None)
+    return out, stats
+
+
+def bind_tree_drafter(target, drafter: TreeDrafter, *, num_nodes: int, max_new_tokens: int, acceptance: str = "exact",
+                      epsilon: float = 0.09, delta: float = 0.3) -> CachedTreeTarget:
+    """``lineage_generate``'s pair: the drafter checked against its target, bound to a
+    ``CachedTreeTarget`` that keeps the layers it reads, with the acceptance rule. Provided.
+
+    The engine checks the run's own arguments (prompt, budget, temperature, generator, EOS, vocabulary)
+    once; this checks what only this pair has. Returns the target.
+
+    Raises:
+        as ``lineage_generate`` for the target, the drafter, ``num_nodes`` and the acceptance rule.
+    """
     if not _is_transformer_lm(target):
         raise TypeError(f"lineage_generate needs a TransformerLM target (it reads the states of its layers), "
                         f"got {type(target).__name__}")
-    ids = as_token_ids(prompt_ids, "prompt_ids", vocab_size=target.vocab_size)
-    eos_id = check_eos_id(eos_id, target.vocab_size)                # None, or an id the loop can emit
-    max_new_tokens = check_count(max_new_tokens, "max_new_tokens")
     num_nodes = check_whole(num_nodes,                              # NumPy ints pass, as Python ints
                             f"num_nodes must be an int >= 1 (the draft nodes per target pass), got {num_nodes!r}")
-    temperature = check_temperature(temperature)
-    check_generator(generator)
     if acceptance not in ("exact", "typical"):
         raise ValueError(f"acceptance must be 'exact' or 'typical', got {acceptance!r}")
     for knob, knob_name in ((epsilon, "epsilon"), (delta, "delta")):
@@ -205,7 +216,6 @@ def lineage_generate(target, drafter: TreeDrafter, prompt_ids, max_new_tokens: i
         raise TypeError(f"{name}.vocab_size must be an int, the target's vocabulary ({target.vocab_size}), got "
                         f"{type(vocab).__name__} {vocab!r}: a TreeDrafter sets it (self.vocab_size = "
                         "head.base.vocab_size)")
-    check_same_vocab(int(vocab), target.vocab_size)
     chosen = drafter.target_layers
     if not isinstance(chosen, (tuple, list)) or any(isinstance(i, bool) or not isinstance(i, numbers.Integral)
                                                     for i in chosen):
@@ -224,13 +234,5 @@ def lineage_generate(target, drafter: TreeDrafter, prompt_ids, max_new_tokens: i
         def rule(tree, probs, gen):
             return typical_tree_verify(tree, probs, epsilon=epsilon, delta=delta, generator=gen)
     target_state = CachedTreeTarget(target, layers=layers)
-    drafter.bind(target_state, num_nodes=num_nodes, end=ids.numel() + max_new_tokens, rule=rule)
-    out, spec = speculative_sample(target_state, drafter, ids, max_new_tokens, k=num_nodes,   # modes: the engine's
-                                   temperature=temperature, top_k=top_k, top_p=top_p, generator=generator,
-                                   eos_id=eos_id, on_pass=on_pass, repetition_penalty=repetition_penalty,
-                                   stop_ids=stop_ids, stop_strings=stop_strings, decode=decode, logprobs=logprobs)
-    stats = LineageStats(**{f.name: getattr(spec, f.name) for f in fields(SpecStats)})
-    stats.draft_seconds, stats.target_seconds = drafter.draft_seconds, target_state.seconds
-    stats.rounds_with_draft = drafter.rounds_with_draft
-    stats.logprobs = getattr(spec, "logprobs", None)
-    return out, stats
+    drafter.bind(target_state, num_nodes=num_nodes, max_new_tokens=max_new_tokens, rule=rule)
+    return target_state

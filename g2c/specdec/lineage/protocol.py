@@ -185,16 +185,18 @@ class TreeDrafter(Drafter):
         return {}
 
     # -- the engine's verbs, provided once ---------------------------------------------------------------
-    def bind(self, target, *, num_nodes: int, end: int, rule=None) -> "TreeDrafter":
+    def bind(self, target, *, num_nodes: int, max_new_tokens: int, rule=None) -> "TreeDrafter":
         """Tie the drafter to its tree target for one run; returns the drafter.
 
         Args:
             target: the ``CachedTreeTarget`` it drafts for (its ``layers`` are the drafter's).
             num_nodes: the node budget per pass, >= 1.
-            end: the length of the context at which the budget is spent (prompt + max_new_tokens).
+            max_new_tokens: the run's budget: ``start`` sets the context length at which it is
+                spent (prompt + max_new_tokens; the engine has checked both by then).
             rule: the ``DraftTree`` acceptance rule at T > 0 (None: exact).
         """
-        self._bound = {"target": target, "num_nodes": num_nodes, "end": end, "rule": rule, "generation": None}
+        self._bound = {"target": target, "num_nodes": num_nodes, "max_new_tokens": max_new_tokens, "end": None,
+                       "rule": rule, "generation": None}
         self.draft_seconds, self.rounds_with_draft = 0.0, 0
         return self
 
@@ -202,7 +204,7 @@ class TreeDrafter(Drafter):
         if self._bound is None:
             raise RuntimeError(f"{type(self).__name__} is not bound: bind the drafter to its tree target first "
                                "(drafter.bind(CachedTreeTarget(model, layers=drafter.target_layers), num_nodes=..., "
-                               "end=...)); lineage_generate does it for you")
+                               "max_new_tokens=...)); lineage_generate does it for you")
         return self._bound["target"]
 
     def _timed(self, fn, *args, **kw):
@@ -224,6 +226,7 @@ class TreeDrafter(Drafter):
         super().start(prompt_ids, sampler=sampler, generator=generator)
         self.set_sampling(sampler.temperature, generator)      # sampled drafting: q at the loop's T
         self._bound["generation"] = None
+        self._bound["end"] = prompt_ids.numel() + int(self._bound["max_new_tokens"])
         self._sync(prompt_ids)
 
     def propose(self, context_ids: torch.Tensor, k: int) -> DraftTree:
