@@ -21,7 +21,7 @@ from collections.abc import Callable
 import torch
 
 from g2c.sampling.generate import as_token_ids
-from g2c.sampling.model import check_count, check_eos_id, check_score_rows, check_whole, eval_mode
+from g2c.sampling.model import check_count, check_score_rows, eval_mode
 from g2c.specdec import SpecStats, draft_greedy
 from g2c.specdec.sampling.draft import Draft
 from g2c.specdec.sampling.drafters import Drafter
@@ -228,10 +228,8 @@ def speculative_generate_stateful(target: RecurrentLM, draft: DraftFn, prompt_id
                         f"({', '.join(controls)}); the engine takes them: speculative_sample(TransactionTarget("
                         "make_transaction(target, 'replay')), FunctionDrafter(draft), prompt_ids, max_new_tokens, "
                         f"{controls[0]}=...)")
-    ids = as_token_ids(prompt_ids, "prompt_ids", vocab_size=target.vocab_size)
-    eos_id = check_eos_id(eos_id, target.vocab_size)                # None, or an id the loop can emit
-    k = check_whole(k, f"k must be >= 1 draft tokens per round (an int), got {k!r}")
-    _check_budget(target, ids.numel(), max_new_tokens)
+    ids = as_token_ids(prompt_ids, "prompt_ids", vocab_size=target.vocab_size)   # its length: the budget rule
+    _check_budget(target, ids.numel(), max_new_tokens)              # the engine checks k and eos_id
     if isinstance(strategy, StateTransaction):
         if strategy.model is not target:
             raise ValueError(f"strategy: this {strategy.name} transaction was built on another model, not on target; "
