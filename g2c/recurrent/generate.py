@@ -222,14 +222,26 @@ def speculative_generate_stateful(target: RecurrentLM, draft: DraftFn, prompt_id
             an unknown strategy name; a transaction built on another model or already used
             ("strategy: ..."): a transaction serves one generation on its own model.
     """
+    _check_strategy(target, strategy, strategy_kwargs)
+    ids = as_token_ids(prompt_ids, "prompt_ids", vocab_size=target.vocab_size)   # its length: the budget rule
+    _check_budget(target, ids.numel(), max_new_tokens)              # the engine checks k and eos_id
+    txn = strategy if isinstance(strategy, StateTransaction) else make_transaction(target, strategy, **strategy_kwargs)
+    # the preset: the engine with the transaction as target and the callable as drafter, greedy
+    ids, stats = speculative_sample(TransactionTarget(txn, on_round=on_round), FunctionDrafter(draft), ids,
+                                    max_new_tokens, k=k, temperature=0.0, eos_id=eos_id)
+    return ids, stats, txn
+
+
+def _check_strategy(target, strategy, strategy_kwargs: dict) -> None:
+    """``speculative_generate_stateful``'s own arguments: no engine controls among the transaction's
+    keywords (the message names the call that takes them), and a ``StateTransaction`` passed as the
+    strategy built on ``target`` and unused."""
     controls = sorted(set(strategy_kwargs) & ENGINE_CONTROLS)
     if controls:                       # not the transaction's: say which call takes them
         raise TypeError(f"speculative_generate_stateful is the greedy preset and takes no sampling controls "
                         f"({', '.join(controls)}); the engine takes them: speculative_sample(TransactionTarget("
                         "make_transaction(target, 'replay')), FunctionDrafter(draft), prompt_ids, max_new_tokens, "
                         f"{controls[0]}=...)")
-    ids = as_token_ids(prompt_ids, "prompt_ids", vocab_size=target.vocab_size)   # its length: the budget rule
-    _check_budget(target, ids.numel(), max_new_tokens)              # the engine checks k and eos_id
     if isinstance(strategy, StateTransaction):
         if strategy.model is not target:
             raise ValueError(f"strategy: this {strategy.name} transaction was built on another model, not on target; "
@@ -238,8 +250,3 @@ def speculative_generate_stateful(target: RecurrentLM, draft: DraftFn, prompt_id
             raise ValueError(f"strategy: this {strategy.name} transaction was used already (it holds "
                              f"{strategy.length} committed positions of an earlier run); a transaction serves one "
                              "generation: build a fresh one with make_transaction(target, ...)")
-    txn = strategy if isinstance(strategy, StateTransaction) else make_transaction(target, strategy, **strategy_kwargs)
-    # the preset: the engine with the transaction as target and the callable as drafter, greedy
-    ids, stats = speculative_sample(TransactionTarget(txn, on_round=on_round), FunctionDrafter(draft), ids,
-                                    max_new_tokens, k=k, temperature=0.0, eos_id=eos_id)
-    return ids, stats, txn
