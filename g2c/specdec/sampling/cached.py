@@ -21,7 +21,7 @@ rolled-back cache gives the logits of a fresh prefill (tests/test_specdec_cached
 
 The target's side of the transaction is ``CachedTarget`` (``target.py``: one trunk pass over the
 pending token + the drafts, commit = pointer rollback, re-prefill past the window); the LM drafter's
-is ``CachedScorer`` (prefill, cached passes, draft row by row, the same rollback and re-prefill).
+is ``CachedScorer`` (``drafters.py``: prefill, cached passes, draft row by row, the same rollback and re-prefill).
 ``speculative_generate_cached`` is a preset of the engine: ``CachedTarget`` +
 ``LMDrafter(use_cache=True)`` through ``speculative_sample`` (the same round as
 ``speculative_sample(..., use_cache=True)``, greedy).
@@ -51,10 +51,10 @@ from g2c.sampling.model import (
 )
 from g2c.specdec.generate import SpecStats
 
-from .drafters import LMDrafter
+from .drafters import CachedScorer, LMDrafter
 from .eagle import MTPDrafter
 from .loop import speculative_sample
-from .target import CachedScorer, CachedTarget, RoundRecord, summarize_rounds
+from .target import CachedTarget, RoundRecord, summarize_rounds
 
 __all__ = ["CachedScorer", "RoundRecord", "mtp_generate_cached", "speculative_generate_cached", "summarize_rounds"]
 
