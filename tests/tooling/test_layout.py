@@ -305,7 +305,7 @@ def test_round_detector_sees_a_private_round():
 # One drafter protocol (issue 28, item 4): every class in g2c/ that proposes drafts (a ``propose``) or drafts
 # trees from the target's states (a ``draft``) is a subclass of the engine's ``Drafter``; no adapter
 # stands between a drafter and the engine.
-NOT_DRAFTERS = {"g2c.specdec.sampling.target.CachedScorer"}     # LMDrafter's KV-cached model: its draft() is a helper
+NOT_DRAFTERS = {"g2c.specdec.sampling.drafters.CachedScorer"}   # LMDrafter's KV-cached model: its draft() is a helper
 
 
 def _drafting_classes() -> dict[str, set[str]]:
