@@ -89,6 +89,21 @@ def test_batched_rows_stop_at_eos_and_budget_on_their_own():
     assert [o.tolist() for o in res.outputs] == plain and res.target_passes == 12
 
 
+def test_batched_rows_reach_the_window_edge():
+    """prompt + budget = max_seq_len + 1 on the longest row: its room caps every row's k (down to plain
+    steps), and every row still equals plain greedy; max_new_tokens = 0 runs no pass."""
+    target, draft_model = _lm(12, 1, layers=2), _lm(12, 2, dim=8)
+    prompts = [[1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11] * 3 + [1, 2, 3, 4, 5, 6, 7], [3], [4, 5]]      # 40, 1, 2 tokens
+    drafters = [LMDrafter(draft_model), NGramDrafter(), LMDrafter(draft_model, use_cache=True)]
+    res = batched_speculative_sample(target, drafters, prompts, 9, k=[4, 4, 2], temperature=0.0)
+    for p, out in zip(prompts, res.outputs):
+        assert out.tolist() == generate(target, torch.tensor(p), 9, temperature=0.0).tolist()
+    none = batched_speculative_sample(target, lambda: NGramDrafter(), prompts, 0)
+    assert [o.tolist() for o in none.outputs] == prompts and none.target_passes == 0
+    with pytest.raises(ValueError, match="max_seq_len"):
+        batched_speculative_sample(target, lambda: NGramDrafter(), prompts, 10)
+
+
 # --- sampled: the plain law per row --------------------------------------------------------------
 
 LAW_T, LAW_PROMPT = 0.5, [1, 5, 2]
