@@ -217,6 +217,8 @@ def test_batched_engine_rejects_bad_input():
     g = torch.Generator()
     with pytest.raises(ValueError, match=r"generators\[1\] is the same object"):
         batched_speculative_sample(target, ngram, [[1], [2]], 3, generators=[g, g])
+    with pytest.raises(TypeError, match="one CPU torch.Generator per row"):
+        batched_speculative_sample(target, ngram, [[1], [2]], 3, generators=[g, None])
     with pytest.raises(ValueError, match=r"prompts\[1\] must be a non-empty"):
         batched_speculative_sample(target, ngram, [[1], []], 3)
     with pytest.raises(ValueError, match="k must be an int >= 0"):

@@ -119,7 +119,8 @@ def batched_speculative_sample(target, drafters, prompts, max_new_tokens: int, *
             "drafters", "same object"); a drafter of another vocabulary ("vocab_size"); a drafter
             that reads the target's states, or a tree draft ("chain drafters"); bad warpers.
         TypeError: target not a ``TransformerLM``; a drafter that does not meet the protocol; a
-            generator that is not a CPU ``torch.Generator``; a controller without next_k/update.
+            ``generators`` entry that is not a CPU ``torch.Generator`` (None included); a controller without
+            next_k/update.
     """
     if not isinstance(target, TransformerLM):
         raise TypeError(f"batched_speculative_sample needs a TransformerLM target (its rows share one "
@@ -146,7 +147,13 @@ def batched_speculative_sample(target, drafters, prompts, max_new_tokens: int, *
     if generators is None:
         generators = [None] * B
     else:
-        generators = _rows_of(generators, B, "generators", check_generator)
+        def check_row_generator(g):
+            if g is None:
+                raise TypeError("generators must hold one CPU torch.Generator per row (None only as a whole: "
+                                "generators=None draws every row from torch's global generator)")
+            check_generator(g)
+
+        generators = _rows_of(generators, B, "generators", check_row_generator)
     sampler = Sampler(temperature, top_k, top_p)
     eos_id = check_eos_id(eos_id, target.vocab_size)
     window = target.max_seq_len
