@@ -401,32 +401,6 @@ def fast_models(models: dict, dtype: str | None = None, backend: str = "auto") -
     return {name: fast_model(model, dtype=dtype, backend=backend) for name, model in models.items()}
 
 
-class ClockedTarget(CachedTarget):
-    """``speculative_sample``'s cached target with the seconds of its passes and commits added up."""
-
-    seconds = 0.0
-
-    def _timed(self, fn, *args):
-        synchronize(self.scorer.device)
-        t0 = time.perf_counter()
-        out = fn(*args)
-        synchronize(self.scorer.device)
-        self.seconds += time.perf_counter() - t0
-        return out
-
-    def start(self, prompt_ids):
-        return self._timed(super().start, prompt_ids)
-
-    def visible(self, context_ids):
-        return self._timed(super().visible, context_ids)
-
-    def score(self, context_ids, draft_ids):
-        return self._timed(super().score, context_ids, draft_ids)
-
-    def commit(self, context_ids, num_accepted):
-        return self._timed(super().commit, context_ids, num_accepted)
-
-
 def make(kind: str, model, k: int, sample: bool, device, draft_mode: str = "top"):
     """(drafter, loop): the drafter for a row and the loop that runs it (``draft_mode``: lineage rows)."""
     if kind == "lm":
@@ -493,7 +467,7 @@ def run_row(target, kind, model, k, prompt, n, temperature, seed, draft_mode="to
             ids, stats = lineage_generate(target, drafter, prompt, n, num_nodes=k, temperature=temperature,
                                           generator=g, repetition_penalty=penalty)
             return ids, stats, stats.draft_seconds, stats.target_seconds, walk.seconds
-        clocked = ClockedTarget(target, drafter=drafter,
+        clocked = CachedTarget(target, drafter=drafter,            # its own clock: .seconds
                                 want_hidden=drafter.reads == ("final_state",))
         ids, stats = speculative_sample(clocked, drafter, prompt, n, k=k, temperature=temperature, generator=g,
                                         repetition_penalty=penalty)

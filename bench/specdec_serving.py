@@ -4,6 +4,7 @@
     python bench/specdec_serving.py --quick      # B in {1, 8, 32}, k in {1, 2, 4}, 16 tokens (a few minutes)
     python bench/specdec_serving.py              # B in {1, 8, 32, 64}, 32 tokens
     python bench/specdec_serving.py --out DIR    # where the CSVs go (default runs/specdec_serving)
+    python bench/specdec_serving.py --engine     # only: the lab's batched loop vs batched_speculative_sample
 
 Part 1, the serving lab with a controller: StoryLM-30M serves B requests (the two prompt sets of
 ``bench/serving_lab.py``) with StoryLM-1M drafting, through the lab's batched loop
@@ -20,6 +21,12 @@ Writes ``serving.csv``.
 Part 2, structured output: constrained greedy decoding of StoryLM-5M with StoryLM-1M drafting,
 forced-token drafting on and off, against plain constrained decoding (equal token for token);
 tokens per target pass and CPU seconds. Writes ``constrained.csv``.
+
+``--engine`` (alone, part 1 and 2 skipped): greedy batched speculation through the lab's loop
+(one LM drafter stepped over every row in one ragged pass) against the engine's batched round
+``g2c.specdec.serving.batched_speculative_sample`` (one cached ``LMDrafter`` per row), same target
+pass, on the endings prompts; runs interleaved, median of the repeats, outputs checked equal to
+each other. Writes ``engine.csv``.
 """
 
 from __future__ import annotations
@@ -41,6 +48,7 @@ from g2c.course.files import atomic_write
 from g2c.specdec.lab.batched import batched_greedy, batched_speculative_generate
 from g2c.specdec.sampling.drafters import LMDrafter
 from g2c.specdec.sampling.target import CachedTarget
+from g2c.specdec.serving.batched import batched_speculative_sample
 from g2c.specdec.serving.constrain import constrained_generate, constrained_speculative_sample
 from g2c.specdec.serving.controller import LoadAwareK, PassCosts, StaticBatchK, break_even_batch
 from g2c.specdec.serving.metrics import AcceptanceAlarm, AcceptanceCollapse, RoundLog
@@ -72,6 +80,45 @@ def _cell(target, drafter, prompts, new_tokens: int, controller) -> dict:
             "metrics": m, "alarms": log.alarm.alarms}
 
 
+def _engine_vs_lab(target, drafter, tok, batches, ks, new_tokens: int, repeats: int, threads: int, out: Path) -> int:
+    """The lab's batched loop against the engine's batched round, interleaved; writes engine.csv."""
+    runs = {"lab": lambda p, k: batched_speculative_generate(target, drafter, p, new_tokens, k=k),
+            "engine": lambda p, k: batched_speculative_sample(target, lambda: LMDrafter(drafter, use_cache=True), p,
+                                                              new_tokens, k=k, temperature=0.0)}
+    texts = PROMPT_SETS["endings"]
+    runs["lab"](tok.encode_batch_fast(texts[:2]), 2)                      # warm-up
+    runs["engine"](tok.encode_batch_fast(texts[:2]), 2)
+    rows = []
+    for b in batches:
+        prompts = tok.encode_batch_fast([texts[i % len(texts)] for i in range(b)])
+        for k in ks:
+            cpu: dict[str, list[float]] = {name: [] for name in runs}
+            outs, passes = {}, {}
+            for _ in range(repeats):                                      # interleaved repeats, median kept
+                for name, run in runs.items():
+                    cpu0 = time.process_time()
+                    res = run(prompts, k)
+                    cpu[name].append(time.process_time() - cpu0)
+                    outs[name], passes[name] = [o.tolist() for o in res.outputs], res.target_passes
+            assert outs["lab"] == outs["engine"], f"B={b} k={k}: the two batched rounds disagree"
+            emitted = sum(len(o) - len(p) for o, p in zip(outs["lab"], prompts))
+            lab_s, eng_s = statistics.median(cpu["lab"]), statistics.median(cpu["engine"])
+            rows.append({"batch": b, "k": k, "lab_tok_cpu_s": round(emitted / lab_s, 1),
+                         "engine_tok_cpu_s": round(emitted / eng_s, 1), "engine_over_lab": round(lab_s / eng_s, 3),
+                         "lab_passes": passes["lab"], "engine_passes": passes["engine"], "new_tokens": new_tokens,
+                         "threads": threads, "repeats": repeats})
+            r = rows[-1]
+            print(f"threads={threads} B={b:<3} k={k}  lab {r['lab_tok_cpu_s']:>8.1f} tok/cpu-s  engine "
+                  f"{r['engine_tok_cpu_s']:>8.1f} tok/cpu-s  engine/lab x{r['engine_over_lab']:.2f}  passes "
+                  f"{r['lab_passes']}/{r['engine_passes']}")
+    with atomic_write(out / "engine.csv", "w", newline="") as f:
+        w = csv.DictWriter(f, fieldnames=list(rows[0]))
+        w.writeheader()
+        w.writerows(rows)
+    print(f"wrote {out / 'engine.csv'}")
+    return 0
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--batches", type=int_list(1), help="comma list (default 1,8,32,64; --quick: 1,8,32)")
@@ -81,6 +128,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--out", type=output_dir(), default="runs/specdec_serving")
     ap.add_argument("--repeats", type=count(1), default=3, help="interleaved runs per cell, median kept (default 3)")
     ap.add_argument("--quick", action="store_true")
+    ap.add_argument("--engine", action="store_true", help="only compare the lab's batched loop with the engine's "
+                    "batched round (engine.csv)")
     args = ap.parse_args(argv)
     batches = [int(b) for b in (args.batches or ("1,8,32" if args.quick else "1,8,32,64")).split(",")]
     ks = [int(k) for k in (args.ks or "1,2,4").split(",")]
@@ -91,6 +140,8 @@ def main(argv: list[str] | None = None) -> int:
 
     target, tok = load_model("StoryLM-30M")
     drafter, _ = load_model("StoryLM-1M")
+    if args.engine:
+        return _engine_vs_lab(target, drafter, tok, batches, ks, new_tokens, args.repeats, args.threads, out)
     t0 = time.perf_counter()
     costs = PassCosts.load_or_measure(target, drafter, name="StoryLM-30M+StoryLM-1M",
                                       path=out / f"calibration-{args.threads}t.json",

@@ -370,9 +370,9 @@ def test_bfloat16_fast_target_is_lossless_against_itself(case, monkeypatch):
 def test_every_drafter_declares_what_it_reads():
     """One drafter protocol: every shipped drafter says what it reads of the target (tokens, the final
     state, or chosen layers), and a drafter that reads states is handed them the way it says."""
-    from g2c.specdec.lineage import CachedTreeTarget, TreeDrafter
+    from g2c.specdec.lineage import TreeDrafter
     from g2c.specdec.sampling.drafters import Drafter, check_reads
-    from g2c.specdec.sampling.target import RecomputeTarget
+    from g2c.specdec.sampling.target import CachedTarget, RecomputeTarget
     from g2c.specdec.trees import LMTreeDrafter
     lm, lm4 = _model("lm"), _model("lm4")
     for kind in ("lm", "lm-cached", "ngram", "mtp", "mtp-cached", "eagle"):
@@ -381,7 +381,7 @@ def test_every_drafter_declares_what_it_reads():
         assert check_reads(drafter) == drafter.reads and not hasattr(drafter, "wants_target_hidden"), kind
     for kind in ("medusa", "eagle-chain", "eagle2", "eagle-static", "eagle3", "block"):
         inner = _lineage_drafter(kind, lm4)
-        target = CachedTreeTarget(lm4, layers=inner.target_layers)
+        target = CachedTarget(lm4, layers=inner.target_layers)
         assert isinstance(inner, TreeDrafter) and isinstance(inner, Drafter), kind       # one protocol
         assert inner.bind(target, num_nodes=4, max_new_tokens=8) is inner
         assert check_reads(inner) == ("layers", tuple(inner.target_layers)), kind

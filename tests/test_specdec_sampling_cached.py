@@ -199,6 +199,12 @@ def _keep_rejected_rows(scorer, ids) -> int:
     return 0
 
 
+def _target_keeps_rejected_rows(target, ids, num_accepted) -> None:
+    """The same bug on ``CachedTarget``: every row the pass wrote stays, the pointer past them."""
+    target.cache.advance(target._written - target.cache.length)
+    target.start_pos = len(ids) - 1 - target.cache.length
+
+
 def test_wrong_rollbacks_are_rejected(monkeypatch):
     """The draw-for-draw check must catch a missing rollback, on the target's side (its p then
     reads rejected keys/values) and on the drafter's side alone (the output distribution stays
@@ -212,6 +218,10 @@ def test_wrong_rollbacks_are_rejected(monkeypatch):
 
     with monkeypatch.context() as m:
         m.setattr(kv_spec.CachedScorer, "commit", _keep_rejected_rows)          # both sides
+        m.setattr(kv_spec.CachedTarget, "commit", _target_keeps_rejected_rows)
+        assert differs()
+    with monkeypatch.context() as m:
+        m.setattr(kv_spec.CachedTarget, "commit", _target_keeps_rejected_rows)   # the target's side alone
         assert differs()
     with monkeypatch.context() as m:
         m.setattr(LMDrafter, "commit", lambda self, ids, n, target_hidden=None: _keep_rejected_rows(self._scorer, ids))

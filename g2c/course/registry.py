@@ -160,10 +160,11 @@ MODULES: tuple[CourseModule, ...] = (
         id='specdec-serving',
         title='Beyond: speculation under load and under a grammar',
         files=('g2c/specdec/serving/__init__.py', 'g2c/specdec/serving/regex.py', 'g2c/specdec/serving/constrain.py',
-               'g2c/specdec/serving/metrics.py', 'g2c/specdec/serving/controller.py'),
+               'g2c/specdec/serving/metrics.py', 'g2c/specdec/serving/controller.py',
+               'g2c/specdec/serving/batched.py'),
         lesson='docs/beyond/specdec-serving.md',
         notebook='notebooks/clean/specdec-serving-load-and-grammar.ipynb',
-        tests=('tests/test_specdec_serving.py',),
+        tests=('tests/test_specdec_serving.py', 'tests/test_specdec_serving_batched.py'),
         requires=('16', 'specdec', 'specdec-sampling', 'specdec-lab',),
     ),
 )

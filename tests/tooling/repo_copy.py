@@ -24,6 +24,18 @@ def copy_repo(parent: Path) -> Path:
     return repo
 
 
+def own_artifacts(repo: Path) -> None:
+    """A copy of this checkout's ``artifacts/`` (about 120 MB) in ``repo``, for a copy a class is graded in.
+
+    Real files, not a link: grade-class watches the teacher's artifacts, and the other test files of a parallel
+    run (the contract check's second pytest process) may touch this checkout's ``artifacts/`` while a class is
+    graded, which the watch rightly reads as the teacher's environment changing, and stops the class. Not hard
+    links either: a link shares its change time (and an owner set for uid 65534) with the original."""
+    src = REPO_ROOT / "artifacts"
+    if src.is_dir():
+        shutil.copytree(src, Path(repo) / "artifacts", symlinks=True)
+
+
 def env_for(repo: Path, **extra: str) -> dict[str, str]:
     """The environment of a command in the copy: its own ``g2c``, no solutions, no local corpus, and
     none of the author run's overrides (``G2C_REPLACE_EDITED``): it runs as a student's shell would."""

@@ -848,7 +848,8 @@ def test_tree_drafts_and_tree_presets_refuse_bad_input_by_name():
     from g2c.specdec.lineage import lineage_generate
     from g2c.specdec.sampling.drafters import Drafter
     from g2c.specdec.sampling.loop import speculative_sample
-    from g2c.specdec.trees import CachedTreeTarget, DraftTree, tree_speculative_generate
+    from g2c.specdec.sampling.target import CachedTarget
+    from g2c.specdec.trees import DraftTree, tree_speculative_generate
 
     target, draft = _lm(0), _lm(1)
 
@@ -863,16 +864,16 @@ def test_tree_drafts_and_tree_presets_refuse_bad_input_by_name():
 
     chain = DraftTree(torch.tensor([3, 4]), torch.tensor([-1, 0]))
     with pytest.raises(ValueError, match=r"Proposer\.propose: tree\.tokens holds token id 16, outside"):
-        speculative_sample(CachedTreeTarget(target), Proposer(DraftTree(torch.tensor([V]), torch.tensor([-1]))),
+        speculative_sample(CachedTarget(target), Proposer(DraftTree(torch.tensor([V]), torch.tensor([-1]))),
                            [1, 2], 3)
-    with pytest.raises(TypeError, match=r"CachedTarget scores chains .* needs a tree target"):
-        speculative_sample(target, Proposer(chain), [1, 2], 3, use_cache=True)
     ids, _ = speculative_sample(target, Proposer(chain), [1, 2], 3)        # a recomputing target scores any draft
     assert len(ids) == 5
+    cached, _ = speculative_sample(target, Proposer(chain), [1, 2], 3, use_cache=True)    # and the cached one
+    assert cached.tolist() == ids.tolist()
     wide = DraftTree(torch.full((40,), 3), -torch.ones(40, dtype=torch.long))
-    with pytest.raises(ValueError, match=r"CachedTreeTarget: a draft tree of 40 nodes does not fit the window"):
-        speculative_sample(CachedTreeTarget(target), Proposer(wide), [1, 2], 3)
-    ids, _ = speculative_sample(CachedTreeTarget(target), Proposer(chain), [1, 2], 3)    # a hand-made tree is fine
+    with pytest.raises(ValueError, match=r"CachedTarget: a tree of 40 nodes does not fit the window"):
+        speculative_sample(CachedTarget(target), Proposer(wide), [1, 2], 3)
+    ids, _ = speculative_sample(CachedTarget(target), Proposer(chain), [1, 2], 3)    # a hand-made tree is fine
     assert len(ids) == 5 and len(chain) == chain.numel() == 2
     with pytest.raises(TypeError, match=r"on_pass must be a callable or None, got str"):
         speculative_sample(target, Proposer(chain), [1, 2], 3, on_pass="print")
@@ -1135,7 +1136,7 @@ def test_numpy_ints_reach_every_count_check():
         assert call(np.int64(3)) == call(3), name
     head = FeatureDrafter(target, generator=torch.Generator().manual_seed(3))
     assert EagleTreeDrafter(head, width=np.int64(2)).width == 2
-    assert type(CachedTarget(target, refill_tokens=np.int32(5)).scorer.refill_tokens) is int
+    assert type(CachedTarget(target, refill_tokens=np.int32(5)).refill_tokens) is int
     with pytest.raises(TypeError, match=r"k must be an int >= 1 \(draft tokens per round\), got 2\.0"):
         batched_speculative_generate(target, draft, [prompt], 6, k=2.0)
     with pytest.raises(ValueError, match=r"refill_tokens must be an int in \[1, max_seq_len=32\], got np\.int64\(33\)"):

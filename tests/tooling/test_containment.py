@@ -29,7 +29,7 @@ import zipfile
 from pathlib import Path
 
 import pytest
-from repo_copy import IGNORED, REPO_ROOT, env_for
+from repo_copy import IGNORED, REPO_ROOT, env_for, own_artifacts
 
 from g2c.course import forgery, integrity, sandbox
 
@@ -169,12 +169,16 @@ def world_folder(prefix: str) -> Path:
 
 
 def teacher_copy(base: Path) -> Path:
-    """The teacher's checkout: a git repository with the course committed, its .venv and artifacts linked."""
+    """The teacher's checkout: a git repository with the course committed, its .venv linked, its artifacts its own.
+
+    The artifacts are copied (about 120 MB), not linked: grade-class watches them, and the other test files of a
+    parallel run (the contract check's second pytest process) may touch this checkout's ``artifacts/`` while a
+    class is graded, which the watch rightly reads as the teacher's environment changing and stops the class."""
     teacher = base / "teacher"
     shutil.copytree(REPO_ROOT, teacher, ignore=shutil.ignore_patterns(*IGNORED, "artifacts", "hand-in"),
                     symlinks=True)
     (teacher / ".venv").symlink_to(Path(sys.prefix), target_is_directory=True)
-    (teacher / "artifacts").symlink_to(REPO_ROOT / "artifacts", target_is_directory=True)
+    own_artifacts(teacher)
     git = ["git", "-c", "user.name=Teacher", "-c", "user.email=t@example.org", "-c", "commit.gpgsign=false"]
     subprocess.run([*git, "init", "-q"], cwd=teacher, check=True)
     (teacher / ".git" / "info" / "exclude").write_text(".venv\nartifacts\n")

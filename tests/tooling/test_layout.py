@@ -257,9 +257,13 @@ TARGET_PASSES = {"cached_hidden_states", "masked_hidden_states", "tree_forward",
                  "cached_forward", "score", "extend", "advance"}
 VERIFIERS = {"greedy_verify", "speculative_verify", "verify_round", "greedy_tree_verify", "tree_speculative_verify",
              "typical_tree_verify", "typical_accept", "accept"}
+# specdec-serving's batched_speculative_sample is the engine's round for B rows (issue 56 item 1: one
+# target pass, each row verified by the engine's verify_round with its own generator); the lab's greedy
+# scheduler stays beside it because it batches the drafter's steps too (docs/beyond/specdec-serving.md).
 ROUNDS = {"g2c/specdec/generate.py::speculative_generate", "g2c/specdec/mtp.py::mtp_generate",
           "g2c/specdec/sampling/loop.py::speculative_sample",
-          "g2c/specdec/lab/batched.py::batched_speculative_generate"}
+          "g2c/specdec/lab/batched.py::batched_speculative_generate",
+          "g2c/specdec/serving/batched.py::batched_speculative_sample"}
 # Rounds still waiting to become presets of the engine (issue 28, items 3-5): this list may only shrink.
 # Empty since tree_speculative_generate and lineage_generate became presets (a DraftTree, tree targets).
 NOT_YET_PRESETS: set[str] = set()
@@ -306,7 +310,7 @@ def test_round_detector_sees_a_private_round():
 # One drafter protocol (issue 28, item 4): every class in g2c/ that proposes drafts (a ``propose``) or drafts
 # trees from the target's states (a ``draft``) is a subclass of the engine's ``Drafter``; no adapter
 # stands between a drafter and the engine.
-NOT_DRAFTERS = {"g2c.specdec.sampling.target.CachedScorer"}     # LMDrafter's KV-cached model: its draft() is a helper
+NOT_DRAFTERS = {"g2c.specdec.sampling.drafters.CachedScorer"}   # LMDrafter's KV-cached model: its draft() is a helper
 
 
 def _drafting_classes() -> dict[str, set[str]]:

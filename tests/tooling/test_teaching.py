@@ -1,7 +1,7 @@
 """The teacher's path (docs/teaching.md): ``submit`` -> ``grade-class`` round trip on generated submissions,
 the tamper warning of ``./test.sh ID``, isolation between submissions, the timeout, the answers page.
 
-Everything runs in light copies of the repository (no ``artifacts/`` copied: linked), never in this
+Everything runs in copies of the repository (``.venv`` linked, ``artifacts/`` copied), never in this
 checkout. Modules 03 and 04 keep it quick: their tests take seconds.
 """
 
@@ -21,7 +21,7 @@ import zipfile
 from pathlib import Path
 
 import pytest
-from repo_copy import IGNORED, REPO_ROOT, env_for
+from repo_copy import IGNORED, REPO_ROOT, env_for, own_artifacts
 
 LAYERS, DEVICE, BPE = "g2c/nn/layers.py", "g2c/nn/device.py", "g2c/tokenizer/bpe.py"
 NOTEBOOK = "notebooks/work/03-nn.ipynb"
@@ -50,11 +50,11 @@ def sol(rel: str) -> str:
 
 
 def light_copy(parent: Path, name: str) -> Path:
-    """A copy like ``repo_copy.copy_repo`` but with ``artifacts/`` linked instead of copied (fast)."""
+    """A copy like ``repo_copy.copy_repo`` (``artifacts/`` its own: ``repo_copy.own_artifacts`` says why)."""
     repo = parent / name
     shutil.copytree(REPO_ROOT, repo, ignore=shutil.ignore_patterns(*IGNORED, "artifacts", "hand-in"), symlinks=True)
     (repo / ".venv").symlink_to(Path(sys.prefix), target_is_directory=True)
-    (repo / "artifacts").symlink_to(REPO_ROOT / "artifacts", target_is_directory=True)
+    own_artifacts(repo)
     return repo
 
 

@@ -10,10 +10,11 @@ of its layers), not from tokens alone. Their round is the engine's round, ``spec
    returns a ``g2c.specdec.trees.DraftTree`` (a subclass of ``Draft``: a chain is a tree whose node i has parent i - 1),
    which carries its tree attention and its acceptance walk (greedy walk, or recursive rejection
    sampling at T > 0, or Medusa's typical acceptance);
-2. a target: ``CachedTreeTarget`` runs the target ONCE over the root and the tree on module 16's
-   ``KVCache`` (module 16's trunk ``forward_rows`` with the tree's positions and mask, keeping the
-   states of the layers the drafter reads), and commits the accepted path's keys/values
-   (``commit_tree_kv``: a pointer move for a chain, a gather for a tree);
+2. a target: the engine's ``CachedTarget`` (``g2c.specdec.sampling.target``, the one cached target
+   for any ``Draft``) runs the target ONCE over the root and the tree on module 16's ``KVCache``
+   (module 16's trunk ``forward_rows`` with the tree's positions and mask, keeping the states of the
+   layers the drafter reads), and commits the accepted path's keys/values (``commit_rows``: a
+   pointer move for a chain, a gather for a tree);
 3. the hand-off: the drafter's ``commit`` reads the committed rows' states (root, then each accepted
    node) from the target it is bound to and passes them to its ``read_commit``.
 
@@ -71,12 +72,13 @@ from g2c.sampling.model import check_whole
 
 from ..generate import SpecStats
 from ..sampling.loop import speculative_sample
-from ..trees import CachedTreeTarget, target_layer_pass
+from ..sampling.target import CachedTarget
+from ..trees import target_layer_pass
 from .medusa import typical_tree_verify
 from .protocol import TreeDrafter, chain_tree, masked_block
 
-__all__ = ["CachedTreeTarget", "LineageStats", "TreeDrafter", "bind_tree_drafter", "chain_tree", "lineage_generate",
-           "masked_block", "target_layer_pass"]
+__all__ = ["LineageStats", "TreeDrafter", "bind_tree_drafter", "chain_tree", "lineage_generate", "masked_block",
+           "target_layer_pass"]
 
 
 @dataclass
@@ -85,7 +87,7 @@ class LineageStats(SpecStats):
 
     Attributes (besides target_passes, drafted, accepted, generated):
         draft_seconds: time inside the drafter (``read_prefill``, ``draft``, ``read_commit``), synchronised.
-        target_seconds: time inside the target's prefills, passes and commits (``CachedTreeTarget``;
+        target_seconds: time inside the target's prefills, passes and commits (``CachedTarget``;
             the tree walk runs in the engine's round and is in neither clock).
         rounds_with_draft: passes that verified a non-empty tree.
 
@@ -117,7 +119,7 @@ def lineage_generate(target, drafter: TreeDrafter, prompt_ids, max_new_tokens: i
                      logprobs: bool = False) -> tuple[torch.Tensor, LineageStats]:
     """Speculative decoding with a drafter that reads the target's states, on module 16's KV cache. Provided.
 
-    A preset of the engine: ``speculative_sample(CachedTreeTarget(target, layers=...),
+    A preset of the engine: ``speculative_sample(CachedTarget(target, layers=...),
     drafter.bind(...), ...)`` (see the module docstring). ``on_pass`` is called,
     as everywhere in the engine, right after a round's tokens are cut, before the commits.
 
@@ -183,9 +185,9 @@ def lineage_generate(target, drafter: TreeDrafter, prompt_ids, max_new_tokens: i
 
 
 def bind_tree_drafter(target, drafter: TreeDrafter, *, num_nodes: int, max_new_tokens: int, acceptance: str = "exact",
-                      epsilon: float = 0.09, delta: float = 0.3) -> CachedTreeTarget:
+                      epsilon: float = 0.09, delta: float = 0.3) -> CachedTarget:
     """``lineage_generate``'s pair: the drafter checked against its target, bound to a
-    ``CachedTreeTarget`` that keeps the layers it reads, with the acceptance rule. Provided.
+    ``CachedTarget`` that keeps the layers it reads (``layers=``), with the acceptance rule. Provided.
 
     The engine checks the run's own arguments (prompt, budget, temperature, generator, EOS, vocabulary)
     once; this checks what only this pair has. Returns the target.
@@ -233,6 +235,6 @@ def bind_tree_drafter(target, drafter: TreeDrafter, *, num_nodes: int, max_new_t
     if acceptance == "typical":
         def rule(tree, probs, gen):
             return typical_tree_verify(tree, probs, epsilon=epsilon, delta=delta, generator=gen)
-    target_state = CachedTreeTarget(target, layers=layers)
+    target_state = CachedTarget(target, layers=layers)
     drafter.bind(target_state, num_nodes=num_nodes, max_new_tokens=max_new_tokens, rule=rule)
     return target_state

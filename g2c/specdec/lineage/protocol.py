@@ -124,7 +124,7 @@ class TreeDrafter(Drafter):
         committed except the newest token (the root, then each accepted node).
 
     The engine's verbs (``start`` / ``propose`` / ``commit``) are provided: ``bind(target, ...)`` ties the
-    drafter to the ``g2c.specdec.trees.CachedTreeTarget`` it drafts for (``lineage_generate`` does it),
+    drafter to the ``g2c.specdec.sampling.CachedTarget`` it drafts for (``lineage_generate`` does it),
     then ``start`` hands ``read_prefill`` the target's prefill states (again after every re-prefill past
     the window: a new ``generation``), ``propose(ids, k)`` returns a ``DraftTree`` (a tree carries
     its own q rows) of at most ``draft_room(num_nodes, visible, window)`` nodes, none deeper than
@@ -189,7 +189,7 @@ class TreeDrafter(Drafter):
         """Tie the drafter to its tree target for one run; returns the drafter.
 
         Args:
-            target: the ``CachedTreeTarget`` it drafts for (its ``layers`` are the drafter's).
+            target: the ``CachedTarget`` it drafts for (built with ``layers=target_layers``).
             num_nodes: the node budget per pass, >= 1.
             max_new_tokens: the run's budget: ``start`` sets the context length at which it is
                 spent (prompt + max_new_tokens; the engine has checked both by then).
@@ -203,7 +203,7 @@ class TreeDrafter(Drafter):
     def _target(self):
         if self._bound is None:
             raise RuntimeError(f"{type(self).__name__} is not bound: bind the drafter to its tree target first "
-                               "(drafter.bind(CachedTreeTarget(model, layers=drafter.target_layers), num_nodes=..., "
+                               "(drafter.bind(CachedTarget(model, layers=drafter.target_layers), num_nodes=..., "
                                "max_new_tokens=...)); lineage_generate does it for you")
         return self._bound["target"]
 

@@ -19,11 +19,12 @@ keys/values have not been computed yet); the next pass feeds it first. So the co
 rows equal what plain cached decoding of the same tokens builds, and one more step from the
 rolled-back cache gives the logits of a fresh prefill (tests/test_specdec_cached.py).
 
-Both models' side of the transaction is one provided class, ``CachedScorer`` (in
-``target.py``: prefill, one cached pass over pending + extra tokens, draft row by row, commit =
-pointer rollback, re-prefill past the window). ``speculative_generate_cached`` is a preset of
-the engine: ``CachedTarget`` + ``LMDrafter(use_cache=True)`` through ``speculative_sample``
-(the same round as ``speculative_sample(..., use_cache=True)``, greedy).
+The target's side of the transaction is ``CachedTarget`` (``target.py``: one trunk pass over the
+pending token + the drafts, commit = pointer rollback, re-prefill past the window); the LM drafter's
+is ``CachedScorer`` (``drafters.py``: prefill, cached passes, draft row by row, the same rollback and re-prefill).
+``speculative_generate_cached`` is a preset of the engine: ``CachedTarget`` +
+``LMDrafter(use_cache=True)`` through ``speculative_sample`` (the same round as
+``speculative_sample(..., use_cache=True)``, greedy).
 
 Source: Leviathan, Kalman, Matias (ICML 2023) and Chen et al. (2023) for draft-then-verify;
 the cache rollback is what serving systems do (vLLM, Kwon et al., SOSP 2023; transformers'
@@ -41,10 +42,10 @@ import torch
 
 from g2c.specdec.generate import SpecStats
 
-from .drafters import LMDrafter
+from .drafters import CachedScorer, LMDrafter
 from .eagle import MTPDrafter
 from .loop import speculative_sample
-from .target import CachedScorer, CachedTarget, RoundRecord, summarize_rounds
+from .target import CachedTarget, RoundRecord, summarize_rounds
 
 __all__ = ["CachedScorer", "RoundRecord", "mtp_generate_cached", "speculative_generate_cached", "summarize_rounds"]
 

@@ -13,9 +13,10 @@ The engine (``speculative_sample``) never touches the target's model directly: i
   recomputing; a pointer move for a KV cache; ``StateTransaction.commit`` for a recurrent state).
 
 Three implementations: ``RecomputeTarget`` (re-scores the cropped context, module 11's window),
-``CachedTarget`` (module 16's ``KVCache`` through ``CachedScorer``, module 16's re-prefill rule)
-and ``g2c.recurrent.TransactionTarget`` (a recurrent target's ``StateTransaction``, specdec-state). A new way
-of holding the target's state is a new ``Target``, never a new loop (``docs/CONTRIBUTING.md``).
+``CachedTarget`` (module 16's ``KVCache``: one trunk pass, ``forward_rows``, over the pending token
+and the draft, a chain or a tree, and module 16's re-prefill rule) and
+``g2c.recurrent.TransactionTarget`` (a recurrent target's ``StateTransaction``, specdec-state). A new
+way of holding the target's state is a new ``Target``, never a new loop (``docs/CONTRIBUTING.md``).
 
 Every target exposes ``model`` (put in eval mode by the engine), ``vocab_size``,
 ``max_seq_len`` (the window ``draft_room`` uses) and ``device``.
@@ -25,16 +26,18 @@ Shape letters: T time, D width, V vocabulary, k' drafts this round.
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
 import torch
 
 from g2c.kvcache.cache import KVCache
-from g2c.kvcache.forward import cached_hidden_states, unembed
+from g2c.kvcache.forward import commit_rows, forward_rows, unembed
+from g2c.nn import synchronize
 from g2c.sampling.model import check_flag, check_language_model, check_whole
 
-__all__ = ["CachedScorer", "CachedTarget", "FullContextTarget", "RecomputeTarget", "RoundRecord", "Target",
+__all__ = ["CachedTarget", "FullContextTarget", "RecomputeTarget", "RoundRecord", "Target",
            "chain_only", "summarize_rounds"]
 
 
@@ -82,165 +85,13 @@ def summarize_rounds(records: list[RoundRecord]) -> dict[str, float]:
             "mean_rows_reserved": reserved / n if n else 0.0, "mean_rows_rolled_back": rolled / n if n else 0.0}
 
 
-def _row(ids: list[int], device) -> torch.Tensor:
-    return torch.tensor([ids], dtype=torch.long, device=device)                  # (1, T)
-
-
-def _as_list(ids) -> list[int]:
-    return ids.tolist() if isinstance(ids, torch.Tensor) else [int(t) for t in ids]
-
-
-def _argmax(row: torch.Tensor) -> tuple[int, None]:
-    return int(row.argmax()), None
-
-
-class CachedScorer:
-    """One model and its own ``KVCache`` over a growing committed context. Provided.
-
-    Both sides of cached speculative decoding are one of these. The target scores its pending
-    token(s) plus k' drafts in ONE cached pass (``extend``: k'+1 rows reserved) and then
-    ``commit`` s; an LM drafter ``draft`` s one row at a time and ``commit`` s the same way.
-    ``commit`` is the rollback: a pointer move (``KVCache.crop``), nothing is copied.
-
-    State: the cache holds the keys/values of ``ids[start : start + cache.length]`` (``start``
-    > 0 only after a re-prefill). After ``prefill`` and after every ``commit`` it holds every
-    committed token but the last, the *pending* one (it came out of the last logit row, so its
-    own keys/values are not computed yet); the next ``extend`` feeds it first.
-
-    The window: learned positions end at ``max_seq_len``. When the uncached tail plus the
-    extra tokens do not fit, ``extend`` re-prefills like ``cached_generate``: it empties the
-    cache and runs the last min(refill_tokens, max_seq_len - len(extra)) committed tokens as
-    a fresh context at positions 0.. (``refill``).
-
-    Args:
-        model: a ``TransformerLM`` (module 09 weights; anything ``cached_forward`` runs).
-        refill_tokens: context kept by a re-prefill, in [1, max_seq_len] (default
-            ``max_seq_len // 2``, at least 1).
-
-    Attributes:
-        model, cache (``KVCache.for_model(model)``), start, refill_tokens,
-        reserved: rows the last ``extend`` appended (its block length),
-        last_states: the final states (T, D) of the block the last ``extend`` fed.
-
-    Raises:
-        TypeError: the model has no ``blocks`` / ``token_embed`` / ``pos_embed`` (not a
-            ``TransformerLM``: module 16's cached forward reads them).
-        ValueError: ``refill_tokens`` outside [1, max_seq_len] (names "refill_tokens").
-
-    Source: the rollback is transformers' ``DynamicCache.crop`` in assisted generation and
-    vLLM's rejected-slot freeing (Kwon et al., SOSP 2023); the re-prefill is module 16's.
-    """
-
-    def __init__(self, model, *, refill_tokens: int | None = None) -> None:
-        if not all(hasattr(model, name) for name in ("blocks", "token_embed", "pos_embed")):
-            raise TypeError(f"CachedScorer needs a TransformerLM (module 16's cached forward reads its blocks, "
-                            f"token_embed and pos_embed); got {type(model).__name__}")
-        window = model.max_seq_len
-        refill = max(1, window // 2) if refill_tokens is None else refill_tokens
-        refill = check_whole(refill, f"refill_tokens must be an int in [1, max_seq_len={window}], "
-                                     f"got {refill_tokens!r}", high=window)
-        self.model = model
-        self.cache = KVCache.for_model(model)
-        self.start = 0
-        self.refill_tokens = refill
-        self.reserved = 0
-        self.last_states = None
-        self.device = model.token_embed.weight.device
-
-    def __repr__(self) -> str:
-        return f"CachedScorer({type(self.model).__name__}, start={self.start}, {self.cache!r})"
-
-    @property
-    def window(self) -> int:
-        """The cache capacity, ``model.max_seq_len``."""
-        return self.cache.max_seq_len
-
-    def room(self, ids) -> int:
-        """Extra tokens that fit after the pending ones of ``ids`` without a re-prefill."""
-        return self.window - self.cache.length - (len(ids) - self.start - self.cache.length)
-
-    def prefill(self, ids) -> torch.Tensor | None:
-        """Cache every token of ``ids`` (1-D, list or tensor) but the last, cropped to the window.
-        Returns the final states (T', D) of the cached tokens (None when there were none): a
-        drafter that lives on the target's states (``EagleDrafter``) starts from them."""
-        ids = _as_list(ids)
-        self.cache.reset()
-        self.start = max(0, len(ids) - self.window)
-        if len(ids) - 1 > self.start:
-            return cached_hidden_states(self.model, _row(ids[self.start:-1], self.device), self.cache)[0]
-        return None
-
-    def refill(self, ids, num_extra: int = 0) -> None:
-        """Empty the cache; keep the last min(refill_tokens, max_seq_len - num_extra) tokens of
-        ``ids`` as the context the next ``extend`` feeds from position 0."""
-        self.cache.reset()
-        self.start = max(0, len(ids) - min(self.refill_tokens, self.window - num_extra))
-
-    def extend(self, ids, extra=(), *, num_rows: int = 1) -> torch.Tensor:
-        """Feed the uncached tail of ``ids`` plus ``extra`` in ONE cached pass; return the
-        logits of its last ``num_rows`` positions, (num_rows, V) in the model's dtype on its
-        device. Afterwards the cache holds ``ids[start:] + extra`` (``reserved`` rows more);
-        ``commit`` rolls back what does not become history.
-
-        Raises:
-            ValueError: ``len(extra) >= max_seq_len`` (cannot fit after one context token),
-                or nothing to feed (every token is cached: ``commit`` first).
-        """
-        ids, extra = _as_list(ids), _as_list(extra)
-        if not 1 <= num_rows <= len(extra) + 1:
-            raise ValueError(f"CachedScorer.extend: num_rows must be in [1, len(extra) + 1 = {len(extra) + 1}], "
-                             f"got {num_rows}")
-        if len(extra) >= self.window:
-            raise ValueError(f"CachedScorer.extend: {len(extra)} extra tokens do not fit after a context token "
-                             f"in max_seq_len={self.window}")
-        if self.room(ids) < len(extra):                                      # window full: re-prefill
-            self.refill(ids, len(extra))
-        block = ids[self.start + self.cache.length:] + extra
-        if not block:
-            raise ValueError("CachedScorer.extend: every token is cached already; commit(ids) rolls back to the "
-                             "pending token first")
-        before = self.cache.length
-        hidden = cached_hidden_states(self.model, _row(block, self.device), self.cache)[0]   # (T, D)
-        self.reserved = self.cache.length - before
-        self.last_states = hidden                   # the block's final states, for state-hungry drafters
-        return unembed(self.model, hidden[-num_rows:])                                      # (num_rows, V)
-
-    def draft(self, ids, k: int, choose: Callable[[torch.Tensor], tuple[int, torch.Tensor | None]] = _argmax,
-              ) -> tuple[list[int], list[torch.Tensor | None]]:
-        """k drafts after ``ids``, one cached row per step: ``choose(logits_row (V,))`` returns
-        (token, q row or None) (default: the argmax, q None). Afterwards the cache holds
-        ``ids`` + drafts[:-1] (the last draft is pending). Returns (tokens, q rows)."""
-        ctx = _as_list(ids)
-        tokens, rows = [], []
-        for _ in range(k):
-            token, q = choose(self.extend(ctx)[-1])
-            tokens.append(token)
-            rows.append(q)
-            ctx.append(token)
-        return tokens, rows
-
-    def commit(self, ids) -> int:
-        """Roll back to the committed ``ids``: keep the rows of ``ids[start:-1]`` (every committed
-        token but the pending last one) by moving the pointer. Returns the bytes moved: 0.
-
-        Rows that were never computed stay pending (a drafter's cache may hold fewer than
-        that); when a re-prefill during drafting moved ``start`` past the committed context,
-        the cache is emptied and the next ``extend`` re-prefills."""
-        keep = len(ids) - 1 - self.start
-        if keep < 0:                                   # the cache only held rejected drafts
-            self.cache.reset()
-            self.start = max(0, len(ids) - self.refill_tokens)
-            return 0
-        return self.cache.crop(min(self.cache.length, keep))
-
-
 def chain_only(draft, target) -> torch.Tensor:
     """The (k',) int64 tokens of a chain ``Draft``, for a target that scores chains; a tree is
     refused by name. Provided."""
     if not getattr(draft, "chain", False):
         raise TypeError(f"{type(target).__name__} scores chains (a g2c.specdec.sampling.Draft), got a "
-                        f"{type(draft).__name__}: a tree drafter needs a tree target (g2c.specdec.trees."
-                        "CachedTreeTarget, or a RecomputeTarget; the presets tree_speculative_generate and "
+                        f"{type(draft).__name__}: a tree drafter needs a target that scores trees (g2c.specdec."
+                        "sampling.CachedTarget or RecomputeTarget; the presets tree_speculative_generate and "
                         "lineage_generate build one)")
     return draft.tokens
 
@@ -338,78 +189,177 @@ FullContextTarget = RecomputeTarget          # the name the specdec-sampling les
 
 
 class CachedTarget(Target):
-    """The target's side of a round with module 16's KV cache (``use_cache=True``). Provided.
+    """The target's side of a round with module 16's KV cache, for any ``Draft``. Provided.
 
-    ``start`` prefills every prompt token but the last; ``visible`` re-prefills the last
-    ``refill_tokens`` tokens once the committed context has outgrown the window (module 16's
-    ``cached_generate`` rule: the one target-side re-prefill of the engine); ``score`` runs ONE
-    cached pass over the pending token(s) + the k' drafts (k'+1 rows reserved); ``commit``
-    crops the cache to the committed context, rolling back the rejected rows by moving the
-    pointer, and reports the round to ``on_round`` as a ``RoundRecord``. With ``want_hidden``
-    (a drafter that reads ``("final_state",)``, e.g. ``EagleDrafter``) ``score`` also returns the
-    final states of the rows this pass computed, the prompt's prefill rows prepended on the
-    first pass: exactly the committed positions the drafter has not seen.
+    A chain is a tree of width 1: every pass is ONE call of module 16's trunk ``forward_rows``
+    (fused on a ``fast_model`` target) over the pending token (the root) and the draft's nodes, at
+    ``draft.positions(length)`` and reading ``draft.allowed(length)`` (None for a chain: the causal
+    fast case, no mask built; a ``DraftTree``'s tree attention mask), and committing is module 16's
+    ``commit_rows`` of ``draft.committed_rows(e)`` (a pointer move for a chain, a gather of the
+    accepted path for a tree).
+
+    * ``start(prompt_ids)`` prefills every prompt token but the last (the last ``max_seq_len``
+      tokens of a longer prompt), causal.
+    * ``visible(ids)``: past the window (more than ``max_seq_len`` committed tokens since
+      ``start_pos``) re-prefill the last ``refill_tokens`` (module 16's ``cached_generate`` rule:
+      the one target-side re-prefill of the engine; ``generation`` counts the prefills, so a
+      drafter that reads the target's states knows to restart).
+    * ``score(ids, draft)``: (logits (1 + n, V) float32 on the model's device, states or None):
+      with ``want_hidden`` (a drafter that reads ``("final_state",)``, e.g. ``EagleDrafter``) the
+      final states (T, D) of the rows the drafter has not been handed yet (the last prefill's, then
+      the block's), else None. With ``layers`` the block's states (1 + n, len(layers) + 1, D)
+      float32 on the CPU stay in ``last_states`` for a drafter that reads layers (``TreeDrafter``).
+    * ``commit(ids, num_accepted)``: keep the root and the accepted path's emitted rows, drop the
+      rest, and report the round to ``on_round`` as a ``RoundRecord``.
 
     Args:
-        target: a ``TransformerLM``.
+        target: a ``TransformerLM`` (or its ``fast_model``).
         drafter: the round's drafter (its ``cache``, if any, goes into the ``RoundRecord``).
         on_round: ``on_round(record)`` after each round's rollback.
         want_hidden: see above.
+        layers: block indices whose outputs a state-reading drafter reads besides the final state
+            (their outputs, then the final state, are kept in ``prefill_states`` / ``last_states``);
+            None (default) keeps no states.
         refill_tokens: context kept by a re-prefill, in [1, max_seq_len] (default
-            ``max_seq_len // 2``).
+            ``max_seq_len // 2``, at least 1).
+        cache: a ``KVCache.for_model(target)`` to use (reset now), or None for a new one.
+
+    Attributes:
+        cache, start_pos, generation, prefill_states, last_states, last_draft; ``seconds`` (time in
+        its prefills, passes and commits, synchronised); ``kv_bytes_moved`` (bytes the path gathers
+        copied) and ``kv_rows_dropped`` (rows written, not committed).
 
     Raises:
         TypeError: a target that is not a language model (``check_language_model``) or not a
-            ``TransformerLM`` (from ``CachedScorer``); ``on_round`` not callable; ``want_hidden``
-            not a bool.
-        ValueError: ``refill_tokens`` out of range ("refill_tokens").
+            ``TransformerLM`` (the cache reads its blocks); ``on_round`` not callable; ``want_hidden``
+            not a bool; ``cache`` not a ``KVCache``.
+        ValueError: ``refill_tokens`` out of range ("refill_tokens"); at ``score``, a draft of more
+            nodes than the window holds after the context.
+
+    Source: the rollback is transformers' ``DynamicCache.crop`` in assisted generation and vLLM's
+    rejected-slot freeing (Kwon et al., SOSP 2023); the tree pass and gather are SpecInfer's (Miao
+    et al., ASPLOS 2024, section 4); the re-prefill is module 16's.
     """
 
     def __init__(self, target, *, drafter=None, on_round: Callable[[RoundRecord], None] | None = None,
-                 want_hidden: bool = False, refill_tokens: int | None = None) -> None:
+                 want_hidden: bool = False, layers: tuple[int, ...] | None = None,
+                 refill_tokens: int | None = None, cache: KVCache | None = None) -> None:
         check_language_model(target, "CachedTarget's target")
+        if not all(hasattr(target, name) for name in ("blocks", "token_embed", "pos_embed")):
+            raise TypeError(f"CachedTarget needs a TransformerLM (module 16's cached forward reads its blocks, "
+                            f"token_embed and pos_embed); got {type(target).__name__}")
         if on_round is not None and not callable(on_round):
             raise TypeError(f"on_round must be a callable or None, got {type(on_round).__name__} {on_round!r}")
-        self.scorer = CachedScorer(target, refill_tokens=refill_tokens)
+        if cache is not None and not isinstance(cache, KVCache):
+            raise TypeError(f"target_cache must be a g2c.kvcache.KVCache (KVCache.for_model(target)) or None, got "
+                            f"{type(cache).__name__}")
         self.model = target
-        self.drafter = drafter
-        self.on_round = on_round
+        self.window = target.max_seq_len
+        refill = max(1, self.window // 2) if refill_tokens is None else refill_tokens
+        self.refill_tokens = check_whole(refill, f"refill_tokens must be an int in [1, max_seq_len={self.window}], "
+                                                 f"got {refill_tokens!r}", high=self.window)
+        self.drafter, self.on_round = drafter, on_round
         self.want_hidden = check_flag(want_hidden, "want_hidden")
-        self._prefill_states = None
-        self._draft: list[int] = []
-        self._length = 0
+        self.layers = None if layers is None else tuple(int(i) for i in layers)
+        self.cache = KVCache.for_model(target) if cache is None else cache
+        self.cache.reset()
+        self._device = target.token_embed.weight.device
+        self.start_pos, self.generation = 0, 0
+        self.prefill_states = self.last_states = self.last_draft = None
+        self._fresh = None              # final states (T, D) of prefilled rows not yet handed to the drafter
+        self._length = self._refilled = self._written = self._reserved = 0
+        self.seconds = 0.0
+        self.kv_bytes_moved = self.kv_rows_dropped = 0
+
+    def __repr__(self) -> str:
+        return f"CachedTarget({type(self.model).__name__}, start_pos={self.start_pos}, {self.cache!r})"
+
+    @property
+    def device(self) -> torch.device:
+        return self._device
+
+    def _clock(self, t0: float) -> None:
+        synchronize(self._device)
+        self.seconds += time.perf_counter() - t0
+
+    def _pass(self, ids: torch.Tensor, positions: torch.Tensor | None, allowed: torch.Tensor | None):
+        """ONE trunk call over new rows (written after the pointer, not committed): final states
+        (T, D) in the model's dtype on its device; the kept states (T, L + 1, D) go to
+        ``last_states`` when ``layers`` were asked for."""
+        h, kept = forward_rows(self.model, ids.view(1, -1).to(self._device), self.cache, positions=positions,
+                               allowed=allowed, keep_layers=self.layers or ())
+        h = h[0]                                                                   # (T, D)
+        if self.layers is not None:
+            rows = h.unsqueeze(1) if kept is None else torch.cat([kept[0], h.unsqueeze(1)], dim=1)  # (T, L+1, D)
+            self.last_states = rows.float().cpu()
+        return h
+
+    def _prefill(self, ids: torch.Tensor, first: int) -> None:
+        """Empty the cache and prefill ``ids[first:-1]`` (every visible token but the pending last)."""
+        t0 = time.perf_counter()
+        ctx = ids[first:]
+        self.cache.reset()
+        self.start_pos, self._fresh, self._refilled = first, None, max(0, ctx.numel() - 1)
+        self.last_states = None
+        if ctx.numel() > 1:
+            self._fresh = self._pass(ctx[:-1], None, None)
+            self.cache.advance(ctx.numel() - 1)
+        if self.layers is not None:
+            self.prefill_states = (self.last_states if self.last_states is not None
+                                   else torch.zeros(0, len(self.layers) + 1, self.model.embedding_dim))
+        self.generation += 1
+        self._clock(t0)
 
     def start(self, prompt_ids: torch.Tensor) -> None:
-        self._prefill_states = self.scorer.prefill(prompt_ids)
+        self._prefill(prompt_ids, max(0, prompt_ids.numel() - self.window))
+        self._refilled = 0                       # a round's record counts the re-prefills only
 
     def visible(self, context_ids: torch.Tensor) -> int:
         """Tokens the next pass sees before the drafts: the cache's context. When the committed
-        context has outgrown the window, re-prefill first (``CachedScorer.refill``: the last
-        ``refill_tokens`` tokens, module 16's ``cached_generate`` rule)."""
-        if self.scorer.room(context_ids) < 0:
-            self.scorer.refill(context_ids)
-        return len(context_ids) - self.scorer.start
+        context has outgrown the window, re-prefill first (the last ``refill_tokens`` tokens,
+        module 16's ``cached_generate`` rule)."""
+        if context_ids.numel() - self.start_pos > self.window:                      # past the window
+            self._prefill(context_ids, context_ids.numel() - self.refill_tokens)
+        return context_ids.numel() - self.start_pos
 
     def score(self, context_ids: torch.Tensor, draft):
-        self._draft, self._length = chain_only(draft, self).tolist(), len(context_ids)
-        logits = self.scorer.extend(context_ids, self._draft, num_rows=len(self._draft) + 1)   # (k'+1, V)
-        if not self.want_hidden:
-            return logits, None
-        states = self.scorer.last_states                                           # (T, D) of the scored block
-        if self._prefill_states is not None:
-            if self.scorer.cache.length - self.scorer.reserved == self._prefill_states.shape[0]:  # no re-prefill
-                states = torch.cat([self._prefill_states, states])
-            self._prefill_states = None
+        t0 = time.perf_counter()
+        length, n = self.cache.length, draft.num_nodes
+        if n > self.window - length - 1:
+            raise ValueError(f"CachedTarget: a {draft.noun} of {n} nodes does not fit the window after the context "
+                             f"(room for {max(self.window - length - 1, 0)}); a drafter keeps its drafts within "
+                             "g2c.specdec.draft_room(k, visible context, max_seq_len)")
+        allowed = draft.allowed(length)                            # None: a chain, causal (positions default)
+        block = torch.cat([context_ids[-1:], draft.tokens])                             # (1 + n,) root + nodes
+        h = self._pass(block, None if allowed is None else draft.positions(length), allowed)
+        logits = unembed(self.model, h).float()                                         # (1 + n, V)
+        self.last_draft, self._length, self._written = draft, context_ids.numel(), length + 1 + n
+        self._reserved = self._refilled + 1 + n                 # rows written since the last commit
+        self._refilled = 0
+        states = None
+        if self.want_hidden:
+            states = h if self._fresh is None else torch.cat([self._fresh, h])
+            self._fresh = None
+        self._clock(t0)
         return logits, states
 
+    def committed_rows(self, context_ids: torch.Tensor) -> list[int]:
+        """Block rows the committed ``context_ids`` keep (the root, then the emitted accepted nodes)."""
+        return self.last_draft.committed_rows(context_ids.numel() - self._length)
+
     def commit(self, context_ids: torch.Tensor, num_accepted: int) -> None:
-        cache = self.scorer.cache
-        before = cache.length
-        moved = self.scorer.commit(context_ids)
+        t0 = time.perf_counter()
+        kept = [r - 1 for r in self.committed_rows(context_ids)[1:]]                  # accepted nodes kept
+        moved = commit_rows(self.cache, self.cache.length + 1, kept)                  # the root stays as written
+        self.kv_bytes_moved += moved
+        self.kv_rows_dropped += self.last_draft.num_nodes - len(kept)
+        self._clock(t0)
         if self.on_round is not None:
-            emitted = context_ids[self._length:].tolist()
+            cache = self.cache
             self.on_round(RoundRecord(
-                draft=self._draft, accepted=num_accepted, emitted=emitted, kv_rows_reserved=self.scorer.reserved,
-                kv_rows_rolled_back=before - cache.length, rollback_bytes_moved=moved,
+                draft=self.last_draft.tokens.tolist(), accepted=num_accepted,
+                emitted=context_ids[self._length:].tolist(),
+                kv_rows_reserved=self._reserved,
+                kv_rows_rolled_back=self._written - cache.length, rollback_bytes_moved=moved,
                 committed_length=cache.length, ids=context_ids.clone(), target_cache=cache,
-                drafter_cache=getattr(self.drafter, "cache", None), target_start=self.scorer.start))
+                drafter_cache=getattr(self.drafter, "cache", None), target_start=self.start_pos))

@@ -18,7 +18,6 @@ from .attention import (
 from .builders import build_dynamic_tree, build_static_tree, sample_children, warp_probs
 from .tree import DraftTree, chain_choices, chain_tree, expected_tokens_per_pass, node_acceptance_probs, static_choices
 from .verify import (
-    CachedTreeTarget,
     LMTreeDrafter,
     TreeStats,
     expected_accepted,
@@ -28,7 +27,7 @@ from .verify import (
     tree_speculative_verify,
 )
 
-__all__ = sorted(["CachedTreeTarget", "DraftTree", "LMTreeDrafter", "TreeStats",
+__all__ = sorted(["DraftTree", "LMTreeDrafter", "TreeStats",
                   "build_dynamic_tree", "build_static_tree", "cached_tree_forward", "chain_choices", "chain_tree",
                   "commit_tree_kv", "expected_accepted", "expected_tokens_per_pass", "greedy_tree_verify",
                   "node_acceptance_probs", "sample_children", "sampled_acceptance_probs", "static_choices",

@@ -173,13 +173,13 @@ class DraftTree(Draft):
         ``TransformerLM``, path by path for any other model): ((1 + n, V) float32 on the CPU, None).
 
         Raises:
-            ValueError: ``want_hidden``: a tree's states come from a ``CachedTreeTarget``.
+            ValueError: ``want_hidden``: a tree's states come from a ``CachedTarget`` with ``layers``.
         """
         from g2c.specdec import trees  # the package, at call time: attention.py imports this file
 
         if want_hidden:
-            raise ValueError("a tree drafter reads the target's states from a CachedTreeTarget "
-                             "(g2c.specdec.trees); a recomputing target scores trees without them")
+            raise ValueError("a tree drafter reads the target's states from a CachedTarget(model, layers=...) "
+                             "(g2c.specdec.sampling); a recomputing target scores trees without them")
         return trees.tree_logits(model, context_ids, self).cpu(), None
 
     def accept(self, target_logits: torch.Tensor, verify=None, *, sampler,

@@ -30,7 +30,6 @@ Shape letters: n nodes, V vocabulary.
 
 from __future__ import annotations
 
-import time
 from collections.abc import Callable
 from dataclasses import dataclass, field, fields
 
@@ -50,13 +49,12 @@ from g2c.sampling.model import (
 from ..generate import SpecStats, draft_room
 from ..sampling.drafters import Drafter
 from ..sampling.loop import speculative_sample
-from ..sampling.target import RecomputeTarget, Target
-from .attention import commit_tree_kv, target_layer_pass
+from ..sampling.target import CachedTarget, RecomputeTarget, Target
 from .builders import build_dynamic_tree, build_static_tree, check_choices
 from .tree import DraftTree, chain_choices, expected_tokens_per_pass, node_acceptance_probs, static_choices
 
-__all__ = ["CachedTreeTarget", "LMTreeDrafter", "TreeStats", "expected_accepted", "greedy_tree_verify",
-           "sampled_acceptance_probs", "tree_speculative_generate", "tree_speculative_verify", "tree_target"]
+__all__ = ["LMTreeDrafter", "TreeStats", "expected_accepted", "greedy_tree_verify", "sampled_acceptance_probs",
+           "tree_speculative_generate", "tree_speculative_verify", "tree_target"]
 
 
 def _check_rows(tree: DraftTree, rows: torch.Tensor, name: str, *, generator=None) -> None:
@@ -203,125 +201,6 @@ class TreeStats(SpecStats):
     logprobs: list[float] | None = field(default=None, repr=False)   # with logprobs=True
 
 
-def _check_fits(size: int, room: int, target: str, what: str) -> None:
-    """A tree deeper (recompute) or larger (cache) than the window leaves no row for the context."""
-    if size > room:
-        raise ValueError(f"{target}: a draft tree of {size} {what} does not fit the window after the context "
-                         f"(room for {max(room, 0)}); a tree drafter keeps its trees within "
-                         "g2c.specdec.draft_room(num_nodes, visible context, max_seq_len)")
-
-
-class CachedTreeTarget(Target):
-    """The target's side of a tree round on module 16's KV cache, keeping chosen layers. Provided.
-
-    The ``Target`` seam of ``speculative_sample`` (``g2c.specdec.sampling.target``) for tree drafts:
-    every pass is one call of module 16's trunk ``forward_rows`` (``target_layer_pass``; fused on a
-    ``fast_model`` target) with the tree's positions and mask, keeping the layers a state-reading
-    drafter reads; committing is module 16's ``commit_rows`` (``commit_tree_kv``): a pointer move
-    for a chain, a gather of the accepted path for a tree.
-
-    * ``start(prompt_ids)`` prefills every prompt token but the last (the last ``max_seq_len``
-      tokens of a longer prompt), causal, and keeps their states (``prefill_states``).
-    * ``visible(ids)``: past the window (more than ``max_seq_len`` committed tokens since
-      ``start_pos``) re-prefill the last ``max_seq_len // 2`` (module 16's ``cached_generate``
-      rule; ``generation`` counts the prefills, so a state-reading drafter knows to restart).
-    * ``score(ids, draft)``: one pass over the pending token (the root) and the nodes of a
-      ``Draft`` (a ``DraftTree``, or the empty chain at the window edge): (logits (1 + n, V) float32, None);
-      the block's states stay in ``last_states`` (1 + n, L + 1, D) for the drafter.
-    * ``commit(ids, num_accepted)``: keep the root and the accepted path's emitted rows
-      (``Draft.committed_rows``), drop the rest.
-
-    Args:
-        model: a ``TransformerLM`` (or its ``fast_model``) in eval mode.
-        layers: block indices whose outputs a drafter reads (besides the final state).
-        cache: a ``KVCache.for_model(model)`` to use (reset now), or None for a new one.
-
-    Attributes:
-        cache, start_pos, generation, prefill_states, last_states, last_draft; ``seconds`` (time in
-        its prefills, passes and commits, synchronised); ``kv_bytes_moved`` (bytes the path gathers
-        copied) and ``kv_rows_dropped`` (tree rows written, not committed).
-
-    Raises:
-        TypeError: a model that is not a ``TransformerLM`` (the cache reads its blocks).
-    """
-
-    def __init__(self, model, *, layers: tuple[int, ...] = (), cache=None) -> None:
-        from g2c.kvcache import KVCache
-
-        if not (hasattr(model, "blocks") and hasattr(model, "token_embed")):
-            raise TypeError(f"a cached tree target needs a TransformerLM, got {type(model).__name__}")
-        if cache is not None and not isinstance(cache, KVCache):
-            raise TypeError(f"target_cache must be a g2c.kvcache.KVCache (KVCache.for_model(target)) or None, got "
-                            f"{type(cache).__name__}")
-        self.model = model
-        self.layers = tuple(int(i) for i in layers)
-        self.cache = KVCache.for_model(model) if cache is None else cache
-        self.cache.reset()
-        self.window = model.max_seq_len
-        self.dim = model.embedding_dim
-        self._device = model.token_embed.weight.device
-        self.start_pos, self.generation = 0, 0
-        self.prefill_states = self.last_states = self.last_draft = None
-        self._length = 0
-        self.seconds = 0.0
-        self.kv_bytes_moved = self.kv_rows_dropped = 0
-
-    @property
-    def device(self) -> torch.device:
-        return self._device
-
-    def _clock(self, t0: float) -> None:
-        from g2c.nn import synchronize
-
-        synchronize(self._device)
-        self.seconds += time.perf_counter() - t0
-
-    def _prefill(self, ids: torch.Tensor, first: int) -> None:
-        t0 = time.perf_counter()
-        ctx = ids[first:]
-        self.cache.reset()
-        if ctx.numel() > 1:
-            n = ctx.numel() - 1
-            _, states = target_layer_pass(self.model, self.cache, ctx[:-1], torch.arange(n), None, self.layers)
-            self.cache.advance(n)
-        else:
-            states = torch.zeros(0, len(self.layers) + 1, self.dim)
-        self.start_pos, self.prefill_states = first, states
-        self.generation += 1
-        self._clock(t0)
-
-    def start(self, prompt_ids: torch.Tensor) -> None:
-        self._prefill(prompt_ids, max(0, prompt_ids.numel() - self.window))
-
-    def visible(self, context_ids: torch.Tensor) -> int:
-        if context_ids.numel() - self.start_pos > self.window:                       # past the window
-            self._prefill(context_ids, context_ids.numel() - max(1, self.window // 2))
-        return context_ids.numel() - self.start_pos
-
-    def score(self, context_ids: torch.Tensor, draft) -> tuple[torch.Tensor, None]:
-        t0 = time.perf_counter()
-        length = self.cache.length
-        _check_fits(draft.numel(), self.window - length - 1, "CachedTreeTarget", "nodes")
-        root = torch.cat([context_ids[-1:], draft.tokens])
-        logits, self.last_states = target_layer_pass(self.model, self.cache, root, draft.positions(length),
-                                                     draft.allowed(length), self.layers)
-        self.last_draft, self._length = draft, context_ids.numel()
-        self._clock(t0)
-        return logits.cpu(), None
-
-    def committed_rows(self, context_ids: torch.Tensor) -> list[int]:
-        """Block rows the committed ``context_ids`` keep (the root, then the emitted accepted nodes)."""
-        return self.last_draft.committed_rows(context_ids.numel() - self._length)
-
-    def commit(self, context_ids: torch.Tensor, num_accepted: int) -> None:
-        t0 = time.perf_counter()
-        kept = [r - 1 for r in self.committed_rows(context_ids)[1:]]
-        _, moved = commit_tree_kv(self.cache, self.cache.length + 1, kept)
-        self.kv_bytes_moved += moved
-        self.kv_rows_dropped += self.last_draft.numel() - len(kept)
-        self._clock(t0)
-
-
 class LMTreeDrafter(Drafter):
     """A language model that drafts trees (chain, static or EAGLE-2 dynamic shape), behind the
     engine's drafter protocol (``g2c.specdec.sampling.drafters``). Provided.
@@ -441,7 +320,7 @@ def tree_speculative_generate(target, drafter, prompt_ids, max_new_tokens: int, 
 
     A preset of the engine (specdec-sampling's ``speculative_sample``, your loop): an
     ``LMTreeDrafter`` proposes a ``DraftTree`` each round, a ``RecomputeTarget`` (or, with
-    ``use_cache``, a ``CachedTreeTarget``) scores root + tree in one pass, the draft's own walk
+    ``use_cache``, the chain's ``CachedTarget``) scores root + tree in one pass, the draft's own walk
     verifies it (``greedy_tree_verify`` / ``tree_speculative_verify``, yours), and the round cuts,
     counts and commits as for a chain. Its outputs, counters and ``on_pass`` streams are its former
     loop's (tests/test_specdec_engine.py, pinned).
@@ -467,8 +346,8 @@ def tree_speculative_generate(target, drafter, prompt_ids, max_new_tokens: int, 
         on_pass: ``on_pass(emitted, num_accepted)`` after each target pass, once its tokens are
             cut (the engine's rule: before the commits).
         use_cache: keep the target's state in module 16's ``KVCache`` across passes: each
-            pass runs the root and the tree only (``CachedTreeTarget``: module 16's trunk with the
-            tree's positions and mask, as ``cached_tree_forward``), then ``commit_tree_kv``
+            pass runs the root and the tree only (``CachedTarget``: module 16's trunk with the
+            tree's positions and mask, as ``cached_tree_forward``), then ``commit_rows``
             gathers the accepted path into contiguous committed rows and drops the rest. Needs a
             ``TransformerLM`` target. Past the window the cache re-prefills its last
             ``max_seq_len // 2`` tokens where ``cached_generate`` does. The drafter still recomputes.
@@ -518,14 +397,14 @@ def tree_speculative_generate(target, drafter, prompt_ids, max_new_tokens: int, 
     stats = TreeStats(**{f.name: getattr(spec, f.name) for f in fields(SpecStats)})
     stats.logprobs = getattr(spec, "logprobs", None)
     stats.drafter_passes, stats.expected_accepted = lm_trees.drafter_passes, lm_trees.expected_accepted
-    if isinstance(state, CachedTreeTarget):
+    if isinstance(state, CachedTarget):
         stats.kv_bytes_moved, stats.kv_rows_dropped = state.kv_bytes_moved, state.kv_rows_dropped
     return out, stats
 
 
 def tree_target(model, *, use_cache: bool = False, cache=None) -> Target:
     """The target an ``LMTreeDrafter`` run scores with: a ``RecomputeTarget``, or with ``use_cache``
-    (or a ``cache``) a ``CachedTreeTarget``. Provided.
+    (or a ``cache``) a ``CachedTarget`` (the one cached target, for chains and trees). Provided.
 
     Raises:
         TypeError: ``model`` is a ``Target`` already ("pass its .model") or not a language model;
@@ -536,9 +415,7 @@ def tree_target(model, *, use_cache: bool = False, cache=None) -> Target:
                         f"{type(model).__name__}: pass its .model")
     check_language_model(model, "target")
     if check_flag(use_cache, "use_cache") or cache is not None:
-        if not (hasattr(model, "blocks") and hasattr(model, "token_embed")):
-            raise TypeError(f"use_cache needs a TransformerLM target, got {type(model).__name__}")
-        return CachedTreeTarget(model, cache=cache)
+        return CachedTarget(model, cache=cache)           # checks the model is a TransformerLM, and the cache
     return RecomputeTarget(model)
 
 

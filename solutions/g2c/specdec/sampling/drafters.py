@@ -69,10 +69,13 @@ Shape letters: T time, D width, V vocabulary, k draft length.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import torch
 
+from g2c.kvcache.cache import KVCache
+from g2c.kvcache.forward import cached_hidden_states, unembed
 from g2c.sampling.generate import as_token_ids
 from g2c.sampling.model import (
     check_count,
@@ -83,12 +86,11 @@ from g2c.sampling.model import (
     check_whole,
 )
 from g2c.sampling.warpers import apply_temperature, top_k_filter, top_p_filter
-from g2c.specdec.sampling.target import CachedScorer
 
 from ..generate import draft_greedy
 from .draft import Draft
 
-__all__ = ["Drafter", "LMDrafter", "NGramDrafter", "Sampler", "check_reads", "ngram_lookup"]
+__all__ = ["CachedScorer", "Drafter", "LMDrafter", "NGramDrafter", "Sampler", "check_reads", "ngram_lookup"]
 
 
 def check_reads(drafter) -> tuple:
@@ -220,6 +222,158 @@ class Drafter:
         return None
 
 
+def _row(ids: list[int], device) -> torch.Tensor:
+    return torch.tensor([ids], dtype=torch.long, device=device)                  # (1, T)
+
+
+def _as_list(ids) -> list[int]:
+    return ids.tolist() if isinstance(ids, torch.Tensor) else [int(t) for t in ids]
+
+
+def _argmax(row: torch.Tensor) -> tuple[int, None]:
+    return int(row.argmax()), None
+
+
+class CachedScorer:
+    """One model and its own ``KVCache`` over a growing committed context: ``LMDrafter``'s cache. Provided.
+
+    The LM drafter ``draft`` s one cached row at a time and ``commit`` s (the target's side is
+    ``CachedTarget``, ``target.py``: one trunk pass per round). ``extend`` feeds the pending token(s)
+    plus extra tokens in ONE cached pass. ``commit`` is the rollback: a pointer move
+    (``KVCache.crop``), nothing is copied.
+
+    State: the cache holds the keys/values of ``ids[start : start + cache.length]`` (``start``
+    > 0 only after a re-prefill). After ``prefill`` and after every ``commit`` it holds every
+    committed token but the last, the *pending* one (it came out of the last logit row, so its
+    own keys/values are not computed yet); the next ``extend`` feeds it first.
+
+    The window: learned positions end at ``max_seq_len``. When the uncached tail plus the
+    extra tokens do not fit, ``extend`` re-prefills like ``cached_generate``: it empties the
+    cache and runs the last min(refill_tokens, max_seq_len - len(extra)) committed tokens as
+    a fresh context at positions 0.. (``refill``).
+
+    Args:
+        model: a ``TransformerLM`` (module 09 weights; anything ``cached_forward`` runs).
+        refill_tokens: context kept by a re-prefill, in [1, max_seq_len] (default
+            ``max_seq_len // 2``, at least 1).
+
+    Attributes:
+        model, cache (``KVCache.for_model(model)``), start, refill_tokens,
+        reserved: rows the last ``extend`` appended (its block length),
+        last_states: the final states (T, D) of the block the last ``extend`` fed.
+
+    Raises:
+        TypeError: the model has no ``blocks`` / ``token_embed`` / ``pos_embed`` (not a
+            ``TransformerLM``: module 16's cached forward reads them).
+        ValueError: ``refill_tokens`` outside [1, max_seq_len] (names "refill_tokens").
+
+    Source: the rollback is transformers' ``DynamicCache.crop`` in assisted generation and
+    vLLM's rejected-slot freeing (Kwon et al., SOSP 2023); the re-prefill is module 16's.
+    """
+
+    def __init__(self, model, *, refill_tokens: int | None = None) -> None:
+        if not all(hasattr(model, name) for name in ("blocks", "token_embed", "pos_embed")):
+            raise TypeError(f"CachedScorer needs a TransformerLM (module 16's cached forward reads its blocks, "
+                            f"token_embed and pos_embed); got {type(model).__name__}")
+        window = model.max_seq_len
+        refill = max(1, window // 2) if refill_tokens is None else refill_tokens
+        refill = check_whole(refill, f"refill_tokens must be an int in [1, max_seq_len={window}], "
+                                     f"got {refill_tokens!r}", high=window)
+        self.model = model
+        self.cache = KVCache.for_model(model)
+        self.start = 0
+        self.refill_tokens = refill
+        self.reserved = 0
+        self.last_states = None
+        self.device = model.token_embed.weight.device
+
+    def __repr__(self) -> str:
+        return f"CachedScorer({type(self.model).__name__}, start={self.start}, {self.cache!r})"
+
+    @property
+    def window(self) -> int:
+        """The cache capacity, ``model.max_seq_len``."""
+        return self.cache.max_seq_len
+
+    def room(self, ids) -> int:
+        """Extra tokens that fit after the pending ones of ``ids`` without a re-prefill."""
+        return self.window - self.cache.length - (len(ids) - self.start - self.cache.length)
+
+    def prefill(self, ids) -> torch.Tensor | None:
+        """Cache every token of ``ids`` (1-D, list or tensor) but the last, cropped to the window.
+        Returns the final states (T', D) of the cached tokens (None when there were none): a
+        drafter that lives on the target's states (``EagleDrafter``) starts from them."""
+        ids = _as_list(ids)
+        self.cache.reset()
+        self.start = max(0, len(ids) - self.window)
+        if len(ids) - 1 > self.start:
+            return cached_hidden_states(self.model, _row(ids[self.start:-1], self.device), self.cache)[0]
+        return None
+
+    def refill(self, ids, num_extra: int = 0) -> None:
+        """Empty the cache; keep the last min(refill_tokens, max_seq_len - num_extra) tokens of
+        ``ids`` as the context the next ``extend`` feeds from position 0."""
+        self.cache.reset()
+        self.start = max(0, len(ids) - min(self.refill_tokens, self.window - num_extra))
+
+    def extend(self, ids, extra=(), *, num_rows: int = 1) -> torch.Tensor:
+        """Feed the uncached tail of ``ids`` plus ``extra`` in ONE cached pass; return the
+        logits of its last ``num_rows`` positions, (num_rows, V) in the model's dtype on its
+        device. Afterwards the cache holds ``ids[start:] + extra`` (``reserved`` rows more);
+        ``commit`` rolls back what does not become history.
+
+        Raises:
+            ValueError: ``len(extra) >= max_seq_len`` (cannot fit after one context token),
+                or nothing to feed (every token is cached: ``commit`` first).
+        """
+        ids, extra = _as_list(ids), _as_list(extra)
+        if not 1 <= num_rows <= len(extra) + 1:
+            raise ValueError(f"CachedScorer.extend: num_rows must be in [1, len(extra) + 1 = {len(extra) + 1}], "
+                             f"got {num_rows}")
+        if len(extra) >= self.window:
+            raise ValueError(f"CachedScorer.extend: {len(extra)} extra tokens do not fit after a context token "
+                             f"in max_seq_len={self.window}")
+        if self.room(ids) < len(extra):                                      # window full: re-prefill
+            self.refill(ids, len(extra))
+        block = ids[self.start + self.cache.length:] + extra
+        if not block:
+            raise ValueError("CachedScorer.extend: every token is cached already; commit(ids) rolls back to the "
+                             "pending token first")
+        before = self.cache.length
+        hidden = cached_hidden_states(self.model, _row(block, self.device), self.cache)[0]   # (T, D)
+        self.reserved = self.cache.length - before
+        self.last_states = hidden                   # the block's final states, for state-hungry drafters
+        return unembed(self.model, hidden[-num_rows:])                                      # (num_rows, V)
+
+    def draft(self, ids, k: int, choose: Callable[[torch.Tensor], tuple[int, torch.Tensor | None]] = _argmax,
+              ) -> tuple[list[int], list[torch.Tensor | None]]:
+        """k drafts after ``ids``, one cached row per step: ``choose(logits_row (V,))`` returns
+        (token, q row or None) (default: the argmax, q None). Afterwards the cache holds
+        ``ids`` + drafts[:-1] (the last draft is pending). Returns (tokens, q rows)."""
+        ctx = _as_list(ids)
+        tokens, rows = [], []
+        for _ in range(k):
+            token, q = choose(self.extend(ctx)[-1])
+            tokens.append(token)
+            rows.append(q)
+            ctx.append(token)
+        return tokens, rows
+
+    def commit(self, ids) -> int:
+        """Roll back to the committed ``ids``: keep the rows of ``ids[start:-1]`` (every committed
+        token but the pending last one) by moving the pointer. Returns the bytes moved: 0.
+
+        Rows that were never computed stay pending (a drafter's cache may hold fewer than
+        that); when a re-prefill during drafting moved ``start`` past the committed context,
+        the cache is emptied and the next ``extend`` re-prefills."""
+        keep = len(ids) - 1 - self.start
+        if keep < 0:                                   # the cache only held rejected drafts
+            self.cache.reset()
+            self.start = max(0, len(ids) - self.refill_tokens)
+            return 0
+        return self.cache.crop(min(self.cache.length, keep))
+
+
 class LMDrafter(Drafter):
     """A smaller language model as drafter (StoryLM-1M drafting for StoryLM-30M). Provided.
 
@@ -235,7 +389,7 @@ class LMDrafter(Drafter):
             temperature 0 both modes draft the argmax chain.
         use_cache: False (default): each step scores the last ``model.max_seq_len`` tokens
             from scratch and ``commit`` has nothing to roll back. True: the drafter keeps its
-            own module 16 ``KVCache`` (a ``g2c.kvcache.CachedScorer``): ``start`` prefills
+            own module 16 ``KVCache`` (a ``CachedScorer``, above): ``start`` prefills
             the prompt, each draft step feeds ONE new row, and ``commit`` crops the cache to
             the committed context (rollback = moving a pointer); the target's correction or
             bonus token, which the drafter never saw, is fed at the next ``propose`` together
