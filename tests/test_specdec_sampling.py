@@ -326,7 +326,12 @@ def test_verify_round_empty_draft_samples_from_p():
     logits = torch.tensor([[0.0, 3.0, 1.0, 2.0]])
     empty = torch.zeros(0, dtype=torch.long)
     assert verify_round(empty, None, logits, sampler=Sampler(0.0)) == (0, 1)
-    assert verify_round(empty, None, logits, sampler=Sampler(1.0, top_k=1)) == (0, 1)
+    # k' = 0 still warps: with top-k = 1 only token 1 is left. A verify that forgets the warpers there draws
+    # token 1 with p = softmax(logits)[1] = 0.64, so 40 seeded draws catch it (0.64 ** 40 < 1e-7)
+    g = torch.Generator().manual_seed(0)
+    drawn = [verify_round(empty, None, logits, sampler=Sampler(1.0, top_k=1), generator=g) for _ in range(40)]
+    assert drawn == [(0, 1)] * 40, f"k' = 0 must sample from the warped target (top-k = 1 keeps token 1 only): " \
+                                   f"got {sorted(set(drawn))}"
     # sampled: 4000 draws against p = softmax(logits); X² bound as in the module docstring
     g = torch.Generator().manual_seed(3)
     counts = Counter(verify_round(empty, None, logits, sampler=Sampler(1.0), generator=g)[1] for _ in range(4000))
