@@ -387,6 +387,9 @@ def test_acceptance_metrics_hand_values():
     assert acceptance_metrics([])["mean_acceptance_length"] == 1.0
     with pytest.raises(ValueError, match="exceeds"):
         acceptance_metrics([(1, 2)])
+    for bad in ((4, 2, 1), 3, "42"):                     # a SpecStats-like triple, a bare count, a string
+        with pytest.raises(ValueError, match=r"rounds\[1\] must be a \(drafted, accepted\) pair"):
+            acceptance_metrics([(1, 1), bad])
 
 
 def test_round_log_records_the_engine_rounds_without_changing_them():

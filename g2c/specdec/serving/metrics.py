@@ -54,13 +54,16 @@ def acceptance_metrics(rounds) -> dict:
         whose acceptance length accepted + 1 equals j + 1).
 
     Raises:
-        ValueError: a count negative or not an int, or accepted > drafted.
+        ValueError: an entry that is not a (drafted, accepted) pair ("must be a (drafted, accepted)
+            pair"), a count negative or not an int, or accepted > drafted.
     """
     n = d = a = 0
     drafted_at: list[int] = []
     accepted_at: list[int] = []
     hist: list[int] = []
-    for pair in rounds:
+    for index, pair in enumerate(rounds):
+        if isinstance(pair, (str, bytes)) or not hasattr(pair, "__len__") or len(pair) != 2:
+            raise ValueError(f"rounds[{index}] must be a (drafted, accepted) pair, got {pair!r}")
         drafted, accepted = pair
         drafted, accepted = _count(drafted, "drafted"), _count(accepted, "accepted")
         if accepted > drafted:
