@@ -272,6 +272,8 @@ def test_batched_engine_rejects_bad_input_at_the_door():
         batched_speculative_sample(target, ngram, [[1]], 3, controller=_K(2.0))
     with pytest.raises(ValueError, match=r"controller.next_k\(1\) must return an int >= 0"):
         batched_speculative_sample(target, ngram, [[1]], 3, controller=_K(-1))
+    with pytest.raises(ValueError, match="k per row with a controller"):
+        batched_speculative_sample(target, ngram, [[1], [2]], 3, k=[1, 2], controller=_K(2))
     out = batched_speculative_sample(target, ngram, [[1]], 3, temperature=0, controller=_K(torch.tensor(2)))
     assert out.outputs[0].numel() == 4                                  # a 0-d integer tensor is a whole number
 

@@ -136,8 +136,9 @@ def batched_speculative_sample(target, drafters, prompts, max_new_tokens: int, *
     Raises:
         ValueError: as the lab's loop (no prompts, an empty prompt, one flat prompt instead of a list, an id
             outside [0, V) or a non-integer dtype ("prompts[i]"), max_new_tokens < 0, a budget past the
-            window); k < 0 or a k list of the wrong length ("k"); ``drafters`` or ``generators`` of the
-            wrong length, or one object shared by two rows ("generators", "drafters", "same object"); a
+            window); k < 0 or a k list of the wrong length ("k"), or a k list with a controller ("k per row
+            with a controller"); ``drafters`` or ``generators`` of the wrong length, or one object shared by
+            two rows ("generators", "drafters", "same object"); a
             generator not on the CPU ("generators[i]"); a drafter of another vocabulary ("vocab_size"); a
             drafter that reads the target's states, or a tree draft ("chain drafters"); a draft that breaks
             the protocol (too long, ids outside [0, V)); bad warpers (temperature < 0 or not finite, top_k
@@ -159,6 +160,9 @@ def batched_speculative_sample(target, drafters, prompts, max_new_tokens: int, *
     if controller is not None and not all(callable(getattr(controller, m, None)) for m in ("next_k", "update")):
         raise TypeError(f"controller must have next_k(batch) and update(drafted=, accepted=), got "
                         f"{type(controller).__name__}")
+    if controller is not None and isinstance(k, (list, tuple)):       # never ignored in silence
+        raise ValueError("k per row with a controller: the controller's next_k(n) replaces k every round, so "
+                         "the per-row k would be ignored; pass one or the other")
     prompts = _check([target], prompts, max_new_tokens)              # as_token_ids per row, budget vs window
     B = len(prompts)
     ks = _per_row_k(k, B)
