@@ -236,3 +236,54 @@ def test_batched_engine_rejects_bad_input():
         batched_speculative_sample(target, lambda: LMDrafter(_lm(9, 0)), [[1]], 3)
     with pytest.raises(TypeError, match="TransformerLM target"):
         batched_speculative_sample(object(), ngram, [[1]], 3)
+
+
+def test_batched_engine_rejects_bad_input_at_the_door():
+    """Bad arguments fail before any pass with a TypeError/ValueError that names them (never a raw
+    error from inside a round, never one raised after tokens were emitted)."""
+    target = _lm(8, 1)
+    ngram = lambda: NGramDrafter()                                      # noqa: E731
+    with pytest.raises(ValueError, match="one flat sequence of token ids"):
+        batched_speculative_sample(target, ngram, [1, 2, 3], 3)
+    with pytest.raises(ValueError, match="one flat sequence of token ids"):
+        batched_speculative_sample(target, ngram, torch.tensor([1, 2, 3]), 3)
+    with pytest.raises(TypeError, match="on_round must be a callable"):
+        batched_speculative_sample(target, ngram, [[1]], 3, on_round=5)
+    with pytest.raises(TypeError, match="drafters is one D: pass one drafter per row"):
+        batched_speculative_sample(target, type("D", (_ChainDrafter,), {"__call__": lambda s: s})([1]), [[1]], 3)
+    with pytest.raises(TypeError, match="must take no arguments"):
+        batched_speculative_sample(target, lambda b: NGramDrafter(), [[1]], 3)
+    with pytest.raises(TypeError, match=r"drafters\[0\]: drafter \(NoneType\)"):
+        batched_speculative_sample(target, lambda: None, [[1]], 3)
+    with pytest.raises(TypeError, match=r"generators\[1\]: generator must be a torch.Generator"):
+        batched_speculative_sample(target, ngram, [[1], [2]], 3, generators=[torch.Generator(), 7])
+
+    class _K:
+        def __init__(self, k):
+            self.k = k
+
+        def next_k(self, n):
+            return self.k
+
+        def update(self, **kw):
+            pass
+
+    with pytest.raises(TypeError, match=r"controller.next_k\(1\) must return an int >= 0"):
+        batched_speculative_sample(target, ngram, [[1]], 3, controller=_K(2.0))
+    with pytest.raises(ValueError, match=r"controller.next_k\(1\) must return an int >= 0"):
+        batched_speculative_sample(target, ngram, [[1]], 3, controller=_K(-1))
+    with pytest.raises(ValueError, match="k per row with a controller"):
+        batched_speculative_sample(target, ngram, [[1], [2]], 3, k=[1, 2], controller=_K(2))
+    out = batched_speculative_sample(target, ngram, [[1]], 3, temperature=0, controller=_K(torch.tensor(2)))
+    assert out.outputs[0].numel() == 4                                  # a 0-d integer tensor is a whole number
+
+
+def test_batched_engine_restores_train_mode_when_on_round_raises():
+    target, draft_model = _lm(8, 1).train(), _lm(8, 2, dim=8).train()
+
+    def boom(rows, emitted, accepted):
+        raise RuntimeError("on_round failed")
+
+    with pytest.raises(RuntimeError, match="on_round failed"):
+        batched_speculative_sample(target, lambda: LMDrafter(draft_model), [[1], [2]], 4, on_round=boom)
+    assert target.training and draft_model.training

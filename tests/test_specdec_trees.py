@@ -720,3 +720,47 @@ def test_tree_loop_equals_plain_decoding_at_the_window_edge(num_nodes):
                 want = (refill_greedy if use_cache else windowed_greedy)(target, [1, 2], n)
                 assert out.tolist() == want, f"{kind}, use_cache={use_cache}, {n} tokens"
                 assert stats.generated == n
+
+
+@pytest.mark.parametrize("window", [2, 3, 5])
+@pytest.mark.parametrize("kind", ["chain", "static", "dynamic"])
+def test_cached_tree_target_at_tiny_windows_equals_recompute(window, kind):
+    """CachedTarget scoring trees at windows smaller than the tree: greedy is cached_generate (past the
+    window too), and a seeded sampled run inside the window is the recompute run token for token."""
+    target, drafter = _tiny_lm(1, max_seq_len=window), _tiny_lm(2, max_seq_len=window)
+    width = {"dynamic": 3}.get(kind)
+    for plen in (1, window):
+        prompt = list(range(3, 3 + plen))
+        got, _ = tree_speculative_generate(target, drafter, prompt, 2 * window + 3, tree=kind, num_nodes=8,
+                                           width=width, use_cache=True)
+        assert got.tolist() == cached_generate(target, prompt, 2 * window + 3, temperature=0.0).tolist()
+        room = window + 1 - plen
+        runs = [tree_speculative_generate(target, drafter, prompt, room, tree=kind, num_nodes=8, width=width,
+                                          temperature=0.9, draft_mode="sample", use_cache=cached,
+                                          generator=torch.Generator().manual_seed(4))[0].tolist()
+                for cached in (False, True)]
+        assert runs[0] == runs[1]
+
+
+def test_cached_target_refuses_bad_arguments_at_the_door():
+    from g2c.kvcache import KVCache
+    from g2c.specdec.sampling.target import CachedTarget
+
+    target = _tiny_lm(1, max_seq_len=6)
+    for bad in (1, "ab", [1.7], [True]):                     # a float or a bool was truncated to a block
+        with pytest.raises(TypeError, match="layers must be None or a sequence of block indices"):
+            CachedTarget(target, layers=bad)
+    with pytest.raises(ValueError, match="layers must be None"):
+        CachedTarget(target, layers=[target.num_layers])
+    with pytest.raises(ValueError, match="max_seq_len >= 6"):
+        CachedTarget(target, cache=KVCache.for_model(target, max_seq_len=4))      # used to overflow mid-run
+    with pytest.raises(ValueError, match="B=2"):
+        CachedTarget(target, cache=KVCache.for_model(target, batch_size=2))
+    state = CachedTarget(target)
+    with pytest.raises(RuntimeError, match="commit before score"):
+        state.commit(torch.tensor([1, 2]), 0)
+    state.start(torch.tensor([1, 2, 3]))
+    with pytest.raises(TypeError, match="takes a Draft"):
+        state.score(torch.tensor([1, 2, 3]), [4, 5])
+    with pytest.raises(ValueError, match="does not fit the window"):          # 4 nodes, room for 3
+        state.score(torch.tensor([1, 2, 3]), DraftTree(torch.tensor([4, 5, 6, 7]), torch.tensor([-1, -1, 0, 0])))

@@ -48,6 +48,7 @@ import torch
 from g2c.kvcache.ragged import RaggedKVCache, ragged_forward
 from g2c.sampling.generate import as_token_ids
 from g2c.sampling.model import (
+    as_whole,
     check_count,
     check_eos_id,
     check_language_model,
@@ -99,6 +100,10 @@ def _check(model_list, prompts, max_new_tokens: int) -> list[torch.Tensor]:
     max_new_tokens = check_count(max_new_tokens, "max_new_tokens")
     if isinstance(prompts, torch.Tensor) and prompts.dim() == 2:
         prompts = list(prompts)
+    if isinstance(prompts, torch.Tensor) and prompts.dim() == 1 or (
+            isinstance(prompts, Sequence) and len(prompts) > 0 and all(as_whole(p) is not None for p in prompts)):
+        raise ValueError("prompts is one flat sequence of token ids: pass a list of 1-D prompts ([prompt]) or a "
+                         "2-D (B, T) tensor")
     if not isinstance(prompts, Sequence) or isinstance(prompts, str) or len(prompts) == 0:
         raise ValueError("prompts must be a non-empty list of 1-D token id sequences")
     out = [as_token_ids(p, f"prompts[{i}]", vocab_size=vocab) for i, p in enumerate(prompts)]
@@ -187,11 +192,10 @@ def batched_greedy(model, prompts, max_new_tokens: int, *, eos_id: int | None = 
 
 @torch.no_grad()
 def _controller_k(controller, n: int) -> int:
-    """The hook's k for a round of n rows: an int >= 0 from ``controller.next_k(n)``."""
+    """The hook's k for a round of n rows: an int >= 0 from ``controller.next_k(n)`` (a NumPy integer or a 0-d
+    integer tensor passes; another type is a TypeError, a negative k a ValueError)."""
     k = controller.next_k(n)
-    if isinstance(k, bool) or not isinstance(k, int) or k < 0:
-        raise ValueError(f"controller.next_k({n}) must return an int >= 0 (0 = a plain round), got {k!r}")
-    return k
+    return check_whole(k, f"controller.next_k({n}) must return an int >= 0 (0 = a plain round), got {k!r}", low=0)
 
 
 def batched_speculative_generate(target, drafter, prompts, max_new_tokens: int, *, k: int = 4,

@@ -188,6 +188,19 @@ class RecomputeTarget(Target):
 FullContextTarget = RecomputeTarget          # the name the specdec-sampling lesson first used
 
 
+def _check_layers(layers, num_layers: int) -> tuple[int, ...]:
+    """``layers`` as a tuple of block indices in [0, num_layers) (a float or a bool is refused, never
+    truncated to a block)."""
+    message = f"layers must be None or a sequence of block indices in [0, {num_layers - 1}], got {layers!r}"
+    if isinstance(layers, (str, bytes)):
+        raise TypeError(message)
+    try:
+        items = list(layers)
+    except TypeError:
+        raise TypeError(message) from None
+    return tuple(check_whole(i, message, low=0, high=num_layers - 1) for i in items)
+
+
 class CachedTarget(Target):
     """The target's side of a round with module 16's KV cache, for any ``Draft``. Provided.
 
@@ -232,9 +245,12 @@ class CachedTarget(Target):
     Raises:
         TypeError: a target that is not a language model (``check_language_model``) or not a
             ``TransformerLM`` (the cache reads its blocks); ``on_round`` not callable; ``want_hidden``
-            not a bool; ``cache`` not a ``KVCache``.
-        ValueError: ``refill_tokens`` out of range ("refill_tokens"); at ``score``, a draft of more
-            nodes than the window holds after the context.
+            not a bool; ``cache`` not a ``KVCache``; ``layers`` not a sequence of whole numbers ("layers");
+            refill_tokens not a whole number; at ``score``, a draft that is not a ``Draft``.
+        ValueError: ``refill_tokens`` out of range ("refill_tokens"); a ``layers`` index outside the
+            model's blocks; a ``cache`` not shaped as ``KVCache.for_model(target)`` (batch 1, the model's
+            layers and window); at ``score``, a draft of more nodes than the window holds after the context.
+        RuntimeError: ``commit`` before any ``score``.
 
     Source: the rollback is transformers' ``DynamicCache.crop`` in assisted generation and vLLM's
     rejected-slot freeing (Kwon et al., SOSP 2023); the tree pass and gather are SpecInfer's (Miao
@@ -253,6 +269,11 @@ class CachedTarget(Target):
         if cache is not None and not isinstance(cache, KVCache):
             raise TypeError(f"target_cache must be a g2c.kvcache.KVCache (KVCache.for_model(target)) or None, got "
                             f"{type(cache).__name__}")
+        if cache is not None and (cache.batch_size != 1 or cache.num_layers != len(target.blocks)
+                                  or cache.max_seq_len < target.max_seq_len):
+            raise ValueError(f"cache is shaped B={cache.batch_size}, {cache.num_layers} layers, max_seq_len="
+                             f"{cache.max_seq_len}; the target needs B=1, {len(target.blocks)} layers, max_seq_len >= "
+                             f"{target.max_seq_len} (it would fail mid-generation): pass KVCache.for_model(target)")
         self.model = target
         self.window = target.max_seq_len
         refill = max(1, self.window // 2) if refill_tokens is None else refill_tokens
@@ -260,7 +281,7 @@ class CachedTarget(Target):
                                                  f"got {refill_tokens!r}", high=self.window)
         self.drafter, self.on_round = drafter, on_round
         self.want_hidden = check_flag(want_hidden, "want_hidden")
-        self.layers = None if layers is None else tuple(int(i) for i in layers)
+        self.layers = None if layers is None else _check_layers(layers, len(target.blocks))
         self.cache = KVCache.for_model(target) if cache is None else cache
         self.cache.reset()
         self._device = target.token_embed.weight.device
@@ -323,6 +344,9 @@ class CachedTarget(Target):
         return context_ids.numel() - self.start_pos
 
     def score(self, context_ids: torch.Tensor, draft):
+        if not all(hasattr(draft, a) for a in ("tokens", "num_nodes", "allowed", "positions", "committed_rows")):
+            raise TypeError(f"CachedTarget.score takes a Draft (g2c.specdec.sampling.Draft, or a DraftTree), got "
+                            f"{type(draft).__name__}: wrap token ids as Draft(ids)")
         t0 = time.perf_counter()
         length, n = self.cache.length, draft.num_nodes
         if n > self.window - length - 1:
@@ -348,6 +372,8 @@ class CachedTarget(Target):
         return self.last_draft.committed_rows(context_ids.numel() - self._length)
 
     def commit(self, context_ids: torch.Tensor, num_accepted: int) -> None:
+        if self.last_draft is None:
+            raise RuntimeError("CachedTarget.commit before score: a round is start/visible, score, then commit")
         t0 = time.perf_counter()
         kept = [r - 1 for r in self.committed_rows(context_ids)[1:]]                  # accepted nodes kept
         moved = commit_rows(self.cache, self.cache.length + 1, kept)                  # the root stays as written

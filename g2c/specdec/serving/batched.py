@@ -42,6 +42,7 @@ Shape letters: B batch, n live rows, T new tokens per row in the pass, V vocabul
 
 from __future__ import annotations
 
+import inspect
 import time
 from collections.abc import Callable, Sequence
 
@@ -76,11 +77,31 @@ def _rows_of(items, batch: int, name: str, check) -> list:
     if len(items) != batch:
         raise ValueError(f"{name} has {len(items)} entries for {batch} prompts: give one per row")
     for i, x in enumerate(items):
-        check(x)
+        try:
+            check(x)
+        except (TypeError, ValueError) as exc:                       # name the row: "drafters[1]: ..."
+            raise type(exc)(f"{name}[{i}]: {exc}") from exc
         if any(x is y for y in items[:i]):
             raise ValueError(f"{name}[{i}] is the same object as an earlier row's: each row needs its own (a shared "
                              f"one makes a row's output depend on the other rows)")
     return list(items)
+
+
+def _from_factory(drafters, batch: int):
+    """``drafters`` as given, or B drafters from a zero-argument factory (called once per row)."""
+    if isinstance(drafters, Sequence) or not callable(drafters):
+        return drafters
+    if all(callable(getattr(drafters, m, None)) for m in ("start", "propose", "commit")):
+        raise TypeError(f"drafters is one {type(drafters).__name__}: pass one drafter per row (a list, distinct "
+                        "objects) or a zero-argument factory (lambda: NGramDrafter())")
+    try:
+        inspect.signature(drafters).bind()
+    except TypeError:
+        raise TypeError(f"drafters factory {getattr(drafters, '__qualname__', type(drafters).__name__)} must take no "
+                        "arguments (it is called once per row: lambda: NGramDrafter())") from None
+    except ValueError:                                                # no signature to read (a builtin): just call it
+        pass
+    return [drafters() for _ in range(batch)]
 
 
 @torch.no_grad()
@@ -113,14 +134,25 @@ def batched_speculative_sample(target, drafters, prompts, max_new_tokens: int, *
         (drafts emitted, tokens emitted), token times, and the number of target passes.
 
     Raises:
-        ValueError: as the lab's loop (empty prompts or an empty prompt, max_new_tokens < 0, a budget
-            past the window); k < 0 or a k list of the wrong length ("k"); ``drafters`` or
-            ``generators`` of the wrong length, or one object shared by two rows ("generators",
-            "drafters", "same object"); a drafter of another vocabulary ("vocab_size"); a drafter
-            that reads the target's states, or a tree draft ("chain drafters"); bad warpers.
-        TypeError: target not a ``TransformerLM``; a drafter that does not meet the protocol; a
-            ``generators`` entry that is not a CPU ``torch.Generator`` (None included); a controller without
-            next_k/update.
+        ValueError: as the lab's loop (no prompts, an empty prompt, one flat prompt instead of a list, an id
+            outside [0, V) or a non-integer dtype ("prompts[i]"), max_new_tokens < 0, a budget past the
+            window); k < 0 or a k list of the wrong length ("k"), or a k list with a controller ("k per row
+            with a controller"); ``drafters`` or ``generators`` of the wrong length, or one object shared by
+            two rows ("generators", "drafters", "same object"); a
+            generator not on the CPU ("generators[i]"); a drafter of another vocabulary ("vocab_size"); a
+            drafter that reads the target's states, or a tree draft ("chain drafters"); a draft that breaks
+            the protocol (too long, ids outside [0, V)); bad warpers (temperature < 0 or not finite, top_k
+            < 1, top_p outside (0, 1]); eos_id outside [0, V); ``controller.next_k`` returning k < 0.
+        TypeError: target not a ``TransformerLM``; ``drafters`` neither a list nor a zero-argument factory
+            (one drafter object, a factory that takes arguments); a drafter that does not meet the protocol
+            ("drafters[i]", a factory returning None included) or a propose that returns no ``Draft``;
+            ``generators`` not a list, or an entry that is not a ``torch.Generator`` (None included); a
+            controller without next_k/update, or a next_k that returns no whole number; on_round not
+            callable; a wrong-typed k, max_new_tokens, temperature, top_k, top_p or eos_id (a float for an
+            int, a bool, a string).
+
+    Errors raised by your own code (the drafter factory, a drafter, ``on_round``) pass through unchanged;
+    the target's and the drafters' models are back in their train/eval mode whatever is raised.
     """
     if not isinstance(target, TransformerLM):
         raise TypeError(f"batched_speculative_sample needs a TransformerLM target (its rows share one "
@@ -128,11 +160,16 @@ def batched_speculative_sample(target, drafters, prompts, max_new_tokens: int, *
     if controller is not None and not all(callable(getattr(controller, m, None)) for m in ("next_k", "update")):
         raise TypeError(f"controller must have next_k(batch) and update(drafted=, accepted=), got "
                         f"{type(controller).__name__}")
+    if controller is not None and isinstance(k, (list, tuple)):       # never ignored in silence
+        raise ValueError("k per row with a controller: the controller's next_k(n) replaces k every round, so "
+                         "the per-row k would be ignored; pass one or the other")
     prompts = _check([target], prompts, max_new_tokens)              # as_token_ids per row, budget vs window
     B = len(prompts)
     ks = _per_row_k(k, B)
-    if callable(drafters) and not isinstance(drafters, Sequence):
-        drafters = [drafters() for _ in range(B)]
+    if on_round is not None and not callable(on_round):
+        raise TypeError(f"on_round must be a callable on_round(rows, emitted, accepted) or None, got "
+                        f"{type(on_round).__name__}")
+    drafters = _from_factory(drafters, B)
 
     seam = RecomputeTarget(target)                                   # the target checked once
 
